@@ -1,0 +1,132 @@
+"""The Communicator protocol every transport implements, its request type and message tags.
+
+Buffers are numpy arrays or torch tensors (contiguous). Only raw buffers travel; nothing is
+pickled between ranks. Every wait takes a deadline in seconds and raises :class:`CommTimeout`
+naming the peer, step and tag it was waiting for.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+DEFAULT_TIMEOUT_S = 120.0
+
+
+class Tag(enum.IntEnum):
+    """Every message tag used on the wire. Bucket tags are ``GRAD_BUCKET + bucket index``."""
+
+    CONFIG_CHECK = 1
+    PARAM_BROADCAST = 2
+    PINGPONG = 3
+    SHUFFLE_META = 10
+    SHUFFLE_DATA = 11
+    GRAD_BUCKET = 1000
+    PARAM_BUCKET = 100_000
+
+
+class ReduceOp(enum.StrEnum):
+    SUM = "sum"
+    MIN = "min"
+    MAX = "max"
+
+
+class CommError(RuntimeError):
+    """A communication failure on this rank; the job must abort."""
+
+
+class CommTimeout(CommError):
+    """A wait passed its deadline. The message names rank, peer, step and tag."""
+
+
+@dataclass(frozen=True)
+class WaitContext:
+    """What a wait is for, so a timeout can say who, when and what."""
+
+    op: str
+    peer: int | None = None
+    tag: int | None = None
+    step: int | None = None
+
+    def describe(self, rank: int, timeout: float) -> str:
+        where = f"rank {rank}" + (f", step {self.step}" if self.step is not None else "")
+        tag = tag_name(self.tag) if self.tag is not None else "-"
+        if self.peer is None:
+            what = f"{self.op} did not complete for {timeout:g} s (tag {tag})"
+            hint = "is every rank alive and at the same step?"
+        else:
+            what = f"peer {self.peer} {self.op} for {timeout:g} s (tag {tag})"
+            hint = f"is rank {self.peer} alive?"
+        return f"{where}: {what}; {hint} raise --comm-timeout if the network is slow"
+
+
+def tag_name(tag: int) -> str:
+    if tag >= Tag.PARAM_BUCKET:
+        return f"PARAM_BUCKET_{tag - Tag.PARAM_BUCKET}"
+    if tag >= Tag.GRAD_BUCKET:
+        return f"GRAD_BUCKET_{tag - Tag.GRAD_BUCKET}"
+    try:
+        return Tag(tag).name
+    except ValueError:
+        return str(tag)
+
+
+@runtime_checkable
+class Request(Protocol):
+    """A pending non-blocking operation."""
+
+    def test(self) -> bool:
+        """True once the operation has completed; never blocks."""
+        ...
+
+    def wait(self, timeout: float) -> None:
+        """Block until complete or raise CommTimeout after ``timeout`` seconds."""
+        ...
+
+
+@runtime_checkable
+class Communicator(Protocol):
+    """Point-to-point and collective operations on raw buffers.
+
+    Implementations: :class:`gossipgrad.comm.mpi.MpiCommunicator` (real MPI) and
+    :class:`gossipgrad.comm.local.LocalCommunicator` (threads in one process, for tests).
+    ``buf`` arguments are contiguous numpy arrays or torch tensors; receive buffers and
+    in-place collectives modify ``buf``.
+    """
+
+    rank: int
+    size: int
+    timeout: float
+
+    def isend(self, buf: Any, dst: int, tag: int, ctx: WaitContext | None = None) -> Request: ...
+
+    def irecv(self, buf: Any, src: int, tag: int, ctx: WaitContext | None = None) -> Request: ...
+
+    def iallreduce_(self, buf: Any, op: ReduceOp = ReduceOp.SUM) -> Request: ...
+
+    def bcast_(self, buf: Any, root: int = 0) -> None: ...
+
+    def barrier(self) -> None: ...
+
+    def dup(self) -> Communicator: ...
+
+    def abort(self, code: int = 1) -> None: ...
+
+
+def allreduce_(comm: Communicator, buf: Any, op: ReduceOp = ReduceOp.SUM) -> Any:
+    """Blocking in-place allreduce with the communicator's deadline; returns ``buf``."""
+    comm.iallreduce_(buf, op).wait(comm.timeout)
+    return buf
+
+
+def sendrecv_(
+    comm: Communicator, sendbuf: Any, dst: int, recvbuf: Any, src: int, tag: int,
+    step: int | None = None,
+) -> Any:
+    """Send ``sendbuf`` to ``dst`` while receiving into ``recvbuf`` from ``src``."""
+    r = comm.irecv(recvbuf, src, tag, WaitContext("sent nothing", src, tag, step))
+    s = comm.isend(sendbuf, dst, tag, WaitContext("received nothing", dst, tag, step))
+    r.wait(comm.timeout)
+    s.wait(comm.timeout)
+    return recvbuf
