@@ -1,0 +1,162 @@
+"""The MPI transport: the only module that imports mpi4py.
+
+Only capitalised, buffer-based calls are used (``Isend``/``Irecv``/``Iallreduce``), so
+nothing is ever unpickled from another rank. Every wait polls its request against a
+deadline. Below ``MPI_THREAD_MULTIPLE`` every MPI call is serialised behind one lock.
+CUDA tensors go to MPI directly only when the library is CUDA-aware (see
+:func:`cuda_aware`); the exchange layer stages them through host buffers otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+from gossipgrad.comm.base import (
+    DEFAULT_TIMEOUT_S,
+    CommError,
+    CommTimeout,
+    ReduceOp,
+    WaitContext,
+)
+from gossipgrad.comm.buffers import host_array
+
+import mpi4py
+
+mpi4py.rc.thread_level = os.environ.get("GOSSIPGRAD_MPI_THREAD_LEVEL", "multiple")
+from mpi4py import MPI  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+_OPS = {ReduceOp.SUM: MPI.SUM, ReduceOp.MIN: MPI.MIN, ReduceOp.MAX: MPI.MAX}
+_LOCK = threading.RLock()
+
+
+def thread_multiple() -> bool:
+    return MPI.Query_thread() >= MPI.THREAD_MULTIPLE
+
+
+def cuda_aware() -> bool:
+    """Whether the MPI library can take CUDA device pointers.
+
+    ``GOSSIPGRAD_CUDA_AWARE=0|1`` overrides detection. Otherwise ask MPI: MPICH and
+    Open MPI >= 5 answer through ``MPI_Info`` key ``mpi_memory_alloc_kinds`` containing
+    ``cuda``; Open MPI 4 through ``MPIX_Query_cuda_support`` (not exposed by mpi4py), so
+    it is reported as not CUDA-aware unless overridden.
+    """
+    override = os.environ.get("GOSSIPGRAD_CUDA_AWARE")
+    if override is not None:
+        return override.strip().lower() in {"1", "true", "yes"}
+    try:
+        info = MPI.COMM_WORLD.Get_info()
+        kinds = info.Get("mpi_memory_alloc_kinds") or ""
+        info.Free()
+    except (MPI.Exception, AttributeError, NotImplementedError):
+        return False
+    return "cuda" in kinds.lower()
+
+
+def mpi_buffer(buf: Any) -> Any:
+    """What MPI can read: host tensors as numpy views, CUDA tensors as they are."""
+    if getattr(buf, "is_cuda", False):
+        return buf
+    return host_array(buf)
+
+
+class MpiRequest:
+    """A pending MPI request polled against a deadline."""
+
+    def __init__(self, comm: MpiCommunicator, req: Any, ctx: WaitContext, keep: Any) -> None:
+        self.comm, self.req, self.ctx, self._keep = comm, req, ctx, keep
+        self.done = False
+
+    def test(self) -> bool:
+        if not self.done:
+            with self.comm.lock:
+                self.done = bool(self.req.Test())
+        return self.done
+
+    def wait(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        pause = 0.0
+        while not self.test():
+            if time.monotonic() > deadline:
+                raise CommTimeout(self.ctx.describe(self.comm.rank, timeout))
+            time.sleep(pause)
+            pause = min(max(pause * 2, 2e-5), 1e-3)
+
+
+class MpiCommunicator:
+    """A :class:`~gossipgrad.comm.base.Communicator` over an ``mpi4py`` communicator."""
+
+    def __init__(self, comm: Any = None, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        self._comm = comm if comm is not None else MPI.COMM_WORLD
+        self.rank = self._comm.Get_rank()
+        self.size = self._comm.Get_size()
+        self.timeout = timeout
+        self.lock = contextlib.nullcontext() if thread_multiple() else _LOCK
+
+    def __repr__(self) -> str:
+        return f"MpiCommunicator(rank={self.rank}, size={self.size})"
+
+    def isend(self, buf: Any, dst: int, tag: int, ctx: WaitContext | None = None) -> MpiRequest:
+        b = mpi_buffer(buf)
+        with self.lock:
+            req = self._comm.Isend(b, dest=dst, tag=tag)
+        return MpiRequest(self, req, ctx or WaitContext("received nothing", dst, tag), b)
+
+    def irecv(self, buf: Any, src: int, tag: int, ctx: WaitContext | None = None) -> MpiRequest:
+        b = mpi_buffer(buf)
+        with self.lock:
+            req = self._comm.Irecv(b, source=src, tag=tag)
+        return MpiRequest(self, req, ctx or WaitContext("sent nothing", src, tag), b)
+
+    def iallreduce_(self, buf: Any, op: ReduceOp = ReduceOp.SUM) -> MpiRequest:
+        b = mpi_buffer(buf)
+        with self.lock:
+            req = self._comm.Iallreduce(MPI.IN_PLACE, b, op=_OPS[ReduceOp(op)])
+        return MpiRequest(self, req, WaitContext(f"allreduce({op})"), b)
+
+    def bcast_(self, buf: Any, root: int = 0) -> None:
+        b = mpi_buffer(buf)
+        with self.lock:
+            req = self._comm.Ibcast(b, root=root)
+        MpiRequest(self, req, WaitContext(f"bcast(root={root})"), b).wait(self.timeout)
+
+    def barrier(self) -> None:
+        with self.lock:
+            req = self._comm.Ibarrier()
+        MpiRequest(self, req, WaitContext("barrier"), None).wait(self.timeout)
+
+    def dup(self) -> MpiCommunicator:
+        with self.lock:
+            return MpiCommunicator(self._comm.Dup(), self.timeout)
+
+    def abort(self, code: int = 1) -> None:
+        MPI.COMM_WORLD.Abort(code)
+        raise CommError(f"rank {self.rank}: abort({code}) returned")  # pragma: no cover
+
+
+def processor_name() -> str:
+    return MPI.Get_processor_name()
+
+
+def library_version() -> str:
+    return MPI.Get_library_version().splitlines()[0]
+
+
+def node_local_rank() -> int:
+    """This rank's index among the ranks on its node (for device selection)."""
+    local = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        return local.Get_rank()
+    finally:
+        local.Free()
+
+
+__all__ = ["MpiCommunicator", "MpiRequest", "cuda_aware", "thread_multiple", "CommError",
+           "CommTimeout", "node_local_rank", "processor_name", "library_version"]
