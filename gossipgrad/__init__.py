@@ -1,0 +1,16 @@
+"""gossipgrad: decentralized data-parallel training for PyTorch over MPI (GossipGraD).
+
+    comm = gossipgrad.init()
+    opt = gossipgrad.DistributedOptimizer(torch.optim.SGD(...), model, comm)
+
+See ``gossipgrad.engine.distributed`` for a complete example.
+"""
+
+from __future__ import annotations
+
+from gossipgrad.engine.consensus import average_parameters_, broadcast_parameters_
+from gossipgrad.engine.distributed import DistributedOptimizer, Mix
+from gossipgrad.runtime import init
+
+__all__ = ["init", "DistributedOptimizer", "Mix", "average_parameters_", "broadcast_parameters_"]
+__version__ = "0.1.0"

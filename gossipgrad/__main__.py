@@ -1,0 +1,3 @@
+from gossipgrad.cli import main
+
+main()

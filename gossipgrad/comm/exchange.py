@@ -1,0 +1,141 @@
+"""Exchange strategies: how one bucket is mixed with other ranks at one step.
+
+``start`` posts non-blocking operations and returns a handle; ``finish`` waits (with the
+communicator's deadline) and leaves the mixed result in the bucket, in place.
+
+- gossip: average with this step's peer, ``buf <- (buf + peer's buf) / 2``.
+- allreduce: average over all ranks, ``buf <- sum(buf) / size``.
+- local: no communication (the lower bound).
+
+All three are doubly stochastic, so the mean over ranks never changes.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from gossipgrad.comm.base import Communicator, Request, WaitContext
+from gossipgrad.comm.schedule import Schedule
+from gossipgrad.comm.staging import Stager
+
+
+class Strategy(enum.StrEnum):
+    GOSSIP = "gossip"
+    ALLREDUCE = "allreduce"
+    LOCAL = "local"
+    HOROVOD = "horovod"
+    DDP = "ddp"
+
+
+@dataclass
+class Pending:
+    """A bucket exchange in flight."""
+
+    buf: torch.Tensor
+    requests: list[Request] = field(default_factory=list)
+    recv: torch.Tensor | None = None
+    staged: Any = None
+
+
+class Exchange:
+    """Base: no communication."""
+
+    strategy = Strategy.LOCAL
+
+    def __init__(self, comm: Communicator, stager: Stager | None = None) -> None:
+        self.comm = comm
+        self.stager = stager or Stager(cuda_aware=False)
+
+    def start(self, buf: torch.Tensor, index: int, step: int, tag: int) -> Pending:
+        return Pending(buf)
+
+    def finish(self, pending: Pending) -> None:
+        for r in pending.requests:
+            r.wait(self.comm.timeout)
+
+    def bytes_sent(self, nbytes: int) -> float:
+        """Bytes this rank sends per step for a bucket of ``nbytes`` bytes."""
+        return 0.0
+
+
+class GossipExchange(Exchange):
+    """Mix with the schedule's peer: send to ``dst``, receive from ``src``, average."""
+
+    strategy = Strategy.GOSSIP
+
+    def __init__(self, comm: Communicator, schedule: Schedule, stager: Stager | None = None,
+                 copy_send: bool = False) -> None:
+        super().__init__(comm, stager)
+        if schedule.size != comm.size:
+            raise ValueError(f"schedule is for {schedule.size} ranks, communicator has {comm.size}")
+        self.schedule = schedule
+        self.copy_send = copy_send
+        self._recv: dict[int, Any] = {}
+        self._send: dict[int, Any] = {}
+
+    def start(self, buf: torch.Tensor, index: int, step: int, tag: int) -> Pending:
+        peers = self.schedule.peers(self.comm.rank, step)
+        if peers is None:
+            return Pending(buf)
+        recv = self._buffer(self._recv, index, buf)
+        send = self.stager.outgoing(buf, self._send, index) if (self.copy_send or
+                                                                self.stager.staging(buf)) else buf
+        rq = self.comm.irecv(recv, peers.src, tag, WaitContext("sent nothing", peers.src, tag, step))
+        sq = self.comm.isend(send, peers.dst, tag,
+                             WaitContext("received nothing", peers.dst, tag, step))
+        return Pending(buf, [rq, sq], recv=recv)
+
+    def _buffer(self, cache: dict[int, Any], index: int, like: torch.Tensor) -> Any:
+        if index not in cache or cache[index].numel() != like.numel():
+            cache[index] = self.stager.empty_like(like)
+        return cache[index]
+
+    def finish(self, pending: Pending) -> None:
+        super().finish(pending)
+        if pending.recv is not None:
+            peer = self.stager.incoming(pending.recv, pending.buf)
+            pending.buf.add_(peer).mul_(0.5)
+
+    def bytes_sent(self, nbytes: int) -> float:
+        return float(nbytes) if self.comm.size > 1 else 0.0
+
+
+class AllreduceExchange(Exchange):
+    """Average over all ranks with a non-blocking in-place allreduce."""
+
+    strategy = Strategy.ALLREDUCE
+
+    def start(self, buf: torch.Tensor, index: int, step: int, tag: int) -> Pending:
+        if self.comm.size == 1:
+            return Pending(buf)
+        staged = self.stager.outgoing(buf, {}, index) if self.stager.staging(buf) else buf
+        return Pending(buf, [self.comm.iallreduce_(staged)], staged=staged)
+
+    def finish(self, pending: Pending) -> None:
+        super().finish(pending)
+        if pending.requests:
+            result = self.stager.incoming(pending.staged, pending.buf)
+            if result is not pending.buf:
+                pending.buf.copy_(result)
+            pending.buf.div_(self.comm.size)
+
+    def bytes_sent(self, nbytes: int) -> float:
+        p = self.comm.size
+        return 2.0 * (p - 1) / p * nbytes
+
+
+def make_exchange(strategy: str | Strategy, comm: Communicator, schedule: Schedule,
+                  stager: Stager | None = None, copy_send: bool = False) -> Exchange:
+    s = Strategy(strategy)
+    if s is Strategy.GOSSIP:
+        return GossipExchange(comm, schedule, stager, copy_send=copy_send)
+    if s is Strategy.ALLREDUCE:
+        return AllreduceExchange(comm, stager)
+    if s is Strategy.LOCAL:
+        return Exchange(comm, stager)
+    raise ValueError(f"strategy {s.value!r} is not a bucket exchange; it runs through its own "
+                     "engine adapter")

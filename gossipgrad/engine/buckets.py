@@ -1,0 +1,109 @@
+"""Flat buckets: several parameters' gradients (or values) in one contiguous buffer.
+
+Parameters are grouped in reverse registration order, which approximates the order in which
+backward produces their gradients, into buckets of at most ``cap_bytes`` (a parameter larger
+than the cap gets a bucket of its own). After :meth:`BucketLayout.bind_grads_` every
+``p.grad`` is a view into its bucket, so exchanging a bucket exchanges those gradients with
+no copy; :meth:`BucketLayout.bind_params_` does the same for ``p.data``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+DEFAULT_BUCKET_MB = 25.0
+
+
+@dataclass
+class Bucket:
+    """One flat buffer and the parameters that live in it, in layout order."""
+
+    index: int
+    params: list[torch.nn.Parameter]
+    offsets: list[int]
+    numel: int
+    grads: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+    param_ids: set[int] = field(default_factory=set)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.params[0].element_size()
+
+
+class BucketLayout:
+    """Assigns trainable parameters to buckets; binds grads/values to flat storage.
+
+    Args:
+        params: the model's parameters (frozen ones, ``requires_grad=False``, are skipped).
+        cap_bytes: the largest bucket, in bytes (> 0).
+    """
+
+    def __init__(self, params: list[torch.nn.Parameter], cap_bytes: int) -> None:
+        if cap_bytes <= 0:
+            raise ValueError(f"bucket size must be > 0 bytes, got {cap_bytes}")
+        trainable = [p for p in params if p.requires_grad]
+        if not trainable:
+            raise ValueError("the model has no trainable parameters")
+        self.buckets: list[Bucket] = []
+        current: list[torch.nn.Parameter] = []
+        size = 0
+        for p in reversed(trainable):
+            nbytes = p.numel() * p.element_size()
+            if current and (size + nbytes > cap_bytes or _kind(p) != _kind(current[0])):
+                self._close(current)
+                current, size = [], 0
+            current.append(p)
+            size += nbytes
+        self._close(current)
+
+    def _close(self, params: list[torch.nn.Parameter]) -> None:
+        offsets, total = [], 0
+        for p in params:
+            offsets.append(total)
+            total += p.numel()
+        self.buckets.append(Bucket(len(self.buckets), params, offsets, total,
+                                   param_ids={id(p) for p in params}))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.nbytes for b in self.buckets)
+
+    def bind_grads_(self) -> None:
+        """Give every bucket a zeroed gradient buffer and make each ``p.grad`` a view of it."""
+        for b in self.buckets:
+            p0 = b.params[0]
+            b.grads = torch.zeros(b.numel, dtype=p0.dtype, device=p0.device)
+            for p, off in zip(b.params, b.offsets):
+                p.grad = b.grads[off:off + p.numel()].view_as(p)
+
+    def bind_params_(self) -> None:
+        """Move parameter values into flat buffers; each ``p.data`` becomes a view."""
+        for b in self.buckets:
+            p0 = b.params[0]
+            b.values = torch.empty(b.numel, dtype=p0.dtype, device=p0.device)
+            for p, off in zip(b.params, b.offsets):
+                view = b.values[off:off + p.numel()].view_as(p)
+                view.copy_(p.data)
+                p.data = view
+
+    def grads_bound(self) -> bool:
+        """False if someone replaced a ``p.grad`` (e.g. ``zero_grad(set_to_none=True)``)."""
+        for b in self.buckets:
+            for p, off in zip(b.params, b.offsets):
+                g = p.grad
+                if g is None or g.data_ptr() != b.grads[off:].data_ptr():
+                    return False
+        return True
+
+
+def _kind(p: torch.Tensor) -> tuple:
+    return (p.dtype, p.device)
+
+
+def cap_from_mb(bucket_mb: float) -> int:
+    if bucket_mb <= 0:
+        raise ValueError(f"--bucket-mb must be > 0, got {bucket_mb}")
+    return int(bucket_mb * 2**20)

@@ -1,0 +1,210 @@
+"""The library API: wrap a ``torch.optim`` optimizer so each ``step()`` also mixes.
+
+Complete example (run as ``mpiexec -n 4 python example.py``, or plainly for one rank)::
+
+    import torch
+    import gossipgrad
+
+    comm = gossipgrad.init()
+    model = torch.nn.Linear(8, 2)
+    opt = gossipgrad.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1), model, comm, strategy="gossip")
+    for _ in range(10):
+        x, y = torch.randn(16, 8), torch.randint(0, 2, (16,))
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    opt.synchronize()  # global average: one consensus model on every rank
+
+``mix="grad"`` averages gradient buckets with the step's peer before the optimizer steps;
+``mix="param"`` steps first, then averages parameter buckets. With ``overlap=True`` a
+gradient bucket leaves on the communication thread as soon as backward has produced its
+last gradient. Staleness 1 completes the exchange posted at step t at step t+1 and applies
+the mixing correction ``(peer's - own) / 2`` computed from step t's values, which keeps the
+mean over ranks exact.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from typing import Any
+
+import torch
+
+from gossipgrad.comm.base import Communicator, Tag
+from gossipgrad.comm.exchange import Exchange, Pending, Strategy, make_exchange
+from gossipgrad.comm.schedule import Schedule
+from gossipgrad.comm.staging import Stager
+from gossipgrad.engine.buckets import DEFAULT_BUCKET_MB, BucketLayout, cap_from_mb
+from gossipgrad.engine.commthread import CommThread
+from gossipgrad.engine.consensus import (
+    average_parameters_,
+    broadcast_parameters_,
+    consensus_distance,
+    verify_identical,
+)
+
+log = logging.getLogger(__name__)
+
+
+class Mix(enum.StrEnum):
+    GRAD = "grad"
+    PARAM = "param"
+
+
+class DistributedOptimizer:
+    """Wraps ``optimizer``; ``step()`` = exchange + local step (order set by ``mix``).
+
+    Args:
+        optimizer: a ``torch.optim`` optimizer over ``model``'s parameters.
+        model: the module being trained (its parameters are broadcast from rank 0 and
+            verified identical on construction).
+        comm: the communicator (``gossipgrad.init()``).
+        strategy: ``gossip``, ``allreduce`` or ``local``.
+        topology, seed, rotate: the gossip schedule (see ``comm.schedule.Schedule``).
+        mix: ``grad`` or ``param``.
+        staleness: 0 (wait this step) or 1 (complete at the next step).
+        sync_every: global average every N steps (0 = never, except on request).
+        bucket_mb: largest bucket in MiB.
+        overlap: start gradient buckets from backward hooks on a communication thread.
+        stager: how device tensors reach MPI (default: direct on CPU).
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, model: torch.nn.Module,
+                 comm: Communicator, strategy: str = "gossip", topology: str = "auto",
+                 seed: int = 0, rotate: bool = True, mix: str = "grad", staleness: int = 0,
+                 sync_every: int = 0, bucket_mb: float = DEFAULT_BUCKET_MB,
+                 overlap: bool = True, stager: Stager | None = None) -> None:
+        self.optimizer, self.model, self.comm = optimizer, model, comm
+        self.strategy = Strategy(strategy)
+        self.mix = Mix(mix)
+        if staleness not in (0, 1):
+            raise ValueError(f"staleness must be 0 or 1, got {staleness}")
+        if sync_every < 0:
+            raise ValueError(f"sync_every must be >= 0, got {sync_every}")
+        self.staleness, self.sync_every = staleness, sync_every
+        self.schedule = Schedule(comm.size, topology, seed, rotate)
+        self.step_count = 0
+        self.layout = BucketLayout(list(model.parameters()), cap_from_mb(bucket_mb))
+        broadcast_parameters_(model, comm)
+        verify_identical(model, comm)
+        self.layout.bind_grads_()
+        if self.mix is Mix.PARAM:
+            self.layout.bind_params_()
+        self.exchange: Exchange = make_exchange(self.strategy, comm, self.schedule, stager,
+                                                copy_send=False)
+        self.communicates = comm.size > 1 and self.strategy is not Strategy.LOCAL
+        self.overlap = overlap and self.communicates and self.mix is Mix.GRAD
+        self._thread = CommThread(self.exchange, comm.timeout) if self.overlap else None
+        self._ready = [0] * len(self.layout.buckets)
+        self._submitted = [False] * len(self.layout.buckets)
+        self._stale: list[tuple[Pending, torch.Tensor, torch.Tensor]] = []
+        if self.overlap:
+            self._hooks = [p.register_post_accumulate_grad_hook(self._grad_ready)
+                           for p in model.parameters() if p.requires_grad]
+            self._bucket_of = {id(p): b.index for b in self.layout.buckets for p in b.params}
+
+    # -- the step --------------------------------------------------------------------
+    def zero_grad(self, set_to_none: bool = False) -> None:
+        """Zero the gradient buckets (gradients stay views into them; ``set_to_none`` is
+        accepted for compatibility and ignored)."""
+        for b in self.layout.buckets:
+            b.grads.zero_()
+        self._ready = [0] * len(self.layout.buckets)
+        self._submitted = [False] * len(self.layout.buckets)
+
+    def step(self, closure: Any = None) -> Any:
+        """Mix and take the optimizer step; returns the closure's loss if given."""
+        if self.communicates and not self.layout.grads_bound():
+            raise RuntimeError("gradients were detached from their buckets (was "
+                               "zero_grad(set_to_none=True) called on the inner optimizer?); "
+                               "call zero_grad() on the DistributedOptimizer instead")
+        if self.mix is Mix.GRAD:
+            self._mix_buckets([b.grads for b in self.layout.buckets], Tag.GRAD_BUCKET)
+            loss = self.optimizer.step(closure)
+        else:
+            loss = self.optimizer.step(closure)
+            self._mix_buckets([b.values for b in self.layout.buckets], Tag.PARAM_BUCKET)
+        self.step_count += 1
+        if self.sync_every and self.step_count % self.sync_every == 0:
+            self.synchronize()
+        return loss
+
+    def _grad_ready(self, p: torch.Tensor) -> None:
+        b = self._bucket_of[id(p)]
+        self._ready[b] += 1
+        if self._ready[b] == len(self.layout.buckets[b].params) and self.staleness == 0:
+            self._submit(b, self.layout.buckets[b].grads, Tag.GRAD_BUCKET)
+
+    def _submit(self, index: int, buf: torch.Tensor, tag_base: int) -> None:
+        self._submitted[index] = True
+        step = self.step_count
+        self._thread.submit(index, lambda: self.exchange.start(buf, index, step, tag_base + index))
+
+    def _mix_buckets(self, bufs: list[torch.Tensor], tag_base: int) -> None:
+        if not self.communicates:
+            return
+        if self.staleness == 1:
+            self._mix_stale(bufs, tag_base)
+        elif self._thread is not None:
+            for i, buf in enumerate(bufs):
+                if not self._submitted[i]:  # parameters unused this step: no hook fired
+                    self._submit(i, buf, tag_base)
+            for i in range(len(bufs)):
+                self._thread.wait(i)
+        else:
+            pending = [self.exchange.start(buf, i, self.step_count, tag_base + i)
+                       for i, buf in enumerate(bufs)]
+            for p in pending:
+                self.exchange.finish(p)
+
+    def _mix_stale(self, bufs: list[torch.Tensor], tag_base: int) -> None:
+        """Apply last step's exchange as a correction, then post this step's."""
+        for pending, own, target in self._stale:
+            self.exchange.finish(pending)  # pending.buf <- mix of own_{t-1} with the peer's
+            target.add_(pending.buf.sub_(own))  # buf_t += (mixed - own)_{t-1}
+        self._stale = []
+        for i, buf in enumerate(bufs):
+            own = buf.detach().clone()
+            pending = self.exchange.start(own.clone(), i, self.step_count, tag_base + i)
+            self._stale.append((pending, own, buf))
+
+    # -- whole-model operations -------------------------------------------------------
+    def drain(self) -> None:
+        """Complete any exchange still in flight (staleness 1) without applying it."""
+        for pending, _, _ in self._stale:
+            for r in pending.requests:
+                r.wait(self.comm.timeout)
+        self._stale = []
+
+    def synchronize(self) -> None:
+        """Global average of parameters and floating buffers: one consensus model."""
+        self.drain()
+        average_parameters_(self.model, self.comm)
+
+    def consensus_distance(self) -> float:
+        return consensus_distance(self.model, self.comm)
+
+    def bytes_sent_per_step(self) -> float:
+        if not self.communicates:
+            return 0.0
+        return sum(self.exchange.bytes_sent(b.nbytes) for b in self.layout.buckets)
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._thread.close()
+            self._thread = None
+            for h in self._hooks:
+                h.remove()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state_dict(), "step": self.step_count}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step_count = int(state["step"])
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return self.optimizer.param_groups

@@ -1,0 +1,75 @@
+"""The model registry: name -> constructor. torchvision models are imported on demand."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+
+def mlp(in_shape: tuple[int, ...], classes: int, hidden: int = 128) -> nn.Module:
+    """A two-hidden-layer perceptron; ``hidden`` widens it (benchmarks use large widths)."""
+    n = 1
+    for d in in_shape:
+        n *= d
+    return nn.Sequential(nn.Flatten(), nn.Linear(n, hidden), nn.ReLU(),
+                         nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, classes))
+
+
+def cnn(in_shape: tuple[int, ...], classes: int, hidden: int = 32) -> nn.Module:
+    """A small convolutional net for 1- or 3-channel images."""
+    c = in_shape[0]
+    return nn.Sequential(
+        nn.Conv2d(c, hidden, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(hidden, 2 * hidden, 3, padding=1), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(8 * hidden, classes))
+
+
+def _torchvision(name: str) -> Callable[..., nn.Module]:
+    def build(in_shape: tuple[int, ...], classes: int, hidden: int = 0) -> nn.Module:
+        try:
+            import torchvision.models as tvm
+        except ImportError as exc:
+            raise ValueError(f"model {name!r} needs torchvision: pip install "
+                             "'gossipgrad[vision]'") from exc
+        kwargs = {"weights": None, "num_classes": classes}
+        if name == "googlenet":
+            kwargs.update(aux_logits=True, init_weights=True)
+        return getattr(tvm, name)(**kwargs)
+
+    return build
+
+
+MODELS: dict[str, Callable[..., nn.Module]] = {
+    "mlp": mlp,
+    "cnn": cnn,
+    "resnet18": _torchvision("resnet18"),
+    "resnet50": _torchvision("resnet50"),
+    "googlenet": _torchvision("googlenet"),
+}
+
+
+def build_model(name: str, in_shape: tuple[int, ...], classes: int, hidden: int = 0) -> nn.Module:
+    """Construct ``name``; ``hidden`` (width) applies to mlp/cnn, 0 keeps their default."""
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; choose one of: {', '.join(MODELS)}")
+    if hidden < 0:
+        raise ValueError(f"--hidden must be >= 0, got {hidden}")
+    if hidden and name in ("mlp", "cnn"):
+        return MODELS[name](in_shape, classes, hidden)
+    return MODELS[name](in_shape, classes)
+
+
+def logits(output: torch.Tensor | tuple) -> torch.Tensor:
+    """The main logits of a model's output (GoogLeNet returns auxiliary outputs in train)."""
+    return output.logits if hasattr(output, "logits") else output
+
+
+def loss_fn(output: torch.Tensor | tuple, target: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy on the main logits, plus 0.3x each auxiliary head (GoogLeNet's recipe)."""
+    loss = nn.functional.cross_entropy(logits(output), target)
+    for aux in (getattr(output, "aux_logits1", None), getattr(output, "aux_logits2", None)):
+        if aux is not None:
+            loss = loss + 0.3 * nn.functional.cross_entropy(aux, target)
+    return loss

@@ -1,0 +1,76 @@
+"""Start-up: pick the transport from the launcher, set up per-rank logging and aborts.
+
+Under ``mpiexec``/``mpirun``/``srun`` the world is MPI; run plainly, it is a single rank that
+needs no launcher and no MPI at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from gossipgrad.comm.base import DEFAULT_TIMEOUT_S, Communicator
+
+log = logging.getLogger("gossipgrad")
+
+# Variables that launchers set for each rank they start.
+_LAUNCHER_VARS = ("PMI_RANK", "PMI_FD", "PMI_PORT", "PMIX_RANK", "OMPI_COMM_WORLD_RANK",
+                  "MV2_COMM_WORLD_RANK", "MPI_LOCALRANKID", "HYDI_CONTROL_FD")
+
+
+def launched_by_mpi() -> bool:
+    """True when a launcher started this process, or ``GOSSIPGRAD_MPI=1`` forces MPI."""
+    forced = os.environ.get("GOSSIPGRAD_MPI")
+    if forced is not None:
+        return forced.strip().lower() in {"1", "true", "yes"}
+    return any(v in os.environ for v in _LAUNCHER_VARS)
+
+
+def init(timeout: float = DEFAULT_TIMEOUT_S, verbose: bool = False) -> Communicator:
+    """Return this process's communicator and configure logging with a rank prefix."""
+    if timeout <= 0:
+        raise ValueError(f"--comm-timeout must be > 0 seconds, got {timeout}")
+    if launched_by_mpi():
+        from gossipgrad.comm.mpi import MpiCommunicator, thread_multiple
+
+        comm: Communicator = MpiCommunicator(timeout=timeout)
+        setup_logging(comm.rank, comm.size, verbose)
+        if not thread_multiple():
+            log.warning("MPI granted less than MPI_THREAD_MULTIPLE: MPI calls from the "
+                        "communication and shuffle threads are serialised behind one lock")
+    else:
+        from gossipgrad.comm.local import LocalWorld
+
+        comm = LocalWorld(1, timeout=timeout).communicators()[0]
+        setup_logging(0, 1, verbose)
+    return comm
+
+
+class _RankFormatter(logging.Formatter):
+    def __init__(self, rank: int, size: int) -> None:
+        super().__init__(f"[r{rank}/{size}] %(levelname)s %(name)s: %(message)s")
+
+
+def setup_logging(rank: int, size: int, verbose: bool = False) -> None:
+    """Rank 0 logs at INFO, the others at WARNING (DEBUG/INFO everywhere with ``verbose``)."""
+    root = logging.getLogger("gossipgrad")
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_RankFormatter(rank, size))
+    root.addHandler(handler)
+    root.propagate = False
+    if verbose:
+        root.setLevel(logging.DEBUG)
+    else:
+        root.setLevel(logging.INFO if rank == 0 else logging.WARNING)
+
+
+def abort_job(comm: Communicator, message: str, code: int = 1) -> None:
+    """Report ``message`` from this rank and end the whole job with a non-zero code."""
+    log.error(message)
+    sys.stderr.flush()
+    if comm.size > 1:
+        comm.abort(code)
+    raise SystemExit(code)
