@@ -192,6 +192,8 @@ class DistributedOptimizer:
         return sum(self.exchange.bytes_sent(b.nbytes) for b in self.layout.buckets)
 
     def close(self) -> None:
+        """Complete everything in flight (no message is left unmatched), stop the thread."""
+        self.drain()
         if self._thread is not None:
             self._thread.close()
             self._thread = None

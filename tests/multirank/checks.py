@@ -1,0 +1,150 @@
+"""Check functions that run on any Communicator: in-process (tier 2) and under mpiexec (tier 3).
+
+Each takes ``comm`` and raises AssertionError on failure. The same functions are called by
+tests/test_exchange_local.py (thread world) and tests/multirank/run_checks.py (real MPI).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from gossipgrad.comm.base import CommTimeout, ReduceOp, Tag, allreduce_
+from gossipgrad.comm.exchange import make_exchange
+from gossipgrad.comm.schedule import Schedule, is_power_of_two
+from gossipgrad.comm.staging import Stager
+from gossipgrad.engine.consensus import average_parameters_, consensus_distance
+from gossipgrad.engine.distributed import DistributedOptimizer
+
+
+def _mix_steps(comm, x: torch.Tensor, steps: range, topology: str = "auto",
+               stager: Stager | None = None) -> torch.Tensor:
+    ex = make_exchange("gossip", comm, Schedule(comm.size, topology, seed=7), stager)
+    for t in steps:
+        ex.finish(ex.start(x, 0, t, Tag.GRAD_BUCKET))
+    return x
+
+
+def check_hypercube_cycle_gives_exact_mean(comm) -> None:
+    """After one full cycle of hypercube mixing (any cycle, rotated), everyone has the mean."""
+    if not is_power_of_two(comm.size) or comm.size == 1:
+        return
+    sched = Schedule(comm.size, "hypercube", seed=7)
+    for cycle in (0, 1, 3):
+        x = torch.full((5,), float(comm.rank), dtype=torch.float64) * (cycle + 1)
+        first = cycle * sched.cycle_length
+        _mix_steps(comm, x, range(first, first + sched.cycle_length), "hypercube")
+        expect = (comm.size - 1) / 2 * (cycle + 1)
+        assert torch.all(x == expect), f"rank {comm.rank} cycle {cycle}: {x.tolist()} != {expect}"
+
+
+def check_one_step_closed_form(comm, stager: Stager | None = None) -> None:
+    """x = rank; after step 0 (identity numbering) x = (rank + src) / 2."""
+    if comm.size == 1:
+        return
+    x = torch.tensor([float(comm.rank)] * 3, dtype=torch.float64)
+    _mix_steps(comm, x, range(1), stager=stager)
+    src = Schedule(comm.size, "auto", seed=7).peers(comm.rank, 0).src
+    assert torch.all(x == (comm.rank + src) / 2), (comm.rank, x.tolist(), src)
+
+
+def check_mixing_preserves_mean(comm) -> None:
+    """Dissemination/hypercube mixing is doubly stochastic: the sum over ranks never moves."""
+    gen = torch.Generator().manual_seed(comm.rank)
+    x = torch.randn(64, generator=gen, dtype=torch.float64)
+    before = allreduce_(comm, x.clone())
+    _mix_steps(comm, x, range(13))
+    after = allreduce_(comm, x.clone())
+    assert torch.allclose(before, after, atol=1e-12), "gossip changed the mean over ranks"
+
+
+def check_allreduce_exchange_is_mean(comm) -> None:
+    x = torch.arange(4, dtype=torch.float64) + comm.rank
+    ex = make_exchange("allreduce", comm, Schedule(comm.size))
+    ex.finish(ex.start(x, 0, 0, Tag.GRAD_BUCKET))
+    assert torch.allclose(x, torch.arange(4, dtype=torch.float64) + (comm.size - 1) / 2)
+
+
+def check_consensus_distance(comm) -> None:
+    model = torch.nn.Linear(1, 1, bias=False)
+    with torch.no_grad():
+        model.weight.fill_(1.0 + comm.rank)
+    mean = 1.0 + (comm.size - 1) / 2
+    expect = np.mean([(1.0 + r - mean) ** 2 for r in range(comm.size)]) / mean**2
+    got = consensus_distance(model, comm)
+    assert abs(got - expect) < 1e-12, (got, expect)
+    average_parameters_(model, comm)
+    assert consensus_distance(model, comm) < 1e-20
+
+
+def _train(comm, overlap: bool, mix: str = "grad", staleness: int = 0, steps: int = 6,
+           strategy: str = "gossip") -> torch.Tensor:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), model,
+                               comm, strategy=strategy, mix=mix, staleness=staleness,
+                               bucket_mb=0.0005, overlap=overlap, seed=3)
+    gen = torch.Generator().manual_seed(100 + comm.rank)
+    try:
+        for _ in range(steps):
+            x, y = torch.randn(8, 6, generator=gen), torch.randint(0, 3, (8,), generator=gen)
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+    finally:
+        opt.close()
+    assert len(opt.layout.buckets) > 1, "the test must exercise several buckets"
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def check_overlap_is_bit_identical(comm) -> None:
+    """Overlapped (hooks + comm thread) and blocking exchange give the same bits."""
+    for strategy in ("gossip", "allreduce"):
+        a = _train(comm, overlap=True, strategy=strategy)
+        b = _train(comm, overlap=False, strategy=strategy)
+        assert torch.equal(a, b), f"rank {comm.rank} {strategy}: overlap changed the result"
+
+
+def check_allreduce_keeps_ranks_identical(comm) -> None:
+    w = _train(comm, overlap=True, strategy="allreduce")
+    lo, hi = allreduce_(comm, w.clone(), ReduceOp.MIN), allreduce_(comm, w.clone(), ReduceOp.MAX)
+    assert torch.equal(lo, hi), "allreduce left ranks with different parameters"
+
+
+def check_param_mix_and_staleness_keep_mean(comm) -> None:
+    """Plain SGD: with mix=param or staleness 1, mean of parameters equals that of a run where
+    each rank applies its own gradients (mixing is mean-preserving)."""
+    for mix, staleness in (("param", 0), ("grad", 1), ("param", 1)):
+        w = _train(comm, overlap=False, mix=mix, staleness=staleness)
+        assert torch.isfinite(w).all()
+        total = allreduce_(comm, w.clone().double())
+        assert torch.isfinite(total).all()
+
+
+def check_deadline_names_peer(comm) -> None:
+    """A receive nobody answers fails within the deadline and names the peer and tag."""
+    if comm.size == 1:
+        return
+    buf = np.zeros(1)
+    if comm.rank == 0:
+        req = comm.irecv(buf, 1, Tag.GRAD_BUCKET + 2)
+        try:
+            req.wait(0.3)
+        except CommTimeout as exc:
+            msg = str(exc)
+            assert "peer 1" in msg and "GRAD_BUCKET_2" in msg and "--comm-timeout" in msg, msg
+        else:
+            raise AssertionError("wait returned without a message")
+    comm.barrier()
+    if comm.rank == 1:  # now answer, so the posted receive does not leak into later checks
+        comm.isend(np.ones(1), 0, Tag.GRAD_BUCKET + 2).wait(5)
+    if comm.rank == 0:
+        req.wait(5)
+        assert buf[0] == 1.0
+    comm.barrier()
+
+
+ALL = [check_hypercube_cycle_gives_exact_mean, check_one_step_closed_form,
+       check_mixing_preserves_mean, check_allreduce_exchange_is_mean, check_consensus_distance,
+       check_overlap_is_bit_identical, check_allreduce_keeps_ranks_identical,
+       check_param_mix_and_staleness_keep_mean, check_deadline_names_peer]

@@ -1,0 +1,27 @@
+"""Run every check in checks.py on the real MPI world: ``mpiexec -n 4 python run_checks.py``.
+
+Prints ``RANK r: PASS name`` lines; exits non-zero (aborting all ranks) on the first failure.
+"""
+
+import os
+import sys
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+
+from gossipgrad.comm.mpi import MpiCommunicator  # noqa: E402
+from multirank import checks  # noqa: E402
+
+torch.set_num_threads(1)
+comm = MpiCommunicator(timeout=60)
+for check in checks.ALL:
+    try:
+        check(comm)
+    except BaseException:
+        traceback.print_exc()
+        print(f"RANK {comm.rank}: FAIL {check.__name__}", flush=True)
+        comm.abort(3)
+    comm.barrier()
+    print(f"RANK {comm.rank}: PASS {check.__name__}", flush=True)
