@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gossipgrad.plan.formats import Profile
-from gossipgrad.plan.model import Strategy
+from gossipgrad.plan.model import Strategy, parse_strategy
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ def estimate_memory(
     ``optimizer_state_factor`` is optimizer state per parameter byte (SGD with momentum 1,
     Adam 2, plain SGD 0); it is ignored when the profile has a measured peak.
     """
-    strategy = Strategy(strategy)
+    strategy = parse_strategy(strategy)
     if staleness not in (0, 1):
         raise ValueError(f"staleness must be 0 or 1, got {staleness!r}")
     if size < 1:

@@ -39,6 +39,15 @@ class Strategy(enum.StrEnum):
     LOCAL = "local"
 
 
+def parse_strategy(strategy: Strategy | str) -> Strategy:
+    """``Strategy(strategy)`` with an error that lists the choices."""
+    try:
+        return Strategy(strategy)
+    except ValueError:
+        choices = ", ".join(s.value for s in Strategy)
+        raise ValueError(f"strategy must be one of {choices}; got {strategy!r}") from None
+
+
 def _check_size(size: int) -> None:
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"size must be an integer >= 1, got {size!r}")
@@ -89,7 +98,7 @@ class CommModel:
 
     def bucket_s(self, strategy: Strategy | str, nbytes: float, size: int) -> float:
         """Seconds to exchange one bucket of ``nbytes`` at ``size`` ranks."""
-        strategy = Strategy(strategy)
+        strategy = parse_strategy(strategy)
         _check_size(size)
         if size == 1 or strategy is Strategy.LOCAL:
             return 0.0
@@ -126,7 +135,7 @@ def allreduce_factors(net: NetworkFit) -> tuple[float, float]:
 
 def bytes_sent(strategy: Strategy | str, nbytes: int, size: int) -> float:
     """Bytes one rank sends to exchange one bucket (ring allreduce: ``2(p-1)/p * n``)."""
-    strategy = Strategy(strategy)
+    strategy = parse_strategy(strategy)
     _check_size(size)
     if size == 1 or strategy is Strategy.LOCAL:
         return 0.0
