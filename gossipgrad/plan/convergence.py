@@ -56,9 +56,10 @@ def _num(value: Any) -> float | None:
 
 
 def parse_records(lines: Iterable[str]) -> tuple[dict[str, list[_Run]], list[str]]:
+    """Group accuracy records into runs per strategy; return (runs, problems)."""
     runs: dict[str, list[_Run]] = {}
     problems: list[str] = []
-    pending = _Run()
+    open_runs: dict[str | None, _Run] = {}  # runs without a summary yet; None: no strategy
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -70,32 +71,31 @@ def parse_records(lines: Iterable[str]) -> tuple[dict[str, list[_Run]], list[str
         if not isinstance(rec, dict):
             problems.append(f"line {n}: not a JSON object, skipped")
             continue
+        strategy = rec.get("strategy") if isinstance(rec.get("strategy"), str) else None
         if rec.get("event") == "summary":
-            strategy = rec.get("strategy")
-            if not isinstance(strategy, str):
+            if strategy is None:
                 problems.append(f"line {n}: summary has no 'strategy'; counted as 'unknown'")
-                strategy = "unknown"
+            run = open_runs.pop(strategy, _Run())
+            if strategy is not None:
+                run.points += open_runs.pop(None, _Run()).points
             steps, acc = _num(rec.get("steps")), _num(rec.get("test_accuracy"))
             if steps is None or acc is None:
                 problems.append(f"line {n}: summary lacks numeric 'steps' or 'test_accuracy'")
-            pending.summary_steps = None if steps is None else int(steps)
-            pending.summary_acc = acc
-            runs.setdefault(strategy, []).append(pending)
-            pending = _Run()
+            run.summary_steps = None if steps is None else int(steps)
+            run.summary_acc = acc
+            runs.setdefault(strategy or "unknown", []).append(run)
             continue
         step, acc = _num(rec.get("step")), _num(rec.get("test_accuracy"))
         if step is None or acc is None:
             continue  # a training-loss record or another event: not about accuracy
-        if isinstance(rec.get("strategy"), str):
-            runs.setdefault(rec["strategy"], [_Run()])[-1].points.append((int(step), acc))
-        else:
-            pending.points.append((int(step), acc))
-    if pending.points:
-        problems.append(
-            f"{len(pending.points)} accuracy record(s) after the last summary "
-            "have no strategy; counted as 'unknown'"
-        )
-        runs.setdefault("unknown", []).append(pending)
+        open_runs.setdefault(strategy, _Run()).points.append((int(step), acc))
+    for strategy, run in open_runs.items():
+        if strategy is None:
+            problems.append(
+                f"{len(run.points)} accuracy record(s) after the last summary "
+                "have no strategy; counted as 'unknown'"
+            )
+        runs.setdefault(strategy or "unknown", []).append(run)
     return runs, problems
 
 
