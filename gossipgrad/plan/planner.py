@@ -28,6 +28,7 @@ from gossipgrad.plan.model import (
     Strategy,
     bytes_sent,
     efficiency,
+    parse_strategy,
     rebucket,
     samples_per_s,
     step_time,
@@ -74,7 +75,7 @@ def plan(
     optimizer_state_factor: float = 1.0,
 ) -> list[PlanRow]:
     """Predict every combination; rows are ordered by size, strategy, bucket, staleness."""
-    strategies = [Strategy(s) for s in strategies]
+    strategies = [parse_strategy(s) for s in strategies]
     caps = [_cap_bytes(mb) for mb in bucket_mb]
     stalenesses = list(staleness)
     sizes = sorted(set(sizes))
@@ -130,8 +131,8 @@ def _cap_bytes(mb: float) -> tuple[float, int]:
 def recommend(rows: Sequence[PlanRow]) -> dict[int, PlanRow]:
     """Best row per size: minimum step time among rows that fit in memory (unknown counts as
     fitting), excluding ``local`` (it trains no shared model). Ties (within 1e-9 relative)
-    go to fewer bytes sent per step, then staleness 0, then less memory, then smaller
-    buckets. Sizes where nothing fits are absent."""
+    go to fewer bytes sent per step, then staleness 0, then less memory, then fewer
+    messages (buckets), then the smaller bucket cap. Sizes where nothing fits are absent."""
     best: dict[int, PlanRow] = {}
     by_size: dict[int, list[PlanRow]] = {}
     for r in rows:
@@ -141,7 +142,8 @@ def recommend(rows: Sequence[PlanRow]) -> dict[int, PlanRow]:
         fastest = min(r.step_s for r in cands)
         tied = [r for r in cands if r.step_s <= fastest * (1 + _REL_TIE)]
         best[size] = min(
-            tied, key=lambda r: (r.bytes_per_step, r.staleness, r.memory_bytes, r.bucket_mb)
+            tied,
+            key=lambda r: (r.bytes_per_step, r.staleness, r.memory_bytes, r.n_buckets, r.bucket_mb),
         )
     return dict(sorted(best.items()))
 
