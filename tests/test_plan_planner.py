@@ -7,11 +7,19 @@ import pytest
 from gossipgrad.plan.formats import Bucket, Profile
 from gossipgrad.plan.memory import estimate_memory
 from gossipgrad.plan.model import MIB, CommModel
-from gossipgrad.plan.planner import DISCLAIMER, best_by, plan, plot_png, recommend, render_markdown
+from gossipgrad.plan.planner import (
+    DISCLAIMER,
+    best_by,
+    plan,
+    plot_png,
+    recommend,
+    render_markdown,
+)
 
 # two 2-MiB buckets: at backward mid-point and end; T(1) = 0.1 + 0.2 + 0.05 = 0.35 s
-PROFILE = Profile("toy", 32, "gpu", 0.1, 0.2, 0.05, 4 * MIB,
-                  (Bucket(0, 2 * MIB, 0.1), Bucket(1, 2 * MIB, 0.2)))
+PROFILE = Profile(
+    "toy", 32, "gpu", 0.1, 0.2, 0.05, 4 * MIB, (Bucket(0, 2 * MIB, 0.1), Bucket(1, 2 * MIB, 0.2))
+)
 
 
 def test_plan_enumerates_every_combination_with_exact_numbers():
@@ -19,8 +27,11 @@ def test_plan_enumerates_every_combination_with_exact_numbers():
     rows = plan(PROFILE, m, sizes=[4, 1], bucket_mb=[1, 4], staleness=[0, 1])
     assert len(rows) == 2 * 2 * 2 * 2
     assert [r.size for r in rows[:8]] == [1] * 8
-    row = next(r for r in rows if (r.strategy, r.size, r.bucket_mb, r.staleness)
-               == ("allreduce", 4, 4.0, 0))
+    row = next(
+        r
+        for r in rows
+        if (r.strategy, r.size, r.bucket_mb, r.staleness) == ("allreduce", 4, 4.0, 0)
+    )
     # one merged 4 MiB bucket ready at 0.2; ring latency 2*3*0.01 = 0.06
     assert row.n_buckets == 1
     assert row.step_s == pytest.approx(0.1 + 0.2 + 0.06 + 0.05, rel=1e-12)
@@ -28,8 +39,9 @@ def test_plan_enumerates_every_combination_with_exact_numbers():
     assert row.samples_per_s == pytest.approx(4 * 32 / 0.41, rel=1e-12)
     assert row.bytes_per_step == 1.5 * 4 * MIB
     assert row.memory_ok is None  # no device memory given
-    gossip = next(r for r in rows if (r.strategy, r.size, r.bucket_mb, r.staleness)
-                  == ("gossip", 4, 1.0, 0))
+    gossip = next(
+        r for r in rows if (r.strategy, r.size, r.bucket_mb, r.staleness) == ("gossip", 4, 1.0, 0)
+    )
     assert gossip.n_buckets == 2  # 2 MiB buckets are never split below their size
     assert gossip.step_s == pytest.approx(0.1 + 0.21 + 0.05, rel=1e-12)
 
@@ -52,8 +64,15 @@ def test_recommend_skips_configs_that_do_not_fit_and_local():
     m = CommModel(alpha_s=0.0, beta_s_per_byte=1e-9)
     # params 4 + grads 4 + momentum 4 = 12 MiB; gossip adds 4 (receive) -> 16 > 14 MiB,
     # allreduce adds one 2 MiB staging buffer -> 14 MiB, fits
-    rows = plan(PROFILE, m, sizes=[2], strategies=["gossip", "allreduce", "local"],
-                bucket_mb=[2], staleness=[0], device_memory_bytes=14 * MIB)
+    rows = plan(
+        PROFILE,
+        m,
+        sizes=[2],
+        strategies=["gossip", "allreduce", "local"],
+        bucket_mb=[2],
+        staleness=[0],
+        device_memory_bytes=14 * MIB,
+    )
     ok = {r.strategy: r.memory_ok for r in rows}
     assert ok == {"gossip": False, "allreduce": True, "local": True}
     assert recommend(rows)[2].strategy == "allreduce"
@@ -64,9 +83,13 @@ def test_recommend_skips_configs_that_do_not_fit_and_local():
 
 def test_memory_estimate_breakdown():
     est = estimate_memory(PROFILE, "gossip", size=4, staleness=1, device_memory_bytes=20 * MIB)
-    assert dict(est.breakdown) == {"params": 4 * MIB, "grads": 4 * MIB,
-                                   "optimizer state": 4 * MIB, "receive buffers": 4 * MIB,
-                                   "send copies": 4 * MIB}
+    assert dict(est.breakdown) == {
+        "params": 4 * MIB,
+        "grads": 4 * MIB,
+        "optimizer state": 4 * MIB,
+        "receive buffers": 4 * MIB,
+        "send copies": 4 * MIB,
+    }
     assert est.required_bytes == 20 * MIB and est.fits is True
     assert "not counting activations" in est.describe()
     ar = estimate_memory(PROFILE, "allreduce", size=4, optimizer_state_factor=2.0)
@@ -108,3 +131,14 @@ def test_plot_png_writes_a_png(tmp_path):
     rows = plan(PROFILE, CommModel(0.01, 1e-9), sizes=[1, 2, 4], bucket_mb=[4])
     out = plot_png(rows, tmp_path / "eff.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_tie_tolerance_prefers_staleness_zero_when_nearly_as_fast():
+    # gossip s0 = 0.1 + 0.2 + 0.002 + 0.05 = 0.352 (0.57 % slower than s1 = 0.35)
+    m = CommModel(alpha_s=0.002, beta_s_per_byte=0.0)
+    rows = plan(PROFILE, m, sizes=[8], strategies=["gossip"], bucket_mb=[4])
+    assert recommend(rows)[8].staleness == 0
+    assert recommend(rows, tie_tolerance=0.0)[8].staleness == 1
+    assert recommend(rows, tie_tolerance=0.005)[8].staleness == 1
+    with pytest.raises(ValueError, match="tie_tolerance"):
+        recommend(rows, tie_tolerance=-1)

@@ -5,7 +5,7 @@
     >>> rows = plan(p, CommModel(2e-6, 1 / 12e9), sizes=[1, 64])
     >>> best = recommend(rows)[64]
     >>> (best.strategy, best.bucket_mb, best.staleness)
-    ('gossip', 1.0, 1)
+    ('gossip', 1.0, 0)
 
 Throughput only: the planner predicts seconds per step, not time to accuracy. Gossip and
 staleness 1 may need more steps to reach the same accuracy; pass measured metrics to
@@ -42,6 +42,7 @@ DISCLAIMER = (
     "and this model does not predict that."
 )
 _REL_TIE = 1e-9
+DEFAULT_TIE_TOLERANCE = 0.01
 
 
 @dataclass(frozen=True)
@@ -128,24 +129,31 @@ def _cap_bytes(mb: float) -> tuple[float, int]:
     return float(mb), max(1, round(mb * MIB))
 
 
-def recommend(rows: Sequence[PlanRow]) -> dict[int, PlanRow]:
+def recommend(
+    rows: Sequence[PlanRow], *, tie_tolerance: float = DEFAULT_TIE_TOLERANCE
+) -> dict[int, PlanRow]:
     """Best row per size: minimum step time among rows that fit in memory (unknown counts as
-    fitting), excluding ``local`` (it trains no shared model). Ties (within 1e-9 relative)
-    go to fewer bytes sent per step, then staleness 0, then less memory, then fewer
-    messages (buckets), then the smaller bucket cap. Sizes where nothing fits are absent."""
-    best: dict[int, PlanRow] = {}
+    fitting), excluding ``local`` (it trains no shared model). Rows within ``tie_tolerance``
+    (relative; default 1 %, below what step times can be measured to) of the fastest are
+    tied, and ties go to fewer bytes sent per step, then staleness 0, then less memory,
+    then fewer messages (buckets), then the smaller bucket cap. Sizes where nothing fits
+    are absent."""
+    if not tie_tolerance >= 0:
+        raise ValueError(f"tie_tolerance must be >= 0, got {tie_tolerance}")
     by_size: dict[int, list[PlanRow]] = {}
     for r in rows:
         if r.strategy != Strategy.LOCAL and r.memory_ok is not False:
             by_size.setdefault(r.size, []).append(r)
-    for size, cands in by_size.items():
-        fastest = min(r.step_s for r in cands)
-        tied = [r for r in cands if r.step_s <= fastest * (1 + _REL_TIE)]
-        best[size] = min(
-            tied,
-            key=lambda r: (r.bytes_per_step, r.staleness, r.memory_bytes, r.n_buckets, r.bucket_mb),
-        )
-    return dict(sorted(best.items()))
+    return {size: _pick(by_size[size], tie_tolerance) for size in sorted(by_size)}
+
+
+def _pick(cands: Sequence[PlanRow], tie_tolerance: float) -> PlanRow:
+    fastest = min(r.step_s for r in cands)
+    tied = [r for r in cands if r.step_s <= fastest * (1 + tie_tolerance)]
+    return min(
+        tied,
+        key=lambda r: (r.bytes_per_step, r.staleness, r.memory_bytes, r.n_buckets, r.bucket_mb),
+    )
 
 
 def render_markdown(
@@ -154,12 +162,20 @@ def render_markdown(
     title: str | None = None,
     convergence: ConvergenceReport | None = None,
     all_rows: bool = False,
+    tie_tolerance: float = DEFAULT_TIE_TOLERANCE,
 ) -> str:
     """A markdown report: the recommendation per size, then (``all_rows``) every row, the
     throughput-only disclaimer, and measured steps-to-accuracy when ``convergence`` is given."""
-    rec = recommend(rows)
+    rec = recommend(rows, tie_tolerance=tie_tolerance)
     out = [f"## {title}", ""] if title else []
-    out += ["**PREDICTION.** " + DISCLAIMER, "", "Recommended configuration per size:", ""]
+    out += ["**PREDICTION.** " + DISCLAIMER, ""]
+    out += [
+        (
+            f"Recommended configuration per size (configurations within {tie_tolerance:.0%} of "
+            "the fastest count as tied; ties go to fewer bytes sent, then staleness 0):"
+        ),
+        "",
+    ]
     out += _table(list(rec.values()))
     missing = sorted({r.size for r in rows} - set(rec))
     if missing:
@@ -188,13 +204,13 @@ def _table(rows: Sequence[PlanRow]) -> list[str]:
 
 
 def best_by(rows: Sequence[PlanRow], key: Mapping[str, object]) -> dict[int, PlanRow]:
-    """Fastest row per size among rows whose fields equal ``key`` (e.g. strategy, staleness)."""
-    out: dict[int, PlanRow] = {}
+    """Fastest row per size among rows that fit and whose fields equal ``key`` (e.g.
+    strategy and staleness); exact ties are broken as in ``recommend``."""
+    by_size: dict[int, list[PlanRow]] = {}
     for r in rows:
-        wanted = all(getattr(r, k) == v for k, v in key.items()) and r.memory_ok is not False
-        if wanted and (r.size not in out or r.step_s < out[r.size].step_s):
-            out[r.size] = r
-    return dict(sorted(out.items()))
+        if all(getattr(r, k) == v for k, v in key.items()) and r.memory_ok is not False:
+            by_size.setdefault(r.size, []).append(r)
+    return {size: _pick(by_size[size], _REL_TIE) for size in sorted(by_size)}
 
 
 def plot_png(rows: Sequence[PlanRow], path: str | Path, *, title: str | None = None) -> Path:
