@@ -6,7 +6,11 @@ import json
 
 import pytest
 
-from gossipgrad.plan.convergence import read_metrics, render_convergence, steps_to_target
+from gossipgrad.plan.convergence import (
+    read_metrics,
+    render_convergence,
+    steps_to_target,
+)
 from gossipgrad.plan.formats import Bucket, Profile
 from gossipgrad.plan.model import CommModel
 from gossipgrad.plan.planner import plan, render_markdown

@@ -10,10 +10,17 @@ import pytest
 from gossipgrad.plan.formats import AllreduceFit, Bucket, LinkFit, NetworkFit, Profile
 
 PROFILE = {
-    "model": "resnet50", "batch_size": 64, "device": "P100", "forward_s": 0.1,
-    "backward_s": 0.2, "optimizer_s": 0.01, "param_bytes": 300,
-    "buckets": [{"index": 0, "bytes": 100, "ready_s": 0.05},
-                {"index": 1, "bytes": 200, "ready_s": 0.2}],
+    "model": "resnet50",
+    "batch_size": 64,
+    "device": "P100",
+    "forward_s": 0.1,
+    "backward_s": 0.2,
+    "optimizer_s": 0.01,
+    "param_bytes": 300,
+    "buckets": [
+        {"index": 0, "bytes": 100, "ready_s": 0.05},
+        {"index": 1, "bytes": 200, "ready_s": 0.2},
+    ],
     "memory_bytes": 5000,
 }
 NETWORK = {
@@ -61,39 +68,49 @@ def _bad(base, path, value):
     return d
 
 
-@pytest.mark.parametrize(("path", "value", "message"), [
-    (("model",), ..., "profile field 'model' is missing"),
-    (("batch_size",), 0, "profile field 'batch_size' must be >= 1, got 0"),
-    (("batch_size",), 2.5, "profile field 'batch_size' must be an integer"),
-    (("batch_size",), True, "profile field 'batch_size' must be an integer"),
-    (("forward_s",), -0.1, "profile field 'forward_s' must be >= 0.0, got -0.1"),
-    (("backward_s",), float("nan"), "profile field 'backward_s' must be a finite number"),
-    (("optimizer_s",), "fast", "profile field 'optimizer_s' must be a finite number"),
-    (("device",), "", "profile field 'device' must be a non-empty string"),
-    (("buckets",), [], "profile field 'buckets' must be a non-empty list"),
-    (("buckets", 1, "index"), 0, "profile field 'buckets[1].index' repeats index 0"),
-    (("buckets", 0, "bytes"), 0, "profile field 'buckets[0].bytes' must be >= 1, got 0"),
-    (("buckets", 1, "ready_s"), 0.3, "profile field 'buckets[1].ready_s' must be <= backward_s"),
-    (("buckets", 1, "ready_s"), ..., "profile field 'buckets[1].ready_s' is missing"),
-    (("buckets", 0), 7, "profile field 'buckets[0]' must be a JSON object"),
-    (("param_bytes",), 299, "profile field 'buckets' holds 300 bytes, more than param_bytes"),
-    (("memory_bytes",), -1, "profile field 'memory_bytes' must be >= 0"),
-])
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        (("model",), ..., "profile field 'model' is missing"),
+        (("batch_size",), 0, "profile field 'batch_size' must be >= 1, got 0"),
+        (("batch_size",), 2.5, "profile field 'batch_size' must be an integer"),
+        (("batch_size",), True, "profile field 'batch_size' must be an integer"),
+        (("forward_s",), -0.1, "profile field 'forward_s' must be >= 0.0, got -0.1"),
+        (("backward_s",), float("nan"), "profile field 'backward_s' must be a finite number"),
+        (("optimizer_s",), "fast", "profile field 'optimizer_s' must be a finite number"),
+        (("device",), "", "profile field 'device' must be a non-empty string"),
+        (("buckets",), [], "profile field 'buckets' must be a non-empty list"),
+        (("buckets", 1, "index"), 0, "profile field 'buckets[1].index' repeats index 0"),
+        (("buckets", 0, "bytes"), 0, "profile field 'buckets[0].bytes' must be >= 1, got 0"),
+        (
+            ("buckets", 1, "ready_s"),
+            0.3,
+            "profile field 'buckets[1].ready_s' must be <= backward_s",
+        ),
+        (("buckets", 1, "ready_s"), ..., "profile field 'buckets[1].ready_s' is missing"),
+        (("buckets", 0), 7, "profile field 'buckets[0]' must be a JSON object"),
+        (("param_bytes",), 299, "profile field 'buckets' holds 300 bytes, more than param_bytes"),
+        (("memory_bytes",), -1, "profile field 'memory_bytes' must be >= 0"),
+    ],
+)
 def test_profile_validation_names_the_field(path, value, message):
     with pytest.raises(ValueError) as e:
         Profile.from_json(_bad(PROFILE, path, value))
     assert message in str(e.value)
 
 
-@pytest.mark.parametrize(("path", "value", "message"), [
-    (("p2p",), ..., "network field 'p2p' is missing"),
-    (("p2p", "alpha_s"), -1e-6, "network field 'p2p.alpha_s' must be >= 0.0"),
-    (("p2p", "beta_s_per_byte"), None, "network field 'p2p.beta_s_per_byte' must be a finite"),
-    (("p2p", "r2"), 1.5, "network field 'p2p.r2' must be <= 1, got 1.5"),
-    (("allreduce", "size"), ..., "network field 'allreduce.size' is missing"),
-    (("allreduce", "size"), 0, "network field 'allreduce.size' must be >= 1, got 0"),
-    (("source",), 3, "network field 'source' must be a non-empty string"),
-])
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        (("p2p",), ..., "network field 'p2p' is missing"),
+        (("p2p", "alpha_s"), -1e-6, "network field 'p2p.alpha_s' must be >= 0.0"),
+        (("p2p", "beta_s_per_byte"), None, "network field 'p2p.beta_s_per_byte' must be a finite"),
+        (("p2p", "r2"), 1.5, "network field 'p2p.r2' must be <= 1, got 1.5"),
+        (("allreduce", "size"), ..., "network field 'allreduce.size' is missing"),
+        (("allreduce", "size"), 0, "network field 'allreduce.size' must be >= 1, got 0"),
+        (("source",), 3, "network field 'source' must be a non-empty string"),
+    ],
+)
 def test_network_validation_names_the_field(path, value, message):
     with pytest.raises(ValueError) as e:
         NetworkFit.from_json(_bad(NETWORK, path, value))

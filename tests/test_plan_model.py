@@ -20,12 +20,14 @@ from gossipgrad.plan.model import (
     step_time,
 )
 
-approx = lambda x: pytest.approx(x, rel=1e-12, abs=1e-15)  # noqa: E731
+approx = lambda x: pytest.approx(x, rel=1e-12, abs=1e-15)
 
 
 def make_profile(buckets, forward=0.1, backward=0.4, optimizer=0.05, batch=32) -> Profile:
     bs = tuple(Bucket(i, n, r) for i, (n, r) in enumerate(buckets))
-    return Profile("toy", batch, "cpu", forward, backward, optimizer, sum(n for n, _ in buckets), bs)
+    return Profile(
+        "toy", batch, "cpu", forward, backward, optimizer, sum(n for n, _ in buckets), bs
+    )
 
 
 def test_pure_latency_gossip_chains_alpha_per_bucket():
@@ -84,11 +86,13 @@ def test_ring_allreduce_formula():
 
 
 def test_allreduce_calibration_factors_scale_each_term():
-    net = NetworkFit.from_json({
-        "p2p": {"alpha_s": 1e-5, "beta_s_per_byte": 1e-9, "r2": 0.99},
-        "allreduce": {"alpha_s": 1.2e-4, "beta_s_per_byte": 3e-9, "r2": 0.98, "size": 4},
-        "source": "test",
-    })
+    net = NetworkFit.from_json(
+        {
+            "p2p": {"alpha_s": 1e-5, "beta_s_per_byte": 1e-9, "r2": 0.99},
+            "allreduce": {"alpha_s": 1.2e-4, "beta_s_per_byte": 3e-9, "r2": 0.98, "size": 4},
+            "source": "test",
+        }
+    )
     assert allreduce_factors(net) == (approx(2.0), approx(2.0))
     m = CommModel.from_network(net, calibrate_allreduce=True)
     assert m.bucket_s("allreduce", 10**6, size=4) == approx(1.2e-4 + 3e-3)  # = measured fit
@@ -142,8 +146,12 @@ def test_closed_form_matches_event_simulation(seed: int, staleness: int):
     ready = np.sort(rng.uniform(0, backward, n))
     ready[-1] = backward
     sizes = rng.integers(1, 10**7, n)
-    p = make_profile(list(zip(sizes.tolist(), ready.tolist())), forward=float(rng.uniform(0, 0.5)),
-                     backward=backward, optimizer=float(rng.uniform(0, 0.1)))
+    p = make_profile(
+        list(zip(sizes.tolist(), ready.tolist())),
+        forward=float(rng.uniform(0, 0.5)),
+        backward=backward,
+        optimizer=float(rng.uniform(0, 0.1)),
+    )
     m = CommModel(alpha_s=float(rng.uniform(0, 0.05)), beta_s_per_byte=float(rng.uniform(0, 3e-7)))
     costs = [m.bucket_s("allreduce", b.bytes, 8) for b in p.buckets]
     predicted = step_time(p, m, "allreduce", 8, staleness=staleness).step_s
@@ -151,11 +159,21 @@ def test_closed_form_matches_event_simulation(seed: int, staleness: int):
 
 
 def test_rebucket_merges_consecutive_until_cap():
-    bs = [Bucket(0, 3, 0.1), Bucket(1, 3, 0.2), Bucket(2, 2, 0.25), Bucket(3, 9, 0.3),
-          Bucket(4, 1, 0.35), Bucket(5, 1, 0.4)]
+    bs = [
+        Bucket(0, 3, 0.1),
+        Bucket(1, 3, 0.2),
+        Bucket(2, 2, 0.25),
+        Bucket(3, 9, 0.3),
+        Bucket(4, 1, 0.35),
+        Bucket(5, 1, 0.4),
+    ]
     merged = rebucket(bs, 6)
     assert [(b.index, b.bytes, b.ready_s) for b in merged] == [
-        (0, 6, 0.2), (1, 2, 0.25), (2, 9, 0.3), (3, 2, 0.4)]
+        (0, 6, 0.2),
+        (1, 2, 0.25),
+        (2, 9, 0.3),
+        (3, 2, 0.4),
+    ]
     assert [b.bytes for b in rebucket(bs, 100)] == [19]
     assert rebucket(bs, 100)[0].ready_s == 0.4
     assert [b.bytes for b in rebucket(bs, 1)] == [3, 3, 2, 9, 1, 1]
