@@ -40,6 +40,7 @@ from gossipgrad.plan.planner import (
     recommend,
     render_markdown,
 )
+from gossipgrad.plan.synthetic import Layer, synthetic_profile
 from gossipgrad.plan.validate import (
     ValidationSummary,
     kendall_tau,
@@ -58,6 +59,7 @@ __all__ = [
     "CommModel",
     "ConvergenceReport",
     "ConvergenceRow",
+    "Layer",
     "LinkFit",
     "MemoryEstimate",
     "NetworkFit",
@@ -87,5 +89,6 @@ __all__ = [
     "step_time",
     "steps_to_target",
     "summarize",
+    "synthetic_profile",
     "worst_abs_pct_error",
 ]
