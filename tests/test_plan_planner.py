@@ -142,3 +142,32 @@ def test_tie_tolerance_prefers_staleness_zero_when_nearly_as_fast():
     assert recommend(rows, tie_tolerance=0.005)[8].staleness == 1
     with pytest.raises(ValueError, match="tie_tolerance"):
         recommend(rows, tie_tolerance=-1)
+
+
+def test_plan_report_from_files(tmp_path):
+    from gossipgrad.plan.formats import NetworkFit
+    from gossipgrad.plan.report import plan_report
+
+    PROFILE.save(tmp_path / "profile.json")
+    NetworkFit.from_json(
+        {"p2p": {"alpha_s": 0.01, "beta_s_per_byte": 0.0, "r2": 1.0}, "source": "unit test"}
+    ).save(tmp_path / "net.json")
+    metrics = tmp_path / "m.jsonl"
+    metrics.write_text(
+        '{"event": "summary", "strategy": "gossip", "steps": 7, "test_accuracy": 0.9}\n'
+    )
+    text = plan_report(
+        tmp_path / "profile.json",
+        tmp_path / "net.json",
+        sizes=[8],
+        bucket_mb=[4],
+        metrics_path=metrics,
+        target_accuracy=0.8,
+    )
+    assert "## Plan for toy (batch 32 on gpu), network: unit test" in text
+    assert "| gossip | 8 | 4 | 1 | 0.3500 |" in text
+    assert "| gossip | <= 7 | 0.9 | 1 |  |" in text
+    with pytest.raises(ValueError, match="metrics_path and target_accuracy"):
+        plan_report(
+            tmp_path / "profile.json", tmp_path / "net.json", sizes=[8], metrics_path=metrics
+        )

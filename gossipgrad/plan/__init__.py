@@ -40,6 +40,7 @@ from gossipgrad.plan.planner import (
     recommend,
     render_markdown,
 )
+from gossipgrad.plan.report import plan_report
 from gossipgrad.plan.synthetic import Layer, synthetic_profile
 from gossipgrad.plan.validate import (
     ValidationSummary,
@@ -78,6 +79,7 @@ __all__ = [
     "mape",
     "parse_strategy",
     "plan",
+    "plan_report",
     "plot_png",
     "read_metrics",
     "rebucket",
