@@ -134,7 +134,7 @@ def profiles() -> dict:
 
 
 def _cell(row) -> str:
-    return f"{row.efficiency:.1%} ({row.bucket_mb:g} MiB)"
+    return f"{row.efficiency:.2%} ({row.bucket_mb:g} MiB)"
 
 
 def report(png_dir: Path | None = None) -> str:
