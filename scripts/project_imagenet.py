@@ -1,7 +1,7 @@
 """PREDICTED scaling of ResNet-50 and GoogLeNet, gossip vs ring allreduce, 16..1024 GPUs.
 
-    python scripts/project_imagenet.py            # markdown to stdout (docs/planner.md)
-    python scripts/project_imagenet.py --png out/  # also one efficiency plot per case
+    PYTHONPATH=. python scripts/project_imagenet.py            # markdown to stdout
+    PYTHONPATH=. python scripts/project_imagenet.py --png out/  # plus efficiency plots
 
 Synthetic profiles, not measurements: parameter counts and FLOPs come from the published
 architectures (layer tables below); per-GPU step times from published single-GPU
