@@ -1,0 +1,96 @@
+"""Performance model and planner: predicts step time from a profile and a network fit, and
+recommends a configuration per size. Pure (numpy + stdlib); never trains, never imports MPI
+or torch. See docs/planner.md.
+
+    >>> from gossipgrad.plan import CommModel, Profile, plan, recommend, render_markdown
+"""
+
+from __future__ import annotations
+
+from gossipgrad.plan.convergence import (
+    ConvergenceReport,
+    ConvergenceRow,
+    read_metrics,
+    render_convergence,
+    steps_to_target,
+)
+from gossipgrad.plan.formats import AllreduceFit, Bucket, LinkFit, NetworkFit, Profile
+from gossipgrad.plan.memory import MemoryEstimate, estimate_memory
+from gossipgrad.plan.model import (
+    MIB,
+    CommModel,
+    StepTime,
+    Strategy,
+    allreduce_factors,
+    bytes_sent,
+    comm_chain,
+    efficiency,
+    parse_strategy,
+    rebucket,
+    samples_per_s,
+    step_time,
+)
+from gossipgrad.plan.planner import (
+    DEFAULT_BUCKET_MB,
+    DISCLAIMER,
+    PlanRow,
+    best_by,
+    plan,
+    plot_png,
+    recommend,
+    render_markdown,
+)
+from gossipgrad.plan.report import plan_report
+from gossipgrad.plan.synthetic import Layer, synthetic_profile
+from gossipgrad.plan.validate import (
+    ValidationSummary,
+    kendall_tau,
+    mape,
+    regret,
+    summarize,
+    worst_abs_pct_error,
+)
+
+__all__ = [
+    "DEFAULT_BUCKET_MB",
+    "DISCLAIMER",
+    "MIB",
+    "AllreduceFit",
+    "Bucket",
+    "CommModel",
+    "ConvergenceReport",
+    "ConvergenceRow",
+    "Layer",
+    "LinkFit",
+    "MemoryEstimate",
+    "NetworkFit",
+    "PlanRow",
+    "Profile",
+    "StepTime",
+    "Strategy",
+    "ValidationSummary",
+    "allreduce_factors",
+    "best_by",
+    "bytes_sent",
+    "comm_chain",
+    "efficiency",
+    "estimate_memory",
+    "kendall_tau",
+    "mape",
+    "parse_strategy",
+    "plan",
+    "plan_report",
+    "plot_png",
+    "read_metrics",
+    "rebucket",
+    "recommend",
+    "regret",
+    "render_convergence",
+    "render_markdown",
+    "samples_per_s",
+    "step_time",
+    "steps_to_target",
+    "summarize",
+    "synthetic_profile",
+    "worst_abs_pct_error",
+]

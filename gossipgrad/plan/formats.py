@@ -1,0 +1,260 @@
+"""Input formats of the planner: a compute profile and a network fit, both JSON.
+
+Produced by ``gossipgrad profile`` and ``gossipgrad netfit``; read here, never written by
+training. Every field is validated on load and a bad value raises ``ValueError`` naming the
+field, e.g. ``profile field 'buckets[2].ready_s' must be <= backward_s (0.2), got 0.3``.
+
+    >>> p = Profile.from_json({"model": "m", "batch_size": 8, "device": "cpu",
+    ...     "forward_s": 0.1, "backward_s": 0.2, "optimizer_s": 0.01, "param_bytes": 8,
+    ...     "buckets": [{"index": 0, "bytes": 8, "ready_s": 0.2}]})
+    >>> p.compute_s
+    0.30000000000000004
+
+Unknown keys are ignored (newer producers may add fields). Objects are immutable.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+
+def _get(data: Mapping[str, Any], key: str, where: str = "", *, optional: bool = False) -> Any:
+    """``data[key]``; ``where`` is the dotted path of ``data`` inside the document."""
+    if not isinstance(data, Mapping):
+        what = f"field {where!r}" if where else "document"
+        raise ValueError(f"{what} must be a JSON object, got {type(data).__name__}")  # noqa: TRY004
+    if key not in data:
+        if optional:
+            return None
+        name = f"{where}.{key}" if where else key
+        raise ValueError(f"field {name!r} is missing")
+    return data[key]
+
+
+def _number(value: Any, name: str, *, minimum: float | None = 0.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"field {name!r} must be a finite number, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"field {name!r} must be >= {minimum}, got {value!r}")
+    return float(value)
+
+
+def _integer(value: Any, name: str, *, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"field {name!r} must be an integer, got {value!r}")  # noqa: TRY004
+    if value < minimum:
+        raise ValueError(f"field {name!r} must be >= {minimum}, got {value!r}")
+    return value
+
+
+def _string(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"field {name!r} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _in(kind: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run a field check and prefix its message with the document kind."""
+    try:
+        return fn(*args, **kwargs)
+    except ValueError as e:
+        raise ValueError(f"{kind} {e}") from None
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """A flat buffer of gradients; ``ready_s`` is measured from the start of backward."""
+
+    index: int
+    bytes: int
+    ready_s: float
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One rank's measured step, without communication (``gossipgrad profile``).
+
+    Invariants: ``buckets`` are in the order backward produces them; every ``ready_s`` lies in
+    ``[0, backward_s]``; bucket bytes sum to at most ``param_bytes``. Profile with the finest
+    buckets you can (one per parameter is best): the planner can merge buckets, never split.
+    """
+
+    model: str
+    batch_size: int
+    device: str
+    forward_s: float
+    backward_s: float
+    optimizer_s: float
+    param_bytes: int
+    buckets: tuple[Bucket, ...]
+    memory_bytes: int | None = None
+
+    @property
+    def compute_s(self) -> float:
+        """Forward plus backward time."""
+        return self.forward_s + self.backward_s
+
+    @property
+    def local_step_s(self) -> float:
+        """Step time with no communication at all: the T(1) of the efficiency."""
+        return self.forward_s + self.backward_s + self.optimizer_s
+
+    @property
+    def grad_bytes(self) -> int:
+        return sum(b.bytes for b in self.buckets)
+
+    def with_buckets(self, buckets: Sequence[Bucket]) -> Profile:
+        return replace(self, buckets=tuple(buckets))
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Profile:
+        return _in("profile", _profile_from_json, data)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "model": self.model,
+            "batch_size": self.batch_size,
+            "device": self.device,
+            "forward_s": self.forward_s,
+            "backward_s": self.backward_s,
+            "optimizer_s": self.optimizer_s,
+            "param_bytes": self.param_bytes,
+            "buckets": [
+                {"index": b.index, "bytes": b.bytes, "ready_s": b.ready_s} for b in self.buckets
+            ],
+        }
+        if self.memory_bytes is not None:
+            out["memory_bytes"] = self.memory_bytes
+        return out
+
+    @classmethod
+    def load(cls, path: str | Path) -> Profile:
+        return cls.from_json(_read_json(path, "profile"))
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=2) + "\n")
+
+
+def _profile_from_json(data: Mapping[str, Any]) -> Profile:
+    def g(key: str, **kw: Any) -> Any:
+        return _get(data, key, **kw)
+
+    backward_s = _number(g("backward_s"), "backward_s")
+    raw = g("buckets")
+    if not isinstance(raw, list) or not raw:
+        raise ValueError(f"field 'buckets' must be a non-empty list, got {raw!r}")
+    buckets, seen = [], set()
+    for i, b in enumerate(raw):
+        where = f"buckets[{i}]"
+        index = _integer(_get(b, "index", where), f"{where}.index")
+        if index in seen:
+            raise ValueError(f"field '{where}.index' repeats index {index}")
+        seen.add(index)
+        nbytes = _integer(_get(b, "bytes", where), f"{where}.bytes", minimum=1)
+        ready = _number(_get(b, "ready_s", where), f"{where}.ready_s")
+        if ready > backward_s:
+            raise ValueError(
+                f"field '{where}.ready_s' must be <= backward_s ({backward_s}), got {ready}"
+            )
+        buckets.append(Bucket(index, nbytes, ready))
+    param_bytes = _integer(g("param_bytes"), "param_bytes")
+    total = sum(b.bytes for b in buckets)
+    if total > param_bytes:
+        raise ValueError(
+            f"field 'buckets' holds {total} bytes, more than param_bytes ({param_bytes})"
+        )
+    memory = g("memory_bytes", optional=True)
+    return Profile(
+        model=_string(g("model"), "model"),
+        batch_size=_integer(g("batch_size"), "batch_size", minimum=1),
+        device=_string(g("device"), "device"),
+        forward_s=_number(g("forward_s"), "forward_s"),
+        backward_s=backward_s,
+        optimizer_s=_number(g("optimizer_s"), "optimizer_s"),
+        param_bytes=param_bytes,
+        buckets=tuple(buckets),
+        memory_bytes=None if memory is None else _integer(memory, "memory_bytes"),
+    )
+
+
+@dataclass(frozen=True)
+class LinkFit:
+    """``time(n) = alpha_s + beta_s_per_byte * n``, fitted with coefficient ``r2``."""
+
+    alpha_s: float
+    beta_s_per_byte: float
+    r2: float
+
+    def seconds(self, nbytes: float) -> float:
+        return self.alpha_s + self.beta_s_per_byte * nbytes
+
+
+@dataclass(frozen=True)
+class AllreduceFit(LinkFit):
+    """A measured allreduce fit, valid at ``size`` ranks only."""
+
+    size: int = 2
+
+
+@dataclass(frozen=True)
+class NetworkFit:
+    """``gossipgrad netfit`` output. ``p2p`` is one-way ping-pong time; ``allreduce`` is
+    optional and only used to calibrate the ring model (see ``CommModel.from_network``)."""
+
+    p2p: LinkFit
+    allreduce: AllreduceFit | None = None
+    source: str = field(default="unknown")
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> NetworkFit:
+        return _in("network", _network_from_json, data)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"p2p": _link_json(self.p2p), "source": self.source}
+        if self.allreduce is not None:
+            out["allreduce"] = {**_link_json(self.allreduce), "size": self.allreduce.size}
+        return out
+
+    @classmethod
+    def load(cls, path: str | Path) -> NetworkFit:
+        return cls.from_json(_read_json(path, "network"))
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=2) + "\n")
+
+
+def _link_json(fit: LinkFit) -> dict[str, float]:
+    return {"alpha_s": fit.alpha_s, "beta_s_per_byte": fit.beta_s_per_byte, "r2": fit.r2}
+
+
+def _link_from_json(data: Any, where: str) -> tuple[float, float, float]:
+    alpha = _number(_get(data, "alpha_s", where), f"{where}.alpha_s")
+    beta = _number(_get(data, "beta_s_per_byte", where), f"{where}.beta_s_per_byte")
+    r2 = _number(_get(data, "r2", where), f"{where}.r2", minimum=None)
+    if r2 > 1.0:
+        raise ValueError(f"field '{where}.r2' must be <= 1, got {r2}")
+    return alpha, beta, r2
+
+
+def _network_from_json(data: Mapping[str, Any]) -> NetworkFit:
+    p2p = LinkFit(*_link_from_json(_get(data, "p2p"), "p2p"))
+    raw = _get(data, "allreduce", optional=True)
+    allreduce = None
+    if raw is not None:
+        alpha, beta, r2 = _link_from_json(raw, "allreduce")
+        size = _integer(_get(raw, "size", "allreduce"), "allreduce.size", minimum=1)
+        allreduce = AllreduceFit(alpha, beta, r2, size=size)
+    source = _get(data, "source", optional=True)
+    return NetworkFit(p2p, allreduce, "unknown" if source is None else _string(source, "source"))
+
+
+def _read_json(path: str | Path, kind: str) -> Any:
+    try:
+        return json.loads(Path(path).read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{kind} file {str(path)!r} is not valid JSON: {e}") from None

@@ -1,0 +1,101 @@
+"""Device-memory check of a configuration: does it fit, and by how much.
+
+Accounting (bytes), with ``P`` = ``param_bytes`` and ``G`` = bytes in gradient buckets:
+
+- base: the profile's measured peak ``memory_bytes`` when present (a local step: params,
+  grads, optimizer state and activations). Otherwise ``P`` (params) + ``G`` (grads, which
+  live in the buckets) + ``optimizer_state_factor * P`` — activations are then *not*
+  counted, and the estimate says so;
+- gossip: one receive buffer per bucket, ``G`` in all;
+- allreduce / horovod: one staging buffer the size of the largest bucket;
+- staleness 1: a send copy of every bucket, ``G``, so the next backward can write the grads;
+- size 1 or local: no communication buffers.
+
+    >>> from gossipgrad.plan.formats import Bucket, Profile
+    >>> p = Profile("m", 1, "cpu", 0.1, 0.2, 0.0, 100, (Bucket(0, 100, 0.2),))
+    >>> estimate_memory(p, "gossip", size=2, staleness=1, device_memory_bytes=500).fits
+    True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gossipgrad.plan.formats import Profile
+from gossipgrad.plan.model import Strategy, parse_strategy
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Required device bytes by part; ``fits`` is None when the capacity is unknown."""
+
+    breakdown: tuple[tuple[str, int], ...]
+    available_bytes: int | None
+    activations_included: bool
+
+    @property
+    def required_bytes(self) -> int:
+        return sum(n for _, n in self.breakdown)
+
+    @property
+    def fits(self) -> bool | None:
+        if self.available_bytes is None:
+            return None
+        return self.required_bytes <= self.available_bytes
+
+    def describe(self) -> str:
+        parts = ", ".join(f"{name} {_gb(n)}" for name, n in self.breakdown)
+        need = f"needs {_gb(self.required_bytes)} ({parts})"
+        if not self.activations_included:
+            need += " not counting activations"
+        if self.available_bytes is None:
+            return f"{need}; device memory unknown, not checked"
+        verdict = "fits in" if self.fits else "does NOT fit in"
+        return f"{need}; {verdict} {_gb(self.available_bytes)}"
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.3g} GB"
+
+
+def estimate_memory(
+    profile: Profile,
+    strategy: Strategy | str,
+    *,
+    size: int,
+    staleness: int = 0,
+    device_memory_bytes: int | None = None,
+    optimizer_state_factor: float = 1.0,
+) -> MemoryEstimate:
+    """Estimate device memory for ``profile`` (already re-bucketed) under ``strategy``.
+
+    ``optimizer_state_factor`` is optimizer state per parameter byte (SGD with momentum 1,
+    Adam 2, plain SGD 0); it is ignored when the profile has a measured peak.
+    """
+    strategy = parse_strategy(strategy)
+    if staleness not in (0, 1):
+        raise ValueError(f"staleness must be 0 or 1, got {staleness!r}")
+    if size < 1:
+        raise ValueError(f"size must be >= 1, got {size!r}")
+    if not optimizer_state_factor >= 0:
+        raise ValueError(f"optimizer_state_factor must be >= 0, got {optimizer_state_factor}")
+    if device_memory_bytes is not None and device_memory_bytes < 0:
+        raise ValueError(f"device_memory_bytes must be >= 0, got {device_memory_bytes}")
+    grads = profile.grad_bytes
+    parts: list[tuple[str, int]]
+    if profile.memory_bytes is not None:
+        parts = [("measured peak", profile.memory_bytes)]
+    else:
+        parts = [
+            ("params", profile.param_bytes),
+            ("grads", grads),
+            ("optimizer state", round(optimizer_state_factor * profile.param_bytes)),
+        ]
+    if size > 1 and strategy is not Strategy.LOCAL:
+        if strategy is Strategy.GOSSIP:
+            parts.append(("receive buffers", grads))
+        else:
+            parts.append(("allreduce staging", max(b.bytes for b in profile.buckets)))
+        if staleness == 1:
+            parts.append(("send copies", grads))
+    return MemoryEstimate(tuple(parts), device_memory_bytes, profile.memory_bytes is not None)

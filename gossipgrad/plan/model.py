@@ -1,0 +1,255 @@
+"""Step-time model of one training step with bucketed, overlapped communication.
+
+After Yan et al., "Performance Modeling and Scalability Optimization of Distributed Deep
+Learning Systems" (KDD 2015): compute times come from a profile, communication from an
+alpha-beta fit of the network, and the two are combined on a timeline. Pure: no MPI, no torch.
+
+Per-bucket communication cost of ``n`` bytes at ``p`` ranks (0 when ``p == 1``):
+
+- gossip: one simultaneous send and receive with one peer, ``alpha + duplex * beta * n``
+  (``duplex`` = 1 on full-duplex links, up to 2 where send and receive share the link);
+- allreduce / horovod (ring): ``2(p-1) alpha + 2(p-1)/p * n * beta``, each term optionally
+  scaled by a factor calibrated from a measured allreduce fit;
+- local: 0.
+
+Timeline (times from the start of backward, buckets in backward order): bucket ``b`` starts
+at ``max(ready_b, end_{b-1})`` and ends ``cost_b`` later; one communication thread, so the
+chain is serial. With ``overlap=False`` every bucket is ready only at the end of backward.
+
+    >>> m = CommModel(alpha_s=1e-3, beta_s_per_byte=0.0)
+    >>> comm_chain([0.1, 0.2], [m.bucket_s(Strategy.GOSSIP, 100, size=2)] * 2)
+    [0.101, 0.201]
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gossipgrad.plan.formats import Bucket, NetworkFit, Profile
+
+MIB = 1 << 20
+
+
+class Strategy(enum.StrEnum):
+    GOSSIP = "gossip"
+    ALLREDUCE = "allreduce"
+    HOROVOD = "horovod"  # modelled as a ring allreduce, like ALLREDUCE
+    LOCAL = "local"
+
+
+def parse_strategy(strategy: Strategy | str) -> Strategy:
+    """``Strategy(strategy)`` with an error that lists the choices."""
+    try:
+        return Strategy(strategy)
+    except ValueError:
+        choices = ", ".join(s.value for s in Strategy)
+        raise ValueError(f"strategy must be one of {choices}; got {strategy!r}") from None
+
+
+def _check_size(size: int) -> None:
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"size must be an integer >= 1, got {size!r}")
+
+
+@dataclass(frozen=True)
+class CommModel:
+    """Alpha-beta communication model.
+
+    Args:
+        alpha_s: one-way latency of a point-to-point message (s).
+        beta_s_per_byte: inverse bandwidth (s/byte).
+        duplex: 1.0 for full-duplex links; 2.0 when a simultaneous send and receive
+            serialise (the bandwidth term of a gossip exchange doubles). In [1, 2].
+        allreduce_latency_factor, allreduce_bandwidth_factor: multiply the ring formula's
+            latency and bandwidth terms; 1.0 is the ideal ring. ``1 / factor`` is the
+            allreduce implementation's efficiency relative to the ring built from p2p.
+    """
+
+    alpha_s: float
+    beta_s_per_byte: float
+    duplex: float = 1.0
+    allreduce_latency_factor: float = 1.0
+    allreduce_bandwidth_factor: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.alpha_s >= 0:
+            raise ValueError(f"alpha_s must be >= 0, got {self.alpha_s}")
+        if not self.beta_s_per_byte >= 0:
+            raise ValueError(f"beta_s_per_byte must be >= 0, got {self.beta_s_per_byte}")
+        if not 1.0 <= self.duplex <= 2.0:
+            raise ValueError(f"duplex must be in [1, 2], got {self.duplex}")
+        for name in ("allreduce_latency_factor", "allreduce_bandwidth_factor"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+
+    @classmethod
+    def from_network(
+        cls, net: NetworkFit, *, duplex: float = 1.0, calibrate_allreduce: bool = False
+    ) -> CommModel:
+        """Build from a netfit. With ``calibrate_allreduce`` the measured allreduce fit at
+        ``net.allreduce.size`` ranks sets the two ring factors (measured / ring-predicted
+        latency and bandwidth terms); they are then applied at every size."""
+        latency = bandwidth = 1.0
+        if calibrate_allreduce:
+            latency, bandwidth = allreduce_factors(net)
+        return cls(net.p2p.alpha_s, net.p2p.beta_s_per_byte, duplex, latency, bandwidth)
+
+    def bucket_s(self, strategy: Strategy | str, nbytes: float, size: int) -> float:
+        """Seconds to exchange one bucket of ``nbytes`` at ``size`` ranks."""
+        strategy = parse_strategy(strategy)
+        _check_size(size)
+        if size == 1 or strategy is Strategy.LOCAL:
+            return 0.0
+        if strategy is Strategy.GOSSIP:
+            return self.alpha_s + self.duplex * self.beta_s_per_byte * nbytes
+        p = size
+        return (
+            self.allreduce_latency_factor * 2 * (p - 1) * self.alpha_s
+            + self.allreduce_bandwidth_factor * 2 * (p - 1) / p * nbytes * self.beta_s_per_byte
+        )
+
+
+def allreduce_factors(net: NetworkFit) -> tuple[float, float]:
+    """(latency, bandwidth) factors: measured allreduce terms / ring terms from the p2p fit."""
+    ar, p2p = net.allreduce, net.p2p
+    if ar is None:
+        raise ValueError(
+            "network has no 'allreduce' fit; run netfit with >= 2 ranks or "
+            "leave calibrate_allreduce off"
+        )
+    if ar.size < 2:
+        raise ValueError(f"network field 'allreduce.size' must be >= 2 to calibrate, got {ar.size}")
+    if p2p.alpha_s <= 0 or p2p.beta_s_per_byte <= 0:
+        raise ValueError(
+            "network fields 'p2p.alpha_s' and 'p2p.beta_s_per_byte' must be > 0 "
+            "to calibrate the allreduce model"
+        )
+    p = ar.size
+    return (
+        ar.alpha_s / (2 * (p - 1) * p2p.alpha_s),
+        ar.beta_s_per_byte / (2 * (p - 1) / p * p2p.beta_s_per_byte),
+    )
+
+
+def bytes_sent(strategy: Strategy | str, nbytes: int, size: int) -> float:
+    """Bytes one rank sends to exchange one bucket (ring allreduce: ``2(p-1)/p * n``)."""
+    strategy = parse_strategy(strategy)
+    _check_size(size)
+    if size == 1 or strategy is Strategy.LOCAL:
+        return 0.0
+    if strategy is Strategy.GOSSIP:
+        return float(nbytes)
+    return 2 * (size - 1) / size * nbytes
+
+
+def rebucket(buckets: Sequence[Bucket], cap_bytes: int | None) -> tuple[Bucket, ...]:
+    """Merge consecutive buckets (backward order) into buckets of at most ``cap_bytes``.
+
+    A bucket is closed when adding the next would exceed the cap; a single input bucket
+    larger than the cap stays on its own (buckets are never split). The merged ready time is
+    the max of its members'; indices are renumbered from 0. ``None`` keeps the input.
+
+        >>> bs = [Bucket(0, 3, 0.1), Bucket(1, 3, 0.2), Bucket(2, 5, 0.3)]
+        >>> [(b.bytes, b.ready_s) for b in rebucket(bs, 6)]
+        [(6, 0.2), (5, 0.3)]
+    """
+    if cap_bytes is None:
+        return tuple(buckets)
+    if isinstance(cap_bytes, bool) or not isinstance(cap_bytes, int) or cap_bytes < 1:
+        raise ValueError(f"cap_bytes must be an integer >= 1 or None, got {cap_bytes!r}")
+    groups: list[list[Bucket]] = []
+    total = 0
+    for b in buckets:
+        if groups and total + b.bytes <= cap_bytes:
+            groups[-1].append(b)
+            total += b.bytes
+        else:
+            groups.append([b])
+            total = b.bytes
+    return tuple(
+        Bucket(i, sum(m.bytes for m in g), max(m.ready_s for m in g)) for i, g in enumerate(groups)
+    )
+
+
+def comm_chain(ready_s: Sequence[float], cost_s: Sequence[float]) -> list[float]:
+    """End time of each bucket's exchange on one serial communication thread:
+    ``end_b = max(ready_b, end_{b-1}) + cost_b`` with ``end_{-1} = 0``."""
+    if len(ready_s) != len(cost_s):
+        raise ValueError(f"ready_s and cost_s differ in length: {len(ready_s)} != {len(cost_s)}")
+    ends, t = [], 0.0
+    for ready, cost in zip(ready_s, cost_s, strict=True):
+        t = max(ready, t) + cost
+        ends.append(t)
+    return ends
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Predicted steady-state time of one step and its parts (seconds)."""
+
+    step_s: float
+    compute_s: float  # forward + backward
+    optimizer_s: float
+    comm_s: float  # busy time of the communication thread per step (sum of bucket costs)
+    comm_end_s: float  # end of this step's exchange, from step start, if started fresh
+
+    @property
+    def exposed_comm_s(self) -> float:
+        """Communication time not hidden behind computation."""
+        return self.step_s - self.compute_s - self.optimizer_s
+
+
+def step_time(
+    profile: Profile,
+    model: CommModel,
+    strategy: Strategy | str,
+    size: int,
+    *,
+    staleness: int = 0,
+    overlap: bool = True,
+) -> StepTime:
+    """Predict the steady-state step time. ``F, B, O`` = forward, backward, optimizer times;
+    ``end_last`` = end of the bucket chain (times from backward start); ``S`` = sum of costs.
+
+    - staleness 0: the optimizer waits for this step's exchange,
+      ``T = F + max(B, end_last) + O``. With ``overlap=False`` this is ``F + B + S + O``.
+    - staleness 1: the exchange posted at step t need only finish before step t+1's
+      optimizer, so it overlaps step t+1's forward and backward (and, the thread being free,
+      the optimizer too). In steady state ``T = max(F + B + O, S)``: communication is hidden
+      up to a full step, beyond that the communication thread sets the pace. (Proof sketch:
+      ``T >= S`` since the serial thread must do S of work per step, ``T >= F+B+O`` for the
+      compute; with ``T`` the max of both, every chain ends within ``F + B + S <= T + F + B``
+      of its step's start, i.e. before the next step's optimizer, so nobody waits.)
+
+    The model assumes compute and communication do not slow each other down.
+    """
+    if staleness not in (0, 1):
+        raise ValueError(f"staleness must be 0 or 1, got {staleness!r}")
+    _check_size(size)
+    costs = [model.bucket_s(strategy, b.bytes, size) for b in profile.buckets]
+    ready = [b.ready_s if overlap else profile.backward_s for b in profile.buckets]
+    end_last = comm_chain(ready, costs)[-1]
+    total = sum(costs)
+    compute = profile.compute_s
+    if staleness == 0:
+        step = profile.forward_s + max(profile.backward_s, end_last) + profile.optimizer_s
+    else:
+        step = max(compute + profile.optimizer_s, total)
+    return StepTime(step, compute, profile.optimizer_s, total, profile.forward_s + end_last)
+
+
+def efficiency(profile: Profile, step_s: float) -> float:
+    """E = T(1) / T(size), T(1) = the compute-only step (forward + backward + optimizer).
+    Equals per-rank throughput relative to one rank: samples/s = size * batch / T."""
+    if not step_s > 0:
+        raise ValueError(f"step_s must be > 0, got {step_s}")
+    return profile.local_step_s / step_s
+
+
+def samples_per_s(profile: Profile, size: int, step_s: float) -> float:
+    _check_size(size)
+    if not step_s > 0:
+        raise ValueError(f"step_s must be > 0, got {step_s}")
+    return size * profile.batch_size / step_s

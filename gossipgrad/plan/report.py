@@ -1,0 +1,84 @@
+"""One call from files to a report: what ``gossipgrad plan`` runs (the CLI only parses).
+
+>>> import json, tempfile, pathlib
+>>> d = pathlib.Path(tempfile.mkdtemp())
+>>> _ = (d / "p.json").write_text(json.dumps({"model": "m", "batch_size": 8,
+...     "device": "cpu", "forward_s": 0.1, "backward_s": 0.2, "optimizer_s": 0.0,
+...     "param_bytes": 8, "buckets": [{"index": 0, "bytes": 8, "ready_s": 0.2}]}))
+>>> _ = (d / "n.json").write_text(json.dumps(
+...     {"p2p": {"alpha_s": 1e-5, "beta_s_per_byte": 1e-9, "r2": 1.0}}))
+>>> "Recommended" in plan_report(d / "p.json", d / "n.json", sizes=[1, 4])
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from gossipgrad.plan.convergence import read_metrics
+from gossipgrad.plan.formats import NetworkFit, Profile
+from gossipgrad.plan.model import CommModel, Strategy
+from gossipgrad.plan.planner import (
+    DEFAULT_BUCKET_MB,
+    DEFAULT_STRATEGIES,
+    DEFAULT_TIE_TOLERANCE,
+    plan,
+    plot_png,
+    render_markdown,
+)
+
+
+def plan_report(
+    profile_path: str | Path,
+    network_path: str | Path,
+    *,
+    sizes: Iterable[int],
+    strategies: Iterable[Strategy | str] = DEFAULT_STRATEGIES,
+    bucket_mb: Iterable[float] = DEFAULT_BUCKET_MB,
+    staleness: Iterable[int] = (0, 1),
+    overlap: bool = True,
+    duplex: float = 1.0,
+    calibrate_allreduce: bool = False,
+    device_memory_bytes: int | None = None,
+    optimizer_state_factor: float = 1.0,
+    metrics_path: str | Path | None = None,
+    target_accuracy: float | None = None,
+    png_path: str | Path | None = None,
+    all_rows: bool = False,
+    tie_tolerance: float = DEFAULT_TIE_TOLERANCE,
+) -> str:
+    """Load the profile and network fit, predict every configuration, and return the
+    markdown report; also writes a PNG when ``png_path`` is given. ``metrics_path`` and
+    ``target_accuracy`` go together (measured steps to that accuracy per strategy)."""
+    if (metrics_path is None) != (target_accuracy is None):
+        raise ValueError(
+            "metrics_path and target_accuracy must be given together "
+            "(--metrics FILE --target-accuracy X)"
+        )
+    profile = Profile.load(profile_path)
+    network = NetworkFit.load(network_path)
+    model = CommModel.from_network(network, duplex=duplex, calibrate_allreduce=calibrate_allreduce)
+    rows = plan(
+        profile,
+        model,
+        sizes=sizes,
+        strategies=strategies,
+        bucket_mb=bucket_mb,
+        staleness=staleness,
+        overlap=overlap,
+        device_memory_bytes=device_memory_bytes,
+        optimizer_state_factor=optimizer_state_factor,
+    )
+    convergence = None
+    if metrics_path is not None and target_accuracy is not None:
+        convergence = read_metrics(metrics_path, target_accuracy)
+    title = (
+        f"Plan for {profile.model} (batch {profile.batch_size} on {profile.device}), "
+        f"network: {network.source}"
+    )
+    if png_path is not None:
+        plot_png(rows, png_path, title=f"{profile.model}: predicted efficiency")
+    return render_markdown(
+        rows, title=title, convergence=convergence, all_rows=all_rows, tie_tolerance=tie_tolerance
+    )

@@ -1,0 +1,27 @@
+"""The examples in gossipgrad.plan docstrings run and give what they show."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = [
+    "convergence",
+    "formats",
+    "memory",
+    "model",
+    "planner",
+    "report",
+    "synthetic",
+    "validate",
+]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name: str):
+    module = importlib.import_module(f"gossipgrad.plan.{name}")
+    result = doctest.testmod(module)
+    assert result.failed == 0
+    assert result.attempted > 0 or name == "convergence"

@@ -1,0 +1,209 @@
+"""Closed-form checks of the step-time model (gossipgrad.plan.model)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from gossipgrad.plan.formats import Bucket, NetworkFit, Profile
+from gossipgrad.plan.model import (
+    CommModel,
+    Strategy,
+    allreduce_factors,
+    bytes_sent,
+    comm_chain,
+    efficiency,
+    rebucket,
+    samples_per_s,
+    step_time,
+)
+
+approx = lambda x: pytest.approx(x, rel=1e-12, abs=1e-15)
+
+
+def make_profile(buckets, forward=0.1, backward=0.4, optimizer=0.05, batch=32) -> Profile:
+    bs = tuple(Bucket(i, n, r) for i, (n, r) in enumerate(buckets))
+    return Profile(
+        "toy", batch, "cpu", forward, backward, optimizer, sum(n for n, _ in buckets), bs
+    )
+
+
+def test_pure_latency_gossip_chains_alpha_per_bucket():
+    # beta = 0: each bucket costs alpha; ready every 0.1 s but alpha = 0.25 > gap -> chained
+    p = make_profile([(1000, 0.1), (1000, 0.2), (1000, 0.3), (1000, 0.4)])
+    m = CommModel(alpha_s=0.25, beta_s_per_byte=0.0)
+    t = step_time(p, m, "gossip", size=8)
+    # ends: 0.35, 0.60, 0.85, 1.10 after backward start
+    assert comm_chain([0.1, 0.2, 0.3, 0.4], [0.25] * 4) == approx([0.35, 0.6, 0.85, 1.1])
+    assert t.step_s == approx(0.1 + 1.1 + 0.05)
+    assert t.comm_s == approx(1.0)
+    assert t.exposed_comm_s == approx(1.1 - 0.4)
+
+
+def test_pure_latency_gossip_cost_independent_of_size_and_bytes():
+    m = CommModel(alpha_s=3e-6, beta_s_per_byte=0.0)
+    assert m.bucket_s("gossip", 10**9, size=2) == 3e-6
+    assert m.bucket_s("gossip", 1, size=1024) == 3e-6
+
+
+def test_pure_bandwidth_gossip_and_duplex_factor():
+    p = make_profile([(10**6, 0.4)] * 4)  # all ready at the end of backward
+    full = CommModel(alpha_s=0.0, beta_s_per_byte=1e-8)
+    half = CommModel(alpha_s=0.0, beta_s_per_byte=1e-8, duplex=2.0)
+    assert full.bucket_s("gossip", 10**6, size=4) == approx(0.01)
+    assert half.bucket_s("gossip", 10**6, size=4) == approx(0.02)
+    assert step_time(p, full, "gossip", 4).step_s == approx(0.1 + 0.4 + 0.04 + 0.05)
+    assert step_time(p, half, "gossip", 4).step_s == approx(0.1 + 0.4 + 0.08 + 0.05)
+
+
+def test_full_overlap_leaves_only_last_bucket_tail():
+    # cost 0.05 fits in every 0.1 s gap: step = compute + optimizer + last bucket's cost
+    p = make_profile([(10**6, 0.1), (10**6, 0.2), (10**6, 0.3), (10**6, 0.4)])
+    m = CommModel(alpha_s=0.0, beta_s_per_byte=5e-8)
+    t = step_time(p, m, "gossip", size=16)
+    assert t.step_s == approx(0.1 + 0.4 + 0.05 + 0.05)
+    assert t.comm_end_s == approx(0.1 + 0.45)
+
+
+def test_no_overlap_adds_every_bucket_after_backward():
+    p = make_profile([(10**6, 0.1), (10**6, 0.2), (10**6, 0.3), (10**6, 0.4)])
+    m = CommModel(alpha_s=0.0, beta_s_per_byte=5e-8)
+    t = step_time(p, m, "gossip", size=16, overlap=False)
+    assert t.step_s == approx(0.1 + 0.4 + 4 * 0.05 + 0.05)
+
+
+def test_ring_allreduce_formula():
+    m = CommModel(alpha_s=1e-5, beta_s_per_byte=1e-9)
+    # 2(p-1) alpha + 2(p-1)/p n beta at p = 4, n = 1e6
+    assert m.bucket_s("allreduce", 10**6, size=4) == approx(6e-5 + 1.5e-3)
+    assert m.bucket_s("horovod", 10**6, size=4) == approx(6e-5 + 1.5e-3)
+    assert m.bucket_s("allreduce", 10**6, size=1) == 0.0
+    assert bytes_sent("allreduce", 1000, 4) == 1500.0
+    assert bytes_sent("gossip", 1000, 4) == 1000.0
+    assert bytes_sent("local", 1000, 4) == 0.0
+
+
+def test_allreduce_calibration_factors_scale_each_term():
+    net = NetworkFit.from_json(
+        {
+            "p2p": {"alpha_s": 1e-5, "beta_s_per_byte": 1e-9, "r2": 0.99},
+            "allreduce": {"alpha_s": 1.2e-4, "beta_s_per_byte": 3e-9, "r2": 0.98, "size": 4},
+            "source": "test",
+        }
+    )
+    assert allreduce_factors(net) == (approx(2.0), approx(2.0))
+    m = CommModel.from_network(net, calibrate_allreduce=True)
+    assert m.bucket_s("allreduce", 10**6, size=4) == approx(1.2e-4 + 3e-3)  # = measured fit
+    assert m.bucket_s("allreduce", 10**6, size=8) == approx(2 * (14e-5 + 1.75e-3))
+    assert m.bucket_s("gossip", 10**6, size=8) == approx(1e-5 + 1e-3)  # gossip untouched
+    no_ar = NetworkFit.from_json({"p2p": {"alpha_s": 1e-5, "beta_s_per_byte": 1e-9, "r2": 1}})
+    with pytest.raises(ValueError, match="allreduce"):
+        CommModel.from_network(no_ar, calibrate_allreduce=True)
+
+
+def test_local_and_size_one_do_not_communicate():
+    p = make_profile([(10**6, 0.2), (10**6, 0.4)])
+    m = CommModel(alpha_s=1.0, beta_s_per_byte=1.0)
+    for strategy, size in [("local", 64), ("gossip", 1), ("allreduce", 1)]:
+        t = step_time(p, m, strategy, size)
+        assert t.step_s == approx(0.55) and t.comm_s == 0.0
+        assert efficiency(p, t.step_s) == approx(1.0)
+
+
+def test_staleness_one_hides_communication_up_to_a_full_step():
+    p = make_profile([(10**6, 0.4)], forward=0.1, backward=0.4, optimizer=0.05)  # T(1) = 0.55
+    hidden = CommModel(alpha_s=0.5, beta_s_per_byte=0.0)  # S = 0.5 < 0.55
+    exposed = CommModel(alpha_s=0.75, beta_s_per_byte=0.0)  # S = 0.75 > 0.55
+    assert step_time(p, hidden, "gossip", 2, staleness=1).step_s == approx(0.55)
+    assert step_time(p, hidden, "gossip", 2, staleness=0).step_s == approx(1.05)
+    assert step_time(p, exposed, "gossip", 2, staleness=1).step_s == approx(0.75)
+    assert step_time(p, exposed, "gossip", 2, staleness=1, overlap=False).step_s == approx(0.75)
+
+
+def _simulate(p: Profile, costs: list[float], staleness: int, steps: int = 600) -> float:
+    """Brute-force event simulation of many steps; returns the mean period at the end."""
+    start, thread_free, ends, starts = 0.0, 0.0, [], []
+    for k in range(steps):
+        starts.append(start)
+        t = thread_free
+        for b, c in zip(p.buckets, costs, strict=True):
+            t = max(start + p.forward_s + b.ready_s, t) + c
+        thread_free = t
+        ends.append(t)
+        waited = ends[k - staleness] if k >= staleness else -math.inf
+        start = max(start + p.compute_s, waited) + p.optimizer_s
+    return (starts[-1] - starts[-201]) / 200
+
+
+@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("staleness", [0, 1])
+def test_closed_form_matches_event_simulation(seed: int, staleness: int):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 8))
+    backward = float(rng.uniform(0.1, 1.0))
+    ready = np.sort(rng.uniform(0, backward, n))
+    ready[-1] = backward
+    sizes = rng.integers(1, 10**7, n)
+    p = make_profile(
+        list(zip(sizes.tolist(), ready.tolist())),
+        forward=float(rng.uniform(0, 0.5)),
+        backward=backward,
+        optimizer=float(rng.uniform(0, 0.1)),
+    )
+    m = CommModel(alpha_s=float(rng.uniform(0, 0.05)), beta_s_per_byte=float(rng.uniform(0, 3e-7)))
+    costs = [m.bucket_s("allreduce", b.bytes, 8) for b in p.buckets]
+    predicted = step_time(p, m, "allreduce", 8, staleness=staleness).step_s
+    assert predicted == pytest.approx(_simulate(p, costs, staleness), rel=1e-9)
+
+
+def test_rebucket_merges_consecutive_until_cap():
+    bs = [
+        Bucket(0, 3, 0.1),
+        Bucket(1, 3, 0.2),
+        Bucket(2, 2, 0.25),
+        Bucket(3, 9, 0.3),
+        Bucket(4, 1, 0.35),
+        Bucket(5, 1, 0.4),
+    ]
+    merged = rebucket(bs, 6)
+    assert [(b.index, b.bytes, b.ready_s) for b in merged] == [
+        (0, 6, 0.2),
+        (1, 2, 0.25),
+        (2, 9, 0.3),
+        (3, 2, 0.4),
+    ]
+    assert [b.bytes for b in rebucket(bs, 100)] == [19]
+    assert rebucket(bs, 100)[0].ready_s == 0.4
+    assert [b.bytes for b in rebucket(bs, 1)] == [3, 3, 2, 9, 1, 1]
+    assert rebucket(bs, None) == tuple(bs)
+    with pytest.raises(ValueError, match="cap_bytes"):
+        rebucket(bs, 0)
+
+
+def test_rebucket_ready_is_max_of_members_even_out_of_order():
+    bs = [Bucket(0, 1, 0.3), Bucket(1, 1, 0.1)]
+    assert rebucket(bs, 2) == (Bucket(0, 2, 0.3),)
+
+
+def test_efficiency_and_throughput():
+    p = make_profile([(10**6, 0.4)], forward=0.1, backward=0.4, optimizer=0.0, batch=64)
+    assert efficiency(p, 1.0) == approx(0.5)
+    assert samples_per_s(p, 16, 0.5) == approx(2048.0)
+
+
+def test_bad_arguments_name_themselves():
+    p = make_profile([(10, 0.4)])
+    m = CommModel(0.0, 0.0)
+    with pytest.raises(ValueError, match="staleness"):
+        step_time(p, m, "gossip", 2, staleness=2)
+    with pytest.raises(ValueError, match="size"):
+        step_time(p, m, "gossip", 0)
+    with pytest.raises(ValueError, match="strategy must be one of gossip, allreduce"):
+        step_time(p, m, "ring", 2)
+    with pytest.raises(ValueError, match="duplex"):
+        CommModel(0.0, 0.0, duplex=3.0)
+    with pytest.raises(ValueError, match="alpha_s"):
+        CommModel(-1.0, 0.0)
+    assert Strategy("horovod") is Strategy.HOROVOD

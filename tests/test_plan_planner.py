@@ -1,0 +1,173 @@
+"""Planner enumeration, recommendation, reports and the memory check."""
+
+from __future__ import annotations
+
+import pytest
+
+from gossipgrad.plan.formats import Bucket, Profile
+from gossipgrad.plan.memory import estimate_memory
+from gossipgrad.plan.model import MIB, CommModel
+from gossipgrad.plan.planner import (
+    DISCLAIMER,
+    best_by,
+    plan,
+    plot_png,
+    recommend,
+    render_markdown,
+)
+
+# two 2-MiB buckets: at backward mid-point and end; T(1) = 0.1 + 0.2 + 0.05 = 0.35 s
+PROFILE = Profile(
+    "toy", 32, "gpu", 0.1, 0.2, 0.05, 4 * MIB, (Bucket(0, 2 * MIB, 0.1), Bucket(1, 2 * MIB, 0.2))
+)
+
+
+def test_plan_enumerates_every_combination_with_exact_numbers():
+    m = CommModel(alpha_s=0.01, beta_s_per_byte=0.0)
+    rows = plan(PROFILE, m, sizes=[4, 1], bucket_mb=[1, 4], staleness=[0, 1])
+    assert len(rows) == 2 * 2 * 2 * 2
+    assert [r.size for r in rows[:8]] == [1] * 8
+    row = next(
+        r
+        for r in rows
+        if (r.strategy, r.size, r.bucket_mb, r.staleness) == ("allreduce", 4, 4.0, 0)
+    )
+    # one merged 4 MiB bucket ready at 0.2; ring latency 2*3*0.01 = 0.06
+    assert row.n_buckets == 1
+    assert row.step_s == pytest.approx(0.1 + 0.2 + 0.06 + 0.05, rel=1e-12)
+    assert row.efficiency == pytest.approx(0.35 / 0.41, rel=1e-12)
+    assert row.samples_per_s == pytest.approx(4 * 32 / 0.41, rel=1e-12)
+    assert row.bytes_per_step == 1.5 * 4 * MIB
+    assert row.memory_ok is None  # no device memory given
+    gossip = next(
+        r for r in rows if (r.strategy, r.size, r.bucket_mb, r.staleness) == ("gossip", 4, 1.0, 0)
+    )
+    assert gossip.n_buckets == 2  # 2 MiB buckets are never split below their size
+    assert gossip.step_s == pytest.approx(0.1 + 0.21 + 0.05, rel=1e-12)
+
+
+def test_recommend_prefers_fastest_then_fewer_bytes_then_staleness_zero():
+    m = CommModel(alpha_s=0.0, beta_s_per_byte=0.0)  # free network: everything ties at 0.35
+    rec = recommend(plan(PROFILE, m, sizes=[8], bucket_mb=[1, 4]))
+    best = rec[8]
+    # ties: gossip sends fewer bytes, staleness 0 preferred, one 4 MiB bucket = fewer messages
+    assert (best.strategy, best.staleness, best.bucket_mb) == ("gossip", 0, 4.0)
+    assert best.step_s == pytest.approx(0.35)
+    slow = CommModel(alpha_s=0.02, beta_s_per_byte=0.0)
+    best = recommend(plan(PROFILE, slow, sizes=[8], bucket_mb=[1, 4]))[8]
+    # gossip s1 hides comm: max(0.35, 2 * 0.02) vs s0: 0.1 + 0.22 + 0.05 (one bucket: 0.37)
+    assert (best.strategy, best.staleness) == ("gossip", 1)
+    assert best.step_s == pytest.approx(0.35)
+
+
+def test_recommend_skips_configs_that_do_not_fit_and_local():
+    m = CommModel(alpha_s=0.0, beta_s_per_byte=1e-9)
+    # params 4 + grads 4 + momentum 4 = 12 MiB; gossip adds 4 (receive) -> 16 > 14 MiB,
+    # allreduce adds one 2 MiB staging buffer -> 14 MiB, fits
+    rows = plan(
+        PROFILE,
+        m,
+        sizes=[2],
+        strategies=["gossip", "allreduce", "local"],
+        bucket_mb=[2],
+        staleness=[0],
+        device_memory_bytes=14 * MIB,
+    )
+    ok = {r.strategy: r.memory_ok for r in rows}
+    assert ok == {"gossip": False, "allreduce": True, "local": True}
+    assert recommend(rows)[2].strategy == "allreduce"
+    tiny = plan(PROFILE, m, sizes=[2], bucket_mb=[4], device_memory_bytes=MIB)
+    assert recommend(tiny) == {}
+    assert "No configuration fits in device memory at size(s) [2]" in render_markdown(tiny)
+
+
+def test_memory_estimate_breakdown():
+    est = estimate_memory(PROFILE, "gossip", size=4, staleness=1, device_memory_bytes=20 * MIB)
+    assert dict(est.breakdown) == {
+        "params": 4 * MIB,
+        "grads": 4 * MIB,
+        "optimizer state": 4 * MIB,
+        "receive buffers": 4 * MIB,
+        "send copies": 4 * MIB,
+    }
+    assert est.required_bytes == 20 * MIB and est.fits is True
+    assert "not counting activations" in est.describe()
+    ar = estimate_memory(PROFILE, "allreduce", size=4, optimizer_state_factor=2.0)
+    assert dict(ar.breakdown)["allreduce staging"] == 2 * MIB
+    assert ar.required_bytes == (4 + 4 + 8 + 2) * MIB and ar.fits is None
+    measured = Profile(**{**PROFILE.__dict__, "memory_bytes": 10 * MIB})
+    est = estimate_memory(measured, "gossip", size=2, device_memory_bytes=13 * MIB)
+    assert est.required_bytes == 14 * MIB and est.fits is False
+    assert "does NOT fit in" in est.describe()
+    assert estimate_memory(measured, "gossip", size=1).required_bytes == 10 * MIB
+    with pytest.raises(ValueError, match="optimizer_state_factor"):
+        estimate_memory(PROFILE, "gossip", size=2, optimizer_state_factor=-1)
+
+
+def test_render_markdown_says_throughput_only_and_shows_recommendations():
+    rows = plan(PROFILE, CommModel(0.01, 0.0), sizes=[1, 8], bucket_mb=[4])
+    text = render_markdown(rows, title="toy", all_rows=True)
+    assert text.startswith("## toy")
+    assert DISCLAIMER in text and "time to accuracy" in text.lower()
+    assert "| gossip | 8 | 4 | 1 | 0.3500 | 731 | 100.0% | n/a |" in text
+    assert "steps to accuracy unknown" in text
+
+
+def test_best_by_and_bad_arguments():
+    rows = plan(PROFILE, CommModel(0.01, 0.0), sizes=[2, 8], bucket_mb=[1, 4])
+    best = best_by(rows, {"strategy": "allreduce", "staleness": 0})
+    assert list(best) == [2, 8]
+    assert best[8].step_s == pytest.approx(0.1 + 0.2 + 0.14 + 0.05)
+    with pytest.raises(ValueError, match="bucket_mb"):
+        plan(PROFILE, CommModel(0, 0), sizes=[2], bucket_mb=[0])
+    with pytest.raises(ValueError, match="strategy must be one of"):
+        plan(PROFILE, CommModel(0, 0), sizes=[2], strategies=["ring"])
+    with pytest.raises(ValueError, match="non-empty"):
+        plan(PROFILE, CommModel(0, 0), sizes=[])
+
+
+def test_plot_png_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    rows = plan(PROFILE, CommModel(0.01, 1e-9), sizes=[1, 2, 4], bucket_mb=[4])
+    out = plot_png(rows, tmp_path / "eff.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_tie_tolerance_prefers_staleness_zero_when_nearly_as_fast():
+    # gossip s0 = 0.1 + 0.2 + 0.002 + 0.05 = 0.352 (0.57 % slower than s1 = 0.35)
+    m = CommModel(alpha_s=0.002, beta_s_per_byte=0.0)
+    rows = plan(PROFILE, m, sizes=[8], strategies=["gossip"], bucket_mb=[4])
+    assert recommend(rows)[8].staleness == 0
+    assert recommend(rows, tie_tolerance=0.0)[8].staleness == 1
+    assert recommend(rows, tie_tolerance=0.005)[8].staleness == 1
+    with pytest.raises(ValueError, match="tie_tolerance"):
+        recommend(rows, tie_tolerance=-1)
+
+
+def test_plan_report_from_files(tmp_path):
+    from gossipgrad.plan.formats import NetworkFit
+    from gossipgrad.plan.report import plan_report
+
+    PROFILE.save(tmp_path / "profile.json")
+    NetworkFit.from_json(
+        {"p2p": {"alpha_s": 0.01, "beta_s_per_byte": 0.0, "r2": 1.0}, "source": "unit test"}
+    ).save(tmp_path / "net.json")
+    metrics = tmp_path / "m.jsonl"
+    metrics.write_text(
+        '{"event": "summary", "strategy": "gossip", "steps": 7, "test_accuracy": 0.9}\n'
+    )
+    text = plan_report(
+        tmp_path / "profile.json",
+        tmp_path / "net.json",
+        sizes=[8],
+        bucket_mb=[4],
+        metrics_path=metrics,
+        target_accuracy=0.8,
+    )
+    assert "## Plan for toy (batch 32 on gpu), network: unit test" in text
+    assert "| gossip | 8 | 4 | 1 | 0.3500 |" in text
+    assert "| gossip | <= 7 | 0.9 | 1 |  |" in text
+    with pytest.raises(ValueError, match="metrics_path and target_accuracy"):
+        plan_report(
+            tmp_path / "profile.json", tmp_path / "net.json", sizes=[8], metrics_path=metrics
+        )
