@@ -113,6 +113,23 @@ def test_srun_starts_two_mpi_ranks(slurm: None, tmp_path: Path) -> None:
     assert "rank 1 of 2 sum 3" in job.stdout_text, job.stdout_text
 
 
+@pytest.mark.slurm
+@pytest.mark.timeout(120)
+def test_wait_job_cancels_a_job_at_its_deadline(slurm: None, tmp_path: Path) -> None:
+    script = write_script(tmp_path / "sleep.sbatch", """
+        #!/bin/bash
+        #SBATCH --ntasks=1
+        #SBATCH --time=5
+        echo started
+        sleep 300
+    """)  # fmt: skip
+    job_id, output = slurm_cluster.submit(script, workdir=tmp_path)
+    with pytest.raises(TimeoutError, match=f"job {job_id} still"):
+        slurm_cluster.wait_job(job_id, output, timeout=3)
+    job = slurm_cluster.wait_job(job_id, output, timeout=60)
+    assert job.state == "CANCELLED", job
+
+
 # ------------------------------------------------------------------ templates, real training
 
 
