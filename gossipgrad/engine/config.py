@@ -59,6 +59,9 @@ class TrainConfig:
         if self.arch not in MODELS:
             raise ValueError(f"unknown model {self.arch!r} (--arch); choose one of: "
                              f"{', '.join(MODELS)}")
+        if self.data is None and self.dataset not in ("digits", "synthetic"):
+            raise ValueError(f"unknown dataset {self.dataset!r} (--dataset); choose one of: "
+                             "digits, synthetic, or pass --data DIR for an ImageFolder")
         for name in ("batch_size", "epochs"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be > 0, got "

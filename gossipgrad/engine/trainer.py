@@ -110,7 +110,7 @@ def train(cfg: TrainConfig, comm: Communicator) -> dict[str, Any]:
                 opt.step()
                 comm_s += time.perf_counter() - t0
                 step += 1
-                window["loss"] += float(loss) * len(y)
+                window["loss"] += float(loss.detach()) * len(y)
                 window["correct"] += float((logits(out).argmax(1) == y).sum())
                 window["n"] += len(y)
                 if step % cfg.print_freq == 0 or step == total:

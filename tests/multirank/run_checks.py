@@ -1,6 +1,6 @@
 """Run every check in checks.py on the real MPI world: ``mpiexec -n 4 python run_checks.py``.
 
-Prints ``RANK r: PASS name`` lines; exits non-zero (aborting all ranks) on the first failure.
+Rank 0 prints ``PASS name on N ranks`` lines; exits non-zero (aborting all ranks) on the first failure.
 """
 
 import os
@@ -9,8 +9,10 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from gossipgrad.comm.base import allreduce_  # noqa: E402
 from gossipgrad.comm.mpi import MpiCommunicator  # noqa: E402
 from multirank import checks  # noqa: E402
 
@@ -23,5 +25,6 @@ for check in checks.ALL:
         traceback.print_exc()
         print(f"RANK {comm.rank}: FAIL {check.__name__}", flush=True)
         comm.abort(3)
-    comm.barrier()
-    print(f"RANK {comm.rank}: PASS {check.__name__}", flush=True)
+    passed = allreduce_(comm, np.ones(1))[0]  # every rank got here without failing
+    if comm.rank == 0:
+        print(f"PASS {check.__name__} on {int(passed)} ranks", flush=True)

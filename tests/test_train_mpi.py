@@ -1,0 +1,154 @@
+"""The main job end to end under a real mpiexec: accuracy, summary record, failure handling."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from launch import REPO, env, gossipgrad, mpiexec
+
+pytestmark = pytest.mark.mpi
+
+
+def _summary(path) -> dict:
+    records = [json.loads(line) for line in open(path, encoding="utf-8")]
+    summaries = [r for r in records if r.get("event") == "summary"]
+    assert len(summaries) == 1, records[-3:]
+    return summaries[0]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """Run (size, strategy) once per module; return the summary record."""
+    cache: dict[tuple, dict] = {}
+
+    def get(size: int, strategy: str = "gossip", *extra: str) -> dict:
+        key = (size, strategy, *extra)
+        if key not in cache:
+            out = tmp_path_factory.mktemp("run") / "metrics.jsonl"
+            res = gossipgrad(size, ["train", "--strategy", strategy, "--metrics-out", str(out),
+                                    *extra], timeout=300)
+            assert res.returncode == 0, res.stderr[-3000:]
+            cache[key] = {**_summary(out), "_stderr": res.stderr, "_stdout": res.stdout}
+        return cache[key]
+
+    return get
+
+
+@pytest.mark.timeout(330)
+def test_quick_start_reaches_95_percent_with_progress_and_summary(trained):
+    s = trained(4)
+    assert s["test_accuracy"] >= 0.95, s
+    for field in ("test_accuracy", "steps", "size", "strategy", "topology",
+                  "bytes_sent_per_step", "wall_seconds", "comm_seconds"):
+        assert field in s
+    assert s["size"] == 4 and s["strategy"] == "gossip" and s["topology"] == "hypercube"
+    assert "train: 100%" in s["_stderr"], "no progress bar on rank 0"
+    assert json.loads(s["_stdout"].strip().splitlines()[-1])["event"] == "summary"
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 6, 8])
+def test_every_size_trains(trained, size):
+    s = trained(size)
+    assert s["size"] == size
+    assert s["test_accuracy"] >= 0.93, s
+
+
+@pytest.mark.timeout(600)
+def test_gossip_matches_allreduce_at_eight_ranks_and_sends_constant_bytes(trained):
+    g8, a8 = trained(8), trained(8, "allreduce")
+    assert abs(g8["test_accuracy"] - a8["test_accuracy"]) <= 0.01, (g8, a8)
+    model = g8["model_bytes"]
+    for size in (2, 8):
+        assert trained(size)["bytes_sent_per_step"] == model  # O(1): the model once
+    assert a8["bytes_sent_per_step"] == pytest.approx(2 * 7 / 8 * model)
+    assert trained(2, "allreduce")["bytes_sent_per_step"] == pytest.approx(model)
+
+
+def _start_and_signal(tmp_path, sig: int, timeout: int, launcher_flags: list[str]):
+    """Start a long 4-rank job, send ``sig`` to rank 2 once training runs; return
+    (returncode, stdout + stderr, seconds from the signal to the end of the job)."""
+    metrics = tmp_path / "m.jsonl"
+    cmd = [mpiexec(), *launcher_flags, "-n", "4", sys.executable, "-m", "gossipgrad", "train",
+           "--no-progress", "--epochs", "1000", "--comm-timeout", str(timeout),
+           "--metrics-out", str(metrics), "--print-freq", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env(), cwd=REPO, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not (metrics.exists() and metrics.stat().st_size > 0):
+            assert time.monotonic() < deadline, "training never started"
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            time.sleep(0.2)
+        os.kill(_rank_pid(proc.pid, rank=2), sig)
+        signalled = time.monotonic()
+        out, err = proc.communicate(timeout=timeout + 10 + 5)
+        return proc.returncode, out + err, time.monotonic() - signalled
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.mark.timeout(150)
+def test_hung_rank_ends_every_rank_with_a_message_naming_the_peer(tmp_path):
+    """Rank 2 stops (SIGSTOP): its peers' deadline fires, names it, and aborts every rank."""
+    code, err, elapsed = _start_and_signal(tmp_path, signal.SIGSTOP, 5, [])
+    assert code != 0
+    assert elapsed <= 5 + 10, elapsed
+    assert "peer 2 sent nothing for 5 s" in err and "is rank 2 alive?" in err, err[-3000:]
+
+
+@pytest.mark.timeout(150)
+def test_killed_rank_ends_every_rank_non_zero(tmp_path):
+    """SIGKILL on rank 2: the job ends on every rank, non-zero, within the deadline.
+
+    Hydra notices the dead rank and kills the others itself (even with
+    -disable-auto-cleanup), sooner than gossipgrad's deadline; its message names the
+    killed process. The deadline path is covered by the SIGSTOP test above.
+    """
+    code, err, elapsed = _start_and_signal(tmp_path, signal.SIGKILL, 5,
+                                           ["-disable-auto-cleanup"])
+    assert code != 0
+    assert elapsed <= 5 + 10, elapsed
+    assert "Killed (signal 9)" in err or "peer 2" in err, err[-3000:]
+
+
+def _rank_pid(root: int, rank: int) -> int:
+    """The pid of the python process that MPI gave ``rank`` (from its PMI_RANK)."""
+    for pid in _descendants(root):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                envs = f.read().split(b"\0")
+            with open(f"/proc/{pid}/comm", "rb") as f:
+                name = f.read().strip()
+        except OSError:
+            continue
+        if name.startswith(b"python") and f"PMI_RANK={rank}".encode() in envs:
+            return pid
+    raise AssertionError(f"rank {rank} not found under pid {root}")
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
