@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Install everything the tests need into .venv, bring up the services, run every test.
+#
+#   bash scripts/test.sh            # the README's test command; also what .ci/run runs
+#   bash scripts/test.sh -k schedule   # extra arguments go to pytest
+#
+# Needs root for the real Slurm (apt packages, munged/slurmctld/slurmd) and for the
+# network-namespace tests. Fails when no test ran.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+
+if [ ! -x "$VENV/bin/python" ]; then
+    echo "== creating $VENV"
+    python3 -m venv "$VENV"
+fi
+PY="$VENV/bin/python"
+echo "== installing gossipgrad[dev] into $VENV"
+"$PY" -m pip install -q --upgrade pip
+# torchvision 0.29.1 is the build that matches torch 2.14.1; pin the pair.
+"$PY" -m pip install -q -e '.[dev]' 'torch==2.14.1' 'torchvision==0.29.1'
+
+if [ -x scripts/install-horovod.sh ]; then
+    echo "== Horovod (the baseline strategy)"
+    bash scripts/install-horovod.sh "$PY"
+fi
+
+echo "== single-node Slurm"
+bash scripts/slurm-up.sh
+
+export PATH="$PWD/$VENV/bin:$PATH"
+export OMP_NUM_THREADS=1
+echo "== pytest"
+set +e
+"$PY" -m pytest -p no:cacheprovider -ra "$@" 2>&1 | tee .pytest.log
+code=${PIPESTATUS[0]}
+set -e
+if [ "$code" -eq 5 ] || ! grep -Eq '[0-9]+ passed' .pytest.log; then
+    echo "FAILED: no test ran" >&2
+    exit 1
+fi
+exit "$code"

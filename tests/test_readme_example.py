@@ -1,0 +1,34 @@
+"""The README's library example runs as written, on one rank and under mpiexec."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+
+from launch import REPO, mpiexec, run
+
+
+def _example(tmp_path) -> str:
+    text = open(f"{REPO}/README.md", encoding="utf-8").read()
+    code = re.search(r"## Library API.*?```python\n(.*?)```", text, re.S).group(1)
+    path = tmp_path / "example.py"
+    path.write_text(code)
+    return str(path)
+
+
+@pytest.mark.timeout(120)
+def test_readme_example_single_rank(tmp_path):
+    out = run([sys.executable, _example(tmp_path)], timeout=100)
+    assert out.returncode == 0, out.stderr
+    assert "0 drift 0.0" in out.stdout
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+def test_readme_example_under_mpiexec(tmp_path):
+    out = run([mpiexec(), "-n", "4", sys.executable, _example(tmp_path)], timeout=100)
+    assert out.returncode == 0, out.stderr
+    drifts = [float(d) for d in re.findall(r"^\d drift (\S+)$", out.stdout, re.M)]
+    assert len(drifts) == 4 and all(0 < d < 1 for d in drifts), out.stdout
