@@ -117,30 +117,32 @@ def test_a_batch_is_never_torn_by_concurrent_writes() -> None:
     store = ShardStore.of_tensors(np.arange(n), np.arange(n) % 5,
                                   torch.arange(n).float().unsqueeze(1).repeat(1, 256))
     ds, done, bad = ShardDataset(store, with_ids=True), threading.Event(), []
+    writes = [0]
 
     def write() -> None:
         rng = np.random.default_rng(0)
-        for _ in range(1000):
+        until = time.monotonic() + 20
+        while not done.is_set() and time.monotonic() < until:
             slots = rng.choice(n, 16, replace=False)
             cur = store.read(slots)
             roll = np.roll(np.arange(16), 1)
             store.write_(slots, Samples(cur.ids[roll], cur.labels[roll], cur.payload[roll]))
-        done.set()
+            writes[0] += 1
 
     old = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
+    writer = threading.Thread(target=write)
+    writer.start()
     try:
-        writer = threading.Thread(target=write)
-        writer.start()
-        reads, until = 0, time.monotonic() + 20
-        while (not done.is_set() or reads == 0) and time.monotonic() < until:
+        for reads in range(1, 3001):
             batch = ds.__getitems__(list(range(n)))
             ids = [i for _, _, i in batch]
             if len(set(ids)) != n or any(y != i % 5 or not bool((x == i).all())
                                          for x, y, i in batch):
                 bad.append(ids)
-            reads += 1
-        writer.join()
     finally:
+        done.set()
+        writer.join()
         sys.setswitchinterval(old)
-    assert reads > 10 and not bad, f"{len(bad)} torn batches out of {reads}"
+    assert writes[0] > 100, "the writer must run while batches are read"
+    assert not bad, f"{len(bad)} torn batches out of {reads}"
