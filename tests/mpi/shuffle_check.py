@@ -65,6 +65,8 @@ def main() -> None:
     p.add_argument("--kind", choices=["tensor", "bytes", "index"], default="tensor")
     p.add_argument("--mode", choices=["auto", "thread", "inline"], default="auto")
     p.add_argument("--check-every", type=int, default=100)
+    p.add_argument("--compute-ms", type=float, default=0.0,
+                   help="sleep this long per step, standing in for forward/backward")
     p.add_argument("--comm-timeout", type=float, default=60.0)
     args = p.parse_args()
 
@@ -78,6 +80,8 @@ def main() -> None:
                            mode=args.mode) as worker:
             mode = worker.mode.value
             for step in range(args.rounds):
+                if args.compute_ms:
+                    time.sleep(args.compute_ms / 1000)
                 worker.on_step(step)
                 if step % args.check_every == 0:
                     check(comm, store, total, f"step {step}")
@@ -89,7 +93,10 @@ def main() -> None:
                               "kind": args.kind, "mode": mode, "rounds": args.rounds,
                               "samples": args.samples, "dim": args.dim,
                               "seconds": round(float(elapsed[0]), 3),
-                              "rounds_per_s": round(args.rounds / float(elapsed[0]), 1)}),
+                              "rounds_per_s": round(args.rounds / float(elapsed[0]), 1),
+                              "compute_ms": args.compute_ms,
+                              "overhead_ms_per_step": round(1000 * float(elapsed[0]) / args.rounds
+                                                            - args.compute_ms, 3)}),
                   flush=True)
     except BaseException:  # noqa: BLE001 - one failing rank aborts all, never a hang
         traceback.print_exc()
