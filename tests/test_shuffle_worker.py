@@ -278,3 +278,17 @@ def test_arguments_and_mode_resolution(caplog) -> None:
         run_ranks(2, body, timeout=20)
     assert any("inline mode" in r.getMessage() and "[r0/2]" in r.getMessage()
                for r in caplog.records)
+
+
+@pytest.mark.timeout(30)
+def test_ranks_with_different_sample_shapes_are_told_so() -> None:
+    def body(comm):
+        data = torch.zeros(SHARD, 4 if comm.rank == 0 else 8)
+        store = ShardStore.of_tensors(np.arange(SHARD) + comm.rank * SHARD,
+                                      np.zeros(SHARD, dtype=int), data)
+        with ShuffleWorker(store, comm, samples=2, timeout=5) as worker:
+            for step in range(3):
+                worker.on_step(step)
+
+    with pytest.raises(ShuffleError, match="same sample shape and dtype"):
+        run_ranks(2, body, timeout=20)

@@ -36,6 +36,7 @@ from gossipgrad.shuffle.store import PayloadKind, Samples
 __all__ = ["ShuffleCancelled", "exchange_round"]
 
 _SLICE_S = 0.05  # how often a waiting round looks at the cancel flag
+_ABANDONED: list[Any] = []  # requests (and buffers) of failed rounds, never freed under MPI
 
 
 class ShuffleCancelled(RuntimeError):
@@ -84,16 +85,21 @@ def exchange_round(comm: Communicator, kind: PayloadKind, sample_shape: tuple[in
     post_send(meta_out, Tag.SHUFFLE_META)
     if data_out is not None:
         post_send(data_out, Tag.SHUFFLE_DATA)
-    _wait(comm, *recv_meta, deadline, timeout, cancelled)
-    if kind is PayloadKind.TENSOR and k and np.any(meta_in[:, 2] != nbytes // k):
-        raise CommError(f"rank {comm.rank}, round {index}: rank {src} sends samples of "
-                        f"{int(meta_in[0, 2])} bytes, this rank holds {nbytes // k}-byte samples; "
-                        "every rank needs the same sample shape and dtype")
-    if kind is PayloadKind.BYTES:
-        data_in = torch.empty(int(meta_in[:, 2].sum()), dtype=torch.uint8)
-        pending.append(post_recv(data_in, Tag.SHUFFLE_DATA))
-    for req, c in pending:
-        _wait(comm, req, c, deadline, timeout, cancelled)
+    try:
+        _wait(comm, *recv_meta, deadline, timeout, cancelled)
+        if kind is PayloadKind.TENSOR and k and np.any(meta_in[:, 2] != nbytes // k):
+            raise CommError(f"rank {comm.rank}, round {index}: rank {src} sends samples of "
+                            f"{int(meta_in[0, 2])} bytes, this rank holds {nbytes // k}-byte "
+                            "samples; every rank needs the same sample shape and dtype")
+        if kind is PayloadKind.BYTES:
+            data_in = torch.empty(int(meta_in[:, 2].sum()), dtype=torch.uint8)
+            pending.append(post_recv(data_in, Tag.SHUFFLE_DATA))
+        for req, c in pending:
+            _wait(comm, req, c, deadline, timeout, cancelled)
+    except BaseException:
+        # requests still posted may read or write their buffers later: keep them alive
+        _ABANDONED.extend([recv_meta, *pending, (meta_in, data_in, meta_out, data_out)])
+        raise
     return Samples(meta_in[:, 0].copy(), meta_in[:, 1].copy(),
                    _from_wire(kind, data_in, meta_in[:, 2], sample_shape, dtype))
 
