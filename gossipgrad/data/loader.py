@@ -1,7 +1,9 @@
-"""A per-rank loader over in-memory tensors: this rank's shard, reshuffled every epoch.
+"""A per-rank loader over an in-memory shard store, reshuffled every epoch.
 
-Data order is seeded with ``seed + rank`` and the epoch, so the same seed and size give the
-same batches run to run.
+The shard lives in a :class:`gossipgrad.shuffle.ShardStore`, so the background shuffle can
+swap samples in and out while training reads it; each batch is one consistent read of the
+store (never torn). Data order is seeded with ``seed + rank`` and the epoch, so the same seed
+and size give the same batches run to run.
 """
 
 from __future__ import annotations
@@ -11,34 +13,34 @@ from typing import Iterator
 import numpy as np
 import torch
 
+from gossipgrad.shuffle import ShardStore
+
 
 class ShardLoader:
-    """Batches of ``batch_size`` from ``x[indices]``; the last partial batch is dropped."""
+    """Batches of ``batch_size`` from ``store``; the last partial batch is dropped."""
 
-    def __init__(self, x: torch.Tensor, y: torch.Tensor, indices: np.ndarray, batch_size: int,
-                 seed: int, rank: int) -> None:
+    def __init__(self, store: ShardStore, batch_size: int, seed: int, rank: int) -> None:
         if batch_size <= 0:
             raise ValueError(f"--batch-size must be > 0, got {batch_size}")
-        if len(indices) < batch_size:
+        if len(store) < batch_size:
             raise ValueError(f"rank {rank}: --batch-size {batch_size} is larger than this rank's "
-                             f"shard of {len(indices)} samples; lower --batch-size or use fewer "
+                             f"shard of {len(store)} samples; lower --batch-size or use fewer "
                              "ranks")
-        self.x, self.y, self.indices = x, y, np.asarray(indices)
-        self.batch_size, self.seed, self.rank = batch_size, seed, rank
+        self.store, self.batch_size, self.seed, self.rank = store, batch_size, seed, rank
         self.epoch = 0
 
     def __len__(self) -> int:
-        return len(self.indices) // self.batch_size
+        return len(self.store) // self.batch_size
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         rng = np.random.default_rng([self.seed + self.rank, self.epoch])
-        order = self.indices[rng.permutation(len(self.indices))]
+        order = rng.permutation(len(self.store))
         for i in range(len(self)):
-            idx = torch.from_numpy(order[i * self.batch_size:(i + 1) * self.batch_size])
-            yield self.x[idx], self.y[idx]
+            batch = self.store.read(order[i * self.batch_size:(i + 1) * self.batch_size])
+            yield batch.payload, torch.from_numpy(batch.labels)
 
 
 def strided_indices(n: int, rank: int, size: int) -> np.ndarray:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from gossipgrad.comm.base import DEFAULT_TIMEOUT_S
 from gossipgrad.comm.exchange import Strategy
 from gossipgrad.comm.schedule import Topology, resolve_topology
+from gossipgrad.data.partition import parse_partition
 from gossipgrad.engine.distributed import Mix
 from gossipgrad.models import MODELS
 
@@ -53,6 +54,10 @@ class TrainConfig:
     resume: str | None = None
     evaluate: bool = False
     skip_corrupt: bool = False
+    partition: str = "iid"
+    shuffle: bool = True
+    shuffle_every: int = 1
+    shuffle_samples: int = 4
 
     def validate(self, size: int = 1) -> None:
         """Raise ValueError naming the option for any value that cannot work."""
@@ -73,6 +78,9 @@ class TrainConfig:
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got "
                                  f"{getattr(self, name)}")
+        if self.shuffle_every <= 0 or self.shuffle_samples <= 0:
+            raise ValueError("--shuffle-every and --shuffle-samples must be > 0")
+        parse_partition(self.partition)
         if self.bucket_mb <= 0:
             raise ValueError(f"--bucket-mb must be > 0, got {self.bucket_mb}")
         if self.comm_timeout <= 0:

@@ -17,12 +17,14 @@ import torch
 from gossipgrad.comm.base import Communicator, ReduceOp, allreduce_
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.data.loader import ShardLoader, strided_indices
+from gossipgrad.data.partition import partition
 from gossipgrad.data.tensors import TensorData, load_tensor_data
 from gossipgrad.engine.config import TrainConfig
 from gossipgrad.engine.consensus import agree
 from gossipgrad.engine.distributed import DistributedOptimizer
 from gossipgrad.engine.metrics import MetricsWriter, Progress
 from gossipgrad.models import build_model, logits, loss_fn
+from gossipgrad.shuffle import ShardStore, ShuffleWorker
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +78,10 @@ def train(cfg: TrainConfig, comm: Communicator) -> dict[str, Any]:
         mix=cfg.mix, staleness=cfg.staleness, sync_every=cfg.sync_every,
         bucket_mb=cfg.bucket_mb, overlap=cfg.overlap)
     check_agreement(cfg, comm, opt.schedule)
-    shard = strided_indices(len(data.train_y), comm.rank, comm.size)
-    loader = ShardLoader(data.train_x, data.train_y, shard, cfg.batch_size, cfg.seed, comm.rank)
+    ids = partition(data.train_y.numpy(), comm.size, cfg.partition, cfg.seed)[comm.rank]
+    store = ShardStore.of_tensors(ids, data.train_y[ids], data.train_x[ids])
+    loader = ShardLoader(store, cfg.batch_size, cfg.seed, comm.rank)
+    shuffle = make_shuffle(cfg, store, comm)
     steps_per_epoch = len(loader)
     total = cfg.epochs * steps_per_epoch
     if cfg.max_steps:
@@ -109,6 +113,8 @@ def train(cfg: TrainConfig, comm: Communicator) -> dict[str, Any]:
                 t0 = time.perf_counter()
                 opt.step()
                 comm_s += time.perf_counter() - t0
+                if shuffle is not None:
+                    shuffle.on_step(step)
                 step += 1
                 window["loss"] += float(loss.detach()) * len(y)
                 window["correct"] += float((logits(out).argmax(1) == y).sum())
@@ -140,9 +146,19 @@ def train(cfg: TrainConfig, comm: Communicator) -> dict[str, Any]:
         metrics.write(summary)
         return summary
     finally:
+        if shuffle is not None:
+            shuffle.stop()
         progress.close()
         metrics.close()
         opt.close()
+
+
+def make_shuffle(cfg: TrainConfig, store: ShardStore, comm: Communicator) -> ShuffleWorker | None:
+    """The background sample shuffle, or None when it is off or there is one rank."""
+    if not cfg.shuffle or comm.size == 1:
+        return None
+    return ShuffleWorker(store, comm, samples=min(cfg.shuffle_samples, len(store)),
+                         every=cfg.shuffle_every, seed=cfg.seed, topology=cfg.topology)
 
 
 def _log_record(window: dict, step: int, epoch: int, size: int, start: float,
