@@ -20,8 +20,9 @@ import pytest
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "emucluster.py"
 
 
-def load_emucluster():
-    spec = importlib.util.spec_from_file_location("emucluster", SCRIPT)
+def load_emunet():
+    """scripts/emunet.py (the namespace half of emucluster) as a module."""
+    spec = importlib.util.spec_from_file_location("emunet", SCRIPT.with_name("emunet.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -39,7 +40,7 @@ needs_netns = pytest.mark.skipif(
 
 
 def test_parse_rate_and_addresses():
-    emu = load_emucluster()
+    emu = load_emunet()
     assert emu.parse_rate("1gbit") == 10**9
     assert emu.parse_rate("200mbit") == 200 * 10**6
     assert emu.parse_rate("1.5gbit") == 1_500_000_000
