@@ -6,19 +6,20 @@
 #   scripts/install-horovod.sh /work/venv/bin/python
 #
 # Idempotent: does nothing when `import horovod.torch` works and horovod.torch.mpi_built() is
-# true. Takes ~7 CPU-minutes (~4 min on 2 idle cores; 17 min on a loaded 2-core box). Needs network access to PyPI (the sdist, cmake if absent,
-# horovod's small runtime deps) and, if no C++ compiler is present, root for apt-get.
+# true. The build takes ~7 CPU-minutes (~4 min on 2 idle cores; 17 min on a loaded 2-core box).
+# Needs network access to PyPI (the sdist, cmake if absent, horovod's small runtime deps) and,
+# if no C++ compiler is present, root for apt-get.
 #
 # MPI: the directory of PYTHON goes first on PATH, so a pip-installed MPI (e.g. the `mpich`
 # wheel, whose mpicc/mpicxx live next to python) is the one CMake finds; the installed library
 # is then checked to link against that MPI's libmpi and no other.
 #
 # Why patches: 0.28.1's CMake asks for C++14; torch's headers need C++17 (older torch) or C++20
-# (newer torch, e.g. 2.14; detected from ATen.h). We rewrite `set(CMAKE_CXX_STANDARD 14)` to 17 in
-# CMakeLists.txt and to torch's standard in horovod/torch/CMakeLists.txt, and fail if that line
-# is not there (the sdist changed and the patch must be revisited).
+# (newer torch, e.g. 2.14; detected from ATen.h). We rewrite `set(CMAKE_CXX_STANDARD 14)` to 17
+# in CMakeLists.txt and to torch's standard in horovod/torch/CMakeLists.txt, and fail if that
+# line is not there (the sdist changed and the patch must be revisited).
 #
-# Env: GOSSIPGRAD_HOROVOD_CUDA=1 keeps horovod's CUDA detection (default: CPU-only build, see below).
+# Env: GOSSIPGRAD_HOROVOD_CUDA=1 keeps horovod's CUDA detection (default: CPU-only, see below).
 #      HOROVOD_WITHOUT_GLOO=1 skips Gloo (saves build time, loses `horovodrun --gloo`).
 #      HOROVOD_BUILD_LOG=FILE keeps the full build log there (default: a temp file, kept on error).
 set -euo pipefail
