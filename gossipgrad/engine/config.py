@@ -37,7 +37,7 @@ class TrainConfig:
     scale_lr: bool = False
     strategy: str = Strategy.GOSSIP.value
     topology: str = Topology.AUTO.value
-    mix: str = Mix.GRAD.value
+    mix: str = Mix.PARAM.value
     staleness: int = 0
     sync_every: int = 0
     bucket_mb: float = 25.0
