@@ -6,6 +6,8 @@ tests/test_exchange_local.py (thread world) and tests/multirank/run_checks.py (r
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import torch
 
@@ -77,22 +79,31 @@ def check_consensus_distance(comm) -> None:
     assert consensus_distance(model, comm) < 1e-20
 
 
+_SEED_LOCK = threading.Lock()  # thread-ranks share torch's global generator
+
+
 def _train(comm, overlap: bool, mix: str = "grad", staleness: int = 0, steps: int = 6,
            strategy: str = "gossip") -> torch.Tensor:
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+    with _SEED_LOCK:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(),
+                                    torch.nn.Linear(16, 3))
     opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), model,
                                comm, strategy=strategy, mix=mix, staleness=staleness,
                                bucket_mb=0.0005, overlap=overlap, seed=3)
     gen = torch.Generator().manual_seed(100 + comm.rank)
+    overlapped_params = overlap and mix == "param" and staleness == 0 and opt.communicates
     try:
         for _ in range(steps):
             x, y = torch.randn(8, 6, generator=gen), torch.randint(0, 3, (8,), generator=gen)
             opt.zero_grad()
             torch.nn.functional.cross_entropy(model(x), y).backward()
             opt.step()
+            if overlapped_params:  # the exchange is left to the next forward's pre-hooks
+                assert opt.parameters_in_flight == len(opt.layout.buckets), "not overlapped"
     finally:
         opt.close()
+    assert opt.parameters_in_flight == 0
     assert len(opt.layout.buckets) > 1, "the test must exercise several buckets"
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
@@ -103,6 +114,15 @@ def check_overlap_is_bit_identical(comm) -> None:
         a = _train(comm, overlap=True, strategy=strategy)
         b = _train(comm, overlap=False, strategy=strategy)
         assert torch.equal(a, b), f"rank {comm.rank} {strategy}: overlap changed the result"
+
+
+def check_param_overlap_is_bit_identical(comm) -> None:
+    """mix=param: buckets posted after the step and waited for by forward pre-hooks give the
+    same bits as mixing every bucket right after the step."""
+    for strategy in ("gossip", "allreduce"):
+        a = _train(comm, overlap=True, mix="param", strategy=strategy)
+        b = _train(comm, overlap=False, mix="param", strategy=strategy)
+        assert torch.equal(a, b), f"rank {comm.rank} {strategy}: param overlap changed the result"
 
 
 def check_allreduce_keeps_ranks_identical(comm) -> None:
@@ -146,5 +166,6 @@ def check_deadline_names_peer(comm) -> None:
 
 ALL = [check_hypercube_cycle_gives_exact_mean, check_one_step_closed_form,
        check_mixing_preserves_mean, check_allreduce_exchange_is_mean, check_consensus_distance,
-       check_overlap_is_bit_identical, check_allreduce_keeps_ranks_identical,
+       check_overlap_is_bit_identical, check_param_overlap_is_bit_identical,
+       check_allreduce_keeps_ranks_identical,
        check_param_mix_and_staleness_keep_mean, check_deadline_names_peer]
