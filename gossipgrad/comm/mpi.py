@@ -5,6 +5,7 @@ nothing is ever unpickled from another rank. Every wait polls its request agains
 deadline. Below ``MPI_THREAD_MULTIPLE`` every MPI call is serialised behind one lock.
 CUDA tensors go to MPI directly only when the library is CUDA-aware (see
 :func:`cuda_aware`); the exchange layer stages them through host buffers otherwise.
+``GOSSIPGRAD_INJECT_DELAY_MS`` delays every point-to-point send (see ``comm.delay``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from gossipgrad.comm.base import (
     WaitContext,
 )
 from gossipgrad.comm.buffers import host_array
+from gossipgrad.comm.delay import DelayedPoster, DelayedRequest, inject_delay_s
 
 import mpi4py
 
@@ -91,23 +93,42 @@ class MpiRequest:
 
 
 class MpiCommunicator:
-    """A :class:`~gossipgrad.comm.base.Communicator` over an ``mpi4py`` communicator."""
+    """A :class:`~gossipgrad.comm.base.Communicator` over an ``mpi4py`` communicator.
 
-    def __init__(self, comm: Any = None, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+    Args:
+        comm: the mpi4py communicator (default ``COMM_WORLD``).
+        timeout: seconds any wait may take.
+        delay_s: injected one-way latency per sent message (default: from
+            ``GOSSIPGRAD_INJECT_DELAY_MS``, see :mod:`gossipgrad.comm.delay`).
+    """
+
+    def __init__(self, comm: Any = None, timeout: float = DEFAULT_TIMEOUT_S,
+                 delay_s: float | None = None, _poster: DelayedPoster | None = None) -> None:
         self._comm = comm if comm is not None else MPI.COMM_WORLD
         self.rank = self._comm.Get_rank()
         self.size = self._comm.Get_size()
         self.timeout = timeout
         self.lock = contextlib.nullcontext() if thread_multiple() else _LOCK
+        self.delay_s = inject_delay_s() if delay_s is None else delay_s
+        if self.delay_s > 0 and _poster is None:
+            _poster = DelayedPoster(self.delay_s, self.rank)
+        self._poster = _poster if self.delay_s > 0 else None
 
     def __repr__(self) -> str:
         return f"MpiCommunicator(rank={self.rank}, size={self.size})"
 
-    def isend(self, buf: Any, dst: int, tag: int, ctx: WaitContext | None = None) -> MpiRequest:
+    def isend(self, buf: Any, dst: int, tag: int,
+              ctx: WaitContext | None = None) -> MpiRequest | DelayedRequest:
         b = mpi_buffer(buf)
+        ctx = ctx or WaitContext("received nothing", dst, tag)
+        if self._poster is not None:
+            return self._poster.post(lambda: self._isend(b, dst, tag, ctx), ctx)
+        return self._isend(b, dst, tag, ctx)
+
+    def _isend(self, b: Any, dst: int, tag: int, ctx: WaitContext) -> MpiRequest:
         with self.lock:
             req = self._comm.Isend(b, dest=dst, tag=tag)
-        return MpiRequest(self, req, ctx or WaitContext("received nothing", dst, tag), b)
+        return MpiRequest(self, req, ctx, b)
 
     def irecv(self, buf: Any, src: int, tag: int, ctx: WaitContext | None = None) -> MpiRequest:
         b = mpi_buffer(buf)
@@ -134,7 +155,7 @@ class MpiCommunicator:
 
     def dup(self) -> MpiCommunicator:
         with self.lock:
-            return MpiCommunicator(self._comm.Dup(), self.timeout)
+            return MpiCommunicator(self._comm.Dup(), self.timeout, self.delay_s, self._poster)
 
     def abort(self, code: int = 1) -> None:
         MPI.COMM_WORLD.Abort(code)
