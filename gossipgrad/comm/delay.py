@@ -22,7 +22,7 @@ import os
 import threading
 import time
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 from gossipgrad.comm.base import CommTimeout, Request, WaitContext
 

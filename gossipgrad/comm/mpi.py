@@ -17,6 +17,8 @@ import threading
 import time
 from typing import Any
 
+import mpi4py
+
 from gossipgrad.comm.base import (
     DEFAULT_TIMEOUT_S,
     CommError,
@@ -26,8 +28,6 @@ from gossipgrad.comm.base import (
 )
 from gossipgrad.comm.buffers import host_array
 from gossipgrad.comm.delay import DelayedPoster, DelayedRequest, inject_delay_s
-
-import mpi4py
 
 mpi4py.rc.thread_level = os.environ.get("GOSSIPGRAD_MPI_THREAD_LEVEL", "multiple")
 from mpi4py import MPI  # noqa: E402

@@ -24,9 +24,10 @@ bucket leaves right after the optimizer step, and is waited for by a forward pre
 the first module that uses one of its parameters at the next step, so the exchange hides
 behind the next forward. Parameters must therefore be read through their own module's
 ``forward`` (not, e.g., as ``other_module.weight`` from a different module); otherwise pass
-``overlap=False``. Overlapped and blocking exchange give bit-identical results. Staleness 1 completes the exchange posted at step t at step t+1 and applies
-the mixing correction ``(peer's - own) / 2`` computed from step t's values, which keeps the
-mean over ranks exact.
+``overlap=False``. Overlapped and blocking exchange give bit-identical results.
+Staleness 1 completes the exchange posted at step t at step t+1 and applies the mixing
+correction ``(peer's - own) / 2`` computed from step t's values, which keeps the mean over
+ranks exact.
 """
 
 from __future__ import annotations
