@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from gossipgrad.cli.bench import bench
 from gossipgrad.cli.schedule import schedule
 from gossipgrad.cli.train import train
 
@@ -20,3 +21,4 @@ def main() -> None:
 
 main.add_command(train)
 main.add_command(schedule)
+main.add_command(bench)

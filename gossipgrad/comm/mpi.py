@@ -162,6 +162,19 @@ class MpiCommunicator:
         os._exit(code)  # Abort should not return; never let this rank carry on
 
 
+def raw_sendrecv_seconds(comm: MpiCommunicator, sendbuf: Any, dst: int, recvbuf: Any,
+                         src: int, tag: int) -> float:
+    """Seconds one plain blocking ``MPI_Sendrecv`` of ``sendbuf`` to ``dst`` while receiving
+    ``recvbuf`` from ``src`` takes: the baseline ``gossipgrad bench exchange`` compares
+    against. It has no deadline (it is the thing measured); callers pass a barrier with one
+    first, so every rank is known to be there."""
+    s, r = mpi_buffer(sendbuf), mpi_buffer(recvbuf)
+    with comm.lock:
+        t0 = MPI.Wtime()
+        comm._comm.Sendrecv(s, dst, tag, r, src, tag)
+        return MPI.Wtime() - t0
+
+
 def processor_name() -> str:
     return MPI.Get_processor_name()
 
@@ -180,4 +193,5 @@ def node_local_rank() -> int:
 
 
 __all__ = ["MpiCommunicator", "MpiRequest", "cuda_aware", "thread_multiple", "CommError",
-           "CommTimeout", "node_local_rank", "processor_name", "library_version"]
+           "CommTimeout", "node_local_rank", "processor_name", "library_version",
+           "raw_sendrecv_seconds"]
