@@ -44,6 +44,69 @@ def rounded(x: float, digits: int = 6) -> float:
     return float(f"{x:.{digits}g}")
 
 
+def finite(x: float | None, digits: int = 4) -> float | None:
+    """``x`` rounded, or None for None/NaN/inf (JSON has no NaN)."""
+    if x is None or x != x or x in (float("inf"), float("-inf")):
+        return None
+    return rounded(x, digits)
+
+
+def make_stack(width: int, layers: int, seed: int = 0) -> torch.nn.Module:
+    """``layers`` x (Linear(width, width), ReLU); the same weights for the same seed."""
+    gen = torch.Generator().manual_seed(seed)
+    mods: list[torch.nn.Module] = []
+    for _ in range(layers):
+        lin = torch.nn.Linear(width, width)
+        with torch.no_grad():
+            lin.weight.normal_(0.0, width ** -0.5, generator=gen)
+            lin.bias.zero_()
+        mods += [lin, torch.nn.ReLU()]
+    return torch.nn.Sequential(*mods)
+
+
+class Trainer:
+    """One model copy (:func:`make_stack`) and its distributed optimizer, built by the engine
+    factory from a strategy name; ``kw`` go to the factory."""
+
+    def __init__(self, comm: Communicator, strategy: str, width: int, layers: int,
+                 **kw: Any) -> None:
+        from gossipgrad.engine.factory import make_distributed
+
+        self.model = make_stack(width, layers)
+        self.opt = make_distributed(strategy, self.model,
+                                    torch.optim.SGD(self.model.parameters(), lr=1e-3), comm, **kw)
+        self.width = width
+        self.x = torch.empty(0)
+
+    def set_batch(self, batch: int) -> None:
+        self.x = torch.randn(batch, self.width, generator=torch.Generator().manual_seed(1))
+
+    def step(self) -> tuple[float, float]:
+        """One step; returns (forward + backward seconds, backward seconds) on this rank."""
+        t0 = time.perf_counter()
+        self.opt.zero_grad()
+        loss = self.model(self.x).square().mean()
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        self.opt.step()
+        return t2 - t0, t2 - t1
+
+    def block(self, steps: int) -> float:
+        """Mean step time over ``steps`` steps after one untimed step. In-flight exchanges
+        are completed untimed at the end (``drain``), so each timed step pays for one."""
+        self.step()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            self.step()
+        dt = time.perf_counter() - t0
+        self.opt.drain()
+        return dt / steps
+
+    def close(self) -> None:
+        self.opt.close()
+
+
 def emit(comm: Communicator, record: dict[str, Any]) -> None:
     """Print ``record`` as one JSON line on rank 0 (other ranks print nothing)."""
     if comm.rank == 0:

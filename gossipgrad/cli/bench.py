@@ -72,3 +72,75 @@ def exchange(sizes_mb: str, bucket_mb: float, reps: int, warmup: int,
     if bucket_mb <= 0:
         raise click.BadParameter(f"must be > 0, got {bucket_mb}", param_hint="--bucket-mb")
     _run(comm_timeout, lambda comm: run_exchange(comm, sizes, bucket_mb, reps, warmup))
+
+
+@bench.command()
+@click.option("--width", type=click.IntRange(1), default=1024, show_default=True,
+              help="Features of each Linear layer.")
+@click.option("--layers", type=click.IntRange(1), default=8, show_default=True)
+@click.option("--mix", type=click.Choice(["param", "grad"]), default="param", show_default=True)
+@click.option("--comm-fraction", type=float, default=0.5, show_default=True,
+              help="Choose the batch so the exchange takes this fraction of backward.")
+@click.option("--batch", type=click.IntRange(0), default=0, show_default=True,
+              help="Samples per rank per step (0 = calibrate from --comm-fraction).")
+@click.option("--bucket-mb", type=float, default=4.0, show_default=True)
+@click.option("--steps", type=click.IntRange(1), default=4, show_default=True,
+              help="Timed steps per block.")
+@click.option("--reps", type=click.IntRange(1), default=3, show_default=True,
+              help="Blocks per configuration (the median is reported).")
+@_TIMEOUT
+def overlap(width: int, layers: int, mix: str, comm_fraction: float, batch: int,
+            bucket_mb: float, steps: int, reps: int, comm_timeout: float) -> None:
+    """Step time: compute only vs blocking exchange vs overlapped exchange."""
+    from gossipgrad.bench.overlap import run_overlap
+
+    if bucket_mb <= 0:
+        raise click.BadParameter(f"must be > 0, got {bucket_mb}", param_hint="--bucket-mb")
+    _run(comm_timeout, lambda comm: run_overlap(comm, width, layers, mix, comm_fraction, batch,
+                                                bucket_mb, steps, reps))
+
+
+@bench.command()
+@click.option("--strategies", default="gossip,allreduce,local", show_default=True,
+              help="Comma-separated strategy names (any the engine factory knows).")
+@click.option("--width", type=click.IntRange(1), default=1024, show_default=True)
+@click.option("--layers", type=click.IntRange(1), default=8, show_default=True,
+              help="Linear(width, width) layers: 8 x 1024 is a 33.6 MB model.")
+@click.option("--batch", type=click.IntRange(1), default=8, show_default=True,
+              help="Samples per rank per step (small: communication-bound).")
+@click.option("--mix", type=click.Choice(["param", "grad"]), default="param", show_default=True,
+              help="What gossip mixes (allreduce always averages gradients).")
+@click.option("--bucket-mb", type=float, default=25.0, show_default=True)
+@click.option("--overlap/--no-overlap", default=True, show_default=True)
+@click.option("--steps", type=click.IntRange(1), default=3, show_default=True,
+              help="Timed steps per block.")
+@click.option("--reps", type=click.IntRange(1), default=3, show_default=True,
+              help="Timed blocks per strategy (the median is reported).")
+@click.option("--warmup", type=click.IntRange(0), default=1, show_default=True,
+              help="Untimed blocks per strategy first.")
+@click.option("--png", type=click.Path(dir_okay=False), default=None,
+              help="Write a bar chart here (rank 0; needs matplotlib).")
+@click.option("--markdown", type=click.Path(dir_okay=False), default=None,
+              help="Write a Markdown table here (rank 0).")
+@_TIMEOUT
+def strategies(strategies: str, width: int, layers: int, batch: int, mix: str,
+               bucket_mb: float, overlap: bool, steps: int, reps: int, warmup: int,
+               png: str | None, markdown: str | None, comm_timeout: float) -> None:
+    """gossip vs allreduce vs local on the same model, ranks and links, in one launch."""
+    from gossipgrad.bench.strategies import markdown_table, plot_png, run_strategies
+
+    names = [s.strip() for s in strategies.split(",") if s.strip()]
+    if bucket_mb <= 0:
+        raise click.BadParameter(f"must be > 0, got {bucket_mb}", param_hint="--bucket-mb")
+
+    def body(comm: Any) -> dict[str, Any]:
+        record = run_strategies(comm, names, width, layers, batch, mix, bucket_mb, overlap,
+                                steps, reps, warmup)
+        if comm.rank == 0 and markdown:
+            with open(markdown, "w", encoding="utf-8") as f:
+                f.write(markdown_table(record))
+        if comm.rank == 0 and png:
+            plot_png(record, png)
+        return record
+
+    _run(comm_timeout, body)

@@ -4,7 +4,8 @@
 
 What is returned has :class:`~gossipgrad.engine.distributed.DistributedOptimizer`'s surface,
 which the trainer and ``gossipgrad bench`` rely on: ``zero_grad()``, ``step()``,
-``synchronize()``, ``close()``, ``bytes_sent_per_step()`` and ``param_groups``. A new
+``drain()`` (complete what is in flight), ``synchronize()``, ``close()``,
+``bytes_sent_per_step()`` (the theory) and ``param_groups``. A new
 strategy (an engine adapter around Horovod or DDP, say) registers a builder::
 
     @register("horovod")
