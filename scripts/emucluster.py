@@ -28,6 +28,11 @@ survives the switch. MPICH is forced off shared memory and onto TCP over eth0 (s
     MPIR_CVAR_CH4_NETMOD=ucx     the pip mpich wheel has ucx and ofi; pin the one configured
     UCX_TLS=tcp,self             no UCX shared-memory/cma transports
     UCX_NET_DEVICES=eth0         not `lo`, whose 127.0.0.1 is a different host in each rank
+    UCX_RNDV_SCHEME=get_zcopy    UCX's default rendezvous over TCP halves the rate when both
+                                 directions are busy (a 2-rank 8 MiB Sendrecv at 1gbit: 53 MB/s
+                                 per direction by default, 116 MB/s with get_zcopy; one
+                                 direction alone: ~100-120 MB/s either way), which would make
+                                 every link half duplex; see docs/benchmarks.md
 
 Every namespace is removed on exit, error, SIGINT/SIGTERM/SIGHUP (try/finally, signal
 handlers and atexit); `cleanup` removes those left by runs whose process is gone (a SIGKILL).
@@ -61,6 +66,7 @@ MPI_ENV = {
     "MPIR_CVAR_CH4_NETMOD": "ucx",
     "UCX_TLS": "tcp,self",
     "UCX_NET_DEVICES": "eth0",
+    "UCX_RNDV_SCHEME": "get_zcopy",
 }
 
 

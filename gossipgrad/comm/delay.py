@@ -24,7 +24,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from gossipgrad.comm.base import CommTimeout, Request, WaitContext
+from gossipgrad.comm.base import CommTimeout, Request, WaitContext, poll
 
 ENV = "GOSSIPGRAD_INJECT_DELAY_MS"
 
@@ -57,13 +57,7 @@ class DelayedRequest:
         return self.inner is not None and self.inner.test()
 
     def wait(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        pause = 0.0
-        while not self.test():
-            if time.monotonic() > deadline:
-                raise CommTimeout(self.ctx.describe(self.rank, timeout))
-            time.sleep(pause)
-            pause = min(max(pause * 2, 2e-5), 1e-3)
+        poll(self.test, timeout, lambda: CommTimeout(self.ctx.describe(self.rank, timeout)))
 
 
 class DelayedPoster:

@@ -84,7 +84,8 @@ class GossipExchange(Exchange):
         recv = self._buffer(self._recv, index, buf)
         send = self.stager.outgoing(buf, self._send, index) if (self.copy_send or
                                                                 self.stager.staging(buf)) else buf
-        rq = self.comm.irecv(recv, peers.src, tag, WaitContext("sent nothing", peers.src, tag, step))
+        rq = self.comm.irecv(recv, peers.src, tag,
+                             WaitContext("sent nothing", peers.src, tag, step))
         sq = self.comm.isend(send, peers.dst, tag,
                              WaitContext("received nothing", peers.dst, tag, step))
         return Pending(buf, [rq, sq], recv=recv)

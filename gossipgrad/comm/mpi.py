@@ -14,7 +14,6 @@ import contextlib
 import logging
 import os
 import threading
-import time
 from typing import Any
 
 import mpi4py
@@ -25,6 +24,7 @@ from gossipgrad.comm.base import (
     CommTimeout,
     ReduceOp,
     WaitContext,
+    poll,
 )
 from gossipgrad.comm.buffers import host_array
 from gossipgrad.comm.delay import DelayedPoster, DelayedRequest, inject_delay_s
@@ -83,13 +83,7 @@ class MpiRequest:
         return self.done
 
     def wait(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        pause = 0.0
-        while not self.test():
-            if time.monotonic() > deadline:
-                raise CommTimeout(self.ctx.describe(self.comm.rank, timeout))
-            time.sleep(pause)
-            pause = min(max(pause * 2, 2e-5), 1e-3)
+        poll(self.test, timeout, lambda: CommTimeout(self.ctx.describe(self.comm.rank, timeout)))
 
 
 class MpiCommunicator:

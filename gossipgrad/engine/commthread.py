@@ -11,9 +11,9 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
-from gossipgrad.comm.base import CommTimeout
+from gossipgrad.comm.base import POLL_MAX_PAUSE_S, PROGRESS_BURST, CommTimeout
 from gossipgrad.comm.exchange import Exchange, Pending
 
 
@@ -78,14 +78,26 @@ class CommThread:
                     pause = 0.0
                 else:
                     time.sleep(pause)
-                    pause = min(max(pause * 2, 2e-5), 1e-3)
+                    pause = min(max(pause * 2, 2e-5), POLL_MAX_PAUSE_S)
         except BaseException as exc:  # noqa: BLE001 - handed to the training thread
             self._error = exc
             for ev in list(self._done.values()):
                 ev.set()
 
     def _progress(self, inflight: list[tuple[int, Pending, float]]) -> bool:
-        """Finish every exchange whose requests completed; True if any did."""
+        """Finish every exchange whose requests completed; True if any did. When none has,
+        drive MPI's progress with a burst of tests on the oldest request first (progress is
+        global: a test of one request moves every transfer; see ``base.PROGRESS_BURST``)."""
+        if self._sweep(inflight):
+            return True
+        oldest = next((r for r in inflight[0][1].requests if not r.test()), None)
+        if oldest is not None:
+            for _ in range(PROGRESS_BURST - 1):
+                if oldest.test():
+                    break
+        return self._sweep(inflight)
+
+    def _sweep(self, inflight: list[tuple[int, Pending, float]]) -> bool:
         progressed = False
         for item in list(inflight):
             key, pending, deadline = item
