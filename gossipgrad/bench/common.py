@@ -64,6 +64,9 @@ def make_stack(width: int, layers: int, seed: int = 0) -> torch.nn.Module:
     return torch.nn.Sequential(*mods)
 
 
+PHASES = ("forward", "backward", "optimizer", "total")
+
+
 class Trainer:
     """One model copy (:func:`make_stack`) and its distributed optimizer, built by the engine
     factory from a strategy name; ``kw`` go to the factory."""
@@ -81,8 +84,10 @@ class Trainer:
     def set_batch(self, batch: int) -> None:
         self.x = torch.randn(batch, self.width, generator=torch.Generator().manual_seed(1))
 
-    def step(self) -> tuple[float, float]:
-        """One step; returns (forward + backward seconds, backward seconds) on this rank."""
+    def step(self) -> dict[str, float]:
+        """One step; seconds on this rank of its phases: ``forward`` (with any waits of
+        forward pre-hooks), ``backward`` (with hooks), ``optimizer`` (``step()``, with its
+        waits) and ``total``."""
         t0 = time.perf_counter()
         self.opt.zero_grad()
         loss = self.model(self.x).square().mean()
@@ -90,18 +95,20 @@ class Trainer:
         loss.backward()
         t2 = time.perf_counter()
         self.opt.step()
-        return t2 - t0, t2 - t1
+        t3 = time.perf_counter()
+        return {"forward": t1 - t0, "backward": t2 - t1, "optimizer": t3 - t2, "total": t3 - t0}
 
-    def block(self, steps: int) -> float:
-        """Mean step time over ``steps`` steps after one untimed step. In-flight exchanges
-        are completed untimed at the end (``drain``), so each timed step pays for one."""
+    def block(self, steps: int) -> dict[str, float]:
+        """Mean phase times (see :meth:`step`) over ``steps`` steps after one untimed step.
+        In-flight exchanges are completed untimed at the end (``drain``), so each timed step
+        pays for exactly one exchange."""
         self.step()
-        t0 = time.perf_counter()
+        sums = dict.fromkeys(PHASES, 0.0)
         for _ in range(steps):
-            self.step()
-        dt = time.perf_counter() - t0
+            for k, v in self.step().items():
+                sums[k] += v
         self.opt.drain()
-        return dt / steps
+        return {k: v / steps for k, v in sums.items()}
 
     def close(self) -> None:
         self.opt.close()

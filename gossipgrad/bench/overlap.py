@@ -61,7 +61,7 @@ def calibrate(comm: Communicator, trainers: dict[str, Trainer], fraction: float,
     compute = trainers["compute"]
     compute.set_batch(probe)
     compute.step()
-    bwd = median(max_over_ranks(comm, [compute.step()[1] for _ in range(reps)]))
+    bwd = median(max_over_ranks(comm, [compute.step()["backward"] for _ in range(reps)]))
     per_sample = bwd / probe
     batch = int(min(8192, max(1, round(ex / (fraction * per_sample)))))
     return batch, ex, per_sample
@@ -92,11 +92,11 @@ def run_overlap(comm: Communicator, width: int = 1024, layers: int = 8, mix: str
         for rep in range(reps):
             for n in names[rep % 3:] + names[:rep % 3]:
                 comm.barrier()
-                times[n].append(trainers[n].block(steps))
+                times[n].append(trainers[n].block(steps)["total"])
             comm.barrier()
-            fb, b = trainers["compute"].step()
-            fwd_bwd.append(fb)
-            bwd.append(b)
+            phases = trainers["compute"].step()
+            fwd_bwd.append(phases["forward"] + phases["backward"])
+            bwd.append(phases["backward"])
         med = {n: median(max_over_ranks(comm, times[n])) for n in names}
         backward_s = median(max_over_ranks(comm, bwd))
         forward_s = median(max_over_ranks(comm, fwd_bwd)) - backward_s

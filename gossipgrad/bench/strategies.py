@@ -10,6 +10,10 @@ untimed blocks each, then ``--reps`` timed blocks of ``--steps`` steps. Per stra
 
 - ``step_s``: median over blocks of the mean step time (MAX over ranks);
 - ``samples_per_s``: ``batch * size / step_s``;
+- ``phase_s``: where a step goes (MAX over ranks, median over blocks): ``forward`` (with the
+  waits of forward pre-hooks: overlapped parameter mixing), ``backward`` (with the hooks
+  that post gradient buckets), ``optimizer`` (``step()``: waits for gradient buckets, the
+  update, the posts or blocking exchange of parameter buckets);
 - ``posted_bytes_per_step``: bytes this rank handed to ``isend``/``iallreduce`` (counted by
   wrapping the communicator; an allreduce buffer counts once, whatever MPI sends for it);
 - ``wire_bytes_per_step``: bytes the rank's ``eth0`` transmitted (``/proc/net/dev``), in
@@ -26,6 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from gossipgrad.bench.common import (
+    PHASES,
     CountingCommunicator,
     Trainer,
     finite,
@@ -60,6 +65,7 @@ class Contender:
         self.trainer = Trainer(self.counter, name, width, layers, **kw)
         self.trainer.set_batch(batch)
         self.times: list[float] = []
+        self.phases: dict[str, list[float]] = {k: [] for k in PHASES}
         self.posted: list[float] = []
         self.wire: list[float] = []
 
@@ -67,10 +73,12 @@ class Contender:
         """``steps`` timed steps (+ one untimed); bytes are per step over all ``steps + 1``."""
         posted0 = self.counter.sent + self.counter.reduced
         wire0 = wire_tx_bytes()
-        seconds = self.trainer.block(steps)
+        phases = self.trainer.block(steps)
         wire1 = wire_tx_bytes()
         if record:
-            self.times.append(seconds)
+            self.times.append(phases["total"])
+            for k, v in phases.items():
+                self.phases[k].append(v)
             self.posted.append((self.counter.sent + self.counter.reduced - posted0) / (steps + 1))
             if wire0 is not None and wire1 is not None:
                 self.wire.append((wire1 - wire0) / (steps + 1))
@@ -118,7 +126,9 @@ def summarize(comm: Communicator, c: Contender, batch: int) -> dict[str, Any]:
     theory = float(c.trainer.opt.bytes_sent_per_step())
     posted = median(c.posted)
     wire = median(c.wire) if c.wire else None
-    return {"strategy": c.name, "step_s": rounded(step_s),
+    phases = {k: rounded(median(max_over_ranks(comm, v)), 4) for k, v in c.phases.items()
+              if k != "total"}
+    return {"strategy": c.name, "step_s": rounded(step_s), "phase_s": phases,
             "samples_per_s": rounded(batch * comm.size / step_s, 5),
             "posted_bytes_per_step": round(posted, 1), "theory_bytes_per_step": round(theory, 1),
             "wire_bytes_per_step": round(wire, 1) if wire is not None else None,
