@@ -14,7 +14,9 @@ step's peer, in rotating order, each started after a barrier:
 Times are the MAX over ranks of each repetition, then the median over repetitions. The
 schedule's permutation for the step is computed before the clock starts (a seeded RNG, about
 60 us once per cycle, the same for every method).
-``ratio = exchange / raw`` (1.0 is the limit), ``ratio_mix = exchange_mix / raw``.
+``ratio = exchange / raw`` (1.0 is the limit), ``ratio_mix = exchange_mix / raw``; the
+``_paired`` ratios are medians over repetitions of the ratio within a repetition (the
+methods run back to back), which a machine whose load drifts during the run disturbs less.
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ def exchange_buckets(thread: CommThread, buckets: list[torch.Tensor], step: int)
     """Hand every bucket to the communication thread, as backward hooks do, and wait."""
     ex = thread.exchange
     for i, b in enumerate(buckets):
-        thread.submit(i, lambda b=b, i=i: ex.start(b, i, step, Tag.GRAD_BUCKET + i))
+        thread.submit(i, lambda b=b, i=i: ex.start(b, i, step, Tag.GRAD_BUCKET + i),
+                      eager=not b.is_cuda)
     for i in range(len(buckets)):
         thread.wait(i)
 
@@ -83,11 +86,16 @@ def measure_size(comm: Communicator, nbytes: int, bucket_bytes: int, reps: int, 
             t = timed(comm, lambda m=m, rep=rep: run[m](rep))
             if rep >= warmup:
                 times[m].append(t)
-    med = {m: median(max_over_ranks(comm, times[m])) for m in METHODS}
+    worst = {m: max_over_ranks(comm, times[m]) for m in METHODS}
+    med = {m: median(worst[m]) for m in METHODS}
+    paired = {m: median([x / r for x, r in zip(worst[m], worst["raw"], strict=True)])
+              for m in ("exchange", "exchange_mix")}
     return {"size_mb": rounded(nbytes / 2**20), "bytes": numel * 4, "buckets": len(buckets),
             **{f"{m}_s": rounded(med[m]) for m in METHODS},
             "ratio": rounded(med["exchange"] / med["raw"], 4),
             "ratio_mix": rounded(med["exchange_mix"] / med["raw"], 4),
+            "ratio_paired": rounded(paired["exchange"], 4),
+            "ratio_mix_paired": rounded(paired["exchange_mix"], 4),
             "raw_gbit_per_s": rounded(numel * 4 * 8 / med["raw"] / 1e9, 4),
             "exchange_gbit_per_s": rounded(numel * 4 * 8 / med["exchange"] / 1e9, 4)}
 

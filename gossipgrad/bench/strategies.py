@@ -21,6 +21,10 @@ untimed blocks each, then ``--reps`` timed blocks of ``--steps`` steps. Per stra
 - ``theory_bytes_per_step``: the model's bytes for gossip, ``2 (size - 1) / size`` of them
   for allreduce (ring / reduce-scatter + allgather), 0 for local.
 
+``gossip_over_allreduce`` is the ratio of the two medians; ``..._paired`` the median over
+repetitions of the ratio of the two blocks run back to back in that repetition (less
+sensitive to a machine whose load drifts during the run).
+
 Gossip mixes ``--mix`` (default param); allreduce averages gradients during backward, as
 DDP and Horovod do. Both overlap (``--no-overlap`` turns it off for all).
 """
@@ -117,6 +121,10 @@ def run_strategies(comm: Communicator, strategies: list[str], width: int = 1024,
     if "gossip" in by_name and "allreduce" in by_name:
         record["gossip_over_allreduce"] = finite(by_name["gossip"]["step_s"]
                                                  / by_name["allreduce"]["step_s"])
+        g, a = (next(c for c in contenders if c.name == n) for n in ("gossip", "allreduce"))
+        paired = [x / y for x, y in zip(max_over_ranks(comm, g.times),
+                                        max_over_ranks(comm, a.times), strict=True)]
+        record["gossip_over_allreduce_paired"] = finite(median(paired))
     return record
 
 

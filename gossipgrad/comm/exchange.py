@@ -76,9 +76,12 @@ class GossipExchange(Exchange):
         self.copy_send = copy_send
         self._recv: dict[int, Any] = {}
         self._send: dict[int, Any] = {}
+        self._peers: tuple[int, Any] = (-1, None)
 
     def start(self, buf: torch.Tensor, index: int, step: int, tag: int) -> Pending:
-        peers = self.schedule.peers(self.comm.rank, step)
+        if self._peers[0] != step:  # one schedule look-up per step, not per bucket
+            self._peers = (step, self.schedule.peers(self.comm.rank, step))
+        peers = self._peers[1]
         if peers is None:
             return Pending(buf)
         recv = self._buffer(self._recv, index, buf)

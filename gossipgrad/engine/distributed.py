@@ -190,7 +190,8 @@ class DistributedOptimizer:
     def _submit(self, index: int, buf: torch.Tensor, tag_base: int) -> None:
         self._submitted[index] = True
         step = self.step_count
-        self._thread.submit(index, lambda: self.exchange.start(buf, index, step, tag_base + index))
+        self._thread.submit(index, lambda: self.exchange.start(buf, index, step, tag_base + index),
+                            eager=not buf.is_cuda)
 
     def _mix_buckets(self, bufs: list[torch.Tensor], tag_base: int) -> None:
         if not self.communicates:
