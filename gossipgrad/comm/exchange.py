@@ -85,6 +85,7 @@ class GossipExchange(Exchange):
         if peers is None:
             return Pending(buf)
         recv = self._buffer(self._recv, index, buf)
+        self.stager.ready(buf)  # before the receive too: last step's mix may still read recv
         send = self.stager.outgoing(buf, self._send, index) if (self.copy_send or
                                                                 self.stager.staging(buf)) else buf
         rq = self.comm.irecv(recv, peers.src, tag,
@@ -113,10 +114,15 @@ class AllreduceExchange(Exchange):
 
     strategy = Strategy.ALLREDUCE
 
+    def __init__(self, comm: Communicator, stager: Stager | None = None) -> None:
+        super().__init__(comm, stager)
+        self._staged: dict[int, Any] = {}  # pinned host buffers, reused step to step
+
     def start(self, buf: torch.Tensor, index: int, step: int, tag: int) -> Pending:
         if self.comm.size == 1:
             return Pending(buf)
-        staged = self.stager.outgoing(buf, {}, index) if self.stager.staging(buf) else buf
+        self.stager.ready(buf)
+        staged = self.stager.outgoing(buf, self._staged, index) if self.stager.staging(buf) else buf
         return Pending(buf, [self.comm.iallreduce_(staged)], staged=staged)
 
     def finish(self, pending: Pending) -> None:
