@@ -76,3 +76,38 @@ def test_an_error_while_mixing_reaches_the_waiter():
             thread.close()
 
     run_ranks(2, body, timeout=20)
+
+
+@pytest.mark.timeout(60)
+def test_window_keeps_at_most_that_many_on_the_wire_in_submission_order():
+    seen: list[tuple[int, int, int]] = []  # (rank, key, exchanges in flight when posted)
+
+    class Recording(GossipExchange):
+        def start(self, buf, index, step, tag):
+            seen.append((self.comm.rank, index, len(thread_of[self.comm.rank]._inflight)))
+            return super().start(buf, index, step, tag)
+
+    thread_of = {}
+
+    def body(comm):
+        thread = thread_of[comm.rank] = CommThread(Recording(comm, Schedule(comm.size)), 20,
+                                                   window=2)
+        try:
+            bufs = [torch.full((1000,), float(comm.rank)) for _ in range(6)]
+            for i, b in enumerate(bufs):
+                thread.submit(i, lambda b=b, i=i: thread.exchange.start(
+                    b, i, 0, Tag.PARAM_BUCKET + i), eager=True)
+            for i in range(6):
+                thread.wait(i)
+            src = thread.exchange.schedule.peers(comm.rank, 0).src
+            assert all(torch.all(b == (comm.rank + src) / 2) for b in bufs)
+        finally:
+            thread.close()
+
+    run_ranks(2, body, timeout=40)
+    for rank in (0, 1):
+        mine = [(key, n) for r, key, n in seen if r == rank]
+        assert [key for key, _ in mine] == list(range(6))
+        assert max(n for _, n in mine) <= 1, mine  # at most 1 other in flight: window 2
+    with pytest.raises(ValueError, match="window"):
+        CommThread(None, 1, window=0)

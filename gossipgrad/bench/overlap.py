@@ -15,7 +15,10 @@ run, each through the engine factory, alternating blocks of ``--steps`` steps:
 Calibration first: the time of one blocking exchange of the whole model (``exchange_s``) and
 the backward time per sample are measured, and the batch is chosen so that the exchange is
 ``--comm-fraction`` of backward (``--batch`` overrides). ``hidden = (blocking - overlapped) /
-(blocking - compute)``: 1.0 means all communication is hidden.
+(blocking - compute)``: 1.0 means all communication is hidden. ``phase_s`` splits each
+configuration's step into forward (with the waits of forward pre-hooks), backward (with the
+hooks) and optimizer (``step()`` with its waits), MAX over ranks, median over blocks: the
+profile of where the rest goes (compute slowed by the communication, or waiting).
 
 Why the emulated cluster: on shared memory the transfer is CPU copies that compete with
 compute for the same cores; over the namespaces' shaped TCP links the kernel moves the bytes
@@ -29,6 +32,7 @@ from __future__ import annotations
 from typing import Any
 
 from gossipgrad.bench.common import (
+    PHASES,
     Trainer,
     finite,
     link_info,
@@ -43,9 +47,20 @@ CONFIGS = {"compute": ("local", False), "blocking": ("gossip", False),
            "overlapped": ("gossip", True)}
 
 
+def backward_seconds(comm: Communicator, trainer: Trainer, batch: int, reps: int) -> float:
+    """Median backward time (MAX over ranks) at ``batch``, after one untimed step."""
+    trainer.set_batch(batch)
+    trainer.step()
+    return median(max_over_ranks(comm, [trainer.step()["backward"] for _ in range(reps)]))
+
+
 def calibrate(comm: Communicator, trainers: dict[str, Trainer], fraction: float,
-              reps: int = 3) -> tuple[int, float, float]:
-    """(batch, exchange seconds, backward seconds per sample) for comm = fraction x backward."""
+              reps: int = 3) -> tuple[int, float]:
+    """(batch, exchange seconds) such that the exchange is ``fraction`` of backward.
+
+    Backward time is not proportional to the batch (the weight-gradient and memory-bound
+    parts are not), so it is fitted as ``b0 + k * batch`` from two batches, and the fit is
+    refined once at the chosen batch."""
     blocking = trainers["blocking"].opt
     buckets = [b.values if b.values is not None else b.grads for b in blocking.layout.buckets]
 
@@ -53,18 +68,22 @@ def calibrate(comm: Communicator, trainers: dict[str, Trainer], fraction: float,
         ex = blocking.exchange
         pend = [ex.start(b, i, 0, Tag.GRAD_BUCKET + i) for i, b in enumerate(buckets)]
         for p in pend:
-            blocking.exchange.finish(p)
+            ex.finish(p)
 
     exchange()
     ex = median(max_over_ranks(comm, [timed(comm, exchange) for _ in range(reps)]))
-    probe = 32
+    target = ex / fraction
     compute = trainers["compute"]
-    compute.set_batch(probe)
-    compute.step()
-    bwd = median(max_over_ranks(comm, [compute.step()["backward"] for _ in range(reps)]))
-    per_sample = bwd / probe
-    batch = int(min(8192, max(1, round(ex / (fraction * per_sample)))))
-    return batch, ex, per_sample
+    lo, hi = 16, 128
+    b_lo, b_hi = (backward_seconds(comm, compute, b, reps) for b in (lo, hi))
+    for _ in range(2):  # fit through (lo, b_lo), (hi, b_hi), then move one end to the guess
+        k = max(1e-9, (b_hi - b_lo) / (hi - lo))
+        guess = int(min(8192, max(1, round(lo + (target - b_lo) / k))))
+        if guess in (lo, hi):
+            break
+        lo, b_lo = hi, b_hi
+        hi, b_hi = guess, backward_seconds(comm, compute, guess, reps)
+    return guess, ex
 
 
 def run_overlap(comm: Communicator, width: int = 1024, layers: int = 8, mix: str = "param",
@@ -81,25 +100,22 @@ def run_overlap(comm: Communicator, width: int = 1024, layers: int = 8, mix: str
                               overlap=overlap)
                 for name, (strategy, overlap) in CONFIGS.items()}
     try:
-        chosen, exchange_s, per_sample = calibrate(comm, trainers, comm_fraction)
+        chosen, exchange_s = calibrate(comm, trainers, comm_fraction)
         batch = batch or chosen
         for t in trainers.values():
             t.set_batch(batch)
             t.block(1)  # warm-up at this batch
         names = list(CONFIGS)
-        times: dict[str, list[float]] = {n: [] for n in names}
-        fwd_bwd, bwd = [], []
+        times: dict[str, dict[str, list[float]]] = {n: {k: [] for k in PHASES} for n in names}
         for rep in range(reps):
             for n in names[rep % 3:] + names[:rep % 3]:
                 comm.barrier()
-                times[n].append(trainers[n].block(steps)["total"])
-            comm.barrier()
-            phases = trainers["compute"].step()
-            fwd_bwd.append(phases["forward"] + phases["backward"])
-            bwd.append(phases["backward"])
-        med = {n: median(max_over_ranks(comm, times[n])) for n in names}
-        backward_s = median(max_over_ranks(comm, bwd))
-        forward_s = median(max_over_ranks(comm, fwd_bwd)) - backward_s
+                for k, v in trainers[n].block(steps).items():
+                    times[n][k].append(v)
+        phases = {n: {k: median(max_over_ranks(comm, v)) for k, v in times[n].items()}
+                  for n in names}
+        med = {n: phases[n]["total"] for n in names}
+        backward_s, forward_s = phases["compute"]["backward"], phases["compute"]["forward"]
         model_bytes = trainers["blocking"].opt.layout.nbytes
         buckets = len(trainers["blocking"].opt.layout.buckets)
     finally:
@@ -114,8 +130,10 @@ def run_overlap(comm: Communicator, width: int = 1024, layers: int = 8, mix: str
             "exchange_s": rounded(exchange_s), "forward_s": rounded(forward_s),
             "backward_s": rounded(backward_s),
             "comm_fraction_measured": rounded(exchange_s / backward_s, 3),
-            "calibration_backward_s_per_sample": rounded(per_sample),
             **{f"{n}_step_s": rounded(med[n]) for n in names},
             "overlapped_over_compute": rounded(med["overlapped"] / med["compute"], 4),
             "blocking_over_compute": rounded(med["blocking"] / med["compute"], 4),
-            "hidden_fraction": finite(hidden), **link_info()}
+            "hidden_fraction": finite(hidden),
+            "phase_s": {n: {k: rounded(v, 4) for k, v in phases[n].items() if k != "total"}
+                        for n in names},
+            **link_info()}

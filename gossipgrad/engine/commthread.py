@@ -7,13 +7,20 @@ calls) and runs ``exchange.finish`` (the mix) as each completes, while backward 
 other buckets. A caller blocked in :meth:`wait` polls too, under the same lock, so the last
 bucket's completion is seen without a hand-off between threads. An error in the thread is
 kept and re-raised in the caller of :meth:`wait`.
+
+``window`` bounds how many exchanges are on the wire at once; the rest wait in submission
+order. The transport interleaves concurrent messages on one connection, so posting 16
+buckets at once makes all of them arrive near the end; with a window they arrive one after
+another, which is what a consumer in order (the forward pass waiting for parameter buckets)
+needs. Every rank must then submit the same keys in the same order, or the window deadlocks
+until the deadline; the optimizer uses a window only where the order is fixed.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 
 from gossipgrad.comm.base import PROGRESS_BURST, WAIT_SPIN_S, Backoff, CommTimeout
@@ -28,19 +35,26 @@ class CommThread:
     Args:
         exchange: the strategy.
         timeout: seconds a bucket may stay in flight before the step fails.
+        window: the most exchanges in flight at once (None: no limit).
 
     Invariant: a request is only ever tested by the thread holding ``_lock`` (MPI forbids
     two threads testing one request); a finished exchange is removed from the in-flight
     list under the lock and mixed by that thread alone, outside it.
     """
 
-    def __init__(self, exchange: Exchange, timeout: float, name: str = "gossipgrad-comm") -> None:
+    def __init__(self, exchange: Exchange, timeout: float, window: int | None = None,
+                 name: str = "gossipgrad-comm") -> None:
+        if window is not None and window < 1:
+            raise ValueError(f"window must be >= 1 or None, got {window}")
         self.exchange = exchange
         self.timeout = timeout
-        self._tasks: queue.SimpleQueue = queue.SimpleQueue()
-        self._done: dict[int, threading.Event] = {}
+        self.window = window
+        self._queued: deque[tuple[int, Callable[[], Pending]]] = deque()
         self._inflight: list[Inflight] = []
+        self._done: dict[int, threading.Event] = {}
         self._lock = threading.Lock()
+        self._work = threading.Event()
+        self._closing = False
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -48,17 +62,18 @@ class CommThread:
     def submit(self, key: int, start: Callable[[], Pending], eager: bool = False) -> None:
         """Queue a bucket exchange under ``key``; ``start()`` posts it.
 
-        ``eager``: call ``start()`` here, in the caller's thread, so the transfer begins
-        without waiting for this thread to be scheduled (on a loaded machine that can take
-        milliseconds); this thread then only polls and mixes. Leave it False when posting
-        is expensive (e.g. a device-to-host staging copy) and should stay off the caller.
+        ``eager``: call ``start()`` here, in the caller's thread, when the window has room,
+        so the transfer begins without waiting for this thread to be scheduled (on a loaded
+        machine that can take milliseconds). Leave it False when posting is expensive (e.g.
+        a device-to-host staging copy) and should stay off the caller.
         """
         self._done[key] = threading.Event()
-        if eager:
-            pending = start()
-            self._tasks.put((key, lambda: pending))
-        else:
-            self._tasks.put((key, start))
+        with self._lock:
+            if eager and not self._queued and self._room():
+                self._inflight.append((key, start(), time.monotonic() + self.timeout))
+            else:
+                self._queued.append((key, start))
+        self._work.set()
 
     def wait(self, key: int) -> None:
         """Block until exchange ``key`` is finished, driving progress meanwhile; re-raise
@@ -79,18 +94,22 @@ class CommThread:
         del self._done[key]
 
     def close(self) -> None:
-        self._tasks.put(None)
+        self._closing = True
+        self._work.set()
         self._thread.join(timeout=5)
+
+    def _room(self) -> bool:
+        return self.window is None or len(self._inflight) < self.window
 
     def _run(self) -> None:
         backoff = Backoff()  # no spinning: this thread runs beside compute
         try:
             while True:
-                if not self._inflight:
-                    task = self._tasks.get()  # nothing to poll: sleep until work arrives
-                    if task is None:
+                self._work.clear()
+                if not self._inflight and not self._queued:
+                    if self._closing:
                         return
-                    self._admit_one(task)
+                    self._work.wait()  # nothing to poll: sleep until work arrives
                     backoff.reset()
                     continue
                 if self._poll(block=True):
@@ -102,19 +121,16 @@ class CommThread:
             for ev in list(self._done.values()):
                 ev.set()
 
-    def _admit_one(self, task: tuple[int, Callable[[], Pending]]) -> None:
-        key, start = task
-        with self._lock:  # in queue order, also against a caller admitting in wait()
-            self._inflight.append((key, start(), time.monotonic() + self.timeout))
-
     def _poll(self, block: bool) -> bool:
-        """Admit queued exchanges, test the in-flight ones and finish those done; True if
-        anything happened. With ``block=False`` give up at once if another thread polls."""
+        """Post what the window allows, test the in-flight exchanges and finish those done;
+        True if anything happened. With ``block=False`` give up at once if another thread
+        holds the lock."""
         if not self._lock.acquire(blocking=block):
             return False
         try:
             admitted = self._admit()
             done = self._completed()
+            admitted = self._admit() or admitted  # slots freed by what completed
         finally:
             self._lock.release()
         for key, pending, _ in done:  # removed from the list: this thread owns them
@@ -123,19 +139,13 @@ class CommThread:
         return admitted or bool(done)
 
     def _admit(self) -> bool:
-        """Move queued exchanges to the in-flight list (under the lock)."""
+        """Post queued exchanges, in order, while the window has room (under the lock)."""
         admitted = False
-        while True:
-            try:
-                task = self._tasks.get_nowait()
-            except queue.Empty:
-                return admitted
-            if task is None:  # close(): leave it for the thread's own loop
-                self._tasks.put(None)
-                return admitted
-            key, start = task
+        while self._queued and self._room():
+            key, start = self._queued.popleft()
             self._inflight.append((key, start(), time.monotonic() + self.timeout))
             admitted = True
+        return admitted
 
     def _completed(self) -> list[Inflight]:
         """Remove and return the exchanges whose requests completed (under the lock). When

@@ -53,6 +53,11 @@ from gossipgrad.engine.consensus import (
 
 log = logging.getLogger(__name__)
 
+PARAM_WINDOW = 2
+"""Parameter buckets on the wire at once (``CommThread`` window). Posted all at once they
+interleave on the connection and the first layer's bucket arrives last; in forward order
+two at a time, each arrives as early as the link allows (docs/benchmarks.md)."""
+
 
 class Mix(enum.StrEnum):
     GRAD = "grad"
@@ -104,7 +109,8 @@ class DistributedOptimizer:
                                                 copy_send=False)
         self.communicates = comm.size > 1 and self.strategy is not Strategy.LOCAL
         self.overlap = overlap and self.communicates and self.staleness == 0
-        self._thread = CommThread(self.exchange, comm.timeout) if self.overlap else None
+        window = PARAM_WINDOW if self.mix is Mix.PARAM else None  # fixed order: safe
+        self._thread = CommThread(self.exchange, comm.timeout, window) if self.overlap else None
         self._ready = [0] * len(self.layout.buckets)
         self._submitted = [False] * len(self.layout.buckets)
         self._stale: list[tuple[Pending, torch.Tensor, torch.Tensor]] = []
