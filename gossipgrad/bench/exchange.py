@@ -14,13 +14,16 @@ step's peer, in rotating order, each started after a barrier:
 Times are the MAX over ranks of each repetition, then the median over repetitions. The
 schedule's permutation for the step is computed before the clock starts (a seeded RNG, about
 60 us once per cycle, the same for every method).
-``ratio = exchange / raw`` (1.0 is the limit), ``ratio_mix = exchange_mix / raw``; the
+``profile_s`` splits ``exchange_mix``: ``post`` (all ``start`` calls: schedule look-up,
+buffers, ``Isend``/``Irecv``) and ``mix`` (all ``finish`` calls: the average); the rest of
+its time is the transfer and noticing its end. ``ratio = exchange / raw`` (1.0 is the limit), ``ratio_mix = exchange_mix / raw``; the
 ``_paired`` ratios are medians over repetitions of the ratio within a repetition (the
 methods run back to back), which a machine whose load drifts during the run disturbs less.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +43,27 @@ class TransferOnly(GossipExchange):
 
     def finish(self, pending: Pending) -> None:
         Exchange.finish(self, pending)
+
+
+class Timed(GossipExchange):
+    """GossipExchange that adds the seconds spent posting (``start``) and finishing
+    (``finish``: the average) to ``spent`` -- the profile of ``exchange_mix``."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.spent = {"post": 0.0, "mix": 0.0}
+
+    def start(self, buf: torch.Tensor, index: int, step: int, tag: int) -> Pending:
+        t0 = time.perf_counter()
+        try:
+            return super().start(buf, index, step, tag)
+        finally:
+            self.spent["post"] += time.perf_counter() - t0
+
+    def finish(self, pending: Pending) -> None:
+        t0 = time.perf_counter()
+        super().finish(pending)
+        self.spent["mix"] += time.perf_counter() - t0
 
 
 def split_buckets(flat: torch.Tensor, bucket_bytes: int) -> list[torch.Tensor]:
@@ -79,13 +103,19 @@ def measure_size(comm: Communicator, nbytes: int, bucket_bytes: int, reps: int, 
         "exchange_mix": lambda step: exchange_buckets(threads["exchange_mix"], buckets, step),
     }
     times: dict[str, list[float]] = {m: [] for m in METHODS}
+    spent = threads["exchange_mix"].exchange.spent
+    profile: dict[str, list[float]] = {"post": [], "mix": []}
     for rep in range(warmup + reps):
         schedule.peers(comm.rank, rep)  # the cycle's permutation (~60 us, once per cycle)
         order = METHODS[rep % 3:] + METHODS[:rep % 3]  # rotate: no method always goes first
         for m in order:
+            before = dict(spent)
             t = timed(comm, lambda m=m, rep=rep: run[m](rep))
             if rep >= warmup:
                 times[m].append(t)
+                if m == "exchange_mix":
+                    for k in profile:
+                        profile[k].append(spent[k] - before[k])
     worst = {m: max_over_ranks(comm, times[m]) for m in METHODS}
     med = {m: median(worst[m]) for m in METHODS}
     paired = {m: median([x / r for x, r in zip(worst[m], worst["raw"], strict=True)])
@@ -96,6 +126,8 @@ def measure_size(comm: Communicator, nbytes: int, bucket_bytes: int, reps: int, 
             "ratio_mix": rounded(med["exchange_mix"] / med["raw"], 4),
             "ratio_paired": rounded(paired["exchange"], 4),
             "ratio_mix_paired": rounded(paired["exchange_mix"], 4),
+            "profile_s": {"post": rounded(median(max_over_ranks(comm, profile["post"]))),
+                          "mix": rounded(median(max_over_ranks(comm, profile["mix"])))},
             "raw_gbit_per_s": rounded(numel * 4 * 8 / med["raw"] / 1e9, 4),
             "exchange_gbit_per_s": rounded(numel * 4 * 8 / med["exchange"] / 1e9, 4)}
 
@@ -110,7 +142,7 @@ def run_exchange(comm: Communicator, sizes_mb: list[float], bucket_mb: float = 2
         raise ValueError(f"--reps must be >= 1 and --warmup >= 0, got {reps} and {warmup}")
     schedule = Schedule(comm.size, "auto", seed)
     threads = {"exchange": CommThread(TransferOnly(comm, schedule), comm.timeout),
-               "exchange_mix": CommThread(GossipExchange(comm, schedule), comm.timeout)}
+               "exchange_mix": CommThread(Timed(comm, schedule), comm.timeout)}
     try:
         results = [measure_size(comm, int(mb * 2**20), int(bucket_mb * 2**20), reps, warmup,
                                 threads, schedule) for mb in sizes_mb]

@@ -23,7 +23,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from gossipgrad.comm.base import PROGRESS_BURST, WAIT_SPIN_S, Backoff, CommTimeout
+from gossipgrad.comm.base import (
+    POLL_MAX_PAUSE_S,
+    PROGRESS_BURST,
+    WAIT_SPIN_S,
+    Backoff,
+    CommTimeout,
+)
 from gossipgrad.comm.exchange import Exchange, Pending
 
 Inflight = tuple[int, Pending, float]  # key, exchange, deadline
@@ -55,6 +61,7 @@ class CommThread:
         self._lock = threading.Lock()
         self._work = threading.Event()
         self._closing = False
+        self._waiters = 0
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -81,14 +88,19 @@ class CommThread:
         event = self._done[key]
         deadline = time.monotonic() + self.timeout + 1.0
         backoff = Backoff(WAIT_SPIN_S)
-        while not event.is_set():
-            if self._error is not None:
-                raise self._error
-            if self._poll(block=False):
-                continue
-            if time.monotonic() > deadline:  # each request also has its own deadline
-                raise CommTimeout(f"bucket exchange {key} did not finish within {self.timeout:g} s")
-            backoff.sleep()
+        self._waiters += 1  # the thread stands back: one poller, no GIL ping-pong
+        try:
+            while not event.is_set():
+                if self._error is not None:
+                    raise self._error
+                if self._poll(block=False):
+                    continue
+                if time.monotonic() > deadline:  # each request also has its own deadline
+                    raise CommTimeout(f"bucket exchange {key} did not finish within "
+                                      f"{self.timeout:g} s")
+                backoff.sleep()
+        finally:
+            self._waiters -= 1
         if self._error is not None:
             raise self._error
         del self._done[key]
@@ -112,7 +124,9 @@ class CommThread:
                     self._work.wait()  # nothing to poll: sleep until work arrives
                     backoff.reset()
                     continue
-                if self._poll(block=True):
+                if self._waiters:  # a caller in wait() polls for both of us
+                    time.sleep(POLL_MAX_PAUSE_S)
+                elif self._poll(block=True):
                     backoff.reset()
                 else:
                     backoff.sleep()
