@@ -8,7 +8,7 @@ and size give the same batches run to run.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import torch
