@@ -56,8 +56,8 @@ class TrainConfig:
     skip_corrupt: bool = False
     partition: str = "iid"
     shuffle: bool = True
-    shuffle_every: int = 1
-    shuffle_samples: int = 4
+    shuffle_every: int = 2
+    shuffle_samples: int = 8
 
     def validate(self, size: int = 1) -> None:
         """Raise ValueError naming the option for any value that cannot work."""
