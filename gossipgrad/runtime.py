@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from typing import Any
 
 from gossipgrad.comm.base import DEFAULT_TIMEOUT_S, Communicator
 
@@ -74,3 +75,43 @@ def abort_job(comm: Communicator, message: str, code: int = 1) -> None:
     if comm.size > 1:
         comm.abort(code)
     raise SystemExit(code)
+
+
+def local_rank(comm: Communicator) -> int:
+    """This rank's index among the ranks on its node (0 without MPI)."""
+    if comm.size == 1 or not launched_by_mpi():
+        return 0
+    from gossipgrad.comm.mpi import node_local_rank
+
+    return node_local_rank()
+
+
+def select_device(choice: str, comm: Communicator) -> Any:
+    """``cpu``, or ``cuda:{node-local rank mod GPUs}``; ``auto`` = cuda when available.
+
+    One rank per GPU: with more ranks than GPUs on a node, ranks share GPUs (warned).
+    """
+    import torch
+
+    if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ValueError(f"rank {comm.rank}: --device cuda, but torch sees no CUDA device "
+                         "(CUDA_VISIBLE_DEVICES, driver, or a CPU-only torch build?)")
+    lr, count = local_rank(comm), torch.cuda.device_count()
+    if lr >= count:
+        log.warning("rank %d: node-local rank %d but only %d GPUs: sharing cuda:%d",
+                    comm.rank, lr, count, lr % count)
+    device = torch.device("cuda", lr % count)
+    torch.cuda.set_device(device)
+    return device
+
+
+def make_stager(device: Any) -> Any:
+    """How device tensors reach MPI: direct if the MPI library is CUDA-aware, else staged."""
+    if getattr(device, "type", "cpu") != "cuda" or not launched_by_mpi():
+        return None
+    from gossipgrad.comm.mpi import cuda_aware
+    from gossipgrad.comm.staging import Stager
+
+    return Stager(cuda_aware())
