@@ -115,10 +115,12 @@ def read(path: str) -> dict[str, Any]:
 
 
 def _reason(exc: BaseException) -> str:
-    """The informative line of a loader error (torch's weights_only errors are long)."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    detail = next((ln for ln in lines if "Unpickler error" in ln), lines[0] if lines else "")
-    return f"{type(exc).__name__}: {detail}"
+    """The informative part of a loader error (torch's weights_only errors are long)."""
+    text = str(exc)
+    found = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\n\n|$)", text, re.S)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    detail = found.group(1).strip() if found else (lines[0] if lines else "")
+    return f"{type(exc).__name__}: {' '.join(detail.split())}"
 
 
 def check_compatible(state: dict[str, Any], expected: dict[str, Any], path: str) -> None:
