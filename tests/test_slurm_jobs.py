@@ -145,8 +145,10 @@ def test_template_trains_two_steps(
         "EPOCHS": "1",
         "BATCH_SIZE": "2",
         "RUN_DIR": str(tmp_path / "run"),
-        "EXTRA_ARGS": "--max-steps 2 --image-size 32",
+        "EXTRA_ARGS": "--max-steps 2 --image-size 32 --no-progress",
         "GOSSIPGRAD": str(VENV_BIN / "gossipgrad"),
+        "PYTHONPATH": str(REPO),  # this checkout's gossipgrad, whatever the venv has installed
+        "OMP_NUM_THREADS": "1",
     }
     job = slurm_cluster.sbatch_and_wait(
         JOBS / f"{arch}.sbatch",
@@ -156,7 +158,9 @@ def test_template_trains_two_steps(
         workdir=tmp_path,
     )
     assert (job.state, job.exit_code) == ("COMPLETED", 0), job.stdout_text
-    assert "top1" in job.stdout_text, job.stdout_text
+    assert "step 2 (epoch 0.67): top1 " in job.stdout_text, job.stdout_text
+    assert " top5 " in job.stdout_text, job.stdout_text
+    assert (tmp_path / "run" / "ckpt-000000002.pt").is_file(), job.stdout_text
 
 
 # ------------------------------------------------------------------ templates, quoting
