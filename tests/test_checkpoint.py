@@ -13,6 +13,7 @@ import torch
 
 from gossipgrad.comm.local import LocalWorld, run_ranks
 from gossipgrad.engine import checkpoint as ckpt
+from gossipgrad.engine import snapshot as snap
 from gossipgrad.engine.distributed import DistributedOptimizer
 from gossipgrad.engine.signals import StopSignals
 
@@ -81,15 +82,15 @@ def test_mismatch_names_every_differing_setting() -> None:
 def test_save_and_restore_round_trip_on_two_ranks(tmp_path: Path) -> None:
     def body(comm: Any) -> tuple[list[torch.Tensor], int, list[torch.Tensor]]:
         model, opt = trained(comm, seed=1)
-        ckpt.consensus_(opt, comm)
+        snap.consensus_(opt, comm)
         saved = [t.clone() for t in model.state_dict().values()]
         momentum = [s["momentum_buffer"].clone() for s in opt.optimizer.state.values()]
-        state = ckpt.snapshot(model, opt, 3, 10, {"compat": {}}) if comm.rank == 0 else {}
+        state = snap.snapshot(model, opt, 3, 10, {"compat": {}}) if comm.rank == 0 else {}
         path = ckpt.Checkpointer(str(tmp_path), comm).save(3, state, {"shuffle":
                                                                      Counter(10 + comm.rank)})
         fresh, opt2 = trained(comm, seed=2)
         counter = Counter(-1)
-        step = ckpt.restore_(path, ckpt.read(path), fresh, opt2, comm,
+        step = snap.restore_(path, ckpt.read(path), fresh, opt2, comm,
                              rank_states={"shuffle": counter})
         for a, b in zip(saved, fresh.state_dict().values(), strict=True):
             assert torch.equal(a, b)
@@ -151,7 +152,7 @@ def test_real_sigterm_twice_only_sets_the_flag() -> None:
 
 def test_rng_state_survives_weights_only_loading(tmp_path: Path) -> None:
     np.random.seed(3)
-    torch.save(ckpt.rng_state(), tmp_path / "rng.pt")
+    torch.save(snap.rng_state(), tmp_path / "rng.pt")
     want = (np.random.rand(), torch.rand(1))
-    ckpt.set_rng_state(torch.load(tmp_path / "rng.pt", weights_only=True))
+    snap.set_rng_state(torch.load(tmp_path / "rng.pt", weights_only=True))
     assert (np.random.rand(), torch.rand(1)) == want

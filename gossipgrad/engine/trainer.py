@@ -28,6 +28,7 @@ from gossipgrad.comm.schedule import Schedule
 from gossipgrad.comm.staging import Stager
 from gossipgrad.data.sources import DataSource, open_source
 from gossipgrad.engine import checkpoint as ckpt
+from gossipgrad.engine import snapshot as snap
 from gossipgrad.engine.config import TrainConfig
 from gossipgrad.engine.consensus import agree, verify_identical
 from gossipgrad.engine.distributed import DistributedOptimizer
@@ -73,6 +74,16 @@ def train(cfg: TrainConfig, comm: Communicator, device: torch.device | str = "cp
     cfg.validate(comm.size)
     device = torch.device(device)
     torch.manual_seed(cfg.seed)
+    stop = StopSignals(comm)  # first: SIGUSR1's default action would end the rank
+    try:
+        return _setup_and_run(cfg, comm, device, stager, stop, states or {}, rank_states or {})
+    finally:
+        stop.close()
+
+
+def _setup_and_run(cfg: TrainConfig, comm: Communicator, device: torch.device,
+                   stager: Stager | None, stop: StopSignals, states: dict,
+                   rank_states: dict) -> dict[str, Any]:
     source = open_source(rank=comm.rank, size=comm.size, batch_size=cfg.batch_size,
                          seed=cfg.seed, dataset=cfg.dataset, data=cfg.data,
                          synthetic=cfg.synthetic, image_size=cfg.image_size,
@@ -88,8 +99,8 @@ def train(cfg: TrainConfig, comm: Communicator, device: torch.device | str = "cp
         bucket_mb=cfg.bucket_mb, overlap=cfg.overlap, stager=stager)
     try:
         check_agreement(cfg, comm, opt.schedule)
-        return _Run(cfg, comm, model, opt, source, device, base_lr, states or {},
-                    rank_states or {}).run()
+        return _Run(cfg, comm, model, opt, source, device, base_lr, states,
+                    rank_states).run(stop)
     finally:
         opt.close()
 
@@ -126,7 +137,7 @@ class _Run:
                 "steps_per_epoch": self.spe, "strategy": cfg.strategy, "mix": cfg.mix,
                 "topology": self.opt.schedule.topology.value, "staleness": cfg.staleness}
 
-    def run(self) -> dict[str, Any]:
+    def run(self, stop: StopSignals) -> dict[str, Any]:
         try:
             step = self.resume()
             if self.comm.rank == 0:
@@ -140,11 +151,7 @@ class _Run:
                 self.evaluate(step)
                 return self.finish(step, step, None)
             self.progress = Progress(self.total, self.comm.rank, self.cfg.progress, step)
-            stop = StopSignals(self.comm)
-            try:
-                return self.loop(step, stop)
-            finally:
-                stop.close()
+            return self.loop(step, stop)
         finally:
             if self.progress is not None:
                 self.progress.close()
@@ -153,6 +160,9 @@ class _Run:
     def loop(self, start: int, stop: StopSignals) -> dict[str, Any]:
         cfg, step, progress = self.cfg, start, self.progress
         window = {"loss": 0.0, "correct": 0.0, "n": 0, "t": time.perf_counter()}
+        if stop.agreed():  # signalled during start-up: nothing new to save
+            progress.write(f"{signal_name(stop.stopped)} during start-up: stopping at step {step}")
+            return self.finish(start, step, signal_name(stop.stopped))
         for epoch in range(step // self.spe, cfg.epochs):
             for x, y in self.source.train_batches(epoch, step - epoch * self.spe):
                 if step >= self.total:
@@ -235,13 +245,13 @@ class _Run:
         if self.saver.last_step == step:
             return
         with self.speed.paused():
-            ckpt.consensus_(self.opt, self.comm)
+            snap.consensus_(self.opt, self.comm)
             meta = {"compat": self.compat(), "config": self.cfg.to_dict(),
                     "lr_schedule": {"kind": "warmup-cosine", "base_lr": self.base_lr,
                                     "warmup_epochs": self.cfg.warmup_epochs,
                                     "total_steps": self.total},
                     "last_eval": {k: v for k, v in self.last.items() if k != "event"}}
-            state = ckpt.snapshot(self.model, self.opt, step, self.spe, ckpt.cpu(meta),
+            state = snap.snapshot(self.model, self.opt, step, self.spe, ckpt.cpu(meta),
                                   self.states) if self.comm.rank == 0 else {}
             path = self.saver.save(step, state, self.rank_states)
         if self.comm.rank == 0:
@@ -255,7 +265,7 @@ class _Run:
         if path is not None:
             state = ckpt.read(path)
             ckpt.check_compatible(state, self.compat(), path)
-            step = ckpt.restore_(path, state, self.model, self.opt, self.comm, self.states,
+            step = snap.restore_(path, state, self.model, self.opt, self.comm, self.states,
                                  self.rank_states)
             ends = state.get("lr_schedule", {}).get("total_steps")
             if ends != self.total and not cfg.evaluate and self.comm.rank == 0:
