@@ -9,11 +9,15 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from typing import Any
 
 from gossipgrad.comm.base import DEFAULT_TIMEOUT_S, Communicator
 
 log = logging.getLogger("gossipgrad")
+
+#: Seconds between reporting a fatal error and aborting the job (see ``abort_job``).
+ABORT_GRACE_S = 1.0
 
 # Variables that launchers set for each rank they start.
 _LAUNCHER_VARS = ("PMI_RANK", "PMI_FD", "PMI_PORT", "PMIX_RANK", "OMPI_COMM_WORLD_RANK",
@@ -71,8 +75,12 @@ def setup_logging(rank: int, size: int, verbose: bool = False) -> None:
 def abort_job(comm: Communicator, message: str, code: int = 1) -> None:
     """Report ``message`` from this rank and end the whole job with a non-zero code."""
     log.error(message)
+    sys.stdout.flush()
     sys.stderr.flush()
     if comm.size > 1:
+        # The launcher forwards output through pipes; Abort kills them at once, and a
+        # message still in a pipe was seen lost under load (Hydra). Give it a moment.
+        time.sleep(ABORT_GRACE_S)
         comm.abort(code)
     raise SystemExit(code)
 
