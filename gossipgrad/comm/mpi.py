@@ -149,6 +149,15 @@ def library_version() -> str:
     return MPI.Get_library_version().splitlines()[0]
 
 
+def node_size() -> int:
+    """How many ranks share this rank's node."""
+    local = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        return local.Get_size()
+    finally:
+        local.Free()
+
+
 def node_local_rank() -> int:
     """This rank's index among the ranks on its node (for device selection)."""
     local = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
