@@ -1,9 +1,10 @@
-"""Command line: ``gossipgrad train``, ``gossipgrad schedule``, and friends."""
+"""Command line: ``gossipgrad train``, ``schedule``, ``profile``."""
 
 from __future__ import annotations
 
 import click
 
+from gossipgrad.cli.profile import profile
 from gossipgrad.cli.schedule import schedule
 from gossipgrad.cli.train import train
 
@@ -20,3 +21,4 @@ def main() -> None:
 
 main.add_command(train)
 main.add_command(schedule)
+main.add_command(profile)
