@@ -1,9 +1,10 @@
-"""Command line: ``gossipgrad train``, ``schedule``, ``profile``."""
+"""Command line: ``gossipgrad train``, ``schedule``, ``profile``, ``netfit``."""
 
 from __future__ import annotations
 
 import click
 
+from gossipgrad.cli.netfit import netfit
 from gossipgrad.cli.profile import profile
 from gossipgrad.cli.schedule import schedule
 from gossipgrad.cli.train import train
@@ -22,3 +23,4 @@ def main() -> None:
 main.add_command(train)
 main.add_command(schedule)
 main.add_command(profile)
+main.add_command(netfit)
