@@ -1,10 +1,11 @@
-"""Command line: ``gossipgrad train``, ``schedule``, ``profile``, ``netfit``."""
+"""Command line: ``gossipgrad train``, ``schedule``, ``profile``, ``netfit``, ``plan``."""
 
 from __future__ import annotations
 
 import click
 
 from gossipgrad.cli.netfit import netfit
+from gossipgrad.cli.plan import plan
 from gossipgrad.cli.profile import profile
 from gossipgrad.cli.schedule import schedule
 from gossipgrad.cli.train import train
@@ -24,3 +25,4 @@ main.add_command(train)
 main.add_command(schedule)
 main.add_command(profile)
 main.add_command(netfit)
+main.add_command(plan)
