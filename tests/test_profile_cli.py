@@ -13,7 +13,7 @@ import torch
 from click.testing import CliRunner
 
 from gossipgrad.cli import main
-from gossipgrad.engine.profiler import profile_arch, profile_step
+from gossipgrad.engine.profiler import layout_profile, profile_arch, profile_step
 from gossipgrad.models import build_model
 from gossipgrad.plan.formats import Profile
 
@@ -65,13 +65,13 @@ class Sleep(torch.autograd.Function):
 
 
 class Slow(torch.nn.Module):
-    """first -> sleep (10 ms forward, 30 ms backward) -> second; plus an unused parameter."""
+    """first -> sleep (10 ms forward, 30 ms backward) -> second; ``extra`` is never used."""
 
     def __init__(self) -> None:
         super().__init__()
         self.first = torch.nn.Linear(4, 4)
         self.second = torch.nn.Linear(4, 2)
-        self.unused = torch.nn.Parameter(torch.zeros(3))
+        self.extra = torch.nn.Linear(2, 1)
 
     def forward(self, x):
         return self.second(Sleep.apply(self.first(x), 0.01, 0.03))
@@ -85,18 +85,37 @@ def test_ready_times_follow_backward_and_phases_are_measured():
     names = [p.name for p in result.params]
     assert sorted(names[:2]) == ["second.bias", "second.weight"]  # ready before the sleep
     assert sorted(names[2:4]) == ["first.bias", "first.weight"]  # ready after it
-    assert names[4] == "unused"  # no gradient: listed last, at the end of backward
+    assert sorted(names[4:]) == ["extra.bias", "extra.weight"]  # no gradient: last
     ready = {p.name: p.ready_s for p in result.params}
     # per step first >= second + 30 ms, so the medians keep that gap (lower bounds only: a
     # busy machine may add time anywhere)
     assert ready["first.weight"] - ready["second.weight"] >= 0.03
-    assert ready["unused"] == prof.backward_s
+    assert ready["extra.weight"] == ready["extra.bias"] == prof.backward_s
     assert prof.forward_s >= 0.01 and prof.backward_s >= 0.03
     assert [b.index for b in prof.buckets] == [p.index for p in result.params]
-    assert prof.param_bytes == prof.grad_bytes == 4 * (16 + 4 + 8 + 2 + 3)
+    assert prof.param_bytes == prof.grad_bytes == 4 * (16 + 4 + 8 + 2 + 2 + 1)
     assert result.to_json()["buckets"][0]["name"] == names[0]
     # the hooks are gone: another backward records nothing new
     assert all(not getattr(p, "_post_accumulate_grad_hooks", None) for p in model.parameters())
+
+
+def test_layout_profile_mirrors_the_engine_buckets():
+    model = Slow()
+    x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
+    result = profile_step(model, x, y, steps=1, warmup=0)
+    ready = {p.name: p.ready_s for p in result.params}
+    # reverse registration: extra.bias (4 B), extra.weight (8), second.bias (8),
+    # second.weight (32) | first.bias (16) | first.weight (64); listed by ready time
+    prof = layout_profile(result, model, cap_bytes=52)
+    assert sorted(b.bytes for b in prof.buckets[:2]) == [16, 64]
+    assert {b.ready_s for b in prof.buckets[:2]} == {ready["first.bias"], ready["first.weight"]}
+    # the unused extra.* hold second.*'s bucket back to the end of backward, which merging
+    # in backward order (the planner's rebucket) would not show
+    assert (prof.buckets[2].bytes, prof.buckets[2].ready_s) == (52, prof.backward_s)
+    one = layout_profile(result, model, cap_bytes=1 << 30)
+    assert [b.bytes for b in one.buckets] == [prof.param_bytes]
+    fine = layout_profile(result, model, cap_bytes=1)
+    assert [b.ready_s for b in fine.buckets] == [b.ready_s for b in result.profile.buckets]
 
 
 def test_layout_order_reports_reverse_registration():

@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from gossipgrad.engine.buckets import BucketLayout
 from gossipgrad.models import MODELS, build_model, loss_fn
 from gossipgrad.plan.formats import Bucket, Profile
 
@@ -207,6 +208,25 @@ def profile_step(
     )
     spread = {k: (min(v), max(v)) for k, v in phases.items()}
     return StepProfile(profile, tuple(timings), spread, steps, warmup, order_hits == steps)
+
+
+def layout_profile(result: StepProfile, model: torch.nn.Module, cap_bytes: int) -> Profile:
+    """The profile regrouped into the buckets the engine would use at ``cap_bytes``.
+
+    ``BucketLayout`` groups parameters in reverse registration order, which need not be
+    backward order; :func:`gossipgrad.plan.model.rebucket` merges in measured backward order.
+    This mirrors the engine: each layout bucket is ready when its last parameter is, and
+    buckets are listed by ready time, the order in which the overlap hooks hand them to the
+    communication thread. ``model`` must be the profiled module (same parameters).
+    """
+    layout = BucketLayout(list(model.parameters()), cap_bytes)
+    position = {id(p): i for i, p in enumerate(model.parameters())}
+    ready = {t.index: t.ready_s for t in result.params}
+    buckets = [
+        Bucket(b.index, b.nbytes, max(ready[position[id(p)]] for p in b.params))
+        for b in layout.buckets
+    ]
+    return result.profile.with_buckets(sorted(buckets, key=lambda b: (b.ready_s, b.index)))
 
 
 def input_shape(arch: str, image_size: int) -> tuple[int, ...]:
