@@ -133,7 +133,7 @@ def netfit(
             exchange=exchange,
             allreduce=allreduce,
             stat=stat,
-            source=library_version(),
+            source=" ".join(library_version().split()),
         )
     except (CommError, ValueError) as exc:
         abort_job(comm, f"rank {comm.rank}: netfit: {exc}")
