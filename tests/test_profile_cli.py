@@ -116,6 +116,9 @@ def test_layout_profile_mirrors_the_engine_buckets():
     assert [b.bytes for b in one.buckets] == [prof.param_bytes]
     fine = layout_profile(result, model, cap_bytes=1)
     assert [b.ready_s for b in fine.buckets] == [b.ready_s for b in result.profile.buckets]
+    assert layout_profile(result, Slow(), cap_bytes=52) == prof  # a rebuilt model works
+    with pytest.raises(ValueError, match="model does not match the profile"):
+        layout_profile(result, build_model("mlp", (1, 8, 8), 10, 16), cap_bytes=52)
 
 
 def test_layout_order_reports_reverse_registration():

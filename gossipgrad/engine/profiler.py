@@ -217,10 +217,20 @@ def layout_profile(result: StepProfile, model: torch.nn.Module, cap_bytes: int) 
     backward order; :func:`gossipgrad.plan.model.rebucket` merges in measured backward order.
     This mirrors the engine: each layout bucket is ready when its last parameter is, and
     buckets are listed by ready time, the order in which the overlap hooks hand them to the
-    communication thread. ``model`` must be the profiled module (same parameters).
+    communication thread. ``model`` is the profiled module or one built the same way (e.g.
+    ``build_model`` with the same arguments after :func:`profile_arch`): its parameters must
+    have the profiled names and sizes, else ``ValueError``.
     """
-    layout = BucketLayout(list(model.parameters()), cap_bytes)
-    position = {id(p): i for i, p in enumerate(model.parameters())}
+    named = list(model.named_parameters())
+    for t in result.params:
+        name, p = named[t.index] if t.index < len(named) else ("<none>", None)
+        if name != t.name or p is None or p.numel() * p.element_size() != t.bytes:
+            raise ValueError(
+                f"model does not match the profile: parameter {t.index} is {name!r}, "
+                f"the profile has {t.name!r} ({t.bytes} bytes)"
+            )
+    layout = BucketLayout([p for _, p in named], cap_bytes)
+    position = {id(p): i for i, (_, p) in enumerate(named)}
     ready = {t.index: t.ready_s for t in result.params}
     buckets = [
         Bucket(b.index, b.nbytes, max(ready[position[id(p)]] for p in b.params))
