@@ -222,6 +222,19 @@ def merge(paths: Sequence[str]) -> dict[str, Any]:
             "configs": rows, "summary": score(rows, launches)}
 
 
+def markdown_table(report: dict[str, Any]) -> str:
+    """The per-config rows of a report (one launch or merged) as a markdown table."""
+    lines = ["| size | config | predicted (ms) | measured (ms) | error | predicted comm (ms) "
+             "| measured exposed comm (ms) |", "|---|---|---|---|---|---|---|"]
+    for r in report["configs"]:
+        err = 100 * (r["predicted_s"] - r["measured_s"]) / r["measured_s"]
+        lines.append(f'| {r["size"]} | {r["config"]} | {1e3 * r["predicted_s"]:.2f} | '
+                     f'{1e3 * r["measured_s"]:.2f} | {err:+.0f}% | '
+                     f'{1e3 * r["predicted_comm_s"]:.2f} | '
+                     f'{1e3 * r["measured_exposed_comm_s"]:.2f} |')
+    return "\n".join(lines)
+
+
 def _floats(text: str) -> list[float]:
     return [float(v) for v in text.split(",") if v.strip()]
 
