@@ -92,6 +92,9 @@ class TrainConfig:
         if self.image_size < 16:
             raise ValueError(f"--image-size must be >= 16, got {self.image_size}")
         _choice("strategy", self.strategy, Strategy)
+        if self.staleness and self.strategy in (Strategy.HOROVOD, Strategy.DDP):
+            raise ValueError(f"--staleness 1 is not available with --strategy {self.strategy}: "
+                             "it waits for every step's allreduce")
         _choice("mix", self.mix, Mix)
         _choice("topology", self.topology, Topology)
         resolve_topology(self.topology, size)

@@ -22,6 +22,7 @@ from gossipgrad.data.tensors import TensorData, load_tensor_data
 from gossipgrad.engine.config import TrainConfig
 from gossipgrad.engine.consensus import agree
 from gossipgrad.engine.distributed import DistributedOptimizer
+from gossipgrad.engine.factory import make_distributed
 from gossipgrad.engine.metrics import MetricsWriter, Progress
 from gossipgrad.models import build_model, logits, loss_fn
 from gossipgrad.shuffle import ShardStore, ShuffleWorker
@@ -71,10 +72,10 @@ def train(cfg: TrainConfig, comm: Communicator) -> dict[str, Any]:
     data = load_tensor_data(cfg.dataset)
     model = build_model(cfg.arch, data.in_shape, data.classes, cfg.hidden)
     base_lr = cfg.lr * (comm.size if cfg.scale_lr else 1)
-    opt = DistributedOptimizer(
-        torch.optim.SGD(model.parameters(), lr=base_lr, momentum=cfg.momentum,
-                        weight_decay=cfg.weight_decay),
-        model, comm, strategy=cfg.strategy, topology=cfg.topology, seed=cfg.seed,
+    opt = make_distributed(
+        cfg.strategy, torch.optim.SGD(model.parameters(), lr=base_lr, momentum=cfg.momentum,
+                                      weight_decay=cfg.weight_decay),
+        model, comm, topology=cfg.topology, seed=cfg.seed,
         mix=cfg.mix, staleness=cfg.staleness, sync_every=cfg.sync_every,
         bucket_mb=cfg.bucket_mb, overlap=cfg.overlap)
     check_agreement(cfg, comm, opt.schedule)
@@ -107,7 +108,7 @@ def train(cfg: TrainConfig, comm: Communicator) -> dict[str, Any]:
                 for g in opt.param_groups:
                     g["lr"] = lr_at(cfg, base_lr, step, total, steps_per_epoch)
                 opt.zero_grad()
-                out = model(x)
+                out = opt.module_for_forward(x)  # DDP's wrapper under --strategy ddp
                 loss = loss_fn(out, y)
                 loss.backward()
                 t0 = time.perf_counter()
