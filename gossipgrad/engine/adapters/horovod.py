@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 import time
 from typing import Any
 
@@ -66,6 +67,7 @@ class HorovodAdapter(AllreduceAdapter):
         super().__init__(optimizer, model, comm, **kwargs)
         self.hvd = import_horovod()
         self._owns_init = init_horovod(self.hvd, comm, cap_from_mb(self.bucket_mb))
+        self._stuck = False  # set when an allreduce passed its deadline
         self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         verify_identical(model, comm, when="after hvd.broadcast_parameters")
         self.optimizer = self.hvd.DistributedOptimizer(
@@ -92,13 +94,14 @@ class HorovodAdapter(AllreduceAdapter):
             pause = 0.0
             while not self.hvd.poll(handle):
                 if time.monotonic() > deadline:
+                    self._stuck = True
                     name = self.optimizer._parameter_names.get(
                         key[0] if isinstance(key, tuple) else key, "?")
                     raise CommTimeout(
                         f"rank {self.comm.rank}, step {self.step_count}: Horovod's allreduce "
                         f"of {name} did not complete for {self.comm.timeout:g} s; is every "
-                        "rank alive and at the same step? (Horovod's stall report above "
-                        "names missing ranks) raise --comm-timeout if the network is slow")
+                        "rank alive and at the same step? (past 60 s, Horovod's stall warning "
+                        "names the missing ranks) raise --comm-timeout if the network is slow")
                 time.sleep(pause)
                 pause = min(max(pause * 2, 2e-5), 1e-3)
 
@@ -106,9 +109,21 @@ class HorovodAdapter(AllreduceAdapter):
         average_buffers_(self.model, self.comm)  # Horovod leaves buffers per rank
 
     def close(self) -> None:
-        if self._owns_init:
-            self.hvd.shutdown()
-            self._owns_init = False
+        """Shut Horovod down if we started it. Its shutdown waits for its background thread,
+        which a stopped peer leaves inside an MPI call forever, so it runs on a helper
+        thread with the communicator's deadline (skipped after one of our waits timed out);
+        past it, this rank carries on to the job's abort instead of hanging here."""
+        if not self._owns_init:
+            return
+        self._owns_init = False
+        if self._stuck:
+            return
+        done = threading.Thread(target=self.hvd.shutdown, name="horovod-shutdown", daemon=True)
+        done.start()
+        done.join(self.comm.timeout)
+        if done.is_alive():
+            log.warning("rank %d: Horovod did not shut down within %g s (is a rank stuck?); "
+                        "leaving it", self.comm.rank, self.comm.timeout)
 
 
 def init_horovod(hvd: Any, comm: Communicator, fusion_bytes: int) -> bool:
@@ -123,6 +138,10 @@ def init_horovod(hvd: Any, comm: Communicator, fusion_bytes: int) -> bool:
             raise ValueError("--strategy horovod needs MPI_THREAD_MULTIPLE (Horovod calls MPI "
                              "from its own thread); unset GOSSIPGRAD_MPI_THREAD_LEVEL")
         handle = getattr(comm, "mpi4py_comm", None)
+        if handle is None and os.environ.get("HOROVOD_CONTROLLER") == "gloo":
+            raise ValueError("started by `horovodrun --gloo`, without MPI, "
+                             "which gossipgrad's own communicator needs; launch with "
+                             "mpiexec -n N python -m gossipgrad train --strategy horovod")
         if handle is None and comm.size > 1:
             raise ValueError(f"--strategy horovod needs an MPI world, not {comm!r}: launch "
                              "with mpiexec -n N (horovodrun --gloo starts ranks without MPI)")
