@@ -43,3 +43,31 @@ def gossipgrad(n: int, args: list[str], timeout: float = 240, **extra: str):
     if n:
         cmd = [mpiexec(), "-n", str(n), *cmd]
     return run(cmd, timeout, **extra)
+
+
+def rank_pid(root: int, rank: int) -> int:
+    """The pid of the python process that MPI started as ``rank`` (its PMI_RANK), under the
+    launcher process ``root``."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, []))
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                envs = f.read().split(b"\0")
+            with open(f"/proc/{pid}/comm", "rb") as f:
+                name = f.read().strip()
+        except OSError:
+            continue
+        if name.startswith(b"python") and f"PMI_RANK={rank}".encode() in envs:
+            return pid
+    raise AssertionError(f"rank {rank} not found under pid {root}")

@@ -3,6 +3,7 @@ message when Horovod is missing. Multi-rank runs are in test_strategies_mpi.py."
 
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
@@ -123,6 +124,55 @@ def test_missing_horovod_ends_the_cli_with_the_message_not_a_traceback(monkeypat
     assert result.exit_code == 1, result.output
     assert "bash scripts/install-horovod.sh" in result.output
     assert "Traceback" not in result.output
+
+
+class _FakeHorovod:
+    """Stands in for horovod.torch: records init, reports the world it was given."""
+
+    def __init__(self, rank: int = 0, size: int = 1) -> None:
+        self.inits: list = []
+        self._rank, self._size = rank, size
+
+    def is_initialized(self) -> bool:
+        return bool(self.inits)
+
+    def init(self, comm=None) -> None:
+        self.inits.append(comm)
+
+    def rank(self) -> int:
+        return self._rank
+
+    def size(self) -> int:
+        return self._size
+
+    def mpi_enabled(self) -> bool:
+        return True
+
+
+def test_horovodrun_gloo_is_refused_with_the_launcher_to_use(monkeypatch):
+    from gossipgrad.engine.adapters.horovod import init_horovod
+
+    monkeypatch.setenv("HOROVOD_CONTROLLER", "gloo")
+    hvd = _FakeHorovod(size=2)
+    with pytest.raises(ValueError, match="horovodrun --gloo.*launch with mpiexec -n N"):
+        init_horovod(hvd, _one_rank(), 1 << 20)
+    assert hvd.inits == []
+
+
+def test_horovod_world_must_match_the_communicator(monkeypatch):
+    from gossipgrad.engine.adapters.horovod import init_horovod
+
+    monkeypatch.delenv("HOROVOD_CONTROLLER", raising=False)
+    monkeypatch.setenv("HOROVOD_FUSION_THRESHOLD", "")  # recorded, so restored afterwards
+    monkeypatch.delenv("HOROVOD_FUSION_THRESHOLD")
+    hvd = _FakeHorovod()
+    assert init_horovod(hvd, _one_rank(), 3 << 20) is True  # we initialised it
+    assert hvd.inits == [None]  # a one-rank world with no MPI: Horovod's own singleton
+    assert os.environ["HOROVOD_FUSION_THRESHOLD"] == str(3 << 20)  # from --bucket-mb
+    assert init_horovod(hvd, _one_rank(), 1 << 20) is False  # already up: not ours to close
+    assert os.environ["HOROVOD_FUSION_THRESHOLD"] == str(3 << 20)  # the environment wins
+    with pytest.raises(RuntimeError, match="Horovod sees rank 0 of 2, gossipgrad rank 0 of 1"):
+        init_horovod(_FakeHorovod(size=2), _one_rank(), 1 << 20)
 
 
 @pytest.mark.horovod

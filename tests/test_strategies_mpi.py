@@ -10,9 +10,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
-from launch import gossipgrad
+from launch import REPO, env, gossipgrad, mpiexec, rank_pid
 
 pytestmark = pytest.mark.mpi
 
@@ -82,3 +88,36 @@ def test_ddp_on_two_ranks_takes_horovods_steps(trained):
     if HAVE_HOROVOD:
         hvd = trained(2, "horovod")
         assert ddp["test_loss"] == pytest.approx(hvd["test_loss"], rel=1e-6), (ddp, hvd)
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("strategy", [pytest.param("horovod", marks=needs_horovod), "ddp"])
+def test_a_stopped_rank_ends_the_library_strategies_within_the_deadline(tmp_path, strategy):
+    """Rank 2 stops (SIGSTOP) mid-training: a deadline fires on the others (Horovod: our
+    poll of its handles; DDP: the process group timeout; or the shuffle's own wait) and the
+    job ends non-zero on every rank instead of hanging."""
+    metrics = tmp_path / "m.jsonl"
+    cmd = [mpiexec(), "-n", "4", sys.executable, "-m", "gossipgrad", "train", "--strategy",
+           strategy, "--no-progress", "--epochs", "1000", "--comm-timeout", "5",
+           "--metrics-out", str(metrics), "--print-freq", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env(), cwd=REPO, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not (metrics.exists() and metrics.stat().st_size > 0):
+            assert time.monotonic() < deadline, "training never started"
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            time.sleep(0.2)
+        os.kill(rank_pid(proc.pid, rank=2), signal.SIGSTOP)
+        stopped = time.monotonic()
+        out, err = proc.communicate(timeout=5 + 30)
+        elapsed = time.monotonic() - stopped
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode != 0
+    assert elapsed <= 5 + 15, elapsed
+    # Which deadline fires first is a race: the library's, or the background shuffle's.
+    assert re.search(r"allreduce of \S+ did not complete for 5 s|Timed out waiting 5000ms"
+                     r"|peer 2 (sent|received) nothing for 5 s", err), err[-3000:]
