@@ -52,7 +52,9 @@ OPTIONS = [
     _opt("--wd", "--weight-decay", "weight_decay", type=float, default=D.weight_decay),
     _opt("--epochs", type=int, default=D.epochs),
     _opt("--max-steps", type=int, default=D.max_steps, help="Stop after N steps (0 = no cap)."),
-    _opt("--strategy", type=_choices(Strategy), default=D.strategy),
+    _opt("--strategy", type=_choices(Strategy), default=D.strategy,
+         help="gossip; allreduce or local (baselines); horovod (needs Horovod: "
+              "bash scripts/install-horovod.sh) or ddp (torch DistributedDataParallel)."),
     _opt("--topology", type=_choices(Topology), default=D.topology,
          help="auto: hypercube for power-of-two sizes, else dissemination."),
     _opt("--mix", type=_choices(Mix), default=D.mix, help="What is averaged with the peer."),
