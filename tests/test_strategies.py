@@ -61,7 +61,9 @@ def test_ddp_adapter_on_one_rank_wraps_the_model_and_steps():
     reference = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
     reference.load_state_dict(model.state_dict())
     ref_opt = _sgd(reference)
+    before = os.environ.get("GLOO_SOCKET_IFNAME")
     opt = make_distributed("ddp", _sgd(model), model, _one_rank(), bucket_mb=1)
+    assert os.environ.get("GLOO_SOCKET_IFNAME") == before  # loopback only while creating
     try:
         assert isinstance(opt.module_for_forward, DistributedDataParallel)
         assert opt.module_for_forward.module is model

@@ -12,13 +12,14 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
 
 import pytest
-from launch import REPO, env, gossipgrad, mpiexec, rank_pid
+from launch import REPO, env, gossipgrad, mpiexec, rank_pid, run
 
 pytestmark = pytest.mark.mpi
 
@@ -121,3 +122,27 @@ def test_a_stopped_rank_ends_the_library_strategies_within_the_deadline(tmp_path
     # Which deadline fires first is a race: the library's, or the background shuffle's.
     assert re.search(r"allreduce of \S+ did not complete for 5 s|Timed out waiting 5000ms"
                      r"|peer 2 (sent|received) nothing for 5 s", err), err[-3000:]
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(os.geteuid() != 0 or not (shutil.which("ip") and shutil.which("tc")),
+                    reason="needs root and iproute2 (ip, tc) to create network namespaces")
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("strategy", ["ddp", pytest.param("horovod", marks=needs_horovod)])
+def test_library_strategies_across_namespaces(strategy):
+    """Each rank in its own network namespace (scripts/emucluster.py), so loopback is not
+    shared: DDP's rendezvous must pick rank 0's eth0 address, and Horovod's MPI goes over
+    TCP. Same seed, same size: the same model as on one host."""
+    out = run([sys.executable, os.path.join(REPO, "scripts", "emucluster.py"), "run", "-n", "2",
+               "--rate", "1gbit", "--", sys.executable, "-m", "gossipgrad", "train",
+               "--strategy", strategy, "--no-progress", "--epochs", "2"], timeout=200)
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["size"] == 2 and summary["consensus_distance"] == 0.0
+    if strategy == "ddp":
+        assert re.search(r"store 10\.213\.0\.1:\d+, interface eth0", out.stderr), out.stderr
+    one_host = gossipgrad(2, ["train", "--strategy", strategy, "--no-progress", "--epochs", "2"],
+                          timeout=200)
+    assert one_host.returncode == 0, one_host.stderr[-3000:]
+    local = json.loads(one_host.stdout.strip().splitlines()[-1])
+    assert summary["test_loss"] == pytest.approx(local["test_loss"], rel=1e-6)

@@ -6,19 +6,22 @@ No extra launcher: the torch.distributed process group takes its rank and size f
 communicator, and its rendezvous from rank 0 through it. Rank 0 binds a listening socket to
 an ephemeral port (no race for the port), hands it to a ``TCPStore`` and broadcasts
 ``host:port`` as raw bytes (:mod:`gossipgrad.comm.rendezvous`). All ranks on one host: the
-store, Gloo and NCCL use loopback only (``127.0.0.1``, ``GLOO_SOCKET_IFNAME`` /
-``NCCL_SOCKET_IFNAME`` set to the loopback interface unless already set); otherwise the
-interface that :func:`~gossipgrad.comm.rendezvous.choose_interface` picks. Backend: gloo for
+store, Gloo and NCCL use loopback only (``127.0.0.1``; ``GLOO_SOCKET_IFNAME`` is set to the
+loopback interface while the group is created, ``NCCL_SOCKET_IFNAME`` for good, each unless
+already set); otherwise the interface that
+:func:`~gossipgrad.comm.rendezvous.choose_interface` picks. Backend: gloo for
 CPU models, nccl for CUDA ones. ``--comm-timeout`` is the process group's timeout, so a
 collective a rank never joins fails (in backward) instead of hanging.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import logging
 import os
 import socket
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -78,8 +81,8 @@ def init_process_group(comm: Communicator, backend: str) -> bool:
         return False
     timeout = datetime.timedelta(seconds=comm.timeout)
     ifname, ip = choose_interface(same_host(comm))
-    for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
-        os.environ.setdefault(var, ifname)
+    if backend == "nccl":  # NCCL reads it at its first collective, so it has to stay
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", ifname)
     listen_fd = None
     address = None
     if comm.rank == 0:
@@ -91,9 +94,26 @@ def init_process_group(comm: Communicator, backend: str) -> bool:
     host, port = share_address(comm, address)
     store = dist.TCPStore(host, port, comm.size, is_master=comm.rank == 0, timeout=timeout,
                           wait_for_workers=False, master_listen_fd=listen_fd)
-    dist.init_process_group(backend, store=store, rank=comm.rank, world_size=comm.size,
-                            timeout=timeout)
+    gloo_ifname = os.environ.get("GLOO_SOCKET_IFNAME") or ifname  # the user's choice wins
+    with _environment(GLOO_SOCKET_IFNAME=gloo_ifname):  # read when the group is created
+        dist.init_process_group(backend, store=store, rank=comm.rank, world_size=comm.size,
+                                timeout=timeout)
     if comm.rank == 0:
         log.info("torch.distributed %s: store %s:%d, interface %s, timeout %g s", backend,
-                 host, port, os.environ.get("GLOO_SOCKET_IFNAME"), comm.timeout)
+                 host, port, gloo_ifname, comm.timeout)
     return True
+
+
+@contextlib.contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    """Set environment variables for the duration of the block, then restore them."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
