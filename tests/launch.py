@@ -88,3 +88,11 @@ def rank_pids(root: int) -> dict[int, int]:
             rank = int(env_vars[b"PMI_RANK"])
             ranks.setdefault(rank, pid)  # the rank, not its DataLoader workers (children)
     return ranks
+
+
+def rank_pid(root: int, rank: int) -> int:
+    """The pid of MPI rank ``rank`` under the launcher process ``root``."""
+    pids = rank_pids(root)
+    if rank not in pids:
+        raise AssertionError(f"rank {rank} not found under pid {root} (found {sorted(pids)})")
+    return pids[rank]

@@ -67,7 +67,9 @@ OPTIONS = [
          show_default=f"{D.weight_decay}; ImageNet models 1e-4"),
     _opt("--epochs", type=int, default=D.epochs, show_default=f"{D.epochs}; ImageNet models 90"),
     _opt("--max-steps", type=int, default=D.max_steps, help="Stop after N steps (0 = no cap)."),
-    _opt("--strategy", type=_choices(Strategy), default=D.strategy),
+    _opt("--strategy", type=_choices(Strategy), default=D.strategy,
+         help="gossip; allreduce or local (baselines); horovod (needs Horovod: "
+              "bash scripts/install-horovod.sh) or ddp (torch DistributedDataParallel)."),
     _opt("--topology", type=_choices(Topology), default=D.topology,
          help="auto: hypercube for power-of-two sizes, else dissemination."),
     _opt("--mix", type=_choices(Mix), default=D.mix, help="What is averaged with the peer."),

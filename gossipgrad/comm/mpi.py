@@ -98,10 +98,18 @@ class MpiCommunicator:
         self.rank = self._comm.Get_rank()
         self.size = self._comm.Get_size()
         self.timeout = timeout
-        self.lock = contextlib.nullcontext() if thread_multiple() else _LOCK
+        self.thread_multiple = thread_multiple()
+        self.lock = contextlib.nullcontext() if self.thread_multiple else _LOCK
 
     def __repr__(self) -> str:
         return f"MpiCommunicator(rank={self.rank}, size={self.size})"
+
+    @property
+    def mpi4py_comm(self) -> Any:
+        """The wrapped ``mpi4py`` communicator, for a library that takes one and brings
+        its own traffic (``hvd.init(comm=...)`` duplicates it). Never used for
+        gossipgrad's own messages outside this module."""
+        return self._comm
 
     def isend(self, buf: Any, dst: int, tag: int, ctx: WaitContext | None = None) -> MpiRequest:
         b = mpi_buffer(buf)

@@ -118,6 +118,9 @@ class TrainConfig:
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"--device must be auto, cpu or cuda, got {self.device!r}")
         _choice("strategy", self.strategy, Strategy)
+        if self.staleness and self.strategy in (Strategy.HOROVOD, Strategy.DDP):
+            raise ValueError(f"--staleness 1 is not available with --strategy {self.strategy}: "
+                             "it waits for every step's allreduce")
         _choice("mix", self.mix, Mix)
         _choice("topology", self.topology, Topology)
         resolve_topology(self.topology, size)

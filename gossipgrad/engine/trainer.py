@@ -32,6 +32,7 @@ from gossipgrad.engine import snapshot as snap
 from gossipgrad.engine.config import TrainConfig
 from gossipgrad.engine.consensus import agree, verify_identical
 from gossipgrad.engine.distributed import DistributedOptimizer
+from gossipgrad.engine.factory import make_distributed
 from gossipgrad.engine.evaluation import evaluate
 from gossipgrad.engine.metrics import MetricsWriter, Progress, Throughput
 from gossipgrad.engine.signals import StopSignals, signal_name
@@ -93,10 +94,10 @@ def _setup_and_run(cfg: TrainConfig, comm: Communicator, device: torch.device,
                          skip_corrupt=cfg.skip_corrupt, pin_memory=device.type == "cuda")
     model = build_model(cfg.arch, source.in_shape, source.classes, cfg.hidden).to(device)
     base_lr = cfg.lr * (comm.size if cfg.scale_lr else 1)
-    opt = DistributedOptimizer(
-        torch.optim.SGD(model.parameters(), lr=base_lr, momentum=cfg.momentum,
-                        weight_decay=cfg.weight_decay),
-        model, comm, strategy=cfg.strategy, topology=cfg.topology, seed=cfg.seed,
+    opt = make_distributed(
+        cfg.strategy, torch.optim.SGD(model.parameters(), lr=base_lr, momentum=cfg.momentum,
+                                      weight_decay=cfg.weight_decay),
+        model, comm, topology=cfg.topology, seed=cfg.seed,
         mix=cfg.mix, staleness=cfg.staleness, sync_every=cfg.sync_every,
         bucket_mb=cfg.bucket_mb, overlap=cfg.overlap, stager=stager)
     shuffle = None
@@ -222,7 +223,7 @@ class _Run:
         y = y.to(self.device, non_blocking=True)
         self.opt.zero_grad()
         if len(y):
-            out = self.model(x)
+            out = self.opt.module_for_forward(x)  # DDP's wrapper under --strategy ddp
             loss = loss_fn(out, y)
             loss.backward()
             window["loss"] += float(loss.detach()) * len(y)

@@ -79,8 +79,14 @@ def check_consensus_distance(comm) -> None:
 
 def _train(comm, overlap: bool, mix: str = "grad", staleness: int = 0, steps: int = 6,
            strategy: str = "gossip") -> torch.Tensor:
-    torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+    # A private generator: in the thread world, torch's global RNG is shared by the ranks,
+    # so torch.manual_seed(0) here raced with the other threads' draws and rank 0 (whose
+    # parameters are broadcast) could start two runs from different weights.
+    init = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=init) * 0.3)
     opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), model,
                                comm, strategy=strategy, mix=mix, staleness=staleness,
                                bucket_mb=0.0005, overlap=overlap, seed=3)
