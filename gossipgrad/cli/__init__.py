@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from gossipgrad.cli.bench import bench
 from gossipgrad.cli.netfit import netfit
 from gossipgrad.cli.plan import plan
 from gossipgrad.cli.profile import profile
@@ -26,3 +27,4 @@ main.add_command(schedule)
 main.add_command(profile)
 main.add_command(netfit)
 main.add_command(plan)
+main.add_command(bench)

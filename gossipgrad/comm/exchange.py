@@ -76,15 +76,20 @@ class GossipExchange(Exchange):
         self.copy_send = copy_send
         self._recv: dict[int, Any] = {}
         self._send: dict[int, Any] = {}
+        self._peers: tuple[int, Any] = (-1, None)
 
     def start(self, buf: torch.Tensor, index: int, step: int, tag: int) -> Pending:
-        peers = self.schedule.peers(self.comm.rank, step)
+        if self._peers[0] != step:  # one schedule look-up per step, not per bucket
+            self._peers = (step, self.schedule.peers(self.comm.rank, step))
+        peers = self._peers[1]
         if peers is None:
             return Pending(buf)
         recv = self._buffer(self._recv, index, buf)
+        self.stager.ready(buf)  # before the receive too: last step's mix may still read recv
         send = self.stager.outgoing(buf, self._send, index) if (self.copy_send or
                                                                 self.stager.staging(buf)) else buf
-        rq = self.comm.irecv(recv, peers.src, tag, WaitContext("sent nothing", peers.src, tag, step))
+        rq = self.comm.irecv(recv, peers.src, tag,
+                             WaitContext("sent nothing", peers.src, tag, step))
         sq = self.comm.isend(send, peers.dst, tag,
                              WaitContext("received nothing", peers.dst, tag, step))
         return Pending(buf, [rq, sq], recv=recv)
@@ -109,10 +114,15 @@ class AllreduceExchange(Exchange):
 
     strategy = Strategy.ALLREDUCE
 
+    def __init__(self, comm: Communicator, stager: Stager | None = None) -> None:
+        super().__init__(comm, stager)
+        self._staged: dict[int, Any] = {}  # pinned host buffers, reused step to step
+
     def start(self, buf: torch.Tensor, index: int, step: int, tag: int) -> Pending:
         if self.comm.size == 1:
             return Pending(buf)
-        staged = self.stager.outgoing(buf, {}, index) if self.stager.staging(buf) else buf
+        self.stager.ready(buf)
+        staged = self.stager.outgoing(buf, self._staged, index) if self.stager.staging(buf) else buf
         return Pending(buf, [self.comm.iallreduce_(staged)], staged=staged)
 
     def finish(self, pending: Pending) -> None:

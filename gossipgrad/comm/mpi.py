@@ -5,6 +5,7 @@ nothing is ever unpickled from another rank. Every wait polls its request agains
 deadline. Below ``MPI_THREAD_MULTIPLE`` every MPI call is serialised behind one lock.
 CUDA tensors go to MPI directly only when the library is CUDA-aware (see
 :func:`cuda_aware`); the exchange layer stages them through host buffers otherwise.
+``GOSSIPGRAD_INJECT_DELAY_MS`` delays every point-to-point send (see ``comm.delay``).
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import contextlib
 import logging
 import os
 import threading
-import time
 from typing import Any
+
+import mpi4py
 
 from gossipgrad.comm.base import (
     DEFAULT_TIMEOUT_S,
@@ -22,10 +24,10 @@ from gossipgrad.comm.base import (
     CommTimeout,
     ReduceOp,
     WaitContext,
+    poll,
 )
 from gossipgrad.comm.buffers import host_array
-
-import mpi4py
+from gossipgrad.comm.delay import DelayedPoster, DelayedRequest, inject_delay_s
 
 mpi4py.rc.thread_level = os.environ.get("GOSSIPGRAD_MPI_THREAD_LEVEL", "multiple")
 from mpi4py import MPI  # noqa: E402
@@ -81,25 +83,31 @@ class MpiRequest:
         return self.done
 
     def wait(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        pause = 0.0
-        while not self.test():
-            if time.monotonic() > deadline:
-                raise CommTimeout(self.ctx.describe(self.comm.rank, timeout))
-            time.sleep(pause)
-            pause = min(max(pause * 2, 2e-5), 1e-3)
+        poll(self.test, timeout, lambda: CommTimeout(self.ctx.describe(self.comm.rank, timeout)))
 
 
 class MpiCommunicator:
-    """A :class:`~gossipgrad.comm.base.Communicator` over an ``mpi4py`` communicator."""
+    """A :class:`~gossipgrad.comm.base.Communicator` over an ``mpi4py`` communicator.
 
-    def __init__(self, comm: Any = None, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+    Args:
+        comm: the mpi4py communicator (default ``COMM_WORLD``).
+        timeout: seconds any wait may take.
+        delay_s: injected one-way latency per sent message (default: from
+            ``GOSSIPGRAD_INJECT_DELAY_MS``, see :mod:`gossipgrad.comm.delay`).
+    """
+
+    def __init__(self, comm: Any = None, timeout: float = DEFAULT_TIMEOUT_S,
+                 delay_s: float | None = None, _poster: DelayedPoster | None = None) -> None:
         self._comm = comm if comm is not None else MPI.COMM_WORLD
         self.rank = self._comm.Get_rank()
         self.size = self._comm.Get_size()
         self.timeout = timeout
         self.thread_multiple = thread_multiple()
         self.lock = contextlib.nullcontext() if self.thread_multiple else _LOCK
+        self.delay_s = inject_delay_s() if delay_s is None else delay_s
+        if self.delay_s > 0 and _poster is None:
+            _poster = DelayedPoster(self.delay_s, self.rank)
+        self._poster = _poster if self.delay_s > 0 else None
 
     def __repr__(self) -> str:
         return f"MpiCommunicator(rank={self.rank}, size={self.size})"
@@ -111,11 +119,18 @@ class MpiCommunicator:
         gossipgrad's own messages outside this module."""
         return self._comm
 
-    def isend(self, buf: Any, dst: int, tag: int, ctx: WaitContext | None = None) -> MpiRequest:
+    def isend(self, buf: Any, dst: int, tag: int,
+              ctx: WaitContext | None = None) -> MpiRequest | DelayedRequest:
         b = mpi_buffer(buf)
+        ctx = ctx or WaitContext("received nothing", dst, tag)
+        if self._poster is not None:
+            return self._poster.post(lambda: self._isend(b, dst, tag, ctx), ctx)
+        return self._isend(b, dst, tag, ctx)
+
+    def _isend(self, b: Any, dst: int, tag: int, ctx: WaitContext) -> MpiRequest:
         with self.lock:
             req = self._comm.Isend(b, dest=dst, tag=tag)
-        return MpiRequest(self, req, ctx or WaitContext("received nothing", dst, tag), b)
+        return MpiRequest(self, req, ctx, b)
 
     def irecv(self, buf: Any, src: int, tag: int, ctx: WaitContext | None = None) -> MpiRequest:
         b = mpi_buffer(buf)
@@ -142,11 +157,24 @@ class MpiCommunicator:
 
     def dup(self) -> MpiCommunicator:
         with self.lock:
-            return MpiCommunicator(self._comm.Dup(), self.timeout)
+            return MpiCommunicator(self._comm.Dup(), self.timeout, self.delay_s, self._poster)
 
     def abort(self, code: int = 1) -> None:
         MPI.COMM_WORLD.Abort(code)
         os._exit(code)  # Abort should not return; never let this rank carry on
+
+
+def raw_sendrecv_seconds(comm: MpiCommunicator, sendbuf: Any, dst: int, recvbuf: Any,
+                         src: int, tag: int) -> float:
+    """Seconds one plain blocking ``MPI_Sendrecv`` of ``sendbuf`` to ``dst`` while receiving
+    ``recvbuf`` from ``src`` takes: the baseline ``gossipgrad bench exchange`` compares
+    against. It has no deadline (it is the thing measured); callers pass a barrier with one
+    first, so every rank is known to be there."""
+    s, r = mpi_buffer(sendbuf), mpi_buffer(recvbuf)
+    with comm.lock:
+        t0 = MPI.Wtime()
+        comm._comm.Sendrecv(s, dst, tag, r, src, tag)
+        return MPI.Wtime() - t0
 
 
 def processor_name() -> str:
@@ -176,4 +204,5 @@ def node_local_rank() -> int:
 
 
 __all__ = ["MpiCommunicator", "MpiRequest", "cuda_aware", "thread_multiple", "CommError",
-           "CommTimeout", "node_local_rank", "processor_name", "library_version"]
+           "CommTimeout", "node_local_rank", "processor_name", "library_version",
+           "raw_sendrecv_seconds"]

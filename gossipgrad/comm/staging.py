@@ -24,6 +24,14 @@ class Stager:
     def staging(self, buf: torch.Tensor) -> bool:
         return self.force or (buf.is_cuda and not self.cuda_aware)
 
+    def ready(self, buf: torch.Tensor) -> None:
+        """Make ``buf`` safe to hand to MPI: a CUDA tensor that goes to MPI directly must be
+        complete when MPI reads it, so the current stream (which produced it) is synchronized.
+        Staged tensors need nothing (:meth:`outgoing` copies synchronously); host tensors
+        neither. Over-waits for kernels queued after ``buf``'s producer; always correct."""
+        if buf.is_cuda and not self.staging(buf):
+            torch.cuda.current_stream(buf.device).synchronize()
+
     def empty_like(self, buf: torch.Tensor) -> torch.Tensor:
         """A receive buffer the transport can write into."""
         if self.staging(buf):

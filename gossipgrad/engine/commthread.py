@@ -1,20 +1,38 @@
-"""A communication thread that posts bucket exchanges and drives them to completion.
+"""A communication thread that drives bucket exchanges to completion off the training thread.
 
-Backward hands it a bucket as soon as the bucket's last gradient is ready; the thread calls
-``exchange.start``, polls the in-flight requests (MPI progresses only inside MPI calls), and
-runs ``exchange.finish`` when they complete, so the mix happens while backward continues on
-other buckets. An error in the thread is kept and re-raised in the caller of :meth:`wait`.
+Backward hands it a bucket as soon as the bucket's last gradient is ready. The exchange is
+posted (``exchange.start``; in the caller's thread for host buffers, so the transfer starts
+at once), then this thread polls the in-flight requests (MPI progresses only inside MPI
+calls) and runs ``exchange.finish`` (the mix) as each completes, while backward continues on
+other buckets. A caller blocked in :meth:`wait` polls too, under the same lock, so the last
+bucket's completion is seen without a hand-off between threads. An error in the thread is
+kept and re-raised in the caller of :meth:`wait`.
+
+``window`` bounds how many exchanges are on the wire at once; the rest wait in submission
+order. The transport interleaves concurrent messages on one connection, so posting 16
+buckets at once makes all of them arrive near the end; with a window they arrive one after
+another, which is what a consumer in order (the forward pass waiting for parameter buckets)
+needs. Every rank must then submit the same keys in the same order, or the window deadlocks
+until the deadline; the optimizer uses a window only where the order is fixed.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
-from typing import Callable
+from collections import deque
+from collections.abc import Callable
 
-from gossipgrad.comm.base import CommTimeout
+from gossipgrad.comm.base import (
+    POLL_MAX_PAUSE_S,
+    PROGRESS_BURST,
+    WAIT_SPIN_S,
+    Backoff,
+    CommTimeout,
+)
 from gossipgrad.comm.exchange import Exchange, Pending
+
+Inflight = tuple[int, Pending, float]  # key, exchange, deadline
 
 
 class CommThread:
@@ -23,79 +41,149 @@ class CommThread:
     Args:
         exchange: the strategy.
         timeout: seconds a bucket may stay in flight before the step fails.
+        window: the most exchanges in flight at once (None: no limit).
+
+    Invariant: a request is only ever tested by the thread holding ``_lock`` (MPI forbids
+    two threads testing one request); a finished exchange is removed from the in-flight
+    list under the lock and mixed by that thread alone, outside it.
     """
 
-    def __init__(self, exchange: Exchange, timeout: float, name: str = "gossipgrad-comm") -> None:
+    def __init__(self, exchange: Exchange, timeout: float, window: int | None = None,
+                 name: str = "gossipgrad-comm") -> None:
+        if window is not None and window < 1:
+            raise ValueError(f"window must be >= 1 or None, got {window}")
         self.exchange = exchange
         self.timeout = timeout
-        self._tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self.window = window
+        self._queued: deque[tuple[int, Callable[[], Pending]]] = deque()
+        self._inflight: list[Inflight] = []
         self._done: dict[int, threading.Event] = {}
+        self._lock = threading.Lock()
+        self._work = threading.Event()
+        self._closing = False
+        self._waiters = 0
         self._error: BaseException | None = None
-        self._stop = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, key: int, start: Callable[[], Pending]) -> None:
-        """Queue a bucket exchange under ``key``; ``start()`` posts it (called in the thread)."""
+    def submit(self, key: int, start: Callable[[], Pending], eager: bool = False) -> None:
+        """Queue a bucket exchange under ``key``; ``start()`` posts it.
+
+        ``eager``: call ``start()`` here, in the caller's thread, when the window has room,
+        so the transfer begins without waiting for this thread to be scheduled (on a loaded
+        machine that can take milliseconds). Leave it False when posting is expensive (e.g.
+        a device-to-host staging copy) and should stay off the caller.
+        """
         self._done[key] = threading.Event()
-        self._tasks.put((key, start))
+        with self._lock:
+            if eager and not self._queued and self._room():
+                self._inflight.append((key, start(), time.monotonic() + self.timeout))
+            else:
+                self._queued.append((key, start))
+        self._work.set()
 
     def wait(self, key: int) -> None:
-        """Block until exchange ``key`` is finished; re-raise the thread's error, if any."""
+        """Block until exchange ``key`` is finished, driving progress meanwhile; re-raise
+        the thread's error, if any."""
         event = self._done[key]
         deadline = time.monotonic() + self.timeout + 1.0
-        while not event.wait(0.05):
-            if self._error is not None:
-                raise self._error
-            if time.monotonic() > deadline:  # the thread itself enforces per-request deadlines
-                raise CommTimeout(f"bucket exchange {key} did not finish within {self.timeout:g} s")
+        backoff = Backoff(WAIT_SPIN_S)
+        self._waiters += 1  # the thread stands back: one poller, no GIL ping-pong
+        try:
+            while not event.is_set():
+                if self._error is not None:
+                    raise self._error
+                if self._poll(block=False):
+                    continue
+                if time.monotonic() > deadline:  # each request also has its own deadline
+                    raise CommTimeout(f"bucket exchange {key} did not finish within "
+                                      f"{self.timeout:g} s")
+                backoff.sleep()
+        finally:
+            self._waiters -= 1
         if self._error is not None:
             raise self._error
         del self._done[key]
 
     def close(self) -> None:
-        self._stop = True
-        self._tasks.put(None)
+        self._closing = True
+        self._work.set()
         self._thread.join(timeout=5)
 
+    def _room(self) -> bool:
+        return self.window is None or len(self._inflight) < self.window
+
     def _run(self) -> None:
-        inflight: list[tuple[int, Pending, float]] = []
-        pause = 0.0
+        backoff = Backoff()  # no spinning: this thread runs beside compute
         try:
             while True:
-                try:
-                    task = self._tasks.get_nowait() if inflight else self._tasks.get()
-                except queue.Empty:
-                    task = False
-                if task is None:
-                    return
-                if task:
-                    key, start = task
-                    inflight.append((key, start(), time.monotonic() + self.timeout))
-                    pause = 0.0
+                self._work.clear()
+                if not self._inflight and not self._queued:
+                    if self._closing:
+                        return
+                    self._work.wait()  # nothing to poll: sleep until work arrives
+                    backoff.reset()
                     continue
-                if self._progress(inflight):
-                    pause = 0.0
+                if self._waiters:  # a caller in wait() polls for both of us
+                    time.sleep(POLL_MAX_PAUSE_S)
+                elif self._poll(block=True):
+                    backoff.reset()
                 else:
-                    time.sleep(pause)
-                    pause = min(max(pause * 2, 2e-5), 1e-3)
+                    backoff.sleep()
         except BaseException as exc:  # noqa: BLE001 - handed to the training thread
             self._error = exc
             for ev in list(self._done.values()):
                 ev.set()
 
-    def _progress(self, inflight: list[tuple[int, Pending, float]]) -> bool:
-        """Finish every exchange whose requests completed; True if any did."""
-        progressed = False
-        for item in list(inflight):
-            key, pending, deadline = item
+    def _poll(self, block: bool) -> bool:
+        """Post what the window allows, test the in-flight exchanges and finish those done;
+        True if anything happened. With ``block=False`` give up at once if another thread
+        holds the lock."""
+        if not self._lock.acquire(blocking=block):
+            return False
+        try:
+            admitted = self._admit()
+            done = self._completed()
+            admitted = self._admit() or admitted  # slots freed by what completed
+        finally:
+            self._lock.release()
+        for key, pending, _ in done:  # removed from the list: this thread owns them
+            self.exchange.finish(pending)
+            self._done[key].set()
+        return admitted or bool(done)
+
+    def _admit(self) -> bool:
+        """Post queued exchanges, in order, while the window has room (under the lock)."""
+        admitted = False
+        while self._queued and self._room():
+            key, start = self._queued.popleft()
+            self._inflight.append((key, start(), time.monotonic() + self.timeout))
+            admitted = True
+        return admitted
+
+    def _completed(self) -> list[Inflight]:
+        """Remove and return the exchanges whose requests completed (under the lock). When
+        none has, drive MPI's progress with a burst of tests on the oldest request first
+        (progress is global: a test of one request moves every transfer; see
+        ``base.PROGRESS_BURST``)."""
+        done = self._sweep()
+        if done or not self._inflight:
+            return done
+        oldest = next((r for r in self._inflight[0][1].requests if not r.test()), None)
+        if oldest is not None:
+            for _ in range(PROGRESS_BURST - 1):
+                if oldest.test():
+                    break
+        return self._sweep()
+
+    def _sweep(self) -> list[Inflight]:
+        done = []
+        for item in list(self._inflight):
+            _, pending, deadline = item
             waiting = [r for r in pending.requests if not r.test()]
             if not waiting:
-                self.exchange.finish(pending)
-                inflight.remove(item)
-                self._done[key].set()
-                progressed = True
+                self._inflight.remove(item)
+                done.append(item)
             elif time.monotonic() > deadline:
-                r = waiting[0]
-                raise CommTimeout(r.ctx.describe(self.exchange.comm.rank, self.timeout))
-        return progressed
+                raise CommTimeout(waiting[0].ctx.describe(self.exchange.comm.rank, self.timeout))
+        return done

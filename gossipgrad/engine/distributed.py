@@ -17,11 +17,17 @@ Complete example (run as ``mpiexec -n 4 python example.py``, or plainly for one 
     opt.synchronize()  # global average: one consensus model on every rank
 
 ``mix="grad"`` averages gradient buckets with the step's peer before the optimizer steps;
-``mix="param"`` steps first, then averages parameter buckets. With ``overlap=True`` a
-gradient bucket leaves on the communication thread as soon as backward has produced its
-last gradient. Staleness 1 completes the exchange posted at step t at step t+1 and applies
-the mixing correction ``(peer's - own) / 2`` computed from step t's values, which keeps the
-mean over ranks exact.
+``mix="param"`` steps first, then averages parameter buckets. With ``overlap=True`` (and
+staleness 0) the exchange runs on the communication thread: a gradient bucket leaves as
+soon as backward has produced its last gradient, and ``step()`` waits for it; a parameter
+bucket leaves right after the optimizer step, and is waited for by a forward pre-hook of
+the first module that uses one of its parameters at the next step, so the exchange hides
+behind the next forward. Parameters must therefore be read through their own module's
+``forward`` (not, e.g., as ``other_module.weight`` from a different module); otherwise pass
+``overlap=False``. Overlapped and blocking exchange give bit-identical results.
+Staleness 1 completes the exchange posted at step t at step t+1 and applies the mixing
+correction ``(peer's - own) / 2`` computed from step t's values, which keeps the mean over
+ranks exact.
 """
 
 from __future__ import annotations
@@ -47,6 +53,11 @@ from gossipgrad.engine.consensus import (
 
 log = logging.getLogger(__name__)
 
+PARAM_WINDOW = 2
+"""Parameter buckets on the wire at once (``CommThread`` window). Posted all at once they
+interleave on the connection and the first layer's bucket arrives last; in forward order
+two at a time, each arrives as early as the link allows (docs/benchmarks.md)."""
+
 
 class Mix(enum.StrEnum):
     GRAD = "grad"
@@ -67,7 +78,9 @@ class DistributedOptimizer:
         staleness: 0 (wait this step) or 1 (complete at the next step).
         sync_every: global average every N steps (0 = never, except on request).
         bucket_mb: largest bucket in MiB.
-        overlap: start gradient buckets from backward hooks on a communication thread.
+        overlap: run bucket exchanges on a communication thread (staleness 0 only):
+            gradient buckets start from backward hooks, parameter buckets are waited for
+            by forward pre-hooks.
         stager: how device tensors reach MPI (default: direct on CPU).
     """
 
@@ -95,15 +108,20 @@ class DistributedOptimizer:
         self.exchange: Exchange = make_exchange(self.strategy, comm, self.schedule, stager,
                                                 copy_send=False)
         self.communicates = comm.size > 1 and self.strategy is not Strategy.LOCAL
-        self.overlap = overlap and self.communicates and self.mix is Mix.GRAD
-        self._thread = CommThread(self.exchange, comm.timeout) if self.overlap else None
+        self.overlap = overlap and self.communicates and self.staleness == 0
+        window = PARAM_WINDOW if self.mix is Mix.PARAM else None  # fixed order: safe
+        self._thread = CommThread(self.exchange, comm.timeout, window) if self.overlap else None
         self._ready = [0] * len(self.layout.buckets)
         self._submitted = [False] * len(self.layout.buckets)
         self._stale: list[tuple[Pending, torch.Tensor, torch.Tensor]] = []
-        if self.overlap:
+        self._params_inflight: set[int] = set()
+        self._bucket_of = {id(p): b.index for b in self.layout.buckets for p in b.params}
+        self._hooks: list[Any] = []
+        if self.overlap and self.mix is Mix.GRAD:
             self._hooks = [p.register_post_accumulate_grad_hook(self._grad_ready)
                            for p in model.parameters() if p.requires_grad]
-            self._bucket_of = {id(p): b.index for b in self.layout.buckets for p in b.params}
+        elif self.overlap:
+            self._hooks = self._install_forward_waits(model)
 
     # -- the step --------------------------------------------------------------------
     @property
@@ -128,6 +146,10 @@ class DistributedOptimizer:
         if self.mix is Mix.GRAD:
             self._mix_buckets([b.grads for b in self.layout.buckets], Tag.GRAD_BUCKET)
             loss = self.optimizer.step(closure)
+        elif self._thread is not None:
+            self.wait_parameters()  # buckets no forward used since the last step
+            loss = self.optimizer.step(closure)
+            self._post_parameters()
         else:
             loss = self.optimizer.step(closure)
             self._mix_buckets([b.values for b in self.layout.buckets], Tag.PARAM_BUCKET)
@@ -142,10 +164,45 @@ class DistributedOptimizer:
         if self._ready[b] == len(self.layout.buckets[b].params) and self.staleness == 0:
             self._submit(b, self.layout.buckets[b].grads, Tag.GRAD_BUCKET)
 
+    def _install_forward_waits(self, model: torch.nn.Module) -> list[Any]:
+        """A forward pre-hook on every module that owns parameters: before it runs, wait
+        for the parameter buckets holding them (the first such module does the wait)."""
+        hooks = []
+        for module in model.modules():
+            own = sorted({self._bucket_of[id(p)] for p in module.parameters(recurse=False)
+                          if id(p) in self._bucket_of})
+            if own:
+                hooks.append(module.register_forward_pre_hook(
+                    lambda _m, _args, own=own: self.wait_parameters(own)))
+        return hooks
+
+    def _post_parameters(self) -> None:
+        """Hand every parameter bucket to the communication thread, in forward order (the
+        layout is in backward order, so the first layer's bucket is the last one)."""
+        for b in reversed(self.layout.buckets):
+            self._submit(b.index, b.values, Tag.PARAM_BUCKET)
+            self._params_inflight.add(b.index)
+
+    @property
+    def parameters_in_flight(self) -> int:
+        """Parameter buckets posted after the last step and not yet mixed in."""
+        return len(self._params_inflight)
+
+    def wait_parameters(self, buckets: list[int] | None = None) -> None:
+        """Wait until the parameter exchange of ``buckets`` (default: all in flight) has
+        been mixed into the parameters. A no-op unless ``mix="param"`` is overlapped."""
+        if not self._params_inflight:
+            return
+        for i in sorted(self._params_inflight) if buckets is None else buckets:
+            if i in self._params_inflight:
+                self._thread.wait(i)
+                self._params_inflight.discard(i)
+
     def _submit(self, index: int, buf: torch.Tensor, tag_base: int) -> None:
         self._submitted[index] = True
         step = self.step_count
-        self._thread.submit(index, lambda: self.exchange.start(buf, index, step, tag_base + index))
+        self._thread.submit(index, lambda: self.exchange.start(buf, index, step, tag_base + index),
+                            eager=not buf.is_cuda)
 
     def _mix_buckets(self, bufs: list[torch.Tensor], tag_base: int) -> None:
         if not self.communicates:
@@ -177,7 +234,9 @@ class DistributedOptimizer:
 
     # -- whole-model operations -------------------------------------------------------
     def drain(self) -> None:
-        """Complete any exchange still in flight (staleness 1) without applying it."""
+        """Complete any exchange still in flight: an overlapped parameter exchange is
+        applied; a staleness-1 exchange is completed without applying it."""
+        self.wait_parameters()
         for pending, _, _ in self._stale:
             for r in pending.requests:
                 r.wait(self.comm.timeout)
@@ -189,6 +248,7 @@ class DistributedOptimizer:
         average_parameters_(self.model, self.comm)
 
     def consensus_distance(self) -> float:
+        self.wait_parameters()
         return consensus_distance(self.model, self.comm)
 
     def bytes_sent_per_step(self) -> float:
@@ -199,13 +259,15 @@ class DistributedOptimizer:
     def close(self) -> None:
         """Complete everything in flight (no message is left unmatched), stop the thread."""
         self.drain()
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
         if self._thread is not None:
             self._thread.close()
             self._thread = None
-            for h in self._hooks:
-                h.remove()
 
     def state_dict(self) -> dict[str, Any]:
+        self.wait_parameters()
         return {"optimizer": self.optimizer.state_dict(), "step": self.step_count}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -91,14 +91,18 @@ def _train(comm, overlap: bool, mix: str = "grad", staleness: int = 0, steps: in
                                comm, strategy=strategy, mix=mix, staleness=staleness,
                                bucket_mb=0.0005, overlap=overlap, seed=3)
     gen = torch.Generator().manual_seed(100 + comm.rank)
+    overlapped_params = overlap and mix == "param" and staleness == 0 and opt.communicates
     try:
         for _ in range(steps):
             x, y = torch.randn(8, 6, generator=gen), torch.randint(0, 3, (8,), generator=gen)
             opt.zero_grad()
             torch.nn.functional.cross_entropy(model(x), y).backward()
             opt.step()
+            if overlapped_params:  # the exchange is left to the next forward's pre-hooks
+                assert opt.parameters_in_flight == len(opt.layout.buckets), "not overlapped"
     finally:
         opt.close()
+    assert opt.parameters_in_flight == 0
     assert len(opt.layout.buckets) > 1, "the test must exercise several buckets"
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
@@ -109,6 +113,15 @@ def check_overlap_is_bit_identical(comm) -> None:
         a = _train(comm, overlap=True, strategy=strategy)
         b = _train(comm, overlap=False, strategy=strategy)
         assert torch.equal(a, b), f"rank {comm.rank} {strategy}: overlap changed the result"
+
+
+def check_param_overlap_is_bit_identical(comm) -> None:
+    """mix=param: buckets posted after the step and waited for by forward pre-hooks give the
+    same bits as mixing every bucket right after the step."""
+    for strategy in ("gossip", "allreduce"):
+        a = _train(comm, overlap=True, mix="param", strategy=strategy)
+        b = _train(comm, overlap=False, mix="param", strategy=strategy)
+        assert torch.equal(a, b), f"rank {comm.rank} {strategy}: param overlap changed the result"
 
 
 def check_allreduce_keeps_ranks_identical(comm) -> None:
@@ -152,5 +165,6 @@ def check_deadline_names_peer(comm) -> None:
 
 ALL = [check_hypercube_cycle_gives_exact_mean, check_one_step_closed_form,
        check_mixing_preserves_mean, check_allreduce_exchange_is_mean, check_consensus_distance,
-       check_overlap_is_bit_identical, check_allreduce_keeps_ranks_identical,
+       check_overlap_is_bit_identical, check_param_overlap_is_bit_identical,
+       check_allreduce_keeps_ranks_identical,
        check_param_mix_and_staleness_keep_mean, check_deadline_names_peer]

@@ -1,0 +1,199 @@
+"""What every benchmark shares: timing across ranks, medians, byte counting, one JSON line.
+
+Benchmarks are run by a launcher (``mpiexec -n 2 gossipgrad bench exchange``); each rank
+runs the same code, times are taken between barriers and reduced with MAX over ranks (a
+step is as slow as its slowest rank), and rank 0 prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from gossipgrad.comm.base import Communicator, ReduceOp, WaitContext, allreduce_
+
+
+def max_over_ranks(comm: Communicator, values: list[float]) -> list[float]:
+    """Element-wise MAX over ranks of a list of floats (same length on every rank)."""
+    arr = np.asarray(values, dtype=np.float64)
+    if comm.size > 1:
+        allreduce_(comm, arr, ReduceOp.MAX)
+    return arr.tolist()
+
+
+def timed(comm: Communicator, fn: Callable[[], Any]) -> float:
+    """Seconds ``fn()`` takes on this rank, started right after a barrier."""
+    comm.barrier()
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def median(values: list[float]) -> float:
+    return float(statistics.median(values)) if values else float("nan")
+
+
+def rounded(x: float, digits: int = 6) -> float:
+    return float(f"{x:.{digits}g}")
+
+
+def finite(x: float | None, digits: int = 4) -> float | None:
+    """``x`` rounded, or None for None/NaN/inf (JSON has no NaN)."""
+    if x is None or x != x or x in (float("inf"), float("-inf")):
+        return None
+    return rounded(x, digits)
+
+
+def make_stack(width: int, layers: int, seed: int = 0) -> torch.nn.Module:
+    """``layers`` x (Linear(width, width), ReLU); the same weights for the same seed."""
+    gen = torch.Generator().manual_seed(seed)
+    mods: list[torch.nn.Module] = []
+    for _ in range(layers):
+        lin = torch.nn.Linear(width, width)
+        with torch.no_grad():
+            lin.weight.normal_(0.0, width ** -0.5, generator=gen)
+            lin.bias.zero_()
+        mods += [lin, torch.nn.ReLU()]
+    return torch.nn.Sequential(*mods)
+
+
+PHASES = ("forward", "backward", "optimizer", "total")
+
+
+class Trainer:
+    """One model copy (:func:`make_stack`) and its distributed optimizer, built by the engine
+    factory from a strategy name; ``kw`` go to the factory."""
+
+    def __init__(self, comm: Communicator, strategy: str, width: int, layers: int,
+                 **kw: Any) -> None:
+        from gossipgrad.engine.factory import make_distributed
+
+        self.model = make_stack(width, layers)
+        self.opt = make_distributed(strategy, torch.optim.SGD(self.model.parameters(), lr=1e-3),
+                                    self.model, comm, **kw)
+        self.width = width
+        self.x = torch.empty(0)
+
+    def set_batch(self, batch: int) -> None:
+        self.x = torch.randn(batch, self.width, generator=torch.Generator().manual_seed(1))
+
+    def step(self) -> dict[str, float]:
+        """One step; seconds on this rank of its phases: ``forward`` (with any waits of
+        forward pre-hooks), ``backward`` (with hooks), ``optimizer`` (``step()``, with its
+        waits) and ``total``."""
+        t0 = time.perf_counter()
+        self.opt.zero_grad()
+        loss = self.model(self.x).square().mean()
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        self.opt.step()
+        t3 = time.perf_counter()
+        return {"forward": t1 - t0, "backward": t2 - t1, "optimizer": t3 - t2, "total": t3 - t0}
+
+    def block(self, steps: int) -> dict[str, float]:
+        """Mean phase times (see :meth:`step`) over ``steps`` steps after one untimed step.
+        In-flight exchanges are completed untimed at the end (``drain``), so each timed step
+        pays for exactly one exchange."""
+        self.step()
+        sums = dict.fromkeys(PHASES, 0.0)
+        for _ in range(steps):
+            for k, v in self.step().items():
+                sums[k] += v
+        self.opt.drain()
+        return {k: v / steps for k, v in sums.items()}
+
+    def close(self) -> None:
+        self.opt.close()
+
+
+def emit(comm: Communicator, record: dict[str, Any]) -> None:
+    """Print ``record`` as one JSON line on rank 0 (other ranks print nothing)."""
+    if comm.rank == 0:
+        print(json.dumps(record, sort_keys=True), flush=True)
+
+
+def parse_sizes_mb(text: str) -> list[float]:
+    """``"1,100"`` -> ``[1.0, 100.0]``; ValueError naming the flag for anything else."""
+    try:
+        sizes = [float(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise ValueError(f"--sizes-mb {text!r}: expected comma-separated MiB, e.g. 1,100") from None
+    if not sizes or any(s <= 0 for s in sizes):
+        raise ValueError(f"--sizes-mb {text!r}: every size must be > 0 MiB")
+    return sizes
+
+
+def link_info() -> dict[str, Any]:
+    """Where this runs: the emulated cluster's namespace/rate and the injected delay."""
+    return {"emu_netns": bool(os.environ.get("GOSSIPGRAD_EMU_NETNS")),
+            "emu_rate": os.environ.get("GOSSIPGRAD_EMU_RATE"),
+            "inject_delay_ms": float(os.environ.get("GOSSIPGRAD_INJECT_DELAY_MS") or 0)}
+
+
+def wire_tx_bytes(dev: str = "eth0") -> int | None:
+    """Bytes this network namespace has transmitted on ``dev`` (``/proc/net/dev``), or None
+    when not in the emulated cluster (on a plain host the traffic is shared memory or ``lo``
+    shared with everything else, so there is no per-rank wire to read)."""
+    if not os.environ.get("GOSSIPGRAD_EMU_NETNS"):
+        return None
+    try:
+        with open("/proc/net/dev", encoding="ascii") as f:
+            for line in f:
+                name, _, rest = line.partition(":")
+                if name.strip() == dev:
+                    return int(rest.split()[8])
+    except OSError:
+        return None
+    return None
+
+
+def nbytes(buf: Any) -> int:
+    if isinstance(buf, torch.Tensor):
+        return buf.numel() * buf.element_size()
+    return int(np.asarray(buf).nbytes)
+
+
+class CountingCommunicator:
+    """Wraps a Communicator and counts the bytes handed to ``isend`` and ``iallreduce_``.
+
+    ``sent`` counts point-to-point payload; ``reduced`` counts allreduce buffers (what goes
+    on the wire for those depends on MPI's algorithm; see :func:`wire_tx_bytes`).
+    Thread-safe enough for one communication thread: counters are only ever incremented.
+    """
+
+    def __init__(self, comm: Communicator) -> None:
+        self.inner = comm
+        self.rank, self.size, self.timeout = comm.rank, comm.size, comm.timeout
+        self.sent = 0
+        self.reduced = 0
+
+    def isend(self, buf: Any, dst: int, tag: int, ctx: WaitContext | None = None) -> Any:
+        self.sent += nbytes(buf)
+        return self.inner.isend(buf, dst, tag, ctx)
+
+    def irecv(self, buf: Any, src: int, tag: int, ctx: WaitContext | None = None) -> Any:
+        return self.inner.irecv(buf, src, tag, ctx)
+
+    def iallreduce_(self, buf: Any, op: ReduceOp = ReduceOp.SUM) -> Any:
+        self.reduced += nbytes(buf)
+        return self.inner.iallreduce_(buf, op)
+
+    def bcast_(self, buf: Any, root: int = 0) -> None:
+        self.inner.bcast_(buf, root)
+
+    def barrier(self) -> None:
+        self.inner.barrier()
+
+    def dup(self) -> Communicator:
+        return self.inner.dup()
+
+    def abort(self, code: int = 1) -> None:
+        self.inner.abort(code)

@@ -1,0 +1,131 @@
+"""``gossipgrad bench``: smoke runs under mpiexec with tiny sizes (fields and sane values, no
+timing thresholds), argument errors, and ``bench strategies`` on the emulated cluster."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from launch import gossipgrad, run
+
+from gossipgrad.bench.strategies import markdown_table
+from gossipgrad.cli import main
+
+EMUCLUSTER = Path(__file__).resolve().parent.parent / "scripts" / "emucluster.py"
+
+
+def _record(out) -> dict:
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1, f"expected one JSON object on rank 0:\n{out.stdout}"
+    return json.loads(lines[0])
+
+
+def _positive(x) -> bool:
+    return isinstance(x, float | int) and math.isfinite(x) and x > 0
+
+
+@pytest.mark.parametrize("args,message", [
+    (["exchange", "--sizes-mb", "1,x"], "--sizes-mb '1,x'"),
+    (["exchange", "--sizes-mb", "0"], "every size must be > 0"),
+    (["exchange", "--bucket-mb", "0"], "--bucket-mb"),
+    (["exchange", "--reps", "0"], "--reps"),
+    (["strategies", "--bucket-mb", "-1"], "--bucket-mb"),
+    (["overlap", "--mix", "both"], "'both' is not one of"),
+])
+def test_bad_flags_are_usage_errors(args, message):
+    result = CliRunner().invoke(main, ["bench", *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.timeout(120)
+def test_one_rank_is_refused_with_the_launch_command():
+    out = gossipgrad(0, ["bench", "exchange", "--sizes-mb", "0.01"], timeout=100)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "at least 2 ranks: mpiexec -n 2" in out.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(180)
+def test_bench_exchange_reports_both_methods_per_size():
+    rec = _record(gossipgrad(2, ["bench", "exchange", "--sizes-mb", "0.01,0.5",
+                                 "--bucket-mb", "0.2", "--reps", "3", "--warmup", "1"],
+                             timeout=160))
+    assert rec["bench"] == "exchange" and rec["size"] == 2 and rec["reps"] == 3
+    small, large = rec["results"]
+    assert (small["bytes"], small["buckets"]) == (10484, 1)
+    assert (large["bytes"], large["buckets"]) == (2**19, 3)
+    for r in (small, large):
+        for key in ("raw_s", "exchange_s", "exchange_mix_s", "ratio", "ratio_mix",
+                    "ratio_paired", "ratio_mix_paired", "raw_gbit_per_s"):
+            assert _positive(r[key]), (key, r)
+        assert r["ratio"] == pytest.approx(r["exchange_s"] / r["raw_s"], rel=1e-3)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(180)
+def test_bench_overlap_reports_three_step_times():
+    rec = _record(gossipgrad(2, ["bench", "overlap", "--width", "64", "--layers", "3",
+                                 "--bucket-mb", "0.01", "--steps", "2", "--reps", "2"],
+                             timeout=160))
+    assert rec["bench"] == "overlap" and rec["mix"] == "param" and rec["buckets"] >= 3
+    assert rec["model_bytes"] == 3 * (64 * 64 + 64) * 4
+    assert rec["batch"] >= 1
+    for key in ("compute_step_s", "blocking_step_s", "overlapped_step_s", "exchange_s",
+                "forward_s", "backward_s", "overlapped_over_compute", "blocking_over_compute"):
+        assert _positive(rec[key]), (key, rec)
+    assert rec["hidden_fraction"] is None or math.isfinite(rec["hidden_fraction"])
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(240)
+def test_bench_strategies_counts_the_bytes_it_posts(tmp_path):
+    png, md = tmp_path / "s.png", tmp_path / "s.md"
+    rec = _record(gossipgrad(2, ["bench", "strategies", "--width", "64", "--layers", "2",
+                                 "--batch", "2", "--steps", "2", "--reps", "2",
+                                 "--png", str(png), "--markdown", str(md)], timeout=220))
+    model = 2 * (64 * 64 + 64) * 4
+    assert rec["model_bytes"] == model and rec["size"] == 2
+    rows = {r["strategy"]: r for r in rec["results"]}
+    assert list(rows) == ["gossip", "allreduce", "local"]
+    # 2 ranks: gossip sends the model once, allreduce 2 (size - 1) / size = 1 model
+    for name, theory in (("gossip", model), ("allreduce", model), ("local", 0)):
+        assert rows[name]["theory_bytes_per_step"] == theory
+        assert rows[name]["posted_bytes_per_step"] == theory, rows[name]
+        assert _positive(rows[name]["step_s"]) and _positive(rows[name]["samples_per_s"])
+        assert set(rows[name]["phase_s"]) == {"forward", "backward", "optimizer"}
+        assert rows[name]["wire_bytes_per_step"] is None  # not in the emulated cluster
+    assert _positive(rec["gossip_over_allreduce"])
+    assert png.stat().st_size > 1000 and png.read_bytes()[:4] == b"\x89PNG"
+    assert md.read_text() == markdown_table(rec) and md.read_text().count("\n") == 5
+
+
+needs_netns = pytest.mark.skipif(
+    os.geteuid() != 0 or not (shutil.which("ip") and shutil.which("tc")),
+    reason="needs root and iproute2 (ip, tc) to create network namespaces")
+
+
+@pytest.mark.netns
+@pytest.mark.mpi
+@needs_netns
+@pytest.mark.timeout(300)
+def test_bench_strategies_on_the_emulated_cluster_measures_wire_bytes():
+    out = run([sys.executable, str(EMUCLUSTER), "run", "-n", "4", "--rate", "1gbit", "--",
+               sys.executable, "-m", "gossipgrad", "bench", "strategies", "--width", "256",
+               "--layers", "2", "--batch", "2", "--steps", "2", "--reps", "2"], timeout=280)
+    rec = _record(out)
+    assert rec["emu_netns"] is True and rec["emu_rate"] == "1gbit" and rec["size"] == 4
+    model = 2 * (256 * 256 + 256) * 4
+    rows = {r["strategy"]: r for r in rec["results"]}
+    assert rows["gossip"]["theory_bytes_per_step"] == model
+    assert rows["allreduce"]["theory_bytes_per_step"] == pytest.approx(2 * 3 / 4 * model)
+    for name in ("gossip", "allreduce"):  # what eth0 sent: payload + TCP/IP headers
+        assert 0.95 <= rows[name]["wire_over_theory"] <= 1.3, rows[name]
+    assert rows["local"]["wire_bytes_per_step"] < 0.02 * model

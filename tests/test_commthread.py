@@ -1,0 +1,113 @@
+"""The communication thread on the in-process world: completion, deadlines, errors."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from gossipgrad.comm.base import CommTimeout, Tag
+from gossipgrad.comm.exchange import GossipExchange, Pending
+from gossipgrad.comm.local import run_ranks
+from gossipgrad.comm.schedule import Schedule
+from gossipgrad.engine.commthread import CommThread
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("eager", [True, False])
+def test_many_buckets_finish_whoever_polls(eager):
+    """Buckets posted eagerly or by the thread, waited for in any order, all mix right."""
+
+    def body(comm):
+        thread = CommThread(GossipExchange(comm, Schedule(comm.size)), 20)
+        try:
+            for step in range(5):
+                bufs = [torch.full((100 + i,), float(comm.rank + i)) for i in range(7)]
+                for i, b in enumerate(bufs):
+                    thread.submit(i, lambda b=b, i=i, s=step: thread.exchange.start(
+                        b, i, s, Tag.GRAD_BUCKET + i), eager=eager)
+                for i in reversed(range(7)):
+                    thread.wait(i)
+                src = thread.exchange.schedule.peers(comm.rank, step).src
+                for i, b in enumerate(bufs):
+                    assert torch.all(b == (comm.rank + src) / 2 + i), (step, i, b[:3])
+        finally:
+            thread.close()
+
+    run_ranks(4, body, timeout=40)
+
+
+@pytest.mark.timeout(30)
+def test_a_silent_peer_fails_the_wait_naming_it():
+    def body(comm):
+        thread = CommThread(GossipExchange(comm, Schedule(2)), timeout=0.5)
+        try:
+            if comm.rank == 0:  # rank 1 never sends
+                buf = torch.zeros(4)
+                thread.submit(3, lambda: thread.exchange.start(buf, 3, 0, Tag.GRAD_BUCKET + 3),
+                              eager=True)
+                t0 = time.monotonic()
+                with pytest.raises(CommTimeout, match=r"rank 0, step 0: peer 1 sent nothing "
+                                                      r".*GRAD_BUCKET_3"):
+                    thread.wait(3)
+                assert time.monotonic() - t0 < 5
+        finally:
+            thread.close()
+
+    run_ranks(2, body, timeout=20)
+
+
+@pytest.mark.timeout(30)
+def test_an_error_while_mixing_reaches_the_waiter():
+    class Broken(GossipExchange):
+        def finish(self, pending: Pending) -> None:
+            raise RuntimeError("mix failed")
+
+    def body(comm):
+        thread = CommThread(Broken(comm, Schedule(2)), timeout=5)
+        buf = torch.zeros(4)
+        try:
+            thread.submit(0, lambda: thread.exchange.start(buf, 0, 0, Tag.GRAD_BUCKET),
+                          eager=True)
+            with pytest.raises(RuntimeError, match="mix failed"):
+                thread.wait(0)
+        finally:
+            thread.close()
+
+    run_ranks(2, body, timeout=20)
+
+
+@pytest.mark.timeout(60)
+def test_window_keeps_at_most_that_many_on_the_wire_in_submission_order():
+    seen: list[tuple[int, int, int]] = []  # (rank, key, exchanges in flight when posted)
+
+    class Recording(GossipExchange):
+        def start(self, buf, index, step, tag):
+            seen.append((self.comm.rank, index, len(thread_of[self.comm.rank]._inflight)))
+            return super().start(buf, index, step, tag)
+
+    thread_of = {}
+
+    def body(comm):
+        thread = thread_of[comm.rank] = CommThread(Recording(comm, Schedule(comm.size)), 20,
+                                                   window=2)
+        try:
+            bufs = [torch.full((1000,), float(comm.rank)) for _ in range(6)]
+            for i, b in enumerate(bufs):
+                thread.submit(i, lambda b=b, i=i: thread.exchange.start(
+                    b, i, 0, Tag.PARAM_BUCKET + i), eager=True)
+            for i in range(6):
+                thread.wait(i)
+            src = thread.exchange.schedule.peers(comm.rank, 0).src
+            assert all(torch.all(b == (comm.rank + src) / 2) for b in bufs)
+        finally:
+            thread.close()
+
+    run_ranks(2, body, timeout=40)
+    for rank in (0, 1):
+        mine = [(key, n) for r, key, n in seen if r == rank]
+        assert [key for key, _ in mine] == list(range(6))
+        assert max(n for _, n in mine) <= 1, mine  # at most 1 other in flight: window 2
+    with pytest.raises(ValueError, match="window"):
+        CommThread(None, 1, window=0)
