@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from launch import gossipgrad
 
 from gossipgrad.comm.local import LocalWorld, run_ranks
 from gossipgrad.comm.rendezvous import (
@@ -23,6 +22,8 @@ from gossipgrad.comm.rendezvous import (
 from gossipgrad.engine.config import TrainConfig
 from gossipgrad.engine.distributed import DistributedOptimizer
 from gossipgrad.engine.factory import make_distributed
+
+from launch import gossipgrad
 
 
 def _one_rank():

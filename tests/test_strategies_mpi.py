@@ -19,6 +19,7 @@ import sys
 import time
 
 import pytest
+
 from launch import REPO, env, gossipgrad, mpiexec, rank_pid, run
 
 pytestmark = pytest.mark.mpi
@@ -146,3 +147,34 @@ def test_library_strategies_across_namespaces(strategy):
     assert one_host.returncode == 0, one_host.stderr[-3000:]
     local = json.loads(one_host.stdout.strip().splitlines()[-1])
     assert summary["test_loss"] == pytest.approx(local["test_loss"], rel=1e-6)
+
+
+FORGOT_THE_WRAPPER = """
+import torch, gossipgrad
+from gossipgrad.engine.factory import make_distributed
+comm = gossipgrad.init(timeout=20)
+model = torch.nn.Linear(4, 2)
+opt = make_distributed("ddp", torch.optim.SGD(model.parameters(), lr=0.1), model, comm)
+opt.zero_grad()
+opt.module_for_forward(torch.randn(3, 4)).sum().backward()
+opt.step()  # through the wrapper: fine
+opt.zero_grad()
+model(torch.randn(3, 4)).sum().backward()  # the model itself: DDP averages nothing
+try:
+    opt.step()
+except RuntimeError as exc:
+    print("refused:", exc, flush=True)
+opt.close()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_ddp_refuses_a_step_whose_forward_skipped_its_wrapper(tmp_path):
+    """Forgetting module_for_forward (or an empty batch) would silently train without
+    averaging under DDP; step() says so instead."""
+    script = tmp_path / "forgot.py"
+    script.write_text(FORGOT_THE_WRAPPER)
+    out = run([mpiexec(), "-n", "2", sys.executable, str(script)], timeout=100)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.count("no forward pass went through DDP's wrapper this step") == 2, \
+        out.stdout

@@ -58,10 +58,32 @@ class DdpAdapter(AllreduceAdapter):
             model, device_ids=[device.index] if device.type == "cuda" else None,
             bucket_cap_mb=self.bucket_mb, gradient_as_bucket_view=True)
         verify_identical(model, comm, when="after DistributedDataParallel's broadcast")
+        self._forwarded = False
+        self.ddp.register_forward_pre_hook(self._saw_forward)
 
     @property
     def module_for_forward(self) -> torch.nn.Module:
         return self.ddp
+
+    def _saw_forward(self, module: torch.nn.Module, args: Any) -> None:
+        self._forwarded = True
+
+    def step(self, closure: Any = None) -> Any:
+        """The optimizer step; DDP averaged the gradients during backward.
+
+        Raises RuntimeError (size > 1) when no forward went through ``module_for_forward``
+        since the last step: DDP then averaged nothing on this rank while the other ranks
+        wait for it in their allreduce.
+        """
+        if self.communicates and not self._forwarded:
+            raise RuntimeError(
+                f"rank {self.comm.rank}, step {self.step_count}: no forward pass went through "
+                "DDP's wrapper this step (an empty batch, e.g. every sample unreadable under "
+                "--skip-corrupt, or the model called directly instead of "
+                "opt.module_for_forward), so this rank cannot join the step's allreduce; "
+                "--strategy ddp needs a non-empty batch on every rank at every step")
+        self._forwarded = False
+        return super().step(closure)
 
     def close(self) -> None:
         if self._owns_group:
