@@ -26,9 +26,9 @@ from collections.abc import Callable
 from gossipgrad.comm.base import (
     POLL_MAX_PAUSE_S,
     PROGRESS_BURST,
-    WAIT_SPIN_S,
     Backoff,
     CommTimeout,
+    spin_budget,
 )
 from gossipgrad.comm.exchange import Exchange, Pending
 
@@ -87,7 +87,7 @@ class CommThread:
         the thread's error, if any."""
         event = self._done[key]
         deadline = time.monotonic() + self.timeout + 1.0
-        backoff = Backoff(WAIT_SPIN_S)
+        backoff = Backoff(spin_budget())
         self._waiters += 1  # the thread stands back: one poller, no GIL ping-pong
         try:
             while not event.is_set():
