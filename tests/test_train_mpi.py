@@ -120,4 +120,6 @@ def test_killed_rank_ends_every_rank_non_zero(tmp_path):
                                            ["-disable-auto-cleanup"])
     assert code != 0
     assert elapsed <= 5 + 10, elapsed
-    assert "Killed (signal 9)" in err or "peer 2" in err, err[-3000:]
+    # Hydra's report varies (killed by signal 9, or a peer's failed process_vm_readv):
+    # what matters is that the job ended, non-zero, with a report of the bad termination
+    assert any(m in err for m in ("BAD TERMINATION", "Killed (signal 9)", "peer 2")), err[-3000:]
