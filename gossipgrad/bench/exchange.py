@@ -16,13 +16,19 @@ schedule's permutation for the step is computed before the clock starts (a seede
 60 us once per cycle, the same for every method).
 ``profile_s`` splits ``exchange_mix``: ``post`` (all ``start`` calls: schedule look-up,
 buffers, ``Isend``/``Irecv``) and ``mix`` (all ``finish`` calls: the average); the rest of
-its time is the transfer and noticing its end. ``ratio = exchange / raw`` (1.0 is the limit), ``ratio_mix = exchange_mix / raw``; the
-``_paired`` ratios are medians over repetitions of the ratio within a repetition (the
-methods run back to back), which a machine whose load drifts during the run disturbs less.
+its time is the transfer and noticing its end. ``--cprofile N`` adds, per size, the N
+functions with the most own time in ``exchange_mix`` (rank 0's training thread, which does
+the polling while it waits), per exchange. ``ratio = exchange / raw`` (1.0 is the limit),
+``ratio_mix = exchange_mix / raw``; the ``_paired`` ratios are medians over repetitions of
+the ratio within a repetition (the methods run back to back), which a machine whose load
+drifts during the run disturbs less.
 """
 
 from __future__ import annotations
 
+import cProfile
+import os
+import pstats
 import time
 from collections.abc import Callable
 from typing import Any
@@ -83,8 +89,10 @@ def exchange_buckets(thread: CommThread, buckets: list[torch.Tensor], step: int)
 
 
 def measure_size(comm: Communicator, nbytes: int, bucket_bytes: int, reps: int, warmup: int,
-                 threads: dict[str, CommThread], schedule: Schedule) -> dict[str, Any]:
-    """Median seconds of each method for one model size."""
+                 threads: dict[str, CommThread], schedule: Schedule,
+                 cprofile: int = 0) -> dict[str, Any]:
+    """Median seconds of each method for one model size; with ``cprofile`` > 0 also the top
+    functions (by own time) of ``exchange_mix`` in the training thread of rank 0."""
     from gossipgrad.comm.mpi import raw_sendrecv_seconds
 
     numel = max(1, nbytes // 4)
@@ -102,6 +110,18 @@ def measure_size(comm: Communicator, nbytes: int, bucket_bytes: int, reps: int, 
         "exchange": lambda step: exchange_buckets(threads["exchange"], buckets, step),
         "exchange_mix": lambda step: exchange_buckets(threads["exchange_mix"], buckets, step),
     }
+    profiler = cProfile.Profile() if cprofile and comm.rank == 0 else None
+    if profiler is not None:
+        plain = run["exchange_mix"]
+
+        def profiled(step: int) -> None:
+            profiler.enable()
+            try:
+                plain(step)
+            finally:
+                profiler.disable()
+
+        run["exchange_mix"] = profiled
     times: dict[str, list[float]] = {m: [] for m in METHODS}
     spent = threads["exchange_mix"].exchange.spent
     profile: dict[str, list[float]] = {"post": [], "mix": []}
@@ -120,7 +140,9 @@ def measure_size(comm: Communicator, nbytes: int, bucket_bytes: int, reps: int, 
     med = {m: median(worst[m]) for m in METHODS}
     paired = {m: median([x / r for x, r in zip(worst[m], worst["raw"], strict=True)])
               for m in ("exchange", "exchange_mix")}
+    extra = {"cprofile": top_functions(profiler, cprofile, warmup + reps)} if profiler else {}
     return {"size_mb": rounded(nbytes / 2**20), "bytes": numel * 4, "buckets": len(buckets),
+            **extra,
             **{f"{m}_s": rounded(med[m]) for m in METHODS},
             "ratio": rounded(med["exchange"] / med["raw"], 4),
             "ratio_mix": rounded(med["exchange_mix"] / med["raw"], 4),
@@ -132,8 +154,18 @@ def measure_size(comm: Communicator, nbytes: int, bucket_bytes: int, reps: int, 
             "exchange_gbit_per_s": rounded(numel * 4 * 8 / med["exchange"] / 1e9, 4)}
 
 
+def top_functions(profiler: cProfile.Profile, n: int, calls: int) -> list[dict[str, Any]]:
+    """The ``n`` functions with the most own time, per exchange (``calls`` of them)."""
+    stats = pstats.Stats(profiler).stats  # {(file, line, name): (cc, nc, tt, ct, callers)}
+    rows = sorted(stats.items(), key=lambda kv: kv[1][2], reverse=True)[:n]
+    return [{"function": f"{os.path.basename(f)}:{line}({name})", "calls": nc / calls,
+             "own_us": rounded(tt / calls * 1e6, 4), "cumulative_us": rounded(ct / calls * 1e6, 4)}
+            for (f, line, name), (_, nc, tt, ct, _) in rows]
+
+
 def run_exchange(comm: Communicator, sizes_mb: list[float], bucket_mb: float = 25.0,
-                 reps: int = 10, warmup: int = 2, seed: int = 0) -> dict[str, Any]:
+                 reps: int = 10, warmup: int = 2, seed: int = 0,
+                 cprofile: int = 0) -> dict[str, Any]:
     """The whole benchmark; returns the JSON record (the same on every rank)."""
     if comm.size < 2:
         raise ValueError("bench exchange needs at least 2 ranks: mpiexec -n 2 gossipgrad bench "
@@ -145,7 +177,7 @@ def run_exchange(comm: Communicator, sizes_mb: list[float], bucket_mb: float = 2
                "exchange_mix": CommThread(Timed(comm, schedule), comm.timeout)}
     try:
         results = [measure_size(comm, int(mb * 2**20), int(bucket_mb * 2**20), reps, warmup,
-                                threads, schedule) for mb in sizes_mb]
+                                threads, schedule, cprofile) for mb in sizes_mb]
     finally:
         for t in threads.values():
             t.close()

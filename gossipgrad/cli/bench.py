@@ -43,6 +43,9 @@ def _run(comm_timeout: float, body: Callable[[Any], dict[str, Any]]) -> None:
         abort_job(comm, f"rank {comm.rank}: {exc}")
     except (CommError, RuntimeError, OSError) as exc:
         abort_job(comm, f"rank {comm.rank}: {exc}")
+    except Exception:  # noqa: BLE001 - a bug: say where, then end every rank
+        log.exception("rank %d: unexpected error", comm.rank)
+        abort_job(comm, f"rank {comm.rank}: aborting the job after an unexpected error")
     emit(comm, record)
 
 
@@ -56,10 +59,12 @@ def bench() -> None:
               help="Comma-separated model sizes in MiB.")
 @click.option("--bucket-mb", type=float, default=25.0, show_default=True,
               help="Largest bucket, as in training.")
+@click.option("--cprofile", type=click.IntRange(0), default=0, show_default=True,
+              help="Add the N functions with the most own time in exchange_mix (rank 0).")
 @_REPS
 @_WARMUP
 @_TIMEOUT
-def exchange(sizes_mb: str, bucket_mb: float, reps: int, warmup: int,
+def exchange(sizes_mb: str, bucket_mb: float, cprofile: int, reps: int, warmup: int,
              comm_timeout: float) -> None:
     """gossipgrad's bucketed exchange (comm thread) vs one raw MPI Sendrecv of the same bytes."""
     from gossipgrad.bench.common import parse_sizes_mb
@@ -71,7 +76,8 @@ def exchange(sizes_mb: str, bucket_mb: float, reps: int, warmup: int,
         raise click.UsageError(str(exc)) from exc
     if bucket_mb <= 0:
         raise click.BadParameter(f"must be > 0, got {bucket_mb}", param_hint="--bucket-mb")
-    _run(comm_timeout, lambda comm: run_exchange(comm, sizes, bucket_mb, reps, warmup))
+    _run(comm_timeout, lambda comm: run_exchange(comm, sizes, bucket_mb, reps, warmup,
+                                                 cprofile=cprofile))
 
 
 @bench.command()

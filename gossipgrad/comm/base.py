@@ -54,7 +54,7 @@ class Backoff:
 
     def sleep(self) -> None:
         if self.spin_s and time.monotonic() - self.since < self.spin_s:
-            time.sleep(0)
+            time.sleep(0)  # yield: a peer rank on the same cores may need it to progress
             return
         time.sleep(self.pause)
         self.pause = min(max(self.pause * 2, 2e-5), POLL_MAX_PAUSE_S)

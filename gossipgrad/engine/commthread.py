@@ -69,17 +69,22 @@ class CommThread:
     def submit(self, key: int, start: Callable[[], Pending], eager: bool = False) -> None:
         """Queue a bucket exchange under ``key``; ``start()`` posts it.
 
-        ``eager``: call ``start()`` here, in the caller's thread, when the window has room,
+        ``eager``: call ``start()`` here, in the caller's thread, when the window has room
+        and no other thread is polling (never wait for the lock: a poll can take a while),
         so the transfer begins without waiting for this thread to be scheduled (on a loaded
         machine that can take milliseconds). Leave it False when posting is expensive (e.g.
         a device-to-host staging copy) and should stay off the caller.
         """
         self._done[key] = threading.Event()
-        with self._lock:
-            if eager and not self._queued and self._room():
-                self._inflight.append((key, start(), time.monotonic() + self.timeout))
-            else:
-                self._queued.append((key, start))
+        if eager and self._lock.acquire(blocking=False):  # busy: the poller will post it
+            try:
+                if not self._queued and self._room():
+                    self._inflight.append((key, start(), time.monotonic() + self.timeout))
+                    start = None
+            finally:
+                self._lock.release()
+        if start is not None:
+            self._queued.append((key, start))  # deque.append is atomic
         self._work.set()
 
     def wait(self, key: int) -> None:
@@ -93,7 +98,7 @@ class CommThread:
             while not event.is_set():
                 if self._error is not None:
                     raise self._error
-                if self._poll(block=False):
+                if self._poll():
                     continue
                 if time.monotonic() > deadline:  # each request also has its own deadline
                     raise CommTimeout(f"bucket exchange {key} did not finish within "
@@ -126,7 +131,7 @@ class CommThread:
                     continue
                 if self._waiters:  # a caller in wait() polls for both of us
                     time.sleep(POLL_MAX_PAUSE_S)
-                elif self._poll(block=True):
+                elif self._poll():
                     backoff.reset()
                 else:
                     backoff.sleep()
@@ -135,11 +140,11 @@ class CommThread:
             for ev in list(self._done.values()):
                 ev.set()
 
-    def _poll(self, block: bool) -> bool:
+    def _poll(self) -> bool:
         """Post what the window allows, test the in-flight exchanges and finish those done;
-        True if anything happened. With ``block=False`` give up at once if another thread
-        holds the lock."""
-        if not self._lock.acquire(blocking=block):
+        True if anything happened. Gives up at once if another thread holds the lock (it is
+        polling; waiting for it would only add a wake-up to its release)."""
+        if not self._lock.acquire(blocking=False):
             return False
         try:
             admitted = self._admit()
