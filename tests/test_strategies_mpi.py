@@ -121,7 +121,9 @@ def test_a_stopped_rank_ends_the_library_strategies_within_the_deadline(tmp_path
     assert proc.returncode != 0
     assert elapsed <= 5 + 15, elapsed
     # Which deadline fires first is a race: the library's, or the background shuffle's.
+    # (or the per-step stop-signal agreement, an allreduce(max) on our own communicator)
     assert re.search(r"allreduce of \S+ did not complete for 5 s|Timed out waiting 5000ms"
+                     r"|allreduce\(\w+\) did not complete for 5 s"
                      r"|peer 2 (sent|received) nothing for 5 s", err), err[-3000:]
 
 
