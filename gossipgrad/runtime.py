@@ -9,10 +9,15 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
+from typing import Any
 
 from gossipgrad.comm.base import DEFAULT_TIMEOUT_S, Communicator
 
 log = logging.getLogger("gossipgrad")
+
+#: Seconds between reporting a fatal error and aborting the job (see ``abort_job``).
+ABORT_GRACE_S = 1.0
 
 # Variables that launchers set for each rank they start.
 _LAUNCHER_VARS = ("PMI_RANK", "PMI_FD", "PMI_PORT", "PMIX_RANK", "OMPI_COMM_WORLD_RANK",
@@ -44,7 +49,34 @@ def init(timeout: float = DEFAULT_TIMEOUT_S, verbose: bool = False) -> Communica
 
         comm = LocalWorld(1, timeout=timeout).communicators()[0]
         setup_logging(0, 1, verbose)
+    set_threads(comm)
     return comm
+
+
+def set_threads(comm: Communicator) -> int:
+    """Give each rank its share of the node's cores for torch's intra-op threads.
+
+    ``OMP_NUM_THREADS`` (or ``GOSSIPGRAD_THREADS``), when set, wins. Otherwise
+    cores // ranks on this node, at least 1: oversubscribed threads make every rank slow.
+    """
+    import torch
+
+    wanted = os.environ.get("GOSSIPGRAD_THREADS") or os.environ.get("OMP_NUM_THREADS")
+    if wanted:
+        threads = max(1, int(wanted))
+    else:
+        per_node = _ranks_on_node(comm)
+        threads = max(1, (os.cpu_count() or 1) // per_node)
+    torch.set_num_threads(threads)
+    return threads
+
+
+def _ranks_on_node(comm: Communicator) -> int:
+    if comm.size == 1 or not launched_by_mpi():
+        return 1
+    from gossipgrad.comm.mpi import node_size
+
+    return node_size()
 
 
 class _RankFormatter(logging.Formatter):
@@ -70,7 +102,51 @@ def setup_logging(rank: int, size: int, verbose: bool = False) -> None:
 def abort_job(comm: Communicator, message: str, code: int = 1) -> None:
     """Report ``message`` from this rank and end the whole job with a non-zero code."""
     log.error(message)
+    sys.stdout.flush()
     sys.stderr.flush()
     if comm.size > 1:
+        # The launcher forwards output through pipes; Abort kills them at once, and a
+        # message still in a pipe was seen lost under load (Hydra). Give it a moment.
+        time.sleep(ABORT_GRACE_S)
         comm.abort(code)
     raise SystemExit(code)
+
+
+def local_rank(comm: Communicator) -> int:
+    """This rank's index among the ranks on its node (0 without MPI)."""
+    if comm.size == 1 or not launched_by_mpi():
+        return 0
+    from gossipgrad.comm.mpi import node_local_rank
+
+    return node_local_rank()
+
+
+def select_device(choice: str, comm: Communicator) -> Any:
+    """``cpu``, or ``cuda:{node-local rank mod GPUs}``; ``auto`` = cuda when available.
+
+    One rank per GPU: with more ranks than GPUs on a node, ranks share GPUs (warned).
+    """
+    import torch
+
+    if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ValueError(f"rank {comm.rank}: --device cuda, but torch sees no CUDA device "
+                         "(CUDA_VISIBLE_DEVICES, driver, or a CPU-only torch build?)")
+    lr, count = local_rank(comm), torch.cuda.device_count()
+    if lr >= count:
+        log.warning("rank %d: node-local rank %d but only %d GPUs: sharing cuda:%d",
+                    comm.rank, lr, count, lr % count)
+    device = torch.device("cuda", lr % count)
+    torch.cuda.set_device(device)
+    return device
+
+
+def make_stager(device: Any) -> Any:
+    """How device tensors reach MPI: direct if the MPI library is CUDA-aware, else staged."""
+    if getattr(device, "type", "cpu") != "cuda" or not launched_by_mpi():
+        return None
+    from gossipgrad.comm.mpi import cuda_aware
+    from gossipgrad.comm.staging import Stager
+
+    return Stager(cuda_aware())

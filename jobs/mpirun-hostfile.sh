@@ -17,7 +17,8 @@
 #   DATA        /datasets/imagenet  ImageFolder root with DATA/train and DATA/val
 #   EPOCHS      90
 #   BATCH_SIZE  32                  per rank
-#   LR          0.1
+#   LR          (empty)             empty: the ImageNet recipe for ImageNet models (0.1 x
+#                                   BATCH_SIZE / 256, scaled by NP); else per-rank lr
 #   WORKERS     4                   data-loader processes per rank
 #   RUN_DIR     $PWD/runs/$ARCH     checkpoints; reruns resume from it (--resume auto)
 #   EXTRA_ARGS  (empty)             more `gossipgrad train` flags, split on whitespace into
@@ -25,8 +26,11 @@
 #   GOSSIPGRAD  gossipgrad          the command to run on every machine
 #   MPIRUN      mpirun              the launcher; MPICH/Hydra and Open MPI are recognised
 #
-# mpirun replaces this script (exec), so SIGTERM/SIGUSR1 sent to it reach mpirun, which
-# forwards them to the ranks, and the exit status is mpirun's.
+# mpirun replaces this script (exec), so signals sent to it reach mpirun, and the exit
+# status is mpirun's. To checkpoint and stop, send SIGUSR1: MPICH's Hydra forwards it to
+# every rank (checked), which checkpoint at one agreed step and exit 0. SIGTERM to Hydra's
+# mpirun kills the ranks without a checkpoint; send SIGTERM to the rank processes
+# themselves instead (any one of them is enough).
 set -euo pipefail
 
 HOSTFILE="${HOSTFILE:-hosts.txt}"
@@ -35,7 +39,7 @@ ARCH="${ARCH:-resnet50}"
 DATA="${DATA:-/datasets/imagenet}"
 EPOCHS="${EPOCHS:-90}"
 BATCH_SIZE="${BATCH_SIZE:-32}"
-LR="${LR:-0.1}"
+LR="${LR:-}"
 WORKERS="${WORKERS:-4}"
 RUN_DIR="${RUN_DIR:-$PWD/runs/$ARCH}"
 EXTRA_ARGS="${EXTRA_ARGS:-}"
@@ -43,6 +47,10 @@ GOSSIPGRAD="${GOSSIPGRAD:-gossipgrad}"
 MPIRUN="${MPIRUN:-mpirun}"
 
 read -r -d '' -a extra <<<"$EXTRA_ARGS" || true
+lr=()
+if [[ -n "$LR" ]]; then
+    lr=(--lr "$LR")
+fi
 
 if [[ ! -r "$HOSTFILE" ]]; then
     echo "error: hostfile '$HOSTFILE' not readable; set HOSTFILE (format: see $0)" >&2
@@ -59,10 +67,10 @@ fi
 
 cmd=("${launcher[@]}"
     "$GOSSIPGRAD" train -a "$ARCH" --data "$DATA" --epochs "$EPOCHS" -b "$BATCH_SIZE"
-    --lr "$LR" -j "$WORKERS" --run-dir "$RUN_DIR" --resume auto "${extra[@]}")
+    "${lr[@]}" -j "$WORKERS" --run-dir "$RUN_DIR" --resume auto "${extra[@]}")
 
 printf '%-11s %s\n' HOSTFILE "$HOSTFILE" NP "$NP" ARCH "$ARCH" DATA "$DATA" \
-    EPOCHS "$EPOCHS" BATCH_SIZE "$BATCH_SIZE" LR "$LR" WORKERS "$WORKERS" \
+    EPOCHS "$EPOCHS" BATCH_SIZE "$BATCH_SIZE" LR "${LR:-(recipe)}" WORKERS "$WORKERS" \
     RUN_DIR "$RUN_DIR" EXTRA_ARGS "$EXTRA_ARGS" GOSSIPGRAD "$GOSSIPGRAD" MPIRUN "$MPIRUN"
 printf 'command '
 printf ' %q' "${cmd[@]}"

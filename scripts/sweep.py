@@ -39,7 +39,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1,2,3,5,6,8")
     ap.add_argument("--strategies", default="gossip,allreduce")
-    ap.add_argument("--mixes", default="grad")
+    ap.add_argument("--mixes", default="param")
     ap.add_argument("--extra", default="", help="more train flags, one string")
     ap.add_argument("--timeout", type=float, default=600)
     args = ap.parse_args()

@@ -43,3 +43,56 @@ def gossipgrad(n: int, args: list[str], timeout: float = 240, **extra: str):
     if n:
         cmd = [mpiexec(), "-n", str(n), *cmd]
     return run(cmd, timeout, **extra)
+
+
+def start_gossipgrad(n: int, args: list[str], **extra: str) -> subprocess.Popen:
+    """Start ``mpiexec -n N python -m gossipgrad ARGS`` without waiting (see ``finish``)."""
+    cmd = [mpiexec(), "-n", str(n), sys.executable, "-m", "gossipgrad", *args]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env(**extra), cwd=REPO, stdin=subprocess.DEVNULL)
+
+
+def finish(proc: subprocess.Popen, timeout: float) -> subprocess.CompletedProcess:
+    """Wait for ``proc``; past ``timeout`` kill it and fail with its output."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"{proc.args} did not finish within {timeout} s:\n"
+                             f"{out}\n{err}") from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def rank_pids(root: int) -> dict[int, int]:
+    """``{rank: pid}`` of the MPI ranks (processes with ``PMI_RANK``) below process ``root``."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    ranks, todo = {}, [root]
+    while todo:
+        pid = todo.pop()
+        todo += children.get(pid, [])
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env_vars = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+        except OSError:
+            continue
+        if b"PMI_RANK" in env_vars and pid != root:
+            rank = int(env_vars[b"PMI_RANK"])
+            ranks.setdefault(rank, pid)  # the rank, not its DataLoader workers (children)
+    return ranks
+
+
+def rank_pid(root: int, rank: int) -> int:
+    """The pid of MPI rank ``rank`` under the launcher process ``root``."""
+    pids = rank_pids(root)
+    if rank not in pids:
+        raise AssertionError(f"rank {rank} not found under pid {root} (found {sorted(pids)})")
+    return pids[rank]

@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from gossipgrad.cli import main
+
 from launch import gossipgrad, run
 
 BAD = [

@@ -9,6 +9,7 @@ import torch
 from gossipgrad.comm.base import CommError, CommTimeout
 from gossipgrad.comm.local import run_ranks
 from gossipgrad.comm.staging import Stager
+
 from multirank import checks
 
 

@@ -9,6 +9,7 @@ import pytest
 
 MODULES = [
     "convergence",
+    "fit",
     "formats",
     "memory",
     "model",

@@ -28,7 +28,13 @@ def test_readme_example_single_rank(tmp_path):
 @pytest.mark.mpi
 @pytest.mark.timeout(120)
 def test_readme_example_under_mpiexec(tmp_path):
-    out = run([mpiexec(), "-n", "4", sys.executable, _example(tmp_path)], timeout=100)
+    # one stdout file per rank, so the ranks' lines cannot interleave
+    pattern = str(tmp_path / "out.%r")
+    out = run([mpiexec(), "-outfile-pattern", pattern, "-n", "4", sys.executable,
+               _example(tmp_path)], timeout=100)
     assert out.returncode == 0, out.stderr
-    drifts = [float(d) for d in re.findall(r"^\d drift (\S+)$", out.stdout, re.M)]
-    assert len(drifts) == 4 and all(0 < d < 1 for d in drifts), out.stdout
+    drifts = []
+    for rank in range(4):
+        text = (tmp_path / f"out.{rank}").read_text()
+        drifts += [float(d) for d in re.findall(rf"^{rank} drift (\S+)$", text, re.M)]
+    assert len(drifts) == 4 and all(0 < d < 1 for d in drifts), drifts

@@ -145,8 +145,10 @@ def test_template_trains_two_steps(
         "EPOCHS": "1",
         "BATCH_SIZE": "2",
         "RUN_DIR": str(tmp_path / "run"),
-        "EXTRA_ARGS": "--max-steps 2 --image-size 32",
+        "EXTRA_ARGS": "--max-steps 2 --image-size 32 --no-progress",
         "GOSSIPGRAD": str(VENV_BIN / "gossipgrad"),
+        "PYTHONPATH": str(REPO),  # this checkout's gossipgrad, whatever the venv has installed
+        "OMP_NUM_THREADS": "1",
     }
     job = slurm_cluster.sbatch_and_wait(
         JOBS / f"{arch}.sbatch",
@@ -156,7 +158,53 @@ def test_template_trains_two_steps(
         workdir=tmp_path,
     )
     assert (job.state, job.exit_code) == ("COMPLETED", 0), job.stdout_text
-    assert "top1" in job.stdout_text, job.stdout_text
+    assert "step 2 (epoch 0.67): top1 " in job.stdout_text, job.stdout_text
+    assert " top5 " in job.stdout_text, job.stdout_text
+    assert (tmp_path / "run" / "ckpt-000000002.pt").is_file(), job.stdout_text
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(600)
+def test_usr1_checkpoints_real_training_and_resubmission_resumes(
+    slurm: None, image_folder: Path, tmp_path: Path
+) -> None:
+    """`scancel --batch --signal=USR1` (what --signal=B:USR1@120 does before the time limit)
+    stops both ranks at one step with a checkpoint and exit 0; resubmitting resumes there."""
+    run_dir = tmp_path / "run"
+    env = {
+        "DATA": str(image_folder),
+        "EPOCHS": "200",
+        "BATCH_SIZE": "2",
+        "RUN_DIR": str(run_dir),
+        "EXTRA_ARGS": "--image-size 32 --no-progress -a resnet18",
+        "GOSSIPGRAD": str(VENV_BIN / "gossipgrad"),
+        "PYTHONPATH": str(REPO),
+        "OMP_NUM_THREADS": "1",
+    }
+    job_id, output = slurm_cluster.submit(
+        JOBS / "resnet50.sbatch", env=env, sbatch_args=ONE_NODE_TWO_RANKS, workdir=tmp_path
+    )
+    deadline = time.monotonic() + 240
+    while not list(run_dir.glob("ckpt-*.pt")):  # the first epoch is done: training runs
+        if time.monotonic() > deadline:
+            subprocess.run(["scancel", job_id], timeout=30, check=False)
+            pytest.fail(f"no checkpoint after 240 s:\n{output.read_text()}")
+        time.sleep(0.2)
+    subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], check=True, timeout=30)
+    job = slurm_cluster.wait_job(job_id, output, timeout=120)
+    assert (job.state, job.exit_code) == ("COMPLETED", 0), job.stdout_text
+    assert "SIGUSR1: stopping every rank at step " in job.stdout_text, job.stdout_text
+    stop = int(job.stdout_text.split("SIGUSR1: stopping every rank at step ")[1].split()[0])
+    assert (run_dir / f"ckpt-{stop:09d}.pt").is_file()
+
+    env["EXTRA_ARGS"] += f" --max-steps {stop + 1}"
+    again = slurm_cluster.sbatch_and_wait(
+        JOBS / "resnet50.sbatch", env=env, timeout=240, sbatch_args=ONE_NODE_TWO_RANKS,
+        workdir=tmp_path,
+    )
+    assert (again.state, again.exit_code) == ("COMPLETED", 0), again.stdout_text
+    assert f"at step {stop} (epoch {stop // 3}, batch {stop % 3})" in again.stdout_text
+    assert (run_dir / f"ckpt-{stop + 1:09d}.pt").is_file(), again.stdout_text
 
 
 # ------------------------------------------------------------------ templates, quoting

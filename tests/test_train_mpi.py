@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from launch import REPO, env, gossipgrad, mpiexec
+from launch import REPO, env, gossipgrad, mpiexec, rank_pid
 
 pytestmark = pytest.mark.mpi
 
@@ -88,7 +88,7 @@ def _start_and_signal(tmp_path, sig: int, timeout: int, launcher_flags: list[str
             assert time.monotonic() < deadline, "training never started"
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             time.sleep(0.2)
-        os.kill(_rank_pid(proc.pid, rank=2), sig)
+        os.kill(rank_pid(proc.pid, rank=2), sig)
         signalled = time.monotonic()
         out, err = proc.communicate(timeout=timeout + 10 + 5)
         return proc.returncode, out + err, time.monotonic() - signalled
@@ -120,37 +120,6 @@ def test_killed_rank_ends_every_rank_non_zero(tmp_path):
                                            ["-disable-auto-cleanup"])
     assert code != 0
     assert elapsed <= 5 + 10, elapsed
-    assert "Killed (signal 9)" in err or "peer 2" in err, err[-3000:]
-
-
-def _rank_pid(root: int, rank: int) -> int:
-    """The pid of the python process that MPI gave ``rank`` (from its PMI_RANK)."""
-    for pid in _descendants(root):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                envs = f.read().split(b"\0")
-            with open(f"/proc/{pid}/comm", "rb") as f:
-                name = f.read().strip()
-        except OSError:
-            continue
-        if name.startswith(b"python") and f"PMI_RANK={rank}".encode() in envs:
-            return pid
-    raise AssertionError(f"rank {rank} not found under pid {root}")
-
-
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children.get(pid, []))
-    return out
+    # Hydra's report varies (killed by signal 9, or a peer's failed process_vm_readv):
+    # what matters is that the job ended, non-zero, with a report of the bad termination
+    assert any(m in err for m in ("BAD TERMINATION", "Killed (signal 9)", "peer 2")), err[-3000:]

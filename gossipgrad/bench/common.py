@@ -76,8 +76,8 @@ class Trainer:
         from gossipgrad.engine.factory import make_distributed
 
         self.model = make_stack(width, layers)
-        self.opt = make_distributed(strategy, self.model,
-                                    torch.optim.SGD(self.model.parameters(), lr=1e-3), comm, **kw)
+        self.opt = make_distributed(strategy, torch.optim.SGD(self.model.parameters(), lr=1e-3),
+                                    self.model, comm, **kw)
         self.width = width
         self.x = torch.empty(0)
 
@@ -90,7 +90,7 @@ class Trainer:
         waits) and ``total``."""
         t0 = time.perf_counter()
         self.opt.zero_grad()
-        loss = self.model(self.x).square().mean()
+        loss = self.opt.module_for_forward(self.x).square().mean()  # DDP: its wrapper
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()
@@ -197,3 +197,8 @@ class CountingCommunicator:
 
     def abort(self, code: int = 1) -> None:
         self.inner.abort(code)
+
+    def __getattr__(self, name: str) -> Any:
+        """Anything else is the wrapped communicator's (e.g. ``mpi4py_comm`` and
+        ``thread_multiple``, which the horovod adapter reads)."""
+        return getattr(self.inner, name)

@@ -1,10 +1,13 @@
-"""Command line: ``gossipgrad train``, ``gossipgrad schedule``, and friends."""
+"""Command line: ``gossipgrad train``, ``schedule``, ``profile``, ``netfit``, ``plan``."""
 
 from __future__ import annotations
 
 import click
 
 from gossipgrad.cli.bench import bench
+from gossipgrad.cli.netfit import netfit
+from gossipgrad.cli.plan import plan
+from gossipgrad.cli.profile import profile
 from gossipgrad.cli.schedule import schedule
 from gossipgrad.cli.train import train
 
@@ -21,4 +24,7 @@ def main() -> None:
 
 main.add_command(train)
 main.add_command(schedule)
+main.add_command(profile)
+main.add_command(netfit)
+main.add_command(plan)
 main.add_command(bench)

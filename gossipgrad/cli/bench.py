@@ -150,3 +150,15 @@ def strategies(strategies: str, width: int, layers: int, batch: int, mix: str,
         return record
 
     _run(comm_timeout, body)
+
+
+def _register_more() -> None:
+    """Benchmarks that live with their feature: the shuffle's cost, the planner's accuracy."""
+    from gossipgrad.bench.plan_validate import plan_validate
+    from gossipgrad.bench.shuffle_cost import shuffle
+
+    bench.add_command(shuffle)
+    bench.add_command(plan_validate)
+
+
+_register_more()

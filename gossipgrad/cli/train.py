@@ -1,21 +1,28 @@
 """``gossipgrad train``: parse and validate flags, build the config, call the engine.
 
     mpiexec -n 4 gossipgrad train                # digits, MLP, gossip: the quick start
-    srun --mpi=pmi2 gossipgrad train -a resnet50 --data /datasets/imagenet
+    srun --mpi=pmi2 gossipgrad train -a resnet50 --data /datasets/imagenet \
+        --run-dir runs/r50 --resume auto
+    mpiexec -n 2 gossipgrad train -a resnet50 --synthetic -b 8 --max-steps 10   # images/s
+
+Every option can also come from ``GOSSIPGRAD_<OPTION>`` or a ``--config`` file; precedence is
+flag > environment > file > default (``gossipgrad.engine.config``). ImageNet models
+(resnet18, resnet50, googlenet) default to the ImageNet recipe of ``imagenet_defaults``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import click
 
 from gossipgrad.cli.options import env_name, load_config_file
 from gossipgrad.comm.exchange import Strategy
 from gossipgrad.comm.schedule import Topology
-from gossipgrad.engine.config import TrainConfig
+from gossipgrad.engine.config import IMAGENET_ARCHS, TrainConfig, imagenet_defaults
 from gossipgrad.engine.distributed import Mix
 from gossipgrad.models import MODELS
 
@@ -41,18 +48,28 @@ OPTIONS = [
     _opt("--dataset", default=D.dataset, help="Built-in dataset: digits or synthetic."),
     _opt("--data", type=click.Path(), default=None,
          help="ImageFolder root holding train/ and val/ (overrides --dataset)."),
-    _opt("--synthetic", is_flag=True, help="Generated tensors (throughput runs, no data)."),
+    _opt("--synthetic", is_flag=True,
+         help="Generated 3 x image-size x image-size images (throughput runs; images/s)."),
     _opt("--hidden", type=int, default=D.hidden, help="Width of mlp/cnn (0 = default)."),
-    _opt("--image-size", type=int, default=D.image_size, help="Crop size for image models."),
+    _opt("--image-size", type=int, default=D.image_size,
+         help="Crop size of image models (validation resizes to size*256/224 first)."),
+    _opt("--num-classes", type=int, default=D.num_classes,
+         help="Classes of --synthetic data (0 = 1000); with real data, a check."),
     _opt("-b", "--batch-size", type=int, default=D.batch_size, help="Samples per rank per step."),
-    _opt("--lr", type=float, default=D.lr, help="Learning rate (per rank batch)."),
-    _opt("--scale-lr/--no-scale-lr", default=D.scale_lr, help="Linear scaling: lr x size."),
-    _opt("--warmup-epochs", type=float, default=D.warmup_epochs, help="Linear warm-up."),
+    _opt("--lr", type=float, default=D.lr, show_default=f"{D.lr}; ImageNet models 0.1*b/256",
+         help="Learning rate for one rank's batch."),
+    _opt("--scale-lr/--no-scale-lr", default=D.scale_lr,
+         show_default=f"{D.scale_lr}; ImageNet models True", help="Linear scaling: lr x size."),
+    _opt("--warmup-epochs", type=float, default=D.warmup_epochs,
+         show_default=f"{D.warmup_epochs}; ImageNet models 5", help="Linear warm-up."),
     _opt("--momentum", type=float, default=D.momentum),
-    _opt("--wd", "--weight-decay", "weight_decay", type=float, default=D.weight_decay),
-    _opt("--epochs", type=int, default=D.epochs),
+    _opt("--wd", "--weight-decay", "weight_decay", type=float, default=D.weight_decay,
+         show_default=f"{D.weight_decay}; ImageNet models 1e-4"),
+    _opt("--epochs", type=int, default=D.epochs, show_default=f"{D.epochs}; ImageNet models 90"),
     _opt("--max-steps", type=int, default=D.max_steps, help="Stop after N steps (0 = no cap)."),
-    _opt("--strategy", type=_choices(Strategy), default=D.strategy),
+    _opt("--strategy", type=_choices(Strategy), default=D.strategy,
+         help="gossip; allreduce or local (baselines); horovod (needs Horovod: "
+              "bash scripts/install-horovod.sh) or ddp (torch DistributedDataParallel)."),
     _opt("--topology", type=_choices(Topology), default=D.topology,
          help="auto: hypercube for power-of-two sizes, else dissemination."),
     _opt("--mix", type=_choices(Mix), default=D.mix, help="What is averaged with the peer."),
@@ -74,8 +91,18 @@ OPTIONS = [
     _opt("--metrics-out", type=click.Path(dir_okay=False), default=None, help="JSON lines."),
     _opt("--progress/--no-progress", default=D.progress, help="Progress bar on rank 0."),
     _opt("-j", "--workers", type=int, default=D.workers, help="DataLoader workers per rank."),
+    _opt("--device", type=click.Choice(["auto", "cpu", "cuda"]), default=D.device,
+         help="auto: cuda:<node-local rank> when CUDA is available, else cpu."),
     _opt("--run-dir", type=click.Path(file_okay=False), default=None,
-         help="Checkpoints and metrics go here."),
+         help="Checkpoints go here (ckpt-<step>.pt, newest two kept)."),
+    _opt("--checkpoint-every", type=int, default=D.checkpoint_every,
+         help="Also checkpoint every N steps (0 = only at epoch ends and on SIGTERM/USR1)."),
+    _opt("--resume", default=None,
+         help="Checkpoint file to continue from, or 'auto': the newest in --run-dir "
+              "(none there: start fresh)."),
+    _opt("--evaluate", is_flag=True, help="Only evaluate (the --resume checkpoint); no training."),
+    _opt("--skip-corrupt", is_flag=True,
+         help="Skip and count unreadable images instead of stopping at the first."),
     _opt("-v", "--verbose", is_flag=True, help="Log on every rank at DEBUG."),
 ]
 
@@ -88,18 +115,34 @@ def _apply(options: list[Callable]) -> Callable:
     return deco
 
 
+def resolve_defaults(ctx: click.Context, flags: dict[str, Any]) -> dict[str, Any]:
+    """``flags`` with the ImageNet recipe for options that took the built-in default."""
+    if flags.get("arch") not in IMAGENET_ARCHS:
+        return flags
+    out = dict(flags)
+    for name, value in imagenet_defaults(flags["batch_size"]).items():
+        if ctx.get_parameter_source(name) is click.core.ParameterSource.DEFAULT:
+            out[name] = value
+    return out
+
+
 @click.command()
 @_apply(OPTIONS)
-def train(verbose: bool, **flags: Any) -> None:
-    """Train a model with gossip (or a baseline strategy) across the launched ranks."""
-    cfg = TrainConfig(**flags)
+@click.pass_context
+def train(ctx: click.Context, verbose: bool, **flags: Any) -> None:
+    """Train a model with gossip (or a baseline strategy) across the launched ranks.
+
+    A SIGTERM or SIGUSR1 to any rank checkpoints every rank at one step (with --run-dir)
+    and ends the job with exit status 0; rerun with --resume auto to continue.
+    """
+    cfg = TrainConfig(**resolve_defaults(ctx, flags))
     try:
         cfg.validate()
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     from gossipgrad.comm.base import CommError
     from gossipgrad.engine.trainer import train as run
-    from gossipgrad.runtime import abort_job, init
+    from gossipgrad.runtime import abort_job, init, make_stager, select_device
 
     comm = init(cfg.comm_timeout, verbose)
     try:
@@ -109,9 +152,13 @@ def train(verbose: bool, **flags: Any) -> None:
     if comm.rank == 0:
         log.info("configuration: %s", json.dumps(cfg.to_dict(), sort_keys=True))
     try:
-        summary = run(cfg, comm)
+        device = select_device(cfg.device, comm)
+        summary = run(cfg, comm, device=device, stager=make_stager(device))
     except (CommError, ValueError, RuntimeError, OSError) as exc:
-        abort_job(comm, f"rank {comm.rank}: {exc}")
+        message = str(exc)
+        if not message.startswith(f"rank {comm.rank}"):
+            message = f"rank {comm.rank}: {message}"
+        abort_job(comm, message)
     except Exception:  # noqa: BLE001 - a bug: say where, then end every rank
         log.exception("rank %d: unexpected error", comm.rank)
         abort_job(comm, f"rank {comm.rank}: aborting the job after an unexpected error")

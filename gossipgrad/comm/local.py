@@ -19,7 +19,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict, deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

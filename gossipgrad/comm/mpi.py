@@ -102,7 +102,8 @@ class MpiCommunicator:
         self.rank = self._comm.Get_rank()
         self.size = self._comm.Get_size()
         self.timeout = timeout
-        self.lock = contextlib.nullcontext() if thread_multiple() else _LOCK
+        self.thread_multiple = thread_multiple()
+        self.lock = contextlib.nullcontext() if self.thread_multiple else _LOCK
         self.delay_s = inject_delay_s() if delay_s is None else delay_s
         if self.delay_s > 0 and _poster is None:
             _poster = DelayedPoster(self.delay_s, self.rank)
@@ -110,6 +111,13 @@ class MpiCommunicator:
 
     def __repr__(self) -> str:
         return f"MpiCommunicator(rank={self.rank}, size={self.size})"
+
+    @property
+    def mpi4py_comm(self) -> Any:
+        """The wrapped ``mpi4py`` communicator, for a library that takes one and brings
+        its own traffic (``hvd.init(comm=...)`` duplicates it). Never used for
+        gossipgrad's own messages outside this module."""
+        return self._comm
 
     def isend(self, buf: Any, dst: int, tag: int,
               ctx: WaitContext | None = None) -> MpiRequest | DelayedRequest:
@@ -175,6 +183,15 @@ def processor_name() -> str:
 
 def library_version() -> str:
     return MPI.Get_library_version().splitlines()[0]
+
+
+def node_size() -> int:
+    """How many ranks share this rank's node."""
+    local = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        return local.Get_size()
+    finally:
+        local.Free()
 
 
 def node_local_rank() -> int:

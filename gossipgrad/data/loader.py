@@ -8,7 +8,7 @@ and size give the same batches run to run.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -36,9 +36,13 @@ class ShardLoader:
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        return self.batches(0)
+
+    def batches(self, start: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Batches ``start, start + 1, ...`` of the current epoch (resume mid-epoch)."""
         rng = np.random.default_rng([self.seed + self.rank, self.epoch])
         order = rng.permutation(len(self.store))
-        for i in range(len(self)):
+        for i in range(start, len(self)):
             batch = self.store.read(order[i * self.batch_size:(i + 1) * self.batch_size])
             yield batch.payload, torch.from_numpy(batch.labels)
 

@@ -58,12 +58,13 @@ def agree(comm: Communicator, value: int) -> bool:
     return bool(lo == hi == value) if comm.size > 1 else True
 
 
-def verify_identical(model: torch.nn.Module, comm: Communicator) -> None:
+def verify_identical(model: torch.nn.Module, comm: Communicator,
+                     when: str = "after the broadcast from rank 0") -> None:
     """Raise unless every rank holds bit-identical parameters and buffers."""
     mine = fingerprint(_flat(model_tensors(model)))
     if not agree(comm, mine):
-        raise RuntimeError(f"rank {comm.rank}: parameters differ between ranks after the "
-                           "broadcast from rank 0; this is a bug, please report it")
+        raise RuntimeError(f"rank {comm.rank}: parameters differ between ranks {when}; "
+                           "this is a bug, please report it")
 
 
 def average_parameters_(model: torch.nn.Module, comm: Communicator) -> None:
@@ -71,6 +72,16 @@ def average_parameters_(model: torch.nn.Module, comm: Communicator) -> None:
     if comm.size == 1:
         return
     tensors = model_tensors(model)
+    flat = _flat(tensors)
+    allreduce_(comm, flat).div_(comm.size)
+    _unflat_(tensors, flat)
+
+
+def average_buffers_(model: torch.nn.Module, comm: Communicator) -> None:
+    """Replace every rank's floating buffers (e.g. BatchNorm statistics) by their mean."""
+    tensors = [b for b in model.buffers() if b.is_floating_point()]
+    if comm.size == 1 or not tensors:
+        return
     flat = _flat(tensors)
     allreduce_(comm, flat).div_(comm.size)
     _unflat_(tensors, flat)

@@ -124,6 +124,11 @@ class DistributedOptimizer:
             self._hooks = self._install_forward_waits(model)
 
     # -- the step --------------------------------------------------------------------
+    @property
+    def module_for_forward(self) -> torch.nn.Module:
+        """What the forward pass calls: the model itself (DDP's adapter returns its wrapper)."""
+        return self.model
+
     def zero_grad(self, set_to_none: bool = False) -> None:
         """Zero the gradient buckets (gradients stay views into them; ``set_to_none`` is
         accepted for compatibility and ignored)."""

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+import time
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -31,14 +34,15 @@ class MetricsWriter:
 class Progress:
     """A tqdm bar on rank 0 when enabled; silent elsewhere."""
 
-    def __init__(self, total: int, rank: int, enabled: bool, desc: str = "train") -> None:
+    def __init__(self, total: int, rank: int, enabled: bool, initial: int = 0,
+                 desc: str = "train") -> None:
         self.bar = None
         self.rank = rank
         if enabled and rank == 0:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, desc=desc, unit="step", file=sys.stderr,
-                            dynamic_ncols=True, mininterval=0.5)
+            self.bar = tqdm(total=total, initial=initial, desc=desc, unit="step",
+                            file=sys.stderr, dynamic_ncols=True, mininterval=0.5)
 
     def update(self, n: int = 1, **postfix: Any) -> None:
         if self.bar is not None:
@@ -55,3 +59,39 @@ class Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+class Throughput:
+    """Images per second over training steps.
+
+    The first step (warm-up: allocation, first loader batch) and every interval inside
+    :meth:`paused` (evaluation, checkpoints) are left out; data loading is counted.
+    """
+
+    def __init__(self, images_per_step: int) -> None:
+        self.images_per_step = images_per_step
+        self.start = time.perf_counter()
+        self.mark: float | None = None
+        self.timed, self.steps = 0.0, 0
+
+    def tick(self) -> None:
+        """Call once after every training step."""
+        now = time.perf_counter()
+        if self.mark is not None:
+            self.timed += now - self.mark
+            self.steps += 1
+        self.mark = now
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        try:
+            yield
+        finally:
+            if self.mark is not None:
+                self.mark = time.perf_counter()
+
+    def images_per_s(self) -> float:
+        return self.steps * self.images_per_step / self.timed if self.timed > 0 else 0.0
+
+    def wall(self) -> float:
+        return time.perf_counter() - self.start

@@ -14,6 +14,7 @@ from gossipgrad.plan.convergence import (
     render_convergence,
     steps_to_target,
 )
+from gossipgrad.plan.fit import fit_link
 from gossipgrad.plan.formats import AllreduceFit, Bucket, LinkFit, NetworkFit, Profile
 from gossipgrad.plan.memory import MemoryEstimate, estimate_memory
 from gossipgrad.plan.model import (
@@ -75,6 +76,7 @@ __all__ = [
     "comm_chain",
     "efficiency",
     "estimate_memory",
+    "fit_link",
     "kendall_tau",
     "mape",
     "parse_strategy",

@@ -6,8 +6,6 @@ tests/test_exchange_local.py (thread world) and tests/multirank/run_checks.py (r
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import torch
 
@@ -79,15 +77,16 @@ def check_consensus_distance(comm) -> None:
     assert consensus_distance(model, comm) < 1e-20
 
 
-_SEED_LOCK = threading.Lock()  # thread-ranks share torch's global generator
-
-
 def _train(comm, overlap: bool, mix: str = "grad", staleness: int = 0, steps: int = 6,
            strategy: str = "gossip") -> torch.Tensor:
-    with _SEED_LOCK:
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(),
-                                    torch.nn.Linear(16, 3))
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+    # A private generator: in the thread world, torch's global RNG is shared by the ranks,
+    # so torch.manual_seed(0) here raced with the other threads' draws and rank 0 (whose
+    # parameters are broadcast) could start two runs from different weights.
+    init = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=init) * 0.3)
     opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), model,
                                comm, strategy=strategy, mix=mix, staleness=staleness,
                                bucket_mb=0.0005, overlap=overlap, seed=3)

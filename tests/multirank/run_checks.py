@@ -14,6 +14,7 @@ import torch  # noqa: E402
 
 from gossipgrad.comm.base import allreduce_  # noqa: E402
 from gossipgrad.comm.mpi import MpiCommunicator  # noqa: E402
+
 from multirank import checks  # noqa: E402
 
 torch.set_num_threads(1)

@@ -1,0 +1,306 @@
+"""``gossipgrad bench plan-validate``: measured step times of real configurations against
+the planner's predictions.
+
+    PYTHONPATH=. mpiexec -n 2 python -m gossipgrad.bench.plan_validate \\
+        --arch mlp --hidden 1024 --out pv-2.json
+    PYTHONPATH=. mpiexec -n 4 python -m gossipgrad.bench.plan_validate \\
+        --arch mlp --hidden 1024 --out pv-4.json
+    PYTHONPATH=. python -m gossipgrad.bench.plan_validate --merge pv-2.json --merge pv-4.json
+
+One launch, all on every rank (collective):
+
+1. **beforehand**: every rank profiles the model at once (``profile_arch``; rank 0's profile
+   is used, taken while the other ranks compute too, as they will in training), then
+   ``measure_network`` fits the links at the launched size;
+2. a **compute-only** run (strategy ``local``) checks the profile: its measured step against
+   the profile's ``F + B + O`` is the compute term's error;
+3. each configuration (strategy x bucket MiB x mix/overlap x staleness) is trained for
+   ``warmup`` + ``steps`` steps on a fixed synthetic batch; the step time is the median over
+   the timed steps of the slowest rank's step (a ``barrier`` closes every step);
+4. each is predicted by ``step_time`` from ``layout_profile`` (the engine's own buckets at
+   that cap) and the fit from step 1. ``mix=param`` (no overlap in the engine: the exchange
+   follows the optimizer step) is predicted with ``overlap=False``.
+
+Rank 0 prints one JSON object (and writes it to ``--out``): per-config predicted and
+measured seconds, their parts, and ``summary`` (MAPE, worst error, Kendall tau, regret,
+from :mod:`gossipgrad.plan.validate`). ``--merge`` (no MPI) scores several launches'
+configurations together.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+TARGETS = {"mape_pct": 10.0, "worst_abs_pct": 25.0, "kendall_tau": 0.8, "regret": 1.10}
+
+
+@dataclass(frozen=True)
+class Config:
+    strategy: str  # gossip | allreduce | local
+    bucket_mb: float
+    mix: str = "grad"
+    overlap: bool = True
+    staleness: int = 0
+
+    @property
+    def label(self) -> str:
+        parts = [self.strategy, f"{self.bucket_mb:g}MiB", self.mix]
+        if self.mix == "grad":
+            parts.append("overlap" if self.overlap else "no-overlap")
+        parts.append(f"s{self.staleness}")
+        return " ".join(parts)
+
+
+def default_configs(strategies: Sequence[str], buckets: Sequence[float],
+                    staleness: Sequence[int] = (0,)) -> list[Config]:
+    """Every strategy x bucket cap with overlap; plus, at the median cap, no overlap and
+    mix=param; plus staleness 1 at the smallest cap."""
+    out: list[Config] = []
+    mid = sorted(buckets)[len(buckets) // 2]
+    for s in strategies:
+        for b in buckets:
+            for st in staleness:
+                out.append(Config(s, b, "grad", True, st))
+        out.append(Config(s, mid, "grad", False, 0))
+        out.append(Config(s, mid, "param", False, 0))
+    return list(dict.fromkeys(out))
+
+
+def _slowest(comm: Any, values: list[float]) -> list[float]:
+    """Element-wise max over ranks."""
+    import numpy as np
+
+    from gossipgrad.comm.base import ReduceOp, allreduce_
+
+    buf = np.asarray(values, dtype=np.float64)
+    allreduce_(comm, buf, ReduceOp.MAX)
+    return buf.tolist()
+
+
+def run_config(comm: Any, cfg: Config, arch: str, hidden: int, batch_size: int,
+               steps: int, warmup: int) -> dict[str, Any]:
+    """Train ``cfg`` for ``warmup + steps`` steps; per-step time of the slowest rank."""
+    import torch
+
+    from gossipgrad.engine.distributed import DistributedOptimizer
+    from gossipgrad.engine.profiler import SMALL_MODELS, input_shape
+    from gossipgrad.models import build_model
+
+    shape = input_shape(arch, 224)
+    classes = 10 if arch in SMALL_MODELS else 1000
+    torch.manual_seed(0)
+    model = build_model(arch, shape, classes, hidden)
+    g = torch.Generator().manual_seed(1 + comm.rank)
+    x = torch.randn(batch_size, *shape, generator=g)
+    y = torch.randint(0, classes, (batch_size,), generator=g)
+    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
+                               model, comm, strategy=cfg.strategy, mix=cfg.mix,
+                               staleness=cfg.staleness, bucket_mb=cfg.bucket_mb,
+                               overlap=cfg.overlap)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    times: list[float] = []
+    try:
+        comm.barrier()
+        for i in range(warmup + steps):
+            t0 = time.perf_counter()
+            opt.zero_grad()
+            loss_fn(model(x), y).backward()
+            opt.step()
+            t1 = time.perf_counter()
+            if i >= warmup:
+                times.append(t1 - t0)
+            comm.barrier()  # every step starts together; the barrier is outside the timing
+        opt.drain()
+    finally:
+        opt.close()
+    slow = _slowest(comm, times)
+    return {"measured_s": statistics.median(slow), "min_s": min(slow), "max_s": max(slow)}
+
+
+def measure(comm: Any, *, arch: str = "mlp", hidden: int = 1024, batch_size: int = 32,
+            configs: Sequence[Config], steps: int = 20, warmup: int = 5,
+            profile_steps: int = 20, net_max_mb: float = 16.0, net_reps: int = 5,
+            calibrate_allreduce: bool = False) -> dict[str, Any]:
+    """Profile, fit, run and predict every config (collective). Returns rank 0's report
+    (other ranks get the same dict; only rank 0 should print it)."""
+    import torch
+
+    from gossipgrad.comm.netfit import measure_network
+    from gossipgrad.engine.buckets import cap_from_mb
+    from gossipgrad.engine.profiler import SMALL_MODELS, input_shape, layout_profile, profile_arch
+    from gossipgrad.models import build_model
+    from gossipgrad.plan import CommModel, step_time
+    torch.set_num_threads(1)
+    comm.barrier()
+    result = profile_arch(arch, batch_size=batch_size, hidden=hidden, steps=profile_steps,
+                          warmup=5)
+    comm.barrier()
+    fit = measure_network(comm, max_bytes=int(net_max_mb * 2**20), reps=net_reps)
+    duplex = min(2.0, max(1.0, fit.duplex or 1.0))
+    cm = CommModel.from_network(fit.network, duplex=duplex,
+                                calibrate_allreduce=calibrate_allreduce)
+    local = run_config(comm, Config("local", 25.0), arch, hidden, batch_size, steps, warmup)
+    shape = input_shape(arch, 224)
+    net = build_model(arch, shape, 10 if arch in SMALL_MODELS else 1000, hidden)
+    rows = []
+    for cfg in configs:
+        m = run_config(comm, cfg, arch, hidden, batch_size, steps, warmup)
+        prof = layout_profile(result, net, cap_from_mb(cfg.bucket_mb))
+        overlap = cfg.overlap and cfg.mix == "grad"
+        st = step_time(prof, cm, cfg.strategy, comm.size, staleness=cfg.staleness,
+                       overlap=overlap)
+        rows.append({"config": cfg.label, **asdict(cfg), "size": comm.size,
+                     "n_buckets": len(prof.buckets), "predicted_s": st.step_s,
+                     "predicted_comm_s": st.comm_s,
+                     "predicted_exposed_comm_s": st.exposed_comm_s, **m,
+                     "measured_exposed_comm_s": m["measured_s"] - local["measured_s"]})
+    p = result.profile
+    report = {
+        "benchmark": "plan-validate", "size": comm.size, "arch": arch, "hidden": hidden,
+        "batch_size": batch_size, "steps": steps, "warmup": warmup,
+        "profile": {"forward_s": p.forward_s, "backward_s": p.backward_s,
+                    "optimizer_s": p.optimizer_s, "local_step_s": p.local_step_s,
+                    "param_bytes": p.param_bytes},
+        "network": {**fit.network.to_json(), "duplex": duplex},
+        "compute_check": {"predicted_s": p.local_step_s, **local,
+                          "error_pct": 100 * (p.local_step_s - local["measured_s"])
+                          / local["measured_s"]},
+        "configs": rows,
+    }
+    report["summary"] = score(rows, [report])
+    return report
+
+
+def score(rows: Sequence[dict[str, Any]], launches: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Validation metrics over ``rows`` plus a compute-vs-communication error split."""
+    from gossipgrad.plan.validate import summarize
+
+    obs = [((r["config"], r["size"]), r["predicted_s"], r["measured_s"]) for r in rows]
+    s = summarize(obs).to_json()
+    # Error split: compute term (profile vs measured local step, per launch) vs the rest.
+    local = {lc["size"]: lc["compute_check"] for lc in launches}
+    comp, comm_err = [], []
+    for r in rows:
+        c = local[r["size"]]
+        comp.append(abs(c["predicted_s"] - c["measured_s"]))
+        comm_err.append(abs(r["predicted_exposed_comm_s"] - r["measured_exposed_comm_s"]))
+    s["mean_abs_compute_error_s"] = statistics.mean(comp)
+    s["mean_abs_exposed_comm_error_s"] = statistics.mean(comm_err)
+    s["dominant_error"] = ("compute" if s["mean_abs_compute_error_s"]
+                           >= s["mean_abs_exposed_comm_error_s"] else "communication")
+    chosen = min(rows, key=lambda r: r["predicted_s"])
+    best = min(rows, key=lambda r: r["measured_s"])
+    s["chosen"] = f'{chosen["config"]} @ {chosen["size"]}'
+    s["best_measured"] = f'{best["config"]} @ {best["size"]}'
+    s["targets"] = TARGETS
+    tau = s["kendall_tau"]
+    s["meets_targets"] = bool(s["mape_pct"] <= TARGETS["mape_pct"]
+                              and s["worst_abs_pct"] <= TARGETS["worst_abs_pct"]
+                              and tau is not None and tau >= TARGETS["kendall_tau"]
+                              and s["regret"] <= TARGETS["regret"])
+    return s
+
+
+def merge(paths: Sequence[str]) -> dict[str, Any]:
+    """Score several launches' reports together (per-size summaries kept)."""
+    launches = [json.loads(Path(p).read_text()) for p in paths]
+    rows = [r for lc in launches for r in lc["configs"]]
+    return {"benchmark": "plan-validate", "merged": list(paths),
+            "sizes": sorted({lc["size"] for lc in launches}),
+            "per_launch": [{"size": lc["size"], "source": lc["network"].get("source"),
+                            "compute_check": lc["compute_check"], "summary": lc["summary"]}
+                           for lc in launches],
+            "configs": rows, "summary": score(rows, launches)}
+
+
+def markdown_table(report: dict[str, Any]) -> str:
+    """The per-config rows of a report (one launch or merged) as a markdown table."""
+    lines = ["| size | config | predicted (ms) | measured (ms) | error | predicted comm (ms) "
+             "| measured exposed comm (ms) |", "|---|---|---|---|---|---|---|"]
+    for r in report["configs"]:
+        err = 100 * (r["predicted_s"] - r["measured_s"]) / r["measured_s"]
+        lines.append(f'| {r["size"]} | {r["config"]} | {1e3 * r["predicted_s"]:.2f} | '
+                     f'{1e3 * r["measured_s"]:.2f} | {err:+.0f}% | '
+                     f'{1e3 * r["predicted_comm_s"]:.2f} | '
+                     f'{1e3 * r["measured_exposed_comm_s"]:.2f} |')
+    return "\n".join(lines)
+
+
+def _floats(text: str) -> list[float]:
+    return [float(v) for v in text.split(",") if v.strip()]
+
+
+@click.command("plan-validate")
+@click.option("--arch", default="mlp", show_default=True)
+@click.option("--hidden", type=int, default=1024, show_default=True)
+@click.option("--batch-size", "-b", type=int, default=32, show_default=True)
+@click.option("--strategies", default="gossip,allreduce", show_default=True)
+@click.option("--bucket-mb", default="0.25,1,4,25", show_default=True,
+              help="Bucket caps (MiB), comma-separated.")
+@click.option("--staleness", default="0", show_default=True,
+              help="Staleness values for the overlapped configs, e.g. 0,1.")
+@click.option("--only-overlap", is_flag=True,
+              help="Skip the no-overlap and mix=param configs.")
+@click.option("--steps", type=int, default=20, show_default=True)
+@click.option("--warmup", type=int, default=5, show_default=True)
+@click.option("--profile-steps", type=int, default=20, show_default=True)
+@click.option("--net-max-mb", type=float, default=16.0, show_default=True)
+@click.option("--net-reps", type=int, default=5, show_default=True)
+@click.option("--calibrate-allreduce", is_flag=True)
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="Also write the JSON here (rank 0).")
+@click.option("--merge", "merge_paths", multiple=True, type=click.Path(exists=True),
+              help="No MPI: score these --out files together and print the JSON.")
+def plan_validate(arch: str, hidden: int, batch_size: int, strategies: str, bucket_mb: str,
+                  staleness: str, only_overlap: bool, steps: int, warmup: int,
+                  profile_steps: int, net_max_mb: float, net_reps: int,
+                  calibrate_allreduce: bool, out: str | None,
+                  merge_paths: tuple[str, ...]) -> None:
+    """Measured step times of real configurations vs the planner's predictions (JSON)."""
+    if merge_paths:
+        report = merge(merge_paths)
+        text = json.dumps(report, indent=1)
+        if out:
+            Path(out).write_text(text + "\n")
+        click.echo(text)
+        return
+    import logging
+
+    from gossipgrad.runtime import init
+
+    comm = init()
+    logging.getLogger("gossipgrad").setLevel(logging.WARNING)
+    if comm.size < 2:
+        raise click.UsageError("plan-validate needs >= 2 ranks: mpiexec -n 2 ...")
+    configs = default_configs(strategies.split(","), _floats(bucket_mb),
+                              [int(v) for v in _floats(staleness)])
+    if only_overlap:
+        configs = [c for c in configs if c.overlap and c.mix == "grad"]
+    report = measure(comm, arch=arch, hidden=hidden, batch_size=batch_size, configs=configs,
+                     steps=steps, warmup=warmup, profile_steps=profile_steps,
+                     net_max_mb=net_max_mb, net_reps=net_reps,
+                     calibrate_allreduce=calibrate_allreduce)
+    if comm.rank == 0:
+        text = json.dumps(report, indent=1)
+        if out:
+            Path(out).write_text(text + "\n")
+        click.echo(text)
+        for r in report["configs"]:
+            print(f'{r["config"]:<36} pred {1e3 * r["predicted_s"]:8.2f} ms  '
+                  f'meas {1e3 * r["measured_s"]:8.2f} ms', file=sys.stderr)
+        s = report["summary"]
+        print(f'MAPE {s["mape_pct"]:.1f}%  worst {s["worst_abs_pct"]:.1f}%  '
+              f'tau {s["kendall_tau"]}  regret {s["regret"]:.3f}', file=sys.stderr)
+
+
+if __name__ == "__main__":
+    plan_validate()

@@ -1,0 +1,165 @@
+"""``gossipgrad plan``: profile + network fit -> predicted throughput per configuration.
+
+    gossipgrad plan --profile profile.json --network network.json --sizes 16,64,256 --png p.png
+
+Parses and validates, then calls :func:`gossipgrad.plan.report.plan_report`. Throughput
+only: it does not predict how many steps a configuration needs to reach an accuracy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from gossipgrad.cli.output import write_output
+
+
+def _numbers(kind: Callable[[str], Any], option: str) -> Callable:
+    def parse(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Any:
+        if value is None:
+            return None
+        try:
+            items = [kind(v.strip()) for v in value.split(",") if v.strip()]
+        except ValueError:
+            raise click.BadParameter(
+                f"expected a comma-separated list, got {value!r}", param_hint=option
+            ) from None
+        if not items:
+            raise click.BadParameter("must not be empty", param_hint=option)
+        return items
+
+    return parse
+
+
+@click.command(name="plan")
+@click.option(
+    "--profile",
+    "profile_path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="From gossipgrad profile.",
+)
+@click.option(
+    "--network",
+    "network_path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="From gossipgrad netfit.",
+)
+@click.option(
+    "--sizes",
+    required=True,
+    callback=_numbers(int, "--sizes"),
+    help="Ranks to predict, e.g. 2,4,8,16.",
+)
+@click.option(
+    "--strategies",
+    default="gossip,allreduce",
+    show_default=True,
+    callback=_numbers(str, "--strategies"),
+)
+@click.option(
+    "--bucket-mb",
+    default="1,4,25,100",
+    show_default=True,
+    callback=_numbers(float, "--bucket-mb"),
+    help="Bucket caps to try (MiB).",
+)
+@click.option(
+    "--staleness", default="0,1", show_default=True, callback=_numbers(int, "--staleness")
+)
+@click.option("--overlap/--no-overlap", default=True, show_default=True)
+@click.option(
+    "--duplex",
+    type=click.FloatRange(1, 2),
+    default=1.0,
+    show_default=True,
+    help="1 = full-duplex links; 2 = send and receive share the link.",
+)
+@click.option(
+    "--calibrate-allreduce",
+    is_flag=True,
+    help="Scale the ring model by the network file's measured allreduce fit.",
+)
+@click.option(
+    "--device-memory-gb",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Check each configuration against this much device memory (GB).",
+)
+@click.option(
+    "--optimizer-state-factor",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    help="Optimizer state as a multiple of the parameters.",
+)
+@click.option(
+    "--metrics",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Training metrics JSONL: shows measured steps to --target-accuracy.",
+)
+@click.option("--target-accuracy", type=click.FloatRange(0, 1), default=None)
+@click.option(
+    "--png",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also plot predicted efficiency vs size here.",
+)
+@click.option("--all-rows", is_flag=True, help="List every configuration, not only the best.")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the markdown here (default: stdout).",
+)
+def plan(
+    profile_path: str,
+    network_path: str,
+    sizes: list[int],
+    strategies: list[str],
+    bucket_mb: list[float],
+    staleness: list[int],
+    overlap: bool,
+    duplex: float,
+    calibrate_allreduce: bool,
+    device_memory_gb: float | None,
+    optimizer_state_factor: float,
+    metrics: str | None,
+    target_accuracy: float | None,
+    png: str | None,
+    all_rows: bool,
+    out: str | None,
+) -> None:
+    """Predict step time and throughput per size, strategy, bucket size and staleness, and
+    recommend one configuration per size. THROUGHPUT ONLY: it does not predict how many
+    steps each configuration needs to reach an accuracy."""
+    from gossipgrad.plan.report import plan_report
+
+    try:
+        text = plan_report(
+            profile_path,
+            network_path,
+            sizes=sizes,
+            strategies=strategies,
+            bucket_mb=bucket_mb,
+            staleness=staleness,
+            overlap=overlap,
+            duplex=duplex,
+            calibrate_allreduce=calibrate_allreduce,
+            device_memory_bytes=None if device_memory_gb is None else int(device_memory_gb * 1e9),
+            optimizer_state_factor=optimizer_state_factor,
+            metrics_path=metrics,
+            target_accuracy=target_accuracy,
+            png_path=png,
+            all_rows=all_rows,
+        )
+    except (ValueError, OSError, ImportError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    write_output(text, out)
+    if out is not None:
+        click.echo(f"wrote {out}" + (f" and {png}" if png else ""), err=True)
+    click.echo("note: these are throughput predictions only, not time to accuracy", err=True)

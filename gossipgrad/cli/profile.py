@@ -1,0 +1,137 @@
+"""``gossipgrad profile``: one rank's step, no communication -> the planner's profile JSON.
+
+    gossipgrad profile -a resnet50 -b 64 --out profile.json
+    gossipgrad profile -a mlp --hidden 1024 --threads 1
+
+Parses and validates, then calls :func:`gossipgrad.engine.profiler.profile_arch`.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from gossipgrad.cli.output import write_output
+from gossipgrad.models import MODELS
+
+
+@click.command()
+@click.option(
+    "-a", "--arch", type=click.Choice(list(MODELS)), default="mlp", show_default=True, help="Model."
+)
+@click.option(
+    "-b",
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=32,
+    show_default=True,
+    help="Samples per rank per step.",
+)
+@click.option(
+    "--hidden",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Width of mlp/cnn (0 = default).",
+)
+@click.option(
+    "--image-size",
+    type=click.IntRange(min=16),
+    default=224,
+    show_default=True,
+    help="Input side for torchvision models (mlp/cnn take digits' 1x8x8).",
+)
+@click.option(
+    "--classes",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Output classes (0 = 10 for mlp/cnn, 1000 otherwise).",
+)
+@click.option(
+    "--device",
+    default="auto",
+    show_default=True,
+    help="cpu, cuda, cuda:N, or auto (cuda when available).",
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(min=1),
+    default=20,
+    show_default=True,
+    help="Timed steps (the median is kept).",
+)
+@click.option(
+    "--warmup",
+    type=click.IntRange(min=0),
+    default=5,
+    show_default=True,
+    help="Untimed steps first.",
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="torch CPU threads (0 = torch's default).",
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the profile JSON here (default: stdout).",
+)
+def profile(
+    arch: str,
+    batch_size: int,
+    hidden: int,
+    image_size: int,
+    classes: int,
+    device: str,
+    steps: int,
+    warmup: int,
+    threads: int,
+    seed: int,
+    out: str | None,
+) -> None:
+    """Measure one rank's step (forward, backward, optimizer, per-parameter gradient ready
+    times) with no communication; writes the planner's profile JSON."""
+    import torch
+
+    from gossipgrad.engine.profiler import profile_arch
+
+    if threads:
+        torch.set_num_threads(threads)
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        result = profile_arch(
+            arch,
+            batch_size=batch_size,
+            hidden=hidden,
+            image_size=image_size,
+            classes=classes,
+            device=device,
+            steps=steps,
+            warmup=warmup,
+            seed=seed,
+        )
+    except (ValueError, RuntimeError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    write_output(json.dumps(result.to_json(), indent=2), out)
+    p = result.profile
+    click.echo(
+        f"{p.model} batch {p.batch_size} on {p.device}: forward {p.forward_s * 1e3:.2f} "
+        f"ms, backward {p.backward_s * 1e3:.2f} ms, optimizer {p.optimizer_s * 1e3:.2f} "
+        f"ms (medians of {steps}); {p.param_bytes / 1e6:.2f} MB of parameters in "
+        f"{len(p.buckets)} per-parameter buckets",
+        err=True,
+    )
+    if not result.layout_order:
+        click.echo(
+            "note: backward produced gradients in a different order than reverse registration "
+            "(how the engine groups buckets); the profile lists them in backward order",
+            err=True,
+        )

@@ -1,0 +1,196 @@
+"""Measure the network the planner models: ping-pong, exchange and allreduce sweeps.
+
+    mpiexec -n 2 gossipgrad netfit --out network.json
+
+Three sweeps (:mod:`gossipgrad.comm.sweeps`) over message sizes, powers of two from
+``min_bytes`` up to ``max_bytes``, each size ``reps`` times after one warm-up, the median
+kept (``stat="min"`` keeps the fastest rep instead: robust when other processes compete for
+the CPUs and deschedule a spinning rank for a scheduler tick, as on a busy shared machine;
+optimistic on a shared network):
+
+- **ping-pong** between rank 0 and ``peer``: one-way time = round trip / 2. Fitted as the
+  ``p2p`` link (``alpha + beta * n``) the model is built on.
+- **exchange** on the same pair: both send and receive at once, as a gossip step does; the
+  ratio of its ``beta`` to the ping-pong's estimates the model's ``duplex`` (1 = full duplex).
+- **allreduce** of a float32 buffer on all ranks (time = the slowest rank's), fitted at the
+  launched size.
+
+A sweep stops growing the message after the first size whose kept time exceeds
+``max_message_s``, so slow (emulated) links stay quick to measure. Only raw buffers move,
+through the :class:`~gossipgrad.comm.base.Communicator` protocol; the times are the
+transport's, without the runtime's polling back-off (see :mod:`gossipgrad.comm.sweeps`).
+
+Collective: every rank calls :func:`measure_network` and gets the same :class:`NetfitResult`
+(each rep's time is the maximum over ranks; ranks outside the pair contribute 0).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gossipgrad.comm import sweeps
+from gossipgrad.comm.base import Communicator, allreduce_
+from gossipgrad.comm.sweeps import STATS, Sweep, message_sizes
+from gossipgrad.plan.formats import AllreduceFit, NetworkFit
+
+KIB, MIB = 1 << 10, 1 << 20
+DEFAULT_MIN_BYTES = 4 * KIB
+LOOPBACK_MAX_BYTES = 64 * MIB  # every rank on one host
+CLUSTER_MAX_BYTES = 256 * MIB
+DEFAULT_REPS = 10
+DEFAULT_MAX_MESSAGE_S = 0.25
+
+
+@dataclass(frozen=True)
+class NetfitResult:
+    """The fitted network plus the measured times behind it."""
+
+    network: NetworkFit
+    peer: int
+    same_host: bool
+    hosts: int
+    reps: int
+    stat: str
+    pingpong: Sweep
+    exchange: Sweep | None
+    allreduce: Sweep | None
+
+    @property
+    def duplex(self) -> float | None:
+        """``beta`` of a simultaneous exchange / ``beta`` of ping-pong (1 = full duplex)."""
+        if self.exchange is None or self.exchange.fit is None:
+            return None
+        return self.exchange.fit.beta_s_per_byte / self.network.p2p.beta_s_per_byte
+
+    def to_json(self) -> dict[str, Any]:
+        """The NetworkFit document plus ``measurements`` (ignored by the planner)."""
+        sweeps = {"pingpong": self.pingpong, "exchange": self.exchange, "allreduce": self.allreduce}
+        extra: dict[str, Any] = {
+            "peer": self.peer,
+            "same_host": self.same_host,
+            "hosts": self.hosts,
+            "reps": self.reps,
+            "stat": self.stat,
+            **{k: s.to_json() for k, s in sweeps.items() if s is not None},
+        }
+        if self.exchange is not None and self.exchange.fit is not None:
+            extra["exchange_fit"] = {
+                "alpha_s": self.exchange.fit.alpha_s,
+                "beta_s_per_byte": self.exchange.fit.beta_s_per_byte,
+                "r2": self.exchange.fit.r2,
+                "duplex": self.duplex,
+            }
+        return {**self.network.to_json(), "measurements": extra}
+
+
+def host_ids(comm: Communicator) -> np.ndarray:
+    """A hash of every rank's host name, indexed by rank (one allreduce of raw int64s)."""
+    digest = hashlib.sha256(socket.gethostname().encode()).digest()
+    ids = np.zeros(comm.size, dtype=np.int64)
+    ids[comm.rank] = int.from_bytes(digest[:7], "little")
+    return allreduce_(comm, ids)
+
+
+def choose_peer(hosts: Sequence[int]) -> int:
+    """The lowest rank on another host than rank 0, else rank 1: ping-pong crosses the
+    network when the job spans hosts (rank 1 is usually on rank 0's node).
+
+    >>> choose_peer([7, 7, 9, 9]), choose_peer([7, 7])
+    (2, 1)
+    """
+    if len(hosts) < 2:
+        raise ValueError("a network fit needs >= 2 ranks: mpiexec -n 2 gossipgrad netfit")
+    return next((r for r, h in enumerate(hosts) if h != hosts[0]), 1)
+
+
+def measure_network(
+    comm: Communicator,
+    *,
+    min_bytes: int = DEFAULT_MIN_BYTES,
+    max_bytes: int | None = None,
+    reps: int = DEFAULT_REPS,
+    peer: int | None = None,
+    max_message_s: float = DEFAULT_MAX_MESSAGE_S,
+    exchange: bool = True,
+    allreduce: bool = True,
+    stat: str = "median",
+    source: str = "",
+) -> NetfitResult:
+    """Run the sweeps on every rank of ``comm`` (collective) and fit them.
+
+    Args:
+        max_bytes: largest message; None = 64 MiB when every rank is on one host, else
+            256 MiB.
+        peer: rank 0's ping-pong partner; None = :func:`choose_peer`.
+        stat: ``median`` or ``min`` over the reps of each size (see the module).
+        source: text appended to the ``source`` label (host, size and, when set,
+            ``GOSSIPGRAD_EMU_RATE`` are always included).
+    Raises ``ValueError`` for bad arguments (the same on every rank) and ``CommTimeout``
+    when a partner does not answer within ``comm.timeout`` seconds.
+    """
+    if comm.size < 2:
+        raise ValueError("a network fit needs >= 2 ranks: mpiexec -n 2 gossipgrad netfit")
+    if reps < 1:
+        raise ValueError(f"reps must be >= 1, got {reps}")
+    if stat not in STATS:
+        raise ValueError(f"stat must be one of {', '.join(STATS)}, got {stat!r}")
+    if not max_message_s > 0:
+        raise ValueError(f"max_message_s must be > 0, got {max_message_s}")
+    hosts = host_ids(comm).tolist()
+    same_host = len(set(hosts)) == 1
+    if max_bytes is None:
+        max_bytes = LOOPBACK_MAX_BYTES if same_host else CLUSTER_MAX_BYTES
+    sizes = message_sizes(min_bytes, max_bytes)
+    peer = choose_peer(hosts) if peer is None else peer
+    if not 0 < peer < comm.size:
+        raise ValueError(f"peer must be a rank in [1, {comm.size}), got {peer}")
+
+    def sweep(once: Callable[[int], float]) -> Sweep:
+        return sweeps.run_sweep(comm, sizes, reps, max_message_s, stat, once)
+
+    buf = np.zeros(sizes[-1], dtype=np.uint8)
+    pp = sweep(sweeps.pingpong(comm, buf, peer))
+    if pp.fit is None:
+        times = ", ".join(
+            f"{n}: {t * 1e6:.1f} us" for n, t in zip(pp.nbytes, pp.seconds, strict=True)
+        )
+        raise ValueError(
+            f"ping-pong between ranks 0 and {peer}: {pp.problem} (measured {times}; "
+            "other processes competing for the CPUs or the network can do this: "
+            "rerun on an idle machine, with more reps, or with stat 'min')"
+        )
+    ex = sweep(sweeps.exchange(comm, buf, np.zeros_like(buf), peer)) if exchange else None
+    del buf
+    ar = None
+    if allreduce:
+        ar = sweep(sweeps.allreduce(comm, np.zeros(sizes[-1] // 4, dtype=np.float32)))
+    ar_fit = None
+    if ar is not None and ar.fit is not None:
+        ar_fit = AllreduceFit(ar.fit.alpha_s, ar.fit.beta_s_per_byte, ar.fit.r2, size=comm.size)
+    label = describe_source(comm.size, peer, same_host, len(set(hosts)), source)
+    return NetfitResult(
+        NetworkFit(pp.fit, ar_fit, label), peer, same_host, len(set(hosts)), reps, stat, pp, ex, ar
+    )
+
+
+def describe_source(size: int, peer: int, same_host: bool, hosts: int, extra: str = "") -> str:
+    """``netfit on HOST: ranks 0<->1 on one host, 2 ranks on 1 host(s)[, emulated ...]``."""
+    where = "one host" if same_host else "different hosts"
+    parts = [
+        f"netfit on {socket.gethostname()}: ranks 0<->{peer} on {where}, "
+        f"{size} ranks on {hosts} host(s)"
+    ]
+    rate = os.environ.get("GOSSIPGRAD_EMU_RATE")
+    if rate:
+        delay = os.environ.get("GOSSIPGRAD_INJECT_DELAY_MS")
+        parts.append(f"emulated link rate {rate}" + (f", delay {delay} ms" if delay else ""))
+    if extra:
+        parts.append(extra)
+    return ", ".join(parts)

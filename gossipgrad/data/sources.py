@@ -1,0 +1,131 @@
+"""What the trainer reads: one ``DataSource`` per rank, whatever the data is.
+
+    source = open_source(data="/datasets/imagenet", image_size=224, batch_size=32,
+                         workers=8, seed=0, rank=comm.rank, size=comm.size)
+    for x, y in source.train_batches(epoch, start=0): ...
+    for x, y in source.eval_batches(): ...        # this rank's share of validation
+
+Kinds: the embedded tensor datasets (digits, synthetic 8x8), an ImageFolder (``data``, see
+``gossipgrad.data.images``), and generated ImageNet-shaped images (``synthetic=True``, for
+throughput runs). Every kind makes batch k of an epoch a pure function of
+(seed, rank, epoch, k), so a run resumed mid-epoch continues with the same batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from gossipgrad.data.loader import ShardLoader, strided_indices
+from gossipgrad.data.partition import partition
+from gossipgrad.shuffle import ShardStore
+from gossipgrad.data.tensors import load_tensor_data
+
+#: Images per epoch of ``--synthetic`` data: the size of ImageNet-1k's train split.
+SYNTHETIC_EPOCH = 1_281_167
+IMAGENET_CLASSES = 1000
+
+
+class DataSource(Protocol):
+    """This rank's data. ``skipped`` counts unreadable samples dropped so far."""
+
+    name: str
+    classes: int
+    in_shape: tuple[int, ...]
+    steps_per_epoch: int
+    skipped: int
+
+    def train_batches(self, epoch: int, start: int = 0) -> Iterator[tuple[torch.Tensor, ...]]:
+        """Batches ``start, start + 1, ...`` of ``epoch`` (``(x, y)`` pairs)."""
+        ...
+
+    def eval_batches(self) -> Iterator[tuple[torch.Tensor, ...]]: ...
+
+
+class TensorSource:
+    """An in-memory dataset: an equal train shard per rank (``--partition``) in a live
+    :class:`~gossipgrad.shuffle.ShardStore` the background shuffle swaps samples into,
+    reshuffled per epoch; a strided test share."""
+
+    def __init__(self, name: str, batch_size: int, seed: int, rank: int, size: int,
+                 partition_kind: str = "iid") -> None:
+        data = load_tensor_data(name)
+        self.name, self.classes, self.in_shape = data.name, data.classes, data.in_shape
+        ids = partition(data.train_y.numpy(), size, partition_kind, seed)[rank]
+        self.store = ShardStore.of_tensors(ids, data.train_y[ids], data.train_x[ids])
+        self.loader = ShardLoader(self.store, batch_size, seed, rank)
+        self.steps_per_epoch, self.skipped = len(self.loader), 0
+        self.test_x, self.test_y = data.test_x, data.test_y
+        self.share = torch.from_numpy(strided_indices(len(data.test_y), rank, size))
+
+    def train_batches(self, epoch: int, start: int = 0) -> Iterator[tuple[torch.Tensor, ...]]:
+        self.loader.set_epoch(epoch)
+        return self.loader.batches(start)
+
+    def eval_batches(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        for i in range(0, len(self.share), 512):
+            idx = self.share[i:i + 512]
+            yield self.test_x[idx], self.test_y[idx]
+
+
+class SyntheticImages:
+    """Random ``3 x image_size x image_size`` images and labels, generated once per rank.
+
+    Training cycles through a pool of a few batches (no input pipeline cost: measures the
+    model and the exchange); validation is one batch per rank.
+    """
+
+    POOL = 4
+
+    def __init__(self, image_size: int, classes: int, batch_size: int, seed: int, rank: int,
+                 size: int) -> None:
+        self.name, self.classes = "synthetic-images", classes
+        self.in_shape = (3, image_size, image_size)
+        self.steps_per_epoch = max(1, SYNTHETIC_EPOCH // (batch_size * size))
+        self.skipped = 0
+        g = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, rank])
+                                              .generate_state(1)[0]))
+        n = (self.POOL + 1) * batch_size
+        self.x = torch.randn(n, *self.in_shape, generator=g)
+        self.y = torch.randint(0, classes, (n,), generator=g)
+        self.batch_size = batch_size
+
+    def _batch(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        b = self.batch_size
+        return self.x[k * b:(k + 1) * b], self.y[k * b:(k + 1) * b]
+
+    def train_batches(self, epoch: int, start: int = 0) -> Iterator[tuple[torch.Tensor, ...]]:
+        for k in range(start, self.steps_per_epoch):
+            yield self._batch((epoch * self.steps_per_epoch + k) % self.POOL)
+
+    def eval_batches(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        yield self._batch(self.POOL)
+
+
+def open_source(*, rank: int, size: int, batch_size: int, seed: int = 0,
+                dataset: str = "digits", data: str | None = None, synthetic: bool = False,
+                partition: str = "iid",
+                image_size: int = 224, classes: int = 0, workers: int = 0,
+                skip_corrupt: bool = False, pin_memory: bool = False) -> DataSource:
+    """The source the options select: ``synthetic`` > ``data`` (ImageFolder) > ``dataset``.
+
+    ``classes`` sets the class count of synthetic images (0: 1000, as ImageNet-1k).
+    Raises ValueError naming the path or value for unusable input.
+    """
+    if synthetic:
+        return SyntheticImages(image_size, classes or IMAGENET_CLASSES, batch_size, seed,
+                               rank, size)
+    if data:
+        from gossipgrad.data.images import ImageFolderSource
+
+        source: DataSource = ImageFolderSource(data, image_size, batch_size, workers, seed,
+                                               rank, size, skip_corrupt, pin_memory)
+    else:
+        source = TensorSource(dataset, batch_size, seed, rank, size, partition)
+    if classes and classes != source.classes:
+        raise ValueError(f"--num-classes {classes} does not match the {source.classes} "
+                         f"classes of {data or dataset}; drop --num-classes or fix the data")
+    return source

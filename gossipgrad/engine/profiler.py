@@ -1,0 +1,299 @@
+"""Profile one rank's training step without communication: the planner's compute input.
+
+    gossipgrad profile -a resnet50 -b 64 --out profile.json
+
+Each step is timed in three phases (forward = model + loss, backward, optimizer); a
+``register_post_accumulate_grad_hook`` on every trainable parameter records when its
+gradient is ready, measured from the start of backward — the moment the engine's overlap
+hook would hand its bucket to the communication thread. After ``warmup`` untimed steps the
+median over ``steps`` steps is kept, per phase and per parameter. The result is one bucket
+per parameter, in the order backward produced them, so the planner can merge them into any
+bucket size (it never splits).
+
+Medians stay consistent: a parameter's ready time is <= that step's backward time in every
+step, so its median is <= the median backward time. A parameter that gets no gradient (not
+used in the loss) is listed last, ready at the end of backward, as the engine submits it
+then. On CUDA the phases are timed with CUDA events and ``memory_bytes`` is the peak
+allocated memory; on CPU ``memory_bytes`` is omitted.
+
+    >>> import torch
+    >>> _ = torch.manual_seed(0)
+    >>> model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    >>> x, y = torch.randn(16, 4), torch.randint(0, 2, (16,))
+    >>> result = profile_step(model, x, y, steps=3, warmup=1)
+    >>> [p.name.split(".")[0] for p in result.params]  # the last layer's gradients come first
+    ['2', '2', '0', '0']
+    >>> result.profile.grad_bytes == result.profile.param_bytes == 4 * (4 * 8 + 8 + 8 * 2 + 2)
+    True
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gossipgrad.engine.buckets import BucketLayout
+from gossipgrad.models import MODELS, build_model, loss_fn
+from gossipgrad.plan.formats import Bucket, Profile
+
+DIGITS_SHAPE = (1, 8, 8)
+SMALL_MODELS = ("mlp", "cnn")  # built for digits-sized inputs
+DEFAULT_STEPS = 20
+DEFAULT_WARMUP = 5
+
+
+@dataclass(frozen=True)
+class ParamTiming:
+    """One trainable parameter: its index in ``model.parameters()``, name, gradient bytes
+    and median ready time from the start of backward."""
+
+    index: int
+    name: str
+    bytes: int
+    ready_s: float
+
+
+@dataclass(frozen=True)
+class StepProfile:
+    """A measured step: the planner's :class:`Profile` plus what a reader needs to trust it.
+
+    ``params`` are in backward order, the same order and bytes as ``profile.buckets``;
+    ``spread`` holds each phase's (min, max) over the timed steps; ``layout_order`` is True
+    when backward order equals reverse registration order (how the engine's
+    ``BucketLayout`` groups parameters).
+    """
+
+    profile: Profile
+    params: tuple[ParamTiming, ...]
+    spread: dict[str, tuple[float, float]]
+    steps: int
+    warmup: int
+    layout_order: bool
+
+    def to_json(self) -> dict[str, Any]:
+        """The Profile document; each bucket also names its parameter (the planner ignores
+        unknown keys), plus ``steps``, ``warmup``, ``spread_s`` and ``layout_order``."""
+        out = self.profile.to_json()
+        for bucket, p in zip(out["buckets"], self.params, strict=True):
+            bucket["name"] = p.name
+        out.update(
+            steps=self.steps,
+            warmup=self.warmup,
+            layout_order=self.layout_order,
+            spread_s={k: list(v) for k, v in self.spread.items()},
+        )
+        return out
+
+    def save(self, path: str | Path) -> None:
+        import json
+
+        Path(path).write_text(json.dumps(self.to_json(), indent=2) + "\n")
+
+
+class _Clock:
+    """Wall-clock marks on CPU; CUDA events (read after a synchronize) on a GPU."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+
+    def mark(self) -> Any:
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def seconds(self, start: Any, end: Any) -> float:
+        if not self.cuda:
+            return end - start
+        return start.elapsed_time(end) / 1000.0
+
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+
+
+def profile_step(
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    optimizer: torch.optim.Optimizer | None = None,
+    loss: Callable[[Any, torch.Tensor], torch.Tensor] = loss_fn,
+    steps: int = DEFAULT_STEPS,
+    warmup: int = DEFAULT_WARMUP,
+    label: str | None = None,
+    device_name: str | None = None,
+) -> StepProfile:
+    """Time ``steps`` local training steps of ``model`` on the batch ``(x, y)``.
+
+    ``model``, ``x`` and ``y`` must already be on one device. ``optimizer`` defaults to SGD
+    (lr 0.01, momentum 0.9), the shape of ``gossipgrad train``'s. Modifies ``model`` in place
+    (it trains on the batch); hooks are removed before returning.
+    """
+    if steps < 1 or warmup < 0:
+        raise ValueError(f"steps must be >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
+    named = [(i, n, p) for i, (n, p) in enumerate(model.named_parameters()) if p.requires_grad]
+    if not named:
+        raise ValueError("the model has no trainable parameters")
+    opt = optimizer or torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    clock = _Clock(x.device)
+    marks: dict[int, Any] = {}  # parameter index -> clock mark, in firing order
+
+    def hook(i: int) -> Callable[[torch.Tensor], None]:
+        return lambda _p: marks.__setitem__(i, clock.mark())
+
+    hooks = [p.register_post_accumulate_grad_hook(hook(i)) for i, _, p in named]
+    phases: dict[str, list[float]] = {"forward_s": [], "backward_s": [], "optimizer_s": []}
+    ready: dict[int, list[float]] = {i: [] for i, _, _ in named}
+    order_hits = 0
+    model.train()
+    try:
+        if x.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(x.device)
+        for step in range(warmup + steps):
+            opt.zero_grad(set_to_none=False)
+            marks.clear()
+            clock.sync()
+            t = [clock.mark()]
+            out_loss = loss(model(x), y)
+            t.append(clock.mark())
+            out_loss.backward()
+            t.append(clock.mark())
+            opt.step()
+            t.append(clock.mark())
+            clock.sync()
+            if step < warmup:
+                continue
+            for key, a, b in zip(phases, t[:-1], t[1:], strict=True):
+                phases[key].append(clock.seconds(a, b))
+            backward = phases["backward_s"][-1]
+            for i in ready:  # no hook: no gradient this step, submitted at the end
+                ready[i].append(clock.seconds(t[1], marks[i]) if i in marks else backward)
+            order_hits += list(marks) == sorted(marks, reverse=True)
+    finally:
+        for h in hooks:
+            h.remove()
+    med = {k: statistics.median(v) for k, v in phases.items()}
+    timings = sorted(
+        (
+            ParamTiming(
+                i,
+                n,
+                p.numel() * p.element_size(),
+                min(statistics.median(ready[i]), med["backward_s"]),
+            )
+            for i, n, p in named
+        ),
+        key=lambda pt: (pt.ready_s, -pt.index),
+    )
+    memory = torch.cuda.max_memory_allocated(x.device) if x.device.type == "cuda" else None
+    profile = Profile(
+        model=label or type(model).__name__,
+        batch_size=int(x.shape[0]),
+        device=device_name or describe_device(x.device),
+        forward_s=med["forward_s"],
+        backward_s=med["backward_s"],
+        optimizer_s=med["optimizer_s"],
+        param_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
+        buckets=tuple(Bucket(t.index, t.bytes, t.ready_s) for t in timings),
+        memory_bytes=memory,
+    )
+    spread = {k: (min(v), max(v)) for k, v in phases.items()}
+    return StepProfile(profile, tuple(timings), spread, steps, warmup, order_hits == steps)
+
+
+def layout_profile(result: StepProfile, model: torch.nn.Module, cap_bytes: int) -> Profile:
+    """The profile regrouped into the buckets the engine would use at ``cap_bytes``.
+
+    ``BucketLayout`` groups parameters in reverse registration order, which need not be
+    backward order; :func:`gossipgrad.plan.model.rebucket` merges in measured backward order.
+    This mirrors the engine: each layout bucket is ready when its last parameter is, and
+    buckets are listed by ready time, the order in which the overlap hooks hand them to the
+    communication thread. ``model`` is the profiled module or one built the same way (e.g.
+    ``build_model`` with the same arguments after :func:`profile_arch`): its parameters must
+    have the profiled names and sizes, else ``ValueError``.
+    """
+    named = list(model.named_parameters())
+    for t in result.params:
+        name, p = named[t.index] if t.index < len(named) else ("<none>", None)
+        if name != t.name or p is None or p.numel() * p.element_size() != t.bytes:
+            raise ValueError(
+                f"model does not match the profile: parameter {t.index} is {name!r}, "
+                f"the profile has {t.name!r} ({t.bytes} bytes)"
+            )
+    layout = BucketLayout([p for _, p in named], cap_bytes)
+    position = {id(p): i for i, (_, p) in enumerate(named)}
+    ready = {t.index: t.ready_s for t in result.params}
+    buckets = [
+        Bucket(b.index, b.nbytes, max(ready[position[id(p)]] for p in b.params))
+        for b in layout.buckets
+    ]
+    return result.profile.with_buckets(sorted(buckets, key=lambda b: (b.ready_s, b.index)))
+
+
+def input_shape(arch: str, image_size: int) -> tuple[int, ...]:
+    """Sample shape: digits' 1x8x8 for mlp/cnn, 3 x image_size^2 for torchvision models."""
+    return DIGITS_SHAPE if arch in SMALL_MODELS else (3, image_size, image_size)
+
+
+def profile_arch(
+    arch: str,
+    *,
+    batch_size: int,
+    hidden: int = 0,
+    image_size: int = 224,
+    classes: int = 0,
+    device: str = "cpu",
+    steps: int = DEFAULT_STEPS,
+    warmup: int = DEFAULT_WARMUP,
+    seed: int = 0,
+) -> StepProfile:
+    """Build ``arch`` from the model registry and profile it on one random batch.
+
+    ``classes`` 0 means 10 for mlp/cnn (digits) and 1000 for torchvision models (ImageNet).
+    ``device`` is ``cpu``, ``cuda`` or ``cuda:N``.
+    """
+    if arch not in MODELS:
+        raise ValueError(f"unknown model {arch!r} (--arch); choose one of: {', '.join(MODELS)}")
+    if batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
+    if image_size < 16:
+        raise ValueError(f"--image-size must be >= 16, got {image_size}")
+    if classes < 0:
+        raise ValueError(f"--classes must be >= 0, got {classes}")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: CUDA is not available here; use --device cpu")
+    classes = classes or (10 if arch in SMALL_MODELS else 1000)
+    shape = input_shape(arch, image_size)
+    torch.manual_seed(seed)
+    model = build_model(arch, shape, classes, hidden).to(dev)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch_size, *shape, generator=g).to(dev)
+    y = torch.randint(0, classes, (batch_size,), generator=g).to(dev)
+    label = arch + (f" (hidden {hidden})" if hidden and arch in SMALL_MODELS else "")
+    label += f", input {'x'.join(map(str, shape))}"
+    return profile_step(model, x, y, steps=steps, warmup=warmup, label=label)
+
+
+def describe_device(device: torch.device) -> str:
+    """``NVIDIA H100 80GB HBM3`` on a GPU; ``cpu: <model> (N threads)`` on a CPU."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            name = next(
+                (ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), name
+            )
+    except OSError:
+        pass
+    return f"cpu: {name} ({torch.get_num_threads()} threads)"

@@ -1,0 +1,87 @@
+"""Configuration precedence of ``gossipgrad train``: flag > GOSSIPGRAD_* env > file > default.
+
+The engine is replaced by a stub that records the TrainConfig it is given, so these run in
+one process without training.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import gossipgrad.engine.trainer as trainer
+import gossipgrad.runtime as runtime
+from gossipgrad.cli import main
+from gossipgrad.comm.local import LocalWorld
+from gossipgrad.engine.config import TrainConfig
+
+
+@pytest.fixture
+def resolved(monkeypatch: pytest.MonkeyPatch):
+    """``resolved(args, env) -> TrainConfig`` as the engine would receive it."""
+    for name in list(os.environ):
+        if name.startswith("GOSSIPGRAD_"):
+            monkeypatch.delenv(name)
+    seen: list[TrainConfig] = []
+
+    def fake_train(cfg: TrainConfig, comm, **_kw) -> dict:
+        seen.append(cfg)
+        return {"event": "summary"}
+
+    monkeypatch.setattr(trainer, "train", fake_train)
+    monkeypatch.setattr(runtime, "init", lambda *_a: LocalWorld(1).communicators()[0])
+
+    def run(args: list[str], env: dict[str, str] | None = None) -> TrainConfig:
+        result = CliRunner().invoke(main, ["train", *args], env=env or {})
+        assert result.exit_code == 0, result.output
+        return seen.pop()
+
+    return run
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    path = tmp_path / "run.toml"
+    path.write_text('lr = 0.5\nepochs = 7\nscale-lr = true\nweight_decay = 0.25\n')
+    return path
+
+
+def test_default_then_file_then_env_then_flag(resolved, config_file: Path) -> None:
+    d = TrainConfig()
+    cfg = resolved([])
+    assert (cfg.lr, cfg.epochs, cfg.scale_lr) == (d.lr, d.epochs, d.scale_lr)
+    cfg = resolved(["--config", str(config_file)])
+    assert (cfg.lr, cfg.epochs, cfg.scale_lr, cfg.weight_decay) == (0.5, 7, True, 0.25)
+    env = {"GOSSIPGRAD_LR": "0.7", "GOSSIPGRAD_EPOCHS": "8", "GOSSIPGRAD_SCALE_LR": "false"}
+    cfg = resolved(["--config", str(config_file)], env)
+    assert (cfg.lr, cfg.epochs, cfg.scale_lr, cfg.weight_decay) == (0.7, 8, False, 0.25)
+    cfg = resolved(["--config", str(config_file), "--lr", "0.9", "--scale-lr"], env)
+    assert (cfg.lr, cfg.epochs, cfg.scale_lr, cfg.weight_decay) == (0.9, 8, True, 0.25)
+
+
+def test_flag_order_does_not_matter_for_the_config_file(resolved, config_file: Path) -> None:
+    cfg = resolved(["--lr", "0.9", "--config", str(config_file)])
+    assert (cfg.lr, cfg.epochs) == (0.9, 7)
+
+
+def test_imagenet_models_default_to_the_recipe_below_every_other_source(
+        resolved, config_file: Path) -> None:
+    cfg = resolved(["-a", "resnet50", "-b", "64"])
+    assert (cfg.lr, cfg.scale_lr, cfg.warmup_epochs, cfg.weight_decay, cfg.epochs) == \
+        (0.1 * 64 / 256, True, 5.0, 1e-4, 90)
+    cfg = resolved(["-a", "resnet50", "--config", str(config_file)],
+                   {"GOSSIPGRAD_WARMUP_EPOCHS": "0"})
+    assert (cfg.lr, cfg.epochs, cfg.weight_decay, cfg.warmup_epochs) == (0.5, 7, 0.25, 0.0)
+    cfg = resolved(["-a", "googlenet", "--wd", "0"])
+    assert cfg.weight_decay == 0.0 and cfg.epochs == 90
+    assert resolved(["-a", "mlp"]).weight_decay == TrainConfig().weight_decay
+
+
+def test_unknown_option_in_the_file_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("learning_rate = 1\n")
+    result = CliRunner().invoke(main, ["train", "--config", str(bad)])
+    assert result.exit_code == 2 and "unknown option 'learning_rate'" in result.output

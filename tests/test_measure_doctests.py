@@ -1,0 +1,17 @@
+"""The examples in the measuring modules' docstrings run and give what they show."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+
+@pytest.mark.parametrize(
+    "name", ["gossipgrad.engine.profiler", "gossipgrad.comm.sweeps", "gossipgrad.comm.netfit"]
+)
+def test_docstring_examples(name: str):
+    result = doctest.testmod(importlib.import_module(name))
+    assert result.attempted > 0
+    assert result.failed == 0

@@ -1,0 +1,124 @@
+"""Network-fit sweeps and their assembly, in-process on the thread world (no launcher).
+
+Thread-world times are dominated by the GIL, so these tests drive the sweeps with
+deterministic fake timings; the real measurement runs under mpiexec in test_netfit_mpi.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from gossipgrad.cli import main
+from gossipgrad.comm import netfit, sweeps
+from gossipgrad.comm.local import run_ranks
+from gossipgrad.plan.formats import NetworkFit
+
+ALPHA, BETA = 4e-6, 1 / 5e9
+
+
+def fake(alpha: float, beta: float, ranks: tuple[int, ...]):
+    """A ``once`` factory: ranks in ``ranks`` report alpha + beta n (rank r adds r * 1 ns,
+    so the maximum over ranks is visible), the others 0."""
+
+    def factory(comm, *_args):
+        def once(n: int) -> float:
+            return alpha + beta * n + 1e-9 * comm.rank if comm.rank in ranks else 0.0
+
+        return once
+
+    return factory
+
+
+def test_run_sweep_keeps_the_slowest_rank_and_stops_at_max_message_s():
+    sizes = sweeps.message_sizes(4096, 1 << 20)
+
+    def body(comm):
+        once = fake(ALPHA, BETA, (0, 2))(comm)
+        return sweeps.run_sweep(comm, sizes, 3, 60e-6, "median", once)
+
+    results = run_ranks(3, body)
+    assert results[0] == results[1] == results[2]
+    s = results[0]
+    # 256 KiB takes 4 + 52 = 56 us (kept), 512 KiB 109 us > 60 us: the last size measured
+    assert s.nbytes == tuple(4096 * 2**i for i in range(8))
+    assert s.seconds[0] == pytest.approx(ALPHA + BETA * 4096 + 2e-9)  # rank 2's time
+    assert s.fit.alpha_s == pytest.approx(ALPHA + 2e-9, rel=1e-6)
+    assert s.fit.beta_s_per_byte == pytest.approx(BETA, rel=1e-6)
+
+
+def test_message_sizes_and_peer_choice():
+    assert sweeps.message_sizes(3000, 16384) == [4096, 8192, 16384]
+    with pytest.raises(ValueError, match="at least two sizes"):
+        sweeps.message_sizes(4096, 5000)
+    with pytest.raises(ValueError, match="4 <= min"):
+        sweeps.message_sizes(2, 5000)
+    assert netfit.choose_peer([5, 5, 5, 8]) == 3
+    assert netfit.choose_peer([5, 5, 5]) == 1
+    assert (
+        run_ranks(3, lambda c: netfit.host_ids(c).tolist())[0]
+        == [run_ranks(1, lambda c: netfit.host_ids(c).tolist())[0][0]] * 3
+    )
+
+
+def test_measure_network_assembles_fits(monkeypatch):
+    monkeypatch.setattr(sweeps, "pingpong", fake(ALPHA, BETA, (0,)))
+    monkeypatch.setattr(sweeps, "exchange", fake(ALPHA, 2 * BETA, (0, 1)))
+    monkeypatch.setattr(sweeps, "allreduce", fake(3 * ALPHA, 3 * BETA, (0, 1, 2)))
+    monkeypatch.setenv("GOSSIPGRAD_EMU_RATE", "1gbit")
+
+    def body(comm):
+        return netfit.measure_network(comm, max_bytes=1 << 20, reps=2, source="test")
+
+    results = run_ranks(3, body)
+    assert results[0] == results[1] == results[2]
+    r = results[0]
+    assert r.peer == 1 and r.same_host and r.hosts == 1
+    assert r.network.p2p.alpha_s == pytest.approx(ALPHA, rel=1e-6)
+    assert r.network.allreduce.size == 3
+    assert r.network.allreduce.beta_s_per_byte == pytest.approx(3 * BETA, rel=1e-6)
+    assert r.duplex == pytest.approx(2.0, rel=1e-6)
+    assert "3 ranks on 1 host(s)" in r.network.source
+    assert "emulated link rate 1gbit" in r.network.source and r.network.source.endswith("test")
+    doc = json.loads(json.dumps(r.to_json()))
+    assert NetworkFit.from_json(doc) == r.network  # extra keys are ignored by the planner
+    assert doc["measurements"]["pingpong"]["nbytes"][-1] == 1 << 20
+    assert doc["measurements"]["exchange_fit"]["duplex"] == pytest.approx(2.0, rel=1e-6)
+
+
+def test_a_link_too_slow_for_two_sizes_is_a_clear_error():
+    def body(comm):
+        return netfit.measure_network(comm, max_bytes=1 << 16, reps=1, max_message_s=1e-12)
+
+    with pytest.raises(ValueError, match="nothing to fit; raise max_message_s"):
+        run_ranks(2, body)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"reps": 0}, "reps must be >= 1"),
+        ({"stat": "mean"}, "stat must be one of median, min"),
+        ({"peer": 2}, r"peer must be a rank in \[1, 2\)"),
+        ({"max_message_s": 0}, "max_message_s must be > 0"),
+    ],
+)
+def test_measure_network_validates_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        run_ranks(2, lambda c: netfit.measure_network(c, max_bytes=1 << 16, **kwargs))
+
+
+def test_netfit_without_a_launcher_says_how_to_launch(monkeypatch):
+    monkeypatch.setenv("GOSSIPGRAD_MPI", "0")
+    res = CliRunner().invoke(main, ["netfit"])
+    assert res.exit_code == 2
+    assert "mpiexec -n 2 gossipgrad netfit" in res.output
+
+
+def test_sweep_json_lists_relative_errors():
+    s = sweeps.Sweep((4096, 8192), (1e-5, 2e-5), (1e-5, 2e-5), None, "why")
+    assert s.to_json()["problem"] == "why"
+    assert np.isclose(s.to_json()["seconds"][1], 2e-5)

@@ -1,0 +1,112 @@
+"""``gossipgrad plan``: files in, markdown (and PNG) out; bad input is a one-line error."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gossipgrad.cli import main
+from gossipgrad.plan.formats import Bucket, LinkFit, NetworkFit, Profile
+from gossipgrad.plan.model import MIB
+
+REPO = Path(__file__).resolve().parents[1]
+PROFILE = Profile(
+    "toy", 32, "cpu", 0.1, 0.2, 0.05, 4 * MIB, (Bucket(0, 2 * MIB, 0.1), Bucket(1, 2 * MIB, 0.2))
+)
+NETWORK = NetworkFit(LinkFit(1e-5, 1 / 1e9, 0.999), source="unit test")
+
+
+@pytest.fixture
+def files(tmp_path):
+    PROFILE.save(tmp_path / "profile.json")
+    NETWORK.save(tmp_path / "network.json")
+    return tmp_path
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(main, ["plan", *args])
+
+
+def base(d: Path) -> list[str]:
+    return ["--profile", str(d / "profile.json"), "--network", str(d / "network.json")]
+
+
+def test_plan_writes_table_and_png(files):
+    md, png = files / "plan.md", files / "plan.png"
+    res = invoke(*base(files), "--sizes", "2,4,8", "--png", str(png), "--out", str(md))
+    assert res.exit_code == 0, res.output
+    text = md.read_text()
+    assert "Plan for toy (batch 32 on cpu), network: unit test" in text
+    assert "**PREDICTION.**" in text and "throughput predictions only" in text
+    assert "| strategy | size | bucket MiB |" in text
+    for size in (2, 4, 8):
+        assert any(f"| {size} |" in line for line in text.splitlines())
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "throughput predictions only" in res.output  # the note on stderr
+
+
+def test_plan_prints_to_stdout_with_every_row(files):
+    res = invoke(*base(files), "--sizes", "4", "--strategies", "gossip", "--bucket-mb", "1,4",
+                 "--staleness", "0", "--all-rows")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "All configurations:" in res.output
+    assert res.output.count("| gossip | 4 |") == 3  # recommended + two bucket caps
+
+
+@pytest.mark.parametrize(
+    ("extra", "code", "message"),
+    [
+        (["--sizes", "2,x"], 2, "expected a comma-separated list"),
+        (["--sizes", ""], 2, "must not be empty"),
+        (["--sizes", "0"], 1, "size must be an integer >= 1"),
+        (["--sizes", "2", "--strategies", "ring"], 1, "strategy must be one of"),
+        (["--sizes", "2", "--staleness", "2"], 1, "staleness must be 0 or 1"),
+        (["--sizes", "2", "--bucket-mb", "0"], 1, "bucket_mb values must be finite numbers > 0"),
+        (["--sizes", "2", "--duplex", "3"], 2, "--duplex"),
+        (["--sizes", "2", "--target-accuracy", "0.9"], 1, "must be given together"),
+        (["--sizes", "2", "--calibrate-allreduce"], 1, "network has no 'allreduce' fit"),
+        (["--sizes", "2", "--png", "/nonexistent/dir/p.png"], 1, "No such file or directory"),
+    ],
+)
+def test_bad_options_are_clear_errors(files, extra, code, message):
+    res = invoke(*base(files), *extra)
+    assert res.exit_code == code, res.output
+    assert message in res.output
+    assert isinstance(res.exception, SystemExit)  # not an uncaught exception
+
+
+def test_missing_files_and_bad_fields_name_the_problem(files):
+    res = invoke("--profile", str(files / "nope.json"), "--network", str(files / "network.json"),
+                 "--sizes", "2")  # fmt: skip
+    assert res.exit_code == 2 and "does not exist" in res.output
+    doc = PROFILE.to_json()
+    doc["buckets"][1]["ready_s"] = 0.3
+    (files / "profile.json").write_text(json.dumps(doc))
+    res = invoke(*base(files), "--sizes", "2")
+    assert res.exit_code == 1
+    assert "profile field 'buckets[1].ready_s' must be <= backward_s (0.2), got 0.3" in res.output
+    (files / "network.json").write_text("{not json")
+    PROFILE.save(files / "profile.json")
+    res = invoke(*base(files), "--sizes", "2")
+    assert res.exit_code == 1 and "is not valid JSON" in res.output
+
+
+def test_the_real_entry_point_prints_no_traceback(files):
+    (files / "network.json").write_text(json.dumps({"p2p": {"alpha_s": -1}}))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "gossipgrad", "plan", *base(files), "--sizes", "2"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 1
+    assert "network field 'p2p.alpha_s' must be >= 0.0, got -1" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,52 @@
+"""Smoke test of ``plan-validate`` under ``mpiexec -n 2``: the JSON's fields, no timing."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import pytest
+
+from launch import mpiexec, run
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def test_plan_validate_smoke(tmp_path):
+    out = tmp_path / "pv.json"
+    cmd = [mpiexec(), "-n", "2", sys.executable, "-m", "gossipgrad.bench.plan_validate",
+           "--hidden", "32", "--bucket-mb", "1", "--only-overlap", "--steps", "3",
+           "--warmup", "1", "--profile-steps", "3", "--net-max-mb", "0.0625",
+           "--net-reps", "2", "--out", str(out)]
+    proc = run(cmd, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report == json.loads(out.read_text())
+    assert report["size"] == 2
+    configs = report["configs"]
+    assert {c["strategy"] for c in configs} == {"gossip", "allreduce"}
+    for c in configs:
+        for key in ("predicted_s", "measured_s", "predicted_exposed_comm_s",
+                    "measured_exposed_comm_s"):
+            assert _finite(c[key]), (key, c)
+        assert c["predicted_s"] > 0 and c["measured_s"] > 0
+    s = report["summary"]
+    for key in ("mape_pct", "worst_abs_pct", "regret", "mean_abs_compute_error_s",
+                "mean_abs_exposed_comm_error_s"):
+        assert _finite(s[key]), key
+    assert s["kendall_tau"] is None or -1 <= s["kendall_tau"] <= 1
+    assert s["regret"] >= 1
+    assert s["dominant_error"] in ("compute", "communication")
+    assert _finite(report["compute_check"]["error_pct"])
+
+    merged = run([sys.executable, "-m", "gossipgrad.bench.plan_validate", "--merge", str(out),
+                  "--merge", str(out)], timeout=60)
+    assert merged.returncode == 0, merged.stderr
+    m = json.loads(merged.stdout)
+    assert len(m["configs"]) == 2 * len(configs)
+    assert _finite(m["summary"]["mape_pct"])

@@ -1,0 +1,216 @@
+"""Strategy adapters in one process: the factory, DDP on one rank, the rendezvous, and the
+message when Horovod is missing. Multi-rank runs are in test_strategies_mpi.py."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from gossipgrad.comm.local import LocalWorld, run_ranks
+from gossipgrad.comm.rendezvous import (
+    ADDRESS_BYTES,
+    decode_address,
+    encode_address,
+    same_host,
+    share_address,
+)
+from gossipgrad.engine.config import TrainConfig
+from gossipgrad.engine.distributed import DistributedOptimizer
+from gossipgrad.engine.factory import make_distributed
+
+from launch import gossipgrad
+
+
+def _one_rank():
+    return LocalWorld(1, timeout=30).communicators()[0]
+
+
+def _sgd(model):
+    return torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+
+@pytest.mark.parametrize("strategy", ["gossip", "allreduce", "local"])
+def test_factory_builds_distributed_optimizer_for_bucket_strategies(strategy):
+    model = torch.nn.Linear(4, 2)
+    opt = make_distributed(strategy, _sgd(model), model, _one_rank(), mix="grad")
+    try:
+        assert isinstance(opt, DistributedOptimizer)
+        assert opt.strategy.value == strategy and opt.module_for_forward is model
+    finally:
+        opt.close()
+
+
+def test_factory_names_the_choices_for_an_unknown_strategy():
+    model = torch.nn.Linear(4, 2)
+    with pytest.raises(ValueError, match="unknown strategy 'nccl'; choose one of: gossip, "
+                                         "allreduce, local, horovod, ddp"):
+        make_distributed("nccl", _sgd(model), model, _one_rank())
+
+
+@pytest.mark.timeout(60)
+def test_ddp_adapter_on_one_rank_wraps_the_model_and_steps():
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    reference = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    reference.load_state_dict(model.state_dict())
+    ref_opt = _sgd(reference)
+    before = os.environ.get("GLOO_SOCKET_IFNAME")
+    opt = make_distributed("ddp", _sgd(model), model, _one_rank(), bucket_mb=1)
+    assert os.environ.get("GLOO_SOCKET_IFNAME") == before  # loopback only while creating
+    try:
+        assert isinstance(opt.module_for_forward, DistributedDataParallel)
+        assert opt.module_for_forward.module is model
+        for _ in range(3):  # one rank: DDP must take exactly plain SGD's steps
+            x, y = torch.randn(16, 4), torch.randint(0, 2, (16,))
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(opt.module_for_forward(x), y).backward()
+            opt.step()
+            ref_opt.zero_grad()
+            torch.nn.functional.cross_entropy(reference(x), y).backward()
+            ref_opt.step()
+        for p, q in zip(model.parameters(), reference.parameters(), strict=True):
+            torch.testing.assert_close(p, q)
+        opt.synchronize()
+        assert opt.consensus_distance() == 0.0 and opt.bytes_sent_per_step() == 0.0
+        assert opt.step_count == 3 and opt.state_dict()["step"] == 3
+        assert opt.layout.nbytes == sum(p.numel() * 4 for p in model.parameters())
+    finally:
+        opt.close()
+    assert not dist.is_initialized()
+
+
+def test_adapters_refuse_staleness_one():
+    from gossipgrad.engine.adapters.ddp import DdpAdapter
+
+    model = torch.nn.Linear(4, 2)
+    with pytest.raises(ValueError, match="--staleness 1 is not available with --strategy ddp"):
+        DdpAdapter(_sgd(model), model, _one_rank(), staleness=1)
+    with pytest.raises(ValueError, match="--staleness 1 is not available with --strategy horovod"):
+        TrainConfig(strategy="horovod", staleness=1).validate()
+
+
+def _block_horovod(monkeypatch):
+    """Make `import horovod.torch` fail in this process, as on a machine without it."""
+    for name in list(sys.modules):
+        if name == "horovod" or name.startswith("horovod."):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "horovod", None)
+    monkeypatch.setitem(sys.modules, "horovod.torch", None)
+
+
+def test_missing_horovod_says_how_to_install_it(monkeypatch):
+    _block_horovod(monkeypatch)
+    model = torch.nn.Linear(4, 2)
+    with pytest.raises(RuntimeError) as err:
+        make_distributed("horovod", _sgd(model), model, _one_rank())
+    msg = str(err.value)
+    assert "--strategy horovod needs Horovod" in msg
+    assert "bash scripts/install-horovod.sh" in msg and sys.executable in msg
+
+
+@pytest.mark.timeout(120)
+def test_missing_horovod_ends_the_cli_with_the_message_not_a_traceback(monkeypatch):
+    from gossipgrad.cli import main
+
+    _block_horovod(monkeypatch)
+    monkeypatch.delenv("GOSSIPGRAD_MPI", raising=False)
+    result = CliRunner().invoke(main, ["train", "--strategy", "horovod", "--no-progress",
+                                       "--epochs", "1"])
+    assert result.exit_code == 1, result.output
+    assert "bash scripts/install-horovod.sh" in result.output
+    assert "Traceback" not in result.output
+
+
+class _FakeHorovod:
+    """Stands in for horovod.torch: records init, reports the world it was given."""
+
+    def __init__(self, rank: int = 0, size: int = 1) -> None:
+        self.inits: list = []
+        self._rank, self._size = rank, size
+
+    def is_initialized(self) -> bool:
+        return bool(self.inits)
+
+    def init(self, comm=None) -> None:
+        self.inits.append(comm)
+
+    def rank(self) -> int:
+        return self._rank
+
+    def size(self) -> int:
+        return self._size
+
+    def mpi_enabled(self) -> bool:
+        return True
+
+
+def test_horovodrun_gloo_is_refused_with_the_launcher_to_use(monkeypatch):
+    from gossipgrad.engine.adapters.horovod import init_horovod
+
+    monkeypatch.setenv("HOROVOD_CONTROLLER", "gloo")
+    hvd = _FakeHorovod(size=2)
+    with pytest.raises(ValueError, match="horovodrun --gloo.*launch with mpiexec -n N"):
+        init_horovod(hvd, _one_rank(), 1 << 20)
+    assert hvd.inits == []
+
+
+def test_horovod_world_must_match_the_communicator(monkeypatch):
+    from gossipgrad.engine.adapters.horovod import init_horovod
+
+    monkeypatch.delenv("HOROVOD_CONTROLLER", raising=False)
+    monkeypatch.setenv("HOROVOD_FUSION_THRESHOLD", "")  # recorded, so restored afterwards
+    monkeypatch.delenv("HOROVOD_FUSION_THRESHOLD")
+    hvd = _FakeHorovod()
+    assert init_horovod(hvd, _one_rank(), 3 << 20) is True  # we initialised it
+    assert hvd.inits == [None]  # a one-rank world with no MPI: Horovod's own singleton
+    assert os.environ["HOROVOD_FUSION_THRESHOLD"] == str(3 << 20)  # from --bucket-mb
+    assert init_horovod(hvd, _one_rank(), 1 << 20) is False  # already up: not ours to close
+    assert os.environ["HOROVOD_FUSION_THRESHOLD"] == str(3 << 20)  # the environment wins
+    with pytest.raises(RuntimeError, match="Horovod sees rank 0 of 2, gossipgrad rank 0 of 1"):
+        init_horovod(_FakeHorovod(size=2), _one_rank(), 1 << 20)
+
+
+@pytest.mark.horovod
+@pytest.mark.timeout(180)
+def test_horovod_on_one_rank_without_a_launcher():
+    pytest.importorskip("horovod.torch", reason="build Horovod: bash scripts/install-horovod.sh")
+    out = gossipgrad(0, ["train", "--strategy", "horovod", "--no-progress", "--epochs", "2"],
+                     timeout=150)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert '"strategy": "horovod"' in out.stdout and '"size": 1' in out.stdout
+
+
+# -- rendezvous -------------------------------------------------------------------------
+def test_address_round_trips_through_a_fixed_size_buffer():
+    buf = encode_address("127.0.0.1", 29500)
+    assert buf.dtype == np.uint8 and buf.shape == (ADDRESS_BYTES,)
+    assert decode_address(buf) == ("127.0.0.1", 29500)
+    assert decode_address(encode_address("fe80::1", 80)) == ("fe80::1", 80)
+
+
+@pytest.mark.parametrize("host,port", [("", 1), ("h", 0), ("h", 70000), ("x" * 300, 1)])
+def test_bad_addresses_are_refused(host, port):
+    with pytest.raises(ValueError):
+        encode_address(host, port)
+
+
+def test_garbage_is_not_an_address():
+    with pytest.raises(ValueError, match="not a host:port address"):
+        decode_address(np.frombuffer(b"no-port".ljust(ADDRESS_BYTES, b"\0"), dtype=np.uint8))
+
+
+@pytest.mark.timeout(30)
+def test_rank_zero_address_reaches_every_rank_and_threads_share_a_host():
+    def body(comm):
+        mine = ("10.213.0.1", 4000 + comm.rank) if comm.rank == 0 else None
+        return share_address(comm, mine), same_host(comm)
+
+    assert run_ranks(4, body, timeout=20) == [(("10.213.0.1", 4000), True)] * 4

@@ -1,0 +1,182 @@
+"""Every strategy trains the default digits job under a real mpiexec, each run with a deadline.
+
+gossip, allreduce and local are gossipgrad's own exchanges; horovod (``horovod.torch`` on
+the same MPI world) and ddp (``DistributedDataParallel`` over gloo, rendezvous through MPI)
+are the libraries' own allreduce. ``local`` never communicates while training; the trainer
+still averages the model before every evaluation (once per epoch by default).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from launch import REPO, env, gossipgrad, mpiexec, rank_pid, run
+
+pytestmark = pytest.mark.mpi
+
+HAVE_HOROVOD = importlib.util.find_spec("horovod") is not None
+needs_horovod = pytest.mark.skipif(not HAVE_HOROVOD,
+                                   reason="build Horovod: bash scripts/install-horovod.sh")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """Run (size, strategy) once per module; return the summary record."""
+    cache: dict[tuple[int, str], dict] = {}
+
+    def get(size: int, strategy: str) -> dict:
+        if (size, strategy) not in cache:
+            out = tmp_path_factory.mktemp("run") / "metrics.jsonl"
+            res = gossipgrad(size, ["train", "--strategy", strategy, "--no-progress",
+                                    "--metrics-out", str(out)], timeout=280)
+            assert res.returncode == 0, res.stderr[-3000:]
+            records = [json.loads(line) for line in open(out, encoding="utf-8")]
+            summaries = [r for r in records if r.get("event") == "summary"]
+            assert len(summaries) == 1, records[-3:]
+            evals = [r for r in records if r.get("event") == "eval"]
+            cache[(size, strategy)] = {**summaries[0], "_evals": evals}
+        return cache[(size, strategy)]
+
+    return get
+
+
+STRATEGIES = ["gossip", "allreduce", "local",
+              pytest.param("horovod", marks=[needs_horovod, pytest.mark.horovod]), "ddp"]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_every_strategy_reaches_93_percent_on_four_ranks(trained, strategy):
+    s = trained(4, strategy)
+    assert s["strategy"] == strategy and s["size"] == 4 and s["steps"] == 220
+    assert s["test_accuracy"] >= 0.93, s
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("strategy", [pytest.param("horovod", marks=needs_horovod), "ddp"])
+def test_library_allreduce_keeps_ranks_identical_and_reports_ring_bytes(trained, strategy):
+    s = trained(4, strategy)
+    # Measured before every evaluation, not assumed: the parameters never drift apart.
+    assert [e["consensus_distance"] for e in s["_evals"]] == [0.0] * 20
+    assert s["bytes_sent_per_step"] == pytest.approx(2 * 3 / 4 * s["model_bytes"])
+
+
+@needs_horovod
+@pytest.mark.horovod
+@pytest.mark.timeout(600)
+def test_horovod_on_two_and_four_ranks_lands_in_the_same_band(trained):
+    two, four = trained(2, "horovod"), trained(4, "horovod")
+    assert two["test_accuracy"] >= 0.93 and four["test_accuracy"] >= 0.93
+    assert abs(two["test_accuracy"] - four["test_accuracy"]) <= 0.02, (two, four)
+    assert two["bytes_sent_per_step"] == two["model_bytes"]  # 2 (2-1)/2 = 1
+
+
+@pytest.mark.timeout(600)
+def test_ddp_on_two_ranks_takes_horovods_steps(trained):
+    """Two ranks: both average exactly ((a + b) / 2 and a / 2 + b / 2 agree in binary
+    floating point), so DDP and Horovod follow the same trajectory."""
+    ddp = trained(2, "ddp")
+    assert ddp["test_accuracy"] >= 0.93, ddp
+    if HAVE_HOROVOD:
+        hvd = trained(2, "horovod")
+        assert ddp["test_loss"] == pytest.approx(hvd["test_loss"], rel=1e-6), (ddp, hvd)
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("strategy", [pytest.param("horovod", marks=needs_horovod), "ddp"])
+def test_a_stopped_rank_ends_the_library_strategies_within_the_deadline(tmp_path, strategy):
+    """Rank 2 stops (SIGSTOP) mid-training: a deadline fires on the others (Horovod: our
+    poll of its handles; DDP: the process group timeout; or the shuffle's own wait) and the
+    job ends non-zero on every rank instead of hanging."""
+    metrics = tmp_path / "m.jsonl"
+    cmd = [mpiexec(), "-n", "4", sys.executable, "-m", "gossipgrad", "train", "--strategy",
+           strategy, "--no-progress", "--epochs", "1000", "--comm-timeout", "5",
+           "--metrics-out", str(metrics), "--print-freq", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env(), cwd=REPO, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not (metrics.exists() and metrics.stat().st_size > 0):
+            assert time.monotonic() < deadline, "training never started"
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            time.sleep(0.2)
+        os.kill(rank_pid(proc.pid, rank=2), signal.SIGSTOP)
+        stopped = time.monotonic()
+        out, err = proc.communicate(timeout=5 + 30)
+        elapsed = time.monotonic() - stopped
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode != 0
+    assert elapsed <= 5 + 15, elapsed
+    # Which deadline fires first is a race: the library's, or the background shuffle's.
+    # (or the per-step stop-signal agreement, an allreduce(max) on our own communicator)
+    assert re.search(r"allreduce of \S+ did not complete for 5 s|Timed out waiting 5000ms"
+                     r"|allreduce\(\w+\) did not complete for 5 s"
+                     r"|peer 2 (sent|received) nothing for 5 s", err), err[-3000:]
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(os.geteuid() != 0 or not (shutil.which("ip") and shutil.which("tc")),
+                    reason="needs root and iproute2 (ip, tc) to create network namespaces")
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("strategy", ["ddp", pytest.param("horovod", marks=needs_horovod)])
+def test_library_strategies_across_namespaces(strategy):
+    """Each rank in its own network namespace (scripts/emucluster.py), so loopback is not
+    shared: DDP's rendezvous must pick rank 0's eth0 address, and Horovod's MPI goes over
+    TCP. Same seed, same size: the same model as on one host."""
+    out = run([sys.executable, os.path.join(REPO, "scripts", "emucluster.py"), "run", "-n", "2",
+               "--rate", "1gbit", "--", sys.executable, "-m", "gossipgrad", "train",
+               "--strategy", strategy, "--no-progress", "--epochs", "2"], timeout=200)
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["size"] == 2 and summary["consensus_distance"] == 0.0
+    if strategy == "ddp":
+        assert re.search(r"store 10\.213\.0\.1:\d+, interface eth0", out.stderr), out.stderr
+    one_host = gossipgrad(2, ["train", "--strategy", strategy, "--no-progress", "--epochs", "2"],
+                          timeout=200)
+    assert one_host.returncode == 0, one_host.stderr[-3000:]
+    local = json.loads(one_host.stdout.strip().splitlines()[-1])
+    assert summary["test_loss"] == pytest.approx(local["test_loss"], rel=1e-6)
+
+
+FORGOT_THE_WRAPPER = """
+import torch, gossipgrad
+from gossipgrad.engine.factory import make_distributed
+comm = gossipgrad.init(timeout=20)
+model = torch.nn.Linear(4, 2)
+opt = make_distributed("ddp", torch.optim.SGD(model.parameters(), lr=0.1), model, comm)
+opt.zero_grad()
+opt.module_for_forward(torch.randn(3, 4)).sum().backward()
+opt.step()  # through the wrapper: fine
+opt.zero_grad()
+model(torch.randn(3, 4)).sum().backward()  # the model itself: DDP averages nothing
+try:
+    opt.step()
+except RuntimeError as exc:
+    print("refused:", exc, flush=True)
+opt.close()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_ddp_refuses_a_step_whose_forward_skipped_its_wrapper(tmp_path):
+    """Forgetting module_for_forward (or an empty batch) would silently train without
+    averaging under DDP; step() says so instead."""
+    script = tmp_path / "forgot.py"
+    script.write_text(FORGOT_THE_WRAPPER)
+    out = run([mpiexec(), "-n", "2", sys.executable, str(script)], timeout=100)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.count("no forward pass went through DDP's wrapper this step") == 2, \
+        out.stdout
