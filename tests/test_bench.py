@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from launch import gossipgrad, run
 
 from gossipgrad.bench.strategies import markdown_table
 from gossipgrad.cli import main
+
+from launch import gossipgrad, run
 
 EMUCLUSTER = Path(__file__).resolve().parent.parent / "scripts" / "emucluster.py"
 

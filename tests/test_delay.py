@@ -8,10 +8,11 @@ import threading
 import time
 
 import pytest
-from launch import mpiexec, run
 
 from gossipgrad.comm.base import CommTimeout, WaitContext
 from gossipgrad.comm.delay import ENV, DelayedPoster, inject_delay_s
+
+from launch import mpiexec, run
 
 
 def test_parse_delay_from_the_environment():

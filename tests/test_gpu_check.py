@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from launch import mpiexec, run
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "gpu_check.py"
