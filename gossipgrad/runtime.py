@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any
 
-from gossipgrad.comm.base import DEFAULT_TIMEOUT_S, Communicator
+from gossipgrad.comm.base import DEFAULT_TIMEOUT_S, WAIT_SPIN_S, Communicator, set_wait_spin
 
 log = logging.getLogger("gossipgrad")
 
@@ -49,26 +49,48 @@ def init(timeout: float = DEFAULT_TIMEOUT_S, verbose: bool = False) -> Communica
 
         comm = LocalWorld(1, timeout=timeout).communicators()[0]
         setup_logging(0, 1, verbose)
-    set_threads(comm)
+    share_node(comm)
     return comm
 
 
-def set_threads(comm: Communicator) -> int:
-    """Give each rank its share of the node's cores for torch's intra-op threads.
+def share_node(comm: Communicator) -> tuple[int, float]:
+    """Fit this rank to its share of the node: torch's intra-op threads and the wait policy.
 
-    ``OMP_NUM_THREADS`` (or ``GOSSIPGRAD_THREADS``), when set, wins. Otherwise
-    cores // ranks on this node, at least 1: oversubscribed threads make every rank slow.
+    Threads: ``OMP_NUM_THREADS`` (or ``GOSSIPGRAD_THREADS``), when set, wins; otherwise
+    cores // ranks on this node, at least 1 (oversubscribed threads make every rank slow).
+    Waits: the training thread spins in a wait (as ``MPI_Wait`` does) only while every rank
+    has a core of its own; with more ranks than cores a spinning rank steals the core of the
+    rank it waits for, so waits back off at once. ``GOSSIPGRAD_WAIT_SPIN_S`` overrides.
+    Returns (threads, wait spin seconds).
     """
     import torch
 
+    per_node = _ranks_on_node(comm)
+    cores = _usable_cores()
     wanted = os.environ.get("GOSSIPGRAD_THREADS") or os.environ.get("OMP_NUM_THREADS")
-    if wanted:
-        threads = max(1, int(wanted))
-    else:
-        per_node = _ranks_on_node(comm)
-        threads = max(1, (os.cpu_count() or 1) // per_node)
+    threads = max(1, int(wanted)) if wanted else max(1, cores // per_node)
     torch.set_num_threads(threads)
-    return threads
+    spin_env = os.environ.get("GOSSIPGRAD_WAIT_SPIN_S")
+    if spin_env is not None:
+        try:
+            spin = float(spin_env)
+        except ValueError:
+            raise ValueError(f"GOSSIPGRAD_WAIT_SPIN_S={spin_env!r}: need seconds, e.g. 0 "
+                             "or 1.0") from None
+    else:
+        spin = WAIT_SPIN_S if per_node <= cores else 0.0
+        if spin == 0.0 and comm.rank == 0:
+            log.info("%d ranks share %d cores: waits yield the CPU instead of spinning "
+                     "(GOSSIPGRAD_WAIT_SPIN_S overrides)", per_node, cores)
+    set_wait_spin(spin)
+    return threads, spin
+
+
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def _ranks_on_node(comm: Communicator) -> int:

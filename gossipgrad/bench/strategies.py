@@ -26,7 +26,13 @@ repetitions of the ratio of the two blocks run back to back in that repetition (
 sensitive to a machine whose load drifts during the run).
 
 Gossip mixes ``--mix`` (default param); allreduce averages gradients during backward, as
-DDP and Horovod do. Both overlap (``--no-overlap`` turns it off for all).
+DDP and Horovod do. Both overlap (``--no-overlap`` turns it off for all); ``--staleness 1``
+applies to gossipgrad's own strategies (gossip, allreduce), whose rows say so.
+
+Strategies whose library keeps a busy background thread (Horovod: its thread negotiates
+with every rank each cycle, ~1 ms, even when idle) would slow every other strategy in the
+same processes, so they run after the others, each on its own: the rest rotate block by
+block and are closed first.
 """
 
 from __future__ import annotations
@@ -46,14 +52,23 @@ from gossipgrad.bench.common import (
 )
 from gossipgrad.comm.base import Communicator
 
+ALLREDUCE_FAMILY = ("allreduce", "horovod", "ddp")
+"""The strategies that average over all ranks every step: gossip's comparison is with the
+fastest of them."""
 
-def strategy_kwargs(name: str, mix: str, bucket_mb: float, overlap: bool) -> dict[str, Any]:
+BUSY_BACKGROUND = frozenset({"horovod"})
+"""Strategies run last, alone (see the module docstring)."""
+
+
+def strategy_kwargs(name: str, mix: str, bucket_mb: float, overlap: bool,
+                    staleness: int = 0) -> dict[str, Any]:
     """Factory arguments for ``name``: the built-in bucket strategies take the engine's
     options; other adapters get their own defaults."""
     if name == "gossip":
-        return {"mix": mix, "bucket_mb": bucket_mb, "overlap": overlap}
+        return {"mix": mix, "bucket_mb": bucket_mb, "overlap": overlap, "staleness": staleness}
     if name == "allreduce":
-        return {"mix": "grad", "bucket_mb": bucket_mb, "overlap": overlap}
+        return {"mix": "grad", "bucket_mb": bucket_mb, "overlap": overlap,
+                "staleness": staleness}
     if name == "local":
         return {"mix": mix, "bucket_mb": bucket_mb}
     return {}
@@ -65,6 +80,7 @@ class Contender:
     def __init__(self, comm: Communicator, name: str, width: int, layers: int, batch: int,
                  kw: dict[str, Any]) -> None:
         self.name = name
+        self.staleness = int(kw.get("staleness", 0))
         self.counter = CountingCommunicator(comm)
         self.trainer = Trainer(self.counter, name, width, layers, **kw)
         self.trainer.set_batch(batch)
@@ -91,40 +107,59 @@ class Contender:
 def run_strategies(comm: Communicator, strategies: list[str], width: int = 1024,
                    layers: int = 8, batch: int = 8, mix: str = "param",
                    bucket_mb: float = 25.0, overlap: bool = True, steps: int = 3,
-                   reps: int = 3, warmup: int = 1) -> dict[str, Any]:
+                   reps: int = 3, warmup: int = 1, staleness: int = 0) -> dict[str, Any]:
     """The whole benchmark; returns the JSON record (the same on every rank)."""
     if not strategies or len(set(strategies)) != len(strategies):
         raise ValueError(f"--strategies {','.join(strategies)!r}: name each strategy once")
     if batch < 1 or steps < 1 or reps < 1 or warmup < 0:
         raise ValueError("need --batch, --steps, --reps >= 1 and --warmup >= 0")
-    contenders: list[Contender] = []
-    try:
-        for name in strategies:
-            kw = strategy_kwargs(name, mix, bucket_mb, overlap)
-            contenders.append(Contender(comm, name, width, layers, batch, kw))
-        for rep in range(warmup + reps):
-            k = rep % len(contenders)
-            for c in contenders[k:] + contenders[:k]:
-                comm.barrier()
-                c.block(steps, record=rep >= warmup)
-        rows = [summarize(comm, c, batch) for c in contenders]
-        model_bytes = contenders[0].trainer.opt.layout.nbytes
-    finally:
-        for c in contenders:
-            c.trainer.close()
-    by_name = {r["strategy"]: r for r in rows}
+    if staleness not in (0, 1):
+        raise ValueError(f"--staleness must be 0 or 1, got {staleness}")
+
+    def build(names: list[str]) -> list[Contender]:
+        return [Contender(comm, n, width, layers, batch,
+                          strategy_kwargs(n, mix, bucket_mb, overlap, staleness)) for n in names]
+
+    quiet = [n for n in strategies if n not in BUSY_BACKGROUND]
+    groups = [quiet] * bool(quiet) + [[n] for n in strategies if n in BUSY_BACKGROUND]
+    rows: dict[str, dict[str, Any]] = {}
+    done: dict[str, Contender] = {}
+    for names in groups:
+        contenders: list[Contender] = []
+        try:
+            contenders = build(names)
+            for rep in range(warmup + reps):
+                k = rep % len(contenders)
+                for c in contenders[k:] + contenders[:k]:
+                    comm.barrier()
+                    c.block(steps, record=rep >= warmup)
+            for c in contenders:
+                rows[c.name] = summarize(comm, c, batch)
+                done[c.name] = c
+                model_bytes = sum(p.numel() * p.element_size()
+                                  for p in c.trainer.model.parameters())
+        finally:
+            for c in contenders:
+                c.trainer.close()
+    by_name = rows
     record: dict[str, Any] = {
         "bench": "strategies", "size": comm.size, "width": width, "layers": layers,
         "batch": batch, "mix": mix, "bucket_mb": bucket_mb, "overlap": overlap,
-        "steps": steps, "reps": reps, "warmup": warmup, "model_bytes": model_bytes,
-        "results": rows, **link_info()}
+        "staleness": staleness, "steps": steps, "reps": reps, "warmup": warmup,
+        "model_bytes": model_bytes, "results": [rows[n] for n in strategies], **link_info()}
     if "gossip" in by_name and "allreduce" in by_name:
         record["gossip_over_allreduce"] = finite(by_name["gossip"]["step_s"]
                                                  / by_name["allreduce"]["step_s"])
-        g, a = (next(c for c in contenders if c.name == n) for n in ("gossip", "allreduce"))
+        g, a = done["gossip"], done["allreduce"]
         paired = [x / y for x, y in zip(max_over_ranks(comm, g.times),
                                         max_over_ranks(comm, a.times), strict=True)]
         record["gossip_over_allreduce_paired"] = finite(median(paired))
+    family = [n for n in ALLREDUCE_FAMILY if n in by_name]
+    if "gossip" in by_name and family:
+        best = min(family, key=lambda n: by_name[n]["step_s"])
+        record["best_allreduce_family"] = best
+        record["gossip_over_best_allreduce_family"] = finite(by_name["gossip"]["step_s"]
+                                                             / by_name[best]["step_s"])
     return record
 
 
@@ -136,7 +171,8 @@ def summarize(comm: Communicator, c: Contender, batch: int) -> dict[str, Any]:
     wire = median(c.wire) if c.wire else None
     phases = {k: rounded(median(max_over_ranks(comm, v)), 4) for k, v in c.phases.items()
               if k != "total"}
-    return {"strategy": c.name, "step_s": rounded(step_s), "phase_s": phases,
+    return {"strategy": c.name, "staleness": c.staleness, "step_s": rounded(step_s),
+            "phase_s": phases,
             "samples_per_s": rounded(batch * comm.size / step_s, 5),
             "posted_bytes_per_step": round(posted, 1), "theory_bytes_per_step": round(theory, 1),
             "wire_bytes_per_step": round(wire, 1) if wire is not None else None,
@@ -145,11 +181,13 @@ def summarize(comm: Communicator, c: Contender, batch: int) -> dict[str, Any]:
 
 def markdown_table(record: dict[str, Any]) -> str:
     """The results as a Markdown table (MB = 10^6 bytes)."""
-    lines = ["| strategy | step (s) | samples/s | posted MB/step | wire MB/step | theory MB/step |",
-             "|---|---:|---:|---:|---:|---:|"]
+    lines = ["| strategy | staleness | step (s) | samples/s | posted MB/step | wire MB/step "
+             "| theory MB/step |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for r in record["results"]:
         wire = f"{r['wire_bytes_per_step'] / 1e6:.2f}" if r["wire_bytes_per_step"] else "-"
-        lines.append(f"| {r['strategy']} | {r['step_s']:.4f} | {r['samples_per_s']:.1f} | "
+        lines.append(f"| {r['strategy']} | {r.get('staleness', 0)} | {r['step_s']:.4f} | "
+                     f"{r['samples_per_s']:.1f} | "
                      f"{r['posted_bytes_per_step'] / 1e6:.2f} | {wire} | "
                      f"{r['theory_bytes_per_step'] / 1e6:.2f} |")
     return "\n".join(lines) + "\n"

@@ -118,6 +118,8 @@ def overlap(width: int, layers: int, mix: str, comm_fraction: float, batch: int,
               help="What gossip mixes (allreduce always averages gradients).")
 @click.option("--bucket-mb", type=float, default=25.0, show_default=True)
 @click.option("--overlap/--no-overlap", default=True, show_default=True)
+@click.option("--staleness", type=click.IntRange(0, 1), default=0, show_default=True,
+              help="For gossip and allreduce (1: complete each exchange at the next step).")
 @click.option("--steps", type=click.IntRange(1), default=3, show_default=True,
               help="Timed steps per block.")
 @click.option("--reps", type=click.IntRange(1), default=3, show_default=True,
@@ -130,8 +132,9 @@ def overlap(width: int, layers: int, mix: str, comm_fraction: float, batch: int,
               help="Write a Markdown table here (rank 0).")
 @_TIMEOUT
 def strategies(strategies: str, width: int, layers: int, batch: int, mix: str,
-               bucket_mb: float, overlap: bool, steps: int, reps: int, warmup: int,
-               png: str | None, markdown: str | None, comm_timeout: float) -> None:
+               bucket_mb: float, overlap: bool, staleness: int, steps: int, reps: int,
+               warmup: int, png: str | None, markdown: str | None,
+               comm_timeout: float) -> None:
     """gossip vs allreduce vs local on the same model, ranks and links, in one launch."""
     from gossipgrad.bench.strategies import markdown_table, plot_png, run_strategies
 
@@ -141,7 +144,7 @@ def strategies(strategies: str, width: int, layers: int, batch: int, mix: str,
 
     def body(comm: Any) -> dict[str, Any]:
         record = run_strategies(comm, names, width, layers, batch, mix, bucket_mb, overlap,
-                                steps, reps, warmup)
+                                steps, reps, warmup, staleness)
         if comm.rank == 0 and markdown:
             with open(markdown, "w", encoding="utf-8") as f:
                 f.write(markdown_table(record))

@@ -8,6 +8,7 @@ naming the peer, step and tag it was waiting for.
 from __future__ import annotations
 
 import enum
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -16,13 +17,13 @@ from typing import Any, Protocol, runtime_checkable
 
 DEFAULT_TIMEOUT_S = 120.0
 
-PROGRESS_BURST = 16
+PROGRESS_BURST = int(os.environ.get("GOSSIPGRAD_PROGRESS_BURST", "16"))
 """Progress calls per poll before sleeping. MPI moves a bounded amount of data per call (with
 UCX over TCP about one fragment), so testing once per poll starves a fast link: on the 1 Gbit
 emulated link a 4 MiB exchange polled once per <= 1 ms sleep took 113 ms against 36 ms for
 ``MPI_Wait``; a burst of 16-20 tests per poll matched ``MPI_Wait`` (see docs/benchmarks.md)."""
 
-POLL_MAX_PAUSE_S = 1e-3
+POLL_MAX_PAUSE_S = float(os.environ.get("GOSSIPGRAD_POLL_MAX_PAUSE_S", "1e-3"))
 """The longest sleep between polls (the backoff starts at 0 and doubles from 20 us)."""
 
 WAIT_SPIN_S = 1.0
@@ -34,10 +35,26 @@ time with a 1 ms spin, 1.0-1.1x spinning throughout). Other threads never spin
 (:func:`spin_budget`): they run beside compute."""
 
 
+_wait_spin_s = WAIT_SPIN_S
+
+
+def set_wait_spin(seconds: float) -> None:
+    """How long the training thread spins in a wait before backing off (process-wide).
+
+    0 when ranks outnumber the node's cores (:func:`gossipgrad.runtime.share_node`): there a
+    spinning rank takes the core that the rank it waits for needs to compute or progress.
+    """
+    global _wait_spin_s
+    if seconds < 0:
+        raise ValueError(f"wait spin must be >= 0 seconds, got {seconds}")
+    _wait_spin_s = float(seconds)
+
+
 def spin_budget() -> float:
-    """:data:`WAIT_SPIN_S` on the main thread (the training thread: it has nothing else to do
-    while it waits), 0 on any other thread (background work must not burn a core)."""
-    return WAIT_SPIN_S if threading.current_thread() is threading.main_thread() else 0.0
+    """The wait spin (:func:`set_wait_spin`) on the main thread (the training thread: it has
+    nothing else to do while it waits), 0 on any other thread (background work must not
+    burn a core)."""
+    return _wait_spin_s if threading.current_thread() is threading.main_thread() else 0.0
 
 
 class Backoff:

@@ -185,22 +185,31 @@ def library_version() -> str:
     return MPI.Get_library_version().splitlines()[0]
 
 
+def _node_members() -> list[int]:
+    """World ranks on this rank's host, found by host name (fixed-size digests, no pickles).
+
+    Not ``MPI_COMM_TYPE_SHARED``: with ``MPIR_CVAR_NOLOCAL`` (the emulated cluster) MPICH
+    puts every rank on a "node" of its own although they all share this host's cores.
+    """
+    import hashlib
+
+    import numpy as np
+
+    world = MPI.COMM_WORLD
+    mine = np.frombuffer(hashlib.sha256(processor_name().encode()).digest()[:8], dtype=np.int64)
+    every = np.empty(world.Get_size(), dtype=np.int64)
+    world.Allgather(mine.copy(), every)
+    return [r for r in range(world.Get_size()) if every[r] == mine[0]]
+
+
 def node_size() -> int:
-    """How many ranks share this rank's node."""
-    local = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
-    try:
-        return local.Get_size()
-    finally:
-        local.Free()
+    """How many ranks share this rank's host (and its cores)."""
+    return len(_node_members())
 
 
 def node_local_rank() -> int:
-    """This rank's index among the ranks on its node (for device selection)."""
-    local = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
-    try:
-        return local.Get_rank()
-    finally:
-        local.Free()
+    """This rank's index among the ranks on its host (for device selection)."""
+    return _node_members().index(MPI.COMM_WORLD.Get_rank())
 
 
 __all__ = ["MpiCommunicator", "MpiRequest", "cuda_aware", "thread_multiple", "CommError",

@@ -78,9 +78,10 @@ class DistributedOptimizer:
         staleness: 0 (wait this step) or 1 (complete at the next step).
         sync_every: global average every N steps (0 = never, except on request).
         bucket_mb: largest bucket in MiB.
-        overlap: run bucket exchanges on a communication thread (staleness 0 only):
-            gradient buckets start from backward hooks, parameter buckets are waited for
-            by forward pre-hooks.
+        overlap: run bucket exchanges on a communication thread. Staleness 0: gradient
+            buckets start from backward hooks, parameter buckets are waited for by forward
+            pre-hooks. Staleness 1: every bucket is posted at ``step()`` and driven by the
+            thread while the next forward and backward run.
         stager: how device tensors reach MPI (default: direct on CPU).
     """
 
@@ -108,19 +109,21 @@ class DistributedOptimizer:
         self.exchange: Exchange = make_exchange(self.strategy, comm, self.schedule, stager,
                                                 copy_send=False)
         self.communicates = comm.size > 1 and self.strategy is not Strategy.LOCAL
-        self.overlap = overlap and self.communicates and self.staleness == 0
-        window = PARAM_WINDOW if self.mix is Mix.PARAM else None  # fixed order: safe
+        self.overlap = overlap and self.communicates
+        # A window only where a forward waits for buckets in order (and the order is fixed).
+        window = PARAM_WINDOW if self.mix is Mix.PARAM and staleness == 0 else None
         self._thread = CommThread(self.exchange, comm.timeout, window) if self.overlap else None
         self._ready = [0] * len(self.layout.buckets)
         self._submitted = [False] * len(self.layout.buckets)
-        self._stale: list[tuple[Pending, torch.Tensor, torch.Tensor]] = []
+        self._stale: list[tuple[int, Pending | None, torch.Tensor]] = []  # key, pending, target
+        self._stale_bufs: list[tuple[torch.Tensor, torch.Tensor]] = []  # (sent -> mixed, own)
         self._params_inflight: set[int] = set()
         self._bucket_of = {id(p): b.index for b in self.layout.buckets for p in b.params}
         self._hooks: list[Any] = []
-        if self.overlap and self.mix is Mix.GRAD:
+        if self.overlap and self.staleness == 0 and self.mix is Mix.GRAD:
             self._hooks = [p.register_post_accumulate_grad_hook(self._grad_ready)
                            for p in model.parameters() if p.requires_grad]
-        elif self.overlap:
+        elif self.overlap and self.staleness == 0:
             self._hooks = self._install_forward_waits(model)
 
     # -- the step --------------------------------------------------------------------
@@ -146,7 +149,7 @@ class DistributedOptimizer:
         if self.mix is Mix.GRAD:
             self._mix_buckets([b.grads for b in self.layout.buckets], Tag.GRAD_BUCKET)
             loss = self.optimizer.step(closure)
-        elif self._thread is not None:
+        elif self._thread is not None and self.staleness == 0:
             self.wait_parameters()  # buckets no forward used since the last step
             loss = self.optimizer.step(closure)
             self._post_parameters()
@@ -222,24 +225,44 @@ class DistributedOptimizer:
                 self.exchange.finish(p)
 
     def _mix_stale(self, bufs: list[torch.Tensor], tag_base: int) -> None:
-        """Apply last step's exchange as a correction, then post this step's."""
-        for pending, own, target in self._stale:
-            self.exchange.finish(pending)  # pending.buf <- mix of own_{t-1} with the peer's
-            target.add_(pending.buf.sub_(own))  # buf_t += (mixed - own)_{t-1}
+        """Apply last step's exchange as a correction, then post this step's (on the
+        communication thread, which drives it while the next forward and backward run)."""
+        for key, pending, target in self._stale:
+            mixed, own = self._stale_bufs[key]
+            self._complete_stale(key, pending)  # mixed <- mix of own_{t-1} with the peer's
+            target.add_(mixed.sub_(own))  # buf_t += (mixed - own)_{t-1}
         self._stale = []
+        if [m.shape for m, _ in self._stale_bufs] != [b.shape for b in bufs]:
+            self._stale_bufs = [(torch.empty_like(b), torch.empty_like(b)) for b in bufs]
+        step = self.step_count
         for i, buf in enumerate(bufs):
-            own = buf.detach().clone()
-            pending = self.exchange.start(own.clone(), i, self.step_count, tag_base + i)
-            self._stale.append((pending, own, buf))
+            mixed, own = self._stale_bufs[i]
+            own.copy_(buf)
+            mixed.copy_(buf)
+            if self._thread is None:
+                self._stale.append((i, self.exchange.start(mixed, i, step, tag_base + i), buf))
+            else:
+                self._thread.submit(i, lambda i=i, mixed=mixed: self.exchange.start(
+                    mixed, i, step, tag_base + i), eager=not mixed.is_cuda)
+                self._stale.append((i, None, buf))
+
+    def _complete_stale(self, key: int, pending: Pending | None) -> None:
+        if pending is None:
+            self._thread.wait(key)  # the thread has run exchange.finish
+        else:
+            self.exchange.finish(pending)
 
     # -- whole-model operations -------------------------------------------------------
     def drain(self) -> None:
         """Complete any exchange still in flight: an overlapped parameter exchange is
         applied; a staleness-1 exchange is completed without applying it."""
         self.wait_parameters()
-        for pending, _, _ in self._stale:
-            for r in pending.requests:
-                r.wait(self.comm.timeout)
+        for key, pending, _ in self._stale:
+            if pending is None:
+                self._thread.wait(key)
+            else:
+                for r in pending.requests:
+                    r.wait(self.comm.timeout)
         self._stale = []
 
     def synchronize(self) -> None:

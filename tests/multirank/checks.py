@@ -92,6 +92,7 @@ def _train(comm, overlap: bool, mix: str = "grad", staleness: int = 0, steps: in
                                bucket_mb=0.0005, overlap=overlap, seed=3)
     gen = torch.Generator().manual_seed(100 + comm.rank)
     overlapped_params = overlap and mix == "param" and staleness == 0 and opt.communicates
+    assert opt.overlap == (overlap and opt.communicates), "overlap was not taken up"
     try:
         for _ in range(steps):
             x, y = torch.randn(8, 6, generator=gen), torch.randint(0, 3, (8,), generator=gen)
@@ -122,6 +123,15 @@ def check_param_overlap_is_bit_identical(comm) -> None:
         a = _train(comm, overlap=True, mix="param", strategy=strategy)
         b = _train(comm, overlap=False, mix="param", strategy=strategy)
         assert torch.equal(a, b), f"rank {comm.rank} {strategy}: param overlap changed the result"
+
+
+def check_stale_overlap_is_bit_identical(comm) -> None:
+    """Staleness 1: posting on the communication thread and completing at the next step
+    gives the same bits as the blocking path, for both mixes."""
+    for mix in ("grad", "param"):
+        a = _train(comm, overlap=True, mix=mix, staleness=1)
+        b = _train(comm, overlap=False, mix=mix, staleness=1)
+        assert torch.equal(a, b), f"rank {comm.rank} {mix}: staleness-1 overlap changed bits"
 
 
 def check_allreduce_keeps_ranks_identical(comm) -> None:
@@ -166,5 +176,6 @@ def check_deadline_names_peer(comm) -> None:
 ALL = [check_hypercube_cycle_gives_exact_mean, check_one_step_closed_form,
        check_mixing_preserves_mean, check_allreduce_exchange_is_mean, check_consensus_distance,
        check_overlap_is_bit_identical, check_param_overlap_is_bit_identical,
+       check_stale_overlap_is_bit_identical,
        check_allreduce_keeps_ranks_identical,
        check_param_mix_and_staleness_keep_mean, check_deadline_names_peer]
