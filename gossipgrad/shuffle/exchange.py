@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from gossipgrad.comm.base import (
+    PROGRESS_BURST,
     CommError,
     CommTimeout,
     Communicator,
@@ -35,7 +36,7 @@ from gossipgrad.shuffle.store import PayloadKind, Samples
 
 __all__ = ["ShuffleCancelled", "exchange_round"]
 
-_SLICE_S = 0.05  # how often a waiting round looks at the cancel flag
+_PAUSE_S = 2e-3  # between polls of a waiting round (it looks at the cancel flag each time)
 _ABANDONED: list[Any] = []  # requests (and buffers) of failed rounds, never freed under MPI
 
 
@@ -121,20 +122,23 @@ def _from_wire(kind: PayloadKind, data: torch.Tensor | None, lengths: np.ndarray
     if kind is PayloadKind.BYTES:
         raw = data.numpy().tobytes()
         ends = np.cumsum(lengths).tolist()
-        return [raw[e - n:e] for e, n in zip(ends, lengths.tolist())]
+        return [raw[e - n:e] for e, n in zip(ends, lengths.tolist(), strict=True)]
     return None
 
 
 def _wait(comm: Communicator, req: Request, ctx: WaitContext, deadline: float,
           timeout: float, cancelled: Callable[[], bool]) -> None:
-    """Wait for ``req`` until ``deadline``, looking at ``cancelled()`` every few ms."""
+    """Wait for ``req`` until ``deadline``, looking at ``cancelled()`` between polls.
+
+    Polls lazily, every :data:`_PAUSE_S`: a round has whole training steps to finish, and
+    every wake-up of this thread takes the GIL (and, on a full node, a core) from training.
+    """
     while True:
-        left = deadline - time.monotonic()
-        try:
-            req.wait(max(0.0, min(_SLICE_S, left)))
-            return
-        except CommTimeout:
-            if cancelled():
-                raise ShuffleCancelled(f"rank {comm.rank}: shuffle round cancelled") from None
-            if time.monotonic() >= deadline:
-                raise CommTimeout(ctx.describe(comm.rank, timeout)) from None
+        for _ in range(PROGRESS_BURST):  # MPI moves data only inside calls: a burst per poll
+            if req.test():
+                return
+        if cancelled():
+            raise ShuffleCancelled(f"rank {comm.rank}: shuffle round cancelled")
+        if time.monotonic() >= deadline:
+            raise CommTimeout(ctx.describe(comm.rank, timeout))
+        time.sleep(_PAUSE_S)
