@@ -66,7 +66,8 @@ class CommThread:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, key: int, start: Callable[[], Pending], eager: bool = False) -> None:
+    def submit(self, key: int, start: Callable[[], Pending], eager: bool = False,
+               collective: bool = False) -> None:
         """Queue a bucket exchange under ``key``; ``start()`` posts it.
 
         ``eager``: call ``start()`` here, in the caller's thread, when the window has room
@@ -74,12 +75,22 @@ class CommThread:
         so the transfer begins without waiting for this thread to be scheduled (on a loaded
         machine that can take milliseconds). Leave it False when posting is expensive (e.g.
         a device-to-host staging copy) and should stay off the caller.
+
+        ``collective``: the exchange is a collective (allreduce). MPI needs every rank to
+        issue the collectives of a communicator in one order, and the caller may issue
+        others (a barrier, an agreement) while this one is in flight: so it is posted here,
+        now, waiting for the lock and ignoring the window, never later by this thread.
         """
         done = self._done.get(key)  # one Event per key, reused (creating one costs ~9 us)
         if done is None:
             self._done[key] = threading.Event()
         else:
             done.clear()
+        if collective:
+            with self._lock:
+                self._inflight.append((key, start(), time.monotonic() + self.timeout))
+            self._work.set()
+            return
         if eager and self._lock.acquire(blocking=False):  # busy: the poller will post it
             try:
                 if not self._queued and self._room():

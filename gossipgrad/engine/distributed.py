@@ -109,6 +109,7 @@ class DistributedOptimizer:
         self.exchange: Exchange = make_exchange(self.strategy, comm, self.schedule, stager,
                                                 copy_send=False)
         self.communicates = comm.size > 1 and self.strategy is not Strategy.LOCAL
+        self._collective = self.strategy is Strategy.ALLREDUCE  # posted in order, by the caller
         self.overlap = overlap and self.communicates
         # A window only where a forward waits for buckets in order (and the order is fixed).
         window = PARAM_WINDOW if self.mix is Mix.PARAM and staleness == 0 else None
@@ -205,7 +206,7 @@ class DistributedOptimizer:
         self._submitted[index] = True
         step = self.step_count
         self._thread.submit(index, lambda: self.exchange.start(buf, index, step, tag_base + index),
-                            eager=not buf.is_cuda)
+                            eager=not buf.is_cuda, collective=self._collective)
 
     def _mix_buckets(self, bufs: list[torch.Tensor], tag_base: int) -> None:
         if not self.communicates:
@@ -243,7 +244,8 @@ class DistributedOptimizer:
                 self._stale.append((i, self.exchange.start(mixed, i, step, tag_base + i), buf))
             else:
                 self._thread.submit(i, lambda i=i, mixed=mixed: self.exchange.start(
-                    mixed, i, step, tag_base + i), eager=not mixed.is_cuda)
+                    mixed, i, step, tag_base + i), eager=not mixed.is_cuda,
+                    collective=self._collective)
                 self._stale.append((i, None, buf))
 
     def _complete_stale(self, key: int, pending: Pending | None) -> None:
