@@ -13,7 +13,8 @@ duplicates the communicator, a collective)::
 Rounds are pinned to training steps: ``on_step(step)`` with ``step % every == 0`` (1) waits
 for the round started at the previous boundary and applies it to the store, then (2) starts
 round ``step // every``, whose messages travel on the worker's thread while the next
-``every`` steps compute. So the store changes only inside ``on_step``, at steps that every
+``every`` steps compute (the worker draws the round's plan and reads the outgoing samples
+too, off the training thread). So the store changes only inside ``on_step``, at steps that every
 rank agrees on: same seed and size give the same shard contents at every step, and at every
 boundary the multiset of samples over all ranks is the one we started with.
 
@@ -67,9 +68,10 @@ class ShuffleError(RuntimeError):
 
 @dataclass
 class _Round:
-    plan: RoundPlan
+    index: int
     step: int
-    outgoing: Samples | None
+    plan: RoundPlan | None = None  # drawn, with the outgoing samples, by whoever runs it
+    outgoing: Samples | None = None
     result: Samples | None = None
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
@@ -208,11 +210,10 @@ class ShuffleWorker:
     # -- rounds -----------------------------------------------------------------------------
 
     def _start(self, index: int, step: int) -> None:
-        plan = self.plan.round(self.rank, index)
-        if plan is None:
+        if not self.plan.active:
             self.rounds_done += 1
             return
-        rnd = _Round(plan, step, self.store.read(plan.slots))
+        rnd = _Round(index, step)  # the worker draws the plan and reads the samples
         self._inflight = rnd
         if self._thread is None:
             self._run(rnd)
@@ -223,7 +224,7 @@ class ShuffleWorker:
 
     def _await(self, rnd: _Round) -> Samples:
         if not rnd.done.wait(self.timeout + 10.0):
-            self._failed = ShuffleError(f"rank {self.rank}, shuffle round {rnd.plan.index}: the "
+            self._failed = ShuffleError(f"rank {self.rank}, shuffle round {rnd.index}: the "
                                         "shuffle thread did not finish the round")
             raise self._failed
         if rnd.error is not None:
@@ -242,14 +243,20 @@ class ShuffleWorker:
 
     def _raise(self, rnd: _Round) -> None:
         exc = rnd.error
+        partners = f", partners dst {rnd.plan.dst} / src {rnd.plan.src}" if rnd.plan else ""
         self._failed = ShuffleError(
-            f"rank {self.rank}, shuffle round {rnd.plan.index} (step {rnd.step}, partners "
-            f"dst {rnd.plan.dst} / src {rnd.plan.src}): {type(exc).__name__}: {exc}")
+            f"rank {self.rank}, shuffle round {rnd.index} (step {rnd.step}{partners}): "
+            f"{type(exc).__name__}: {exc}")
         self._inflight = None
         raise self._failed from exc
 
     def _run(self, rnd: _Round) -> None:
         try:
+            # Off the training thread (a thread round): the store changes only at a
+            # boundary, after this round has been awaited, so this read sees the contents
+            # of the boundary that started the round, as an inline round does.
+            rnd.plan = self.plan.round(self.rank, rnd.index)
+            rnd.outgoing = self.store.read(rnd.plan.slots)
             rnd.result = exchange_round(self.comm, self.store.kind, self.store.sample_shape,
                                         self.store.dtype, rnd.plan, rnd.outgoing, self.timeout,
                                         self._cancel.is_set)
@@ -286,9 +293,10 @@ class ShuffleWorker:
         pending: dict[str, Any] = {}
         if self._inflight is not None:
             rnd = self._inflight
-            pending = {"index": rnd.plan.index, "step": rnd.step,
+            samples = self._await(rnd)  # the plan is drawn by then
+            pending = {"index": rnd.index, "step": rnd.step,
                        "slots": torch.from_numpy(rnd.plan.slots.copy()),
-                       "samples": pack_samples(self.store.kind, self._await(rnd))}
+                       "samples": pack_samples(self.store.kind, samples)}
         p = self.plan
         return {"version": _STATE_VERSION, "rounds_done": self.rounds_done,
                 "last_step": self._last_step, "store": self.store.state_dict(),
@@ -316,6 +324,6 @@ class ShuffleWorker:
                 raise ValueError("shuffle checkpoint's pending round does not match the plan")
             samples = unpack_samples(pending["samples"], self.store.sample_shape,
                                      self.store.dtype)
-            rnd = _Round(plan, int(pending["step"]), None, result=samples)
+            rnd = _Round(int(pending["index"]), int(pending["step"]), plan, result=samples)
             rnd.done.set()
             self._inflight = rnd
