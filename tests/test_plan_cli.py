@@ -110,3 +110,20 @@ def test_the_real_entry_point_prints_no_traceback(files):
     assert proc.returncode == 1
     assert "network field 'p2p.alpha_s' must be >= 0.0, got -1" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_plan_host_flags_add_the_contention_term(files):
+    args = [*base(files), "--sizes", "2", "--strategies", "gossip", "--bucket-mb", "1",
+            "--staleness", "0", "--all-rows"]  # fmt: skip
+    free = invoke(*args)
+    crowded = invoke(*args, "--host-cores", "2", "--ranks-per-host", "2", "--handoff-us", "1000")
+    assert free.exit_code == 0 and crowded.exit_code == 0, crowded.output
+    assert "cores per rank" not in free.output
+    assert "1 cores per rank (no spare core: hand-off 1000 us/bucket)" in crowded.output
+    # two 2 MiB buckets: F + B + S + O + 2 ms > the overlapped prediction
+    def step(out: str) -> float:
+        return float(out.split("| gossip | 2 | 1 | 0 | ")[1].split(" |")[0])
+
+    assert step(crowded.output) > step(free.output)
+    half = invoke(*args, "--ranks-per-host", "2")
+    assert half.exit_code != 0 and "--host-cores and --ranks-per-host" in half.output

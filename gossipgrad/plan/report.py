@@ -18,6 +18,7 @@ from pathlib import Path
 
 from gossipgrad.plan.convergence import read_metrics
 from gossipgrad.plan.formats import NetworkFit, Profile
+from gossipgrad.plan.host import HostShare
 from gossipgrad.plan.model import CommModel, Strategy
 from gossipgrad.plan.planner import (
     DEFAULT_BUCKET_MB,
@@ -47,10 +48,15 @@ def plan_report(
     png_path: str | Path | None = None,
     all_rows: bool = False,
     tie_tolerance: float = DEFAULT_TIE_TOLERANCE,
+    host_cores: int | None = None,
+    ranks_per_host: int | None = None,
+    handoff_s: float | None = None,
 ) -> str:
     """Load the profile and network fit, predict every configuration, and return the
     markdown report; also writes a PNG when ``png_path`` is given. ``metrics_path`` and
-    ``target_accuracy`` go together (measured steps to that accuracy per strategy)."""
+    ``target_accuracy`` go together (measured steps to that accuracy per strategy).
+    ``host_cores``, ``ranks_per_host``, ``handoff_s`` override the network file's ``host``
+    record field by field (see ``resolve_host``)."""
     if (metrics_path is None) != (target_accuracy is None):
         raise ValueError(
             "metrics_path and target_accuracy must be given together "
@@ -59,6 +65,7 @@ def plan_report(
     profile = Profile.load(profile_path)
     network = NetworkFit.load(network_path)
     model = CommModel.from_network(network, duplex=duplex, calibrate_allreduce=calibrate_allreduce)
+    host = resolve_host(network.host, host_cores, ranks_per_host, handoff_s)
     rows = plan(
         profile,
         model,
@@ -69,6 +76,7 @@ def plan_report(
         overlap=overlap,
         device_memory_bytes=device_memory_bytes,
         optimizer_state_factor=optimizer_state_factor,
+        host=host,
     )
     convergence = None
     if metrics_path is not None and target_accuracy is not None:
@@ -77,8 +85,43 @@ def plan_report(
         f"Plan for {profile.model} (batch {profile.batch_size} on {profile.device}), "
         f"network: {network.source}"
     )
+    if host is not None:
+        title += f"; {host.cores_per_rank:g} cores per rank"
+        if not host.spare_core:
+            title += f" (no spare core: hand-off {host.handoff_s * 1e6:.0f} us/bucket)"
     if png_path is not None:
         plot_png(rows, png_path, title=f"{profile.model}: predicted efficiency")
     return render_markdown(
         rows, title=title, convergence=convergence, all_rows=all_rows, tie_tolerance=tie_tolerance
+    )
+
+
+def resolve_host(
+    recorded: HostShare | None,
+    cores: int | None = None,
+    ranks_per_host: int | None = None,
+    handoff_s: float | None = None,
+) -> HostShare | None:
+    """The host to plan for: ``recorded`` (the network file's) with each given field
+    replacing its own. None when nothing is recorded or given (a spare core is assumed).
+
+    >>> resolve_host(HostShare(2, 2, 1e-3), ranks_per_host=1)
+    HostShare(cores=2, ranks_per_host=1, handoff_s=0.001)
+    """
+    if recorded is None and cores is None and ranks_per_host is None:
+        if handoff_s is not None:
+            raise ValueError(
+                "a hand-off cost needs the host: the network file has no 'host' record, so "
+                "give --host-cores and --ranks-per-host too"
+            )
+        return None
+    if recorded is None and (cores is None or ranks_per_host is None):
+        raise ValueError(
+            "the network file has no 'host' record: give both --host-cores and "
+            "--ranks-per-host (or neither, to assume a spare core per rank)"
+        )
+    return HostShare(
+        cores if cores is not None else recorded.cores,  # type: ignore[union-attr]
+        ranks_per_host if ranks_per_host is not None else recorded.ranks_per_host,  # type: ignore[union-attr]
+        handoff_s if handoff_s is not None else (recorded.handoff_s if recorded else 0.0),
     )
