@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gossipgrad.plan.formats import Bucket, LinkFit, NetworkFit, Profile
-from gossipgrad.plan.host import HostShare, fit_handoff
+from gossipgrad.plan.host import HostShare, fit_handoff, fit_stale
 from gossipgrad.plan.model import CommModel, step_time
 from gossipgrad.plan.planner import plan
 from gossipgrad.plan.report import resolve_host
@@ -14,6 +14,7 @@ from gossipgrad.plan.report import resolve_host
 
 def approx(x: float):
     return pytest.approx(x, rel=1e-12, abs=1e-15)
+
 
 # F = 0.1, B = 0.4, O = 0.05; four 1 MB buckets ready every 0.1 s; cost 0.05 each (S = 0.2)
 PROFILE = Profile(
@@ -57,10 +58,23 @@ def test_gossip_numbers_in_closed_form():
     assert step_time(PROFILE, MODEL, "gossip", 2, staleness=1, host=ROOMY).step_s == approx(0.55)
 
 
+@pytest.mark.parametrize("overlap", [True, False])
+def test_no_spare_core_staleness_one_adds_its_per_byte_cost(overlap):
+    host = HostShare(2, 2, handoff_s=0.01, stale_s_per_byte=1e-8)  # G = 4e6 B -> 0.04 s
+    s0 = step_time(PROFILE, MODEL, "gossip", 2, overlap=overlap, host=host)
+    s1 = step_time(PROFILE, MODEL, "gossip", 2, staleness=1, overlap=overlap, host=host)
+    assert s1.step_s == approx(s0.step_s + 0.04)
+    assert s1.step_s == approx(0.1 + 0.4 + 0.2 + 0.05 + (0.04 if overlap else 0.0) + 0.04)
+    roomy = HostShare(8, 2, handoff_s=0.01, stale_s_per_byte=1e-8)  # spare core: unused
+    assert step_time(PROFILE, MODEL, "gossip", 2, staleness=1, host=roomy).step_s == approx(0.55)
+
+
 def test_no_communication_no_handoff():
+    host = HostShare(2, 2, handoff_s=0.01, stale_s_per_byte=1e-8)
     for strategy, size in [("local", 8), ("gossip", 1), ("allreduce", 1)]:
-        t = step_time(PROFILE, MODEL, strategy, size, host=CROWDED)
-        assert t.step_s == approx(0.55) and t.comm_s == 0.0
+        for staleness in (0, 1):
+            t = step_time(PROFILE, MODEL, strategy, size, staleness=staleness, host=host)
+            assert t.step_s == approx(0.55) and t.comm_s == 0.0
 
 
 def test_fit_handoff_closed_form_and_checks():
@@ -70,6 +84,10 @@ def test_fit_handoff_closed_form_and_checks():
         fit_handoff(0.02, 0.03, 0)
     with pytest.raises(ValueError, match="blocking_s"):
         fit_handoff(0.0, 0.03, 1)
+    assert fit_stale(0.010, 0.014, 2 * 10**6) == approx(2e-9)
+    assert fit_stale(0.014, 0.010, 2 * 10**6) == 0.0
+    with pytest.raises(ValueError, match="grad_bytes"):
+        fit_stale(0.01, 0.02, 0)
 
 
 def test_host_share_checks_and_json():
@@ -77,8 +95,11 @@ def test_host_share_checks_and_json():
         HostShare(0, 2)
     with pytest.raises(ValueError, match="handoff_s"):
         HostShare(2, 2, -1e-3)
+    with pytest.raises(ValueError, match="stale_s_per_byte"):
+        HostShare(2, 2, 0.0, float("nan"))
     assert HostShare.from_json(CROWDED.to_json()) == CROWDED
-    assert HostShare.from_json({"cores": 2, "ranks_per_host": 1}) == HostShare(2, 1, 0.0)
+    assert HostShare.from_json({"cores": 2, "ranks_per_host": 1}) == HostShare(2, 1, 0.0, 0.0)
+    assert HostShare.from_json(HostShare(2, 2, 1e-3, 1e-9).to_json()) == HostShare(2, 2, 1e-3, 1e-9)
     with pytest.raises(ValueError, match="'host.ranks_per_host' is missing"):
         HostShare.from_json({"cores": 2})
 
@@ -108,5 +129,6 @@ def test_resolve_host_overrides_field_by_field():
     assert resolve_host(CROWDED, handoff_s=0.0) == HostShare(2, 2, 0.0)
     with pytest.raises(ValueError, match="--host-cores and --ranks-per-host"):
         resolve_host(None, ranks_per_host=2)
-    with pytest.raises(ValueError, match="needs the host"):
+    with pytest.raises(ValueError, match="--host-cores and --ranks-per-host"):
         resolve_host(None, handoff_s=1e-3)
+    assert resolve_host(CROWDED, stale_s_per_byte=1e-9) == HostShare(2, 2, 0.01, 1e-9)

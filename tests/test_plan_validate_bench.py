@@ -48,8 +48,10 @@ def test_plan_validate_smoke(tmp_path):
     if host["spare_core"]:  # overlap can hide: no hand-off calibrated, none charged
         assert cal is None and all(c["predicted_s"] == c["predicted_spare_core_s"]
                                    for c in configs)
-    else:  # calibrated beforehand: one blocking/overlapped pair per strategy and repeat
+    else:  # calibrated beforehand: 2 rounds (blocking, s0, s1) per strategy
         assert len(cal["runs"]) == 2 * 2 and cal["handoff_s"] == host["handoff_s"]
+        assert cal["stale_s_per_byte"] == host["stale_s_per_byte"]
+        assert all({"blocking_s", "s0_s", "s1_s"} <= set(r) for r in cal["runs"])
         assert all(c["predicted_s"] >= c["predicted_spare_core_s"] for c in configs)
     assert _finite(report["summary_spare_core"]["mape_pct"])
 

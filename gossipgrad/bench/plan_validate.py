@@ -13,10 +13,11 @@ One launch, all on every rank (collective):
    is used, taken while the other ranks compute too, as they will in training), then
    ``measure_network`` fits the links at the launched size and records the host (cores a
    rank may use, ranks on the host). Without a spare core per rank (``HostShare``), the
-   per-bucket hand-off cost is calibrated here: ``calibrate_pairs`` alternating blocking /
-   overlapped short runs per strategy at the ``--calibrate-mb`` cap; ``handoff_s`` = median
-   over pairs of ``(overlapped - blocking) / n_buckets`` (``fit_handoff``), pooled over
-   strategies. These runs are not scored;
+   per-bucket hand-off and staleness-1 costs are calibrated here: ``--calibrate-pairs``
+   rounds per strategy of blocking / overlapped s0 / overlapped s1 short runs at the
+   ``--calibrate-mb`` cap; ``handoff_s`` = median of ``(s0 - blocking) / n_buckets``
+   (``fit_handoff``), ``stale_s_per_byte`` = median of ``(s1 - s0) / grad_bytes``
+   (``fit_stale``), pooled over strategies. These runs are not scored;
 2. a **compute-only** run (strategy ``local``) checks the profile: its measured step against
    the profile's ``F + B + O`` is the compute term's error;
 3. each configuration (strategy x bucket MiB x mix/overlap x staleness) is trained for
@@ -165,10 +166,12 @@ def measure(comm: Any, *, arch: str = "mlp", hidden: int = 1024, batch_size: int
     if not host.spare_core:
         strategies = list(dict.fromkeys(c.strategy for c in configs if c.strategy != "local"))
         cap_mb = calibrate_mb or min(c.bucket_mb for c in configs)
-        n_cal = len(layout_profile(result, net, cap_from_mb(cap_mb)).buckets)
-        calibration = calibrate_handoff(comm, strategies, cap_mb, n_cal, calibrate_pairs,
-                                        arch, hidden, batch_size, steps, warmup)
-        host = HostShare(host.cores, host.ranks_per_host, calibration["handoff_s"])
+        cal_prof = layout_profile(result, net, cap_from_mb(cap_mb))
+        calibration = calibrate_handoff(comm, strategies, cap_mb, len(cal_prof.buckets),
+                                        cal_prof.grad_bytes, calibrate_pairs, arch, hidden,
+                                        batch_size, steps, warmup)
+        host = HostShare(host.cores, host.ranks_per_host, calibration["handoff_s"],
+                         calibration["stale_s_per_byte"])
     local = run_config(comm, Config("local", 25.0), arch, hidden, batch_size, steps, warmup)
     rows = []
     for cfg in configs:
@@ -207,29 +210,35 @@ def measure(comm: Any, *, arch: str = "mlp", hidden: int = 1024, batch_size: int
 
 
 def calibrate_handoff(comm: Any, strategies: Sequence[str], cap_mb: float, n_buckets: int,
-                      pairs: int, arch: str, hidden: int, batch_size: int, steps: int,
-                      warmup: int) -> dict[str, Any]:
-    """Per-bucket hand-off cost from ``pairs`` alternating blocking / overlapped runs per
-    strategy (staleness 0, grad mix) at ``cap_mb``: the median over all pairs of
-    ``fit_handoff``. Collective. Taken before, and apart from, the scored runs."""
-    from gossipgrad.plan.host import fit_handoff
+                      grad_bytes: int, pairs: int, arch: str, hidden: int, batch_size: int,
+                      steps: int, warmup: int) -> dict[str, Any]:
+    """The no-spare-core overheads, from ``pairs`` rounds per strategy of three runs at
+    ``cap_mb`` (grad mix): blocking, overlapped staleness 0, overlapped staleness 1, in an
+    order rotated each round. ``handoff_s`` = median of ``fit_handoff(blocking, s0)``,
+    ``stale_s_per_byte`` = median of ``fit_stale(s0, s1)``. Collective. Taken before, and
+    apart from, the scored runs."""
+    from gossipgrad.plan.host import fit_handoff, fit_stale
 
     if pairs < 1:
         raise ValueError(f"calibrate_pairs must be >= 1, got {pairs}")
-    per_pair: list[float] = []
+    kinds = [("blocking", False, 0), ("s0", True, 0), ("s1", True, 1)]
+    handoff: list[float] = []
+    stale: list[float] = []
     runs = []
     for strategy in strategies:
         for i in range(pairs):
-            order = (False, True) if i % 2 == 0 else (True, False)  # alternate the order
             t = {}
-            for overlap in order:
-                cfg = Config(strategy, cap_mb, "grad", overlap, 0)
-                t[overlap] = run_config(comm, cfg, arch, hidden, batch_size, steps,
-                                        warmup)["measured_s"]
-            per_pair.append(fit_handoff(t[False], t[True], n_buckets))
-            runs.append({"strategy": strategy, "blocking_s": t[False], "overlapped_s": t[True]})
-    return {"bucket_mb": cap_mb, "n_buckets": n_buckets, "runs": runs,
-            "handoff_per_pair_s": per_pair, "handoff_s": statistics.median(per_pair)}
+            for name, overlap, staleness in kinds[i % 3:] + kinds[:i % 3]:
+                cfg = Config(strategy, cap_mb, "grad", overlap, staleness)
+                t[name] = run_config(comm, cfg, arch, hidden, batch_size, steps,
+                                     warmup)["measured_s"]
+            handoff.append(fit_handoff(t["blocking"], t["s0"], n_buckets))
+            stale.append(fit_stale(t["s0"], t["s1"], grad_bytes))
+            runs.append({"strategy": strategy, **{f"{k}_s": v for k, v in t.items()}})
+    return {"bucket_mb": cap_mb, "n_buckets": n_buckets, "grad_bytes": grad_bytes,
+            "runs": runs, "handoff_per_round_s": handoff,
+            "stale_per_round_s_per_byte": stale, "handoff_s": statistics.median(handoff),
+            "stale_s_per_byte": statistics.median(stale)}
 
 
 def score(rows: Sequence[dict[str, Any]], launches: Sequence[dict[str, Any]],
@@ -319,7 +328,8 @@ def _floats(text: str) -> list[float]:
               help="Bucket cap (MiB) of the hand-off calibration runs (default: the smallest "
                    "--bucket-mb). Used only without a spare core per rank.")
 @click.option("--calibrate-pairs", type=int, default=2, show_default=True,
-              help="Blocking/overlapped pairs per strategy for the hand-off calibration.")
+              help="Rounds (blocking, overlapped s0, overlapped s1) per strategy for the "
+                   "no-spare-core calibration.")
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
               help="Also write the JSON here (rank 0).")
 @click.option("--merge", "merge_paths", multiple=True, type=click.Path(exists=True),
@@ -367,7 +377,8 @@ def plan_validate(arch: str, hidden: int, batch_size: int, strategies: str, buck
                   file=sys.stderr)
         h = report["host"]
         print(f'host: {h["cores"]} cores, {h["ranks_per_host"]} ranks, spare core '
-              f'{h["spare_core"]}, hand-off {1e6 * h["handoff_s"]:.0f} us/bucket',
+              f'{h["spare_core"]}, hand-off {1e6 * h["handoff_s"]:.0f} us/bucket, '
+              f'staleness 1 {1e9 * h["stale_s_per_byte"]:.3g} ns/byte',
               file=sys.stderr)
         for name in ("summary", "summary_spare_core"):
             s = report[name]

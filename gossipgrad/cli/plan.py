@@ -104,6 +104,13 @@ def _numbers(kind: Callable[[str], Any], option: str) -> Callable:
     "(plan-validate's 'host.handoff_s'; default: the network file's, else 0).",
 )
 @click.option(
+    "--stale-ns-per-byte",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Extra nanoseconds per gradient byte of a staleness-1 step without a spare core "
+    "(plan-validate's 'host.stale_s_per_byte' x 1e9; default: the network file's, else 0).",
+)
+@click.option(
     "--device-memory-gb",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
@@ -149,6 +156,7 @@ def plan(
     host_cores: int | None,
     ranks_per_host: int | None,
     handoff_us: float | None,
+    stale_ns_per_byte: float | None,
     device_memory_gb: float | None,
     optimizer_state_factor: float,
     metrics: str | None,
@@ -182,6 +190,7 @@ def plan(
             host_cores=host_cores,
             ranks_per_host=ranks_per_host,
             handoff_s=None if handoff_us is None else handoff_us * 1e-6,
+            stale_s_per_byte=None if stale_ns_per_byte is None else stale_ns_per_byte * 1e-9,
         )
     except (ValueError, OSError, ImportError) as exc:
         raise click.ClickException(str(exc)) from exc

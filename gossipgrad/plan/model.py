@@ -193,7 +193,7 @@ class StepTime:
     step_s: float
     compute_s: float  # forward + backward
     optimizer_s: float
-    comm_s: float  # busy time of communication per step (bucket costs, + hand-offs w/o spare core)
+    comm_s: float  # communication busy time per step (bucket costs; w/o spare core + overheads)
     comm_end_s: float  # end of this step's exchange, from step start, if started fresh
 
     @property
@@ -228,8 +228,9 @@ def step_time(
     - no spare core (``host`` given and ``host.spare_core`` false: fewer than 2 cores per
       rank): the communication thread competes with compute for the rank's core, so
       nothing is hidden, at either staleness: ``T = F + B + S + O``, plus
-      ``n * host.handoff_s`` for the ``n`` buckets handed to the thread when ``overlap``
-      (and the strategy communicates). ``host=None`` assumes a spare core.
+      ``n * host.handoff_s`` for the ``n`` buckets handed to the thread when ``overlap``,
+      plus ``G * host.stale_s_per_byte`` at staleness 1 (``G`` = gradient bytes), both only
+      when the strategy communicates. ``host=None`` assumes a spare core.
 
     Otherwise the model assumes compute and communication do not slow each other down.
     """
@@ -238,7 +239,7 @@ def step_time(
     _check_size(size)
     costs = [model.bucket_s(strategy, b.bytes, size) for b in profile.buckets]
     if host is not None and not host.spare_core:
-        return _serial_step(profile, costs, strategy, size, overlap, host)
+        return _serial_step(profile, costs, strategy, size, staleness, overlap, host)
     ready = [b.ready_s if overlap else profile.backward_s for b in profile.buckets]
     end_last = comm_chain(ready, costs)[-1]
     total = sum(costs)
@@ -255,14 +256,17 @@ def _serial_step(
     costs: Sequence[float],
     strategy: Strategy | str,
     size: int,
+    staleness: int,
     overlap: bool,
     host: HostShare,
 ) -> StepTime:
     """``step_time`` when the rank has no spare core: compute, then every bucket's exchange
-    (plus the hand-off cost of each bucket when overlapped), then the optimizer."""
+    (plus the hand-off cost of each bucket when overlapped, and staleness 1's per-byte
+    cost), then the optimizer."""
     communicates = size > 1 and parse_strategy(strategy) is not Strategy.LOCAL
     handoff = len(costs) * host.handoff_s if overlap and communicates else 0.0
-    busy = sum(costs) + handoff
+    stale = profile.grad_bytes * host.stale_s_per_byte if staleness == 1 and communicates else 0.0
+    busy = sum(costs) + handoff + stale
     step = profile.compute_s + busy + profile.optimizer_s
     return StepTime(step, profile.compute_s, profile.optimizer_s, busy, profile.compute_s + busy)
 

@@ -14,6 +14,7 @@ True
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 from gossipgrad.plan.convergence import read_metrics
@@ -51,12 +52,13 @@ def plan_report(
     host_cores: int | None = None,
     ranks_per_host: int | None = None,
     handoff_s: float | None = None,
+    stale_s_per_byte: float | None = None,
 ) -> str:
     """Load the profile and network fit, predict every configuration, and return the
     markdown report; also writes a PNG when ``png_path`` is given. ``metrics_path`` and
     ``target_accuracy`` go together (measured steps to that accuracy per strategy).
-    ``host_cores``, ``ranks_per_host``, ``handoff_s`` override the network file's ``host``
-    record field by field (see ``resolve_host``)."""
+    ``host_cores``, ``ranks_per_host``, ``handoff_s``, ``stale_s_per_byte`` override the
+    network file's ``host`` record field by field (see ``resolve_host``)."""
     if (metrics_path is None) != (target_accuracy is None):
         raise ValueError(
             "metrics_path and target_accuracy must be given together "
@@ -65,7 +67,7 @@ def plan_report(
     profile = Profile.load(profile_path)
     network = NetworkFit.load(network_path)
     model = CommModel.from_network(network, duplex=duplex, calibrate_allreduce=calibrate_allreduce)
-    host = resolve_host(network.host, host_cores, ranks_per_host, handoff_s)
+    host = resolve_host(network.host, host_cores, ranks_per_host, handoff_s, stale_s_per_byte)
     rows = plan(
         profile,
         model,
@@ -88,7 +90,10 @@ def plan_report(
     if host is not None:
         title += f"; {host.cores_per_rank:g} cores per rank"
         if not host.spare_core:
-            title += f" (no spare core: hand-off {host.handoff_s * 1e6:.0f} us/bucket)"
+            title += (
+                f" (no spare core: hand-off {host.handoff_s * 1e6:.0f} us/bucket, "
+                f"staleness 1 {host.stale_s_per_byte * 1e9:.3g} ns/byte)"
+            )
     if png_path is not None:
         plot_png(rows, png_path, title=f"{profile.model}: predicted efficiency")
     return render_markdown(
@@ -101,27 +106,28 @@ def resolve_host(
     cores: int | None = None,
     ranks_per_host: int | None = None,
     handoff_s: float | None = None,
+    stale_s_per_byte: float | None = None,
 ) -> HostShare | None:
     """The host to plan for: ``recorded`` (the network file's) with each given field
     replacing its own. None when nothing is recorded or given (a spare core is assumed).
 
     >>> resolve_host(HostShare(2, 2, 1e-3), ranks_per_host=1)
-    HostShare(cores=2, ranks_per_host=1, handoff_s=0.001)
+    HostShare(cores=2, ranks_per_host=1, handoff_s=0.001, stale_s_per_byte=0.0)
     """
-    if recorded is None and cores is None and ranks_per_host is None:
-        if handoff_s is not None:
+    given = {
+        "cores": cores,
+        "ranks_per_host": ranks_per_host,
+        "handoff_s": handoff_s,
+        "stale_s_per_byte": stale_s_per_byte,
+    }
+    given = {k: v for k, v in given.items() if v is not None}
+    if recorded is None:
+        if not given:
+            return None
+        if "cores" not in given or "ranks_per_host" not in given:
             raise ValueError(
-                "a hand-off cost needs the host: the network file has no 'host' record, so "
-                "give --host-cores and --ranks-per-host too"
+                "the network file has no 'host' record: give both --host-cores and "
+                "--ranks-per-host (or no host option, to assume a spare core per rank)"
             )
-        return None
-    if recorded is None and (cores is None or ranks_per_host is None):
-        raise ValueError(
-            "the network file has no 'host' record: give both --host-cores and "
-            "--ranks-per-host (or neither, to assume a spare core per rank)"
-        )
-    return HostShare(
-        cores if cores is not None else recorded.cores,  # type: ignore[union-attr]
-        ranks_per_host if ranks_per_host is not None else recorded.ranks_per_host,  # type: ignore[union-attr]
-        handoff_s if handoff_s is not None else (recorded.handoff_s if recorded else 0.0),
-    )
+        return HostShare(**given)
+    return replace(recorded, **given)
