@@ -86,6 +86,12 @@ def share_node(comm: Communicator) -> tuple[int, float]:
     return threads, spin
 
 
+def host_share(comm: Communicator) -> tuple[int, int]:
+    """(cores this rank may run on, ranks on this node): what ``share_node`` divides, and
+    what the planner needs to know whether a communication thread has a core of its own."""
+    return _usable_cores(), _ranks_on_node(comm)
+
+
 def _usable_cores() -> int:
     try:
         return len(os.sched_getaffinity(0)) or 1

@@ -110,3 +110,33 @@ def test_the_real_entry_point_prints_no_traceback(files):
     assert proc.returncode == 1
     assert "network field 'p2p.alpha_s' must be >= 0.0, got -1" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_plan_host_flags_add_the_contention_term(files):
+    args = [*base(files), "--sizes", "2", "--strategies", "gossip", "--bucket-mb", "1",
+            "--staleness", "0", "--all-rows"]  # fmt: skip
+    free = invoke(*args)
+    crowded = invoke(*args, "--host-cores", "2", "--ranks-per-host", "2", "--handoff-us", "1000")
+    assert free.exit_code == 0 and crowded.exit_code == 0, crowded.output
+    assert "cores per rank" not in free.output
+    assert "1 cores per rank (no spare core: hand-off 1000 us/bucket" in crowded.output
+    # two 2 MiB buckets: F + B + S + O + 2 ms > the overlapped prediction
+    def step(out: str) -> float:
+        return float(out.split("| gossip | 2 | 1 | 0 | ")[1].split(" |")[0])
+
+    assert step(crowded.output) > step(free.output)
+    half = invoke(*args, "--ranks-per-host", "2")
+    assert half.exit_code != 0 and "--host-cores and --ranks-per-host" in half.output
+
+
+def test_plan_stale_flag_charges_staleness_one_without_a_spare_core(files):
+    args = [*base(files), "--sizes", "2", "--strategies", "gossip", "--bucket-mb", "1",
+            "--staleness", "1", "--host-cores", "2", "--ranks-per-host", "2"]  # fmt: skip
+    plain, stale = invoke(*args), invoke(*args, "--stale-ns-per-byte", "10")
+    assert plain.exit_code == 0 and stale.exit_code == 0, stale.output
+
+    def step(out: str) -> float:
+        return float(out.split("| gossip | 2 | 1 | 1 | ")[1].split(" |")[0])
+
+    # 4 MiB of gradients at 10 ns/byte: 41.9 ms more per step
+    assert step(stale.output) - step(plain.output) == pytest.approx(4 * MIB * 1e-8, abs=1e-4)

@@ -11,6 +11,7 @@ MODULES = [
     "convergence",
     "fit",
     "formats",
+    "host",
     "memory",
     "model",
     "planner",

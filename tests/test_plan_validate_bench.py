@@ -32,7 +32,7 @@ def test_plan_validate_smoke(tmp_path):
     assert {c["strategy"] for c in configs} == {"gossip", "allreduce"}
     for c in configs:
         for key in ("predicted_s", "measured_s", "predicted_exposed_comm_s",
-                    "measured_exposed_comm_s"):
+                    "measured_exposed_comm_s", "predicted_spare_core_s"):
             assert _finite(c[key]), (key, c)
         assert c["predicted_s"] > 0 and c["measured_s"] > 0
     s = report["summary"]
@@ -43,6 +43,17 @@ def test_plan_validate_smoke(tmp_path):
     assert s["regret"] >= 1
     assert s["dominant_error"] in ("compute", "communication")
     assert _finite(report["compute_check"]["error_pct"])
+    host, cal = report["host"], report["calibration"]
+    assert host["ranks_per_host"] == 2 and host["cores"] >= 1 and host["handoff_s"] >= 0
+    if host["spare_core"]:  # overlap can hide: no hand-off calibrated, none charged
+        assert cal is None and all(c["predicted_s"] == c["predicted_spare_core_s"]
+                                   for c in configs)
+    else:  # calibrated beforehand: 2 rounds (blocking, s0, s1) per strategy
+        assert len(cal["runs"]) == 2 * 2 and cal["handoff_s"] == host["handoff_s"]
+        assert cal["stale_s_per_byte"] == host["stale_s_per_byte"]
+        assert all({"blocking_s", "s0_s", "s1_s"} <= set(r) for r in cal["runs"])
+        assert all(c["predicted_s"] >= c["predicted_spare_core_s"] for c in configs)
+    assert _finite(report["summary_spare_core"]["mape_pct"])
 
     merged = run([sys.executable, "-m", "gossipgrad.bench.plan_validate", "--merge", str(out),
                   "--merge", str(out)], timeout=60)
@@ -50,3 +61,4 @@ def test_plan_validate_smoke(tmp_path):
     m = json.loads(merged.stdout)
     assert len(m["configs"]) == 2 * len(configs)
     assert _finite(m["summary"]["mape_pct"])
+    assert _finite(m["summary_spare_core"]["mape_pct"])

@@ -11,15 +11,23 @@ One launch, all on every rank (collective):
 
 1. **beforehand**: every rank profiles the model at once (``profile_arch``; rank 0's profile
    is used, taken while the other ranks compute too, as they will in training), then
-   ``measure_network`` fits the links at the launched size;
+   ``measure_network`` fits the links at the launched size and records the host (cores a
+   rank may use, ranks on the host). Without a spare core per rank (``HostShare``), the
+   per-bucket hand-off and staleness-1 costs are calibrated here: ``--calibrate-pairs``
+   rounds per strategy of blocking / overlapped s0 / overlapped s1 short runs at the
+   ``--calibrate-mb`` cap; ``handoff_s`` = median of ``(s0 - blocking) / n_buckets``
+   (``fit_handoff``), ``stale_s_per_byte`` = median of ``(s1 - s0) / grad_bytes``
+   (``fit_stale``), pooled over strategies. These runs are not scored;
 2. a **compute-only** run (strategy ``local``) checks the profile: its measured step against
    the profile's ``F + B + O`` is the compute term's error;
 3. each configuration (strategy x bucket MiB x mix/overlap x staleness) is trained for
    ``warmup`` + ``steps`` steps on a fixed synthetic batch; the step time is the median over
    the timed steps of the slowest rank's step (a ``barrier`` closes every step);
 4. each is predicted by ``step_time`` from ``layout_profile`` (the engine's own buckets at
-   that cap) and the fit from step 1. ``mix=param`` (no overlap in the engine: the exchange
-   follows the optimizer step) is predicted with ``overlap=False``.
+   that cap), the fit and the host from step 1. ``mix=param`` (no overlap in the engine: the
+   exchange follows the optimizer step) is predicted with ``overlap=False``. Each row also
+   carries ``predicted_spare_core_s``, the prediction without the contention term
+   (``host=None``), scored in ``summary_spare_core``.
 
 Rank 0 prints one JSON object (and writes it to ``--out``): per-config predicted and
 measured seconds, their parts, and ``summary`` (MAPE, worst error, Kendall tau, regret,
@@ -129,7 +137,8 @@ def run_config(comm: Any, cfg: Config, arch: str, hidden: int, batch_size: int,
 def measure(comm: Any, *, arch: str = "mlp", hidden: int = 1024, batch_size: int = 32,
             configs: Sequence[Config], steps: int = 20, warmup: int = 5,
             profile_steps: int = 20, net_max_mb: float = 16.0, net_reps: int = 5,
-            calibrate_allreduce: bool = False) -> dict[str, Any]:
+            calibrate_allreduce: bool = False, calibrate_mb: float | None = None,
+            calibrate_pairs: int = 2) -> dict[str, Any]:
     """Profile, fit, run and predict every config (collective). Returns rank 0's report
     (other ranks get the same dict; only rank 0 should print it)."""
     import torch
@@ -139,6 +148,8 @@ def measure(comm: Any, *, arch: str = "mlp", hidden: int = 1024, batch_size: int
     from gossipgrad.engine.profiler import SMALL_MODELS, input_shape, layout_profile, profile_arch
     from gossipgrad.models import build_model
     from gossipgrad.plan import CommModel, step_time
+    from gossipgrad.plan.host import HostShare
+    from gossipgrad.runtime import host_share
     torch.set_num_threads(1)
     comm.barrier()
     result = profile_arch(arch, batch_size=batch_size, hidden=hidden, steps=profile_steps,
@@ -148,20 +159,34 @@ def measure(comm: Any, *, arch: str = "mlp", hidden: int = 1024, batch_size: int
     duplex = min(2.0, max(1.0, fit.duplex or 1.0))
     cm = CommModel.from_network(fit.network, duplex=duplex,
                                 calibrate_allreduce=calibrate_allreduce)
-    local = run_config(comm, Config("local", 25.0), arch, hidden, batch_size, steps, warmup)
     shape = input_shape(arch, 224)
     net = build_model(arch, shape, 10 if arch in SMALL_MODELS else 1000, hidden)
+    host = HostShare(*host_share(comm))
+    calibration = None
+    if not host.spare_core:
+        strategies = list(dict.fromkeys(c.strategy for c in configs if c.strategy != "local"))
+        cap_mb = calibrate_mb or min(c.bucket_mb for c in configs)
+        cal_prof = layout_profile(result, net, cap_from_mb(cap_mb))
+        calibration = calibrate_handoff(comm, strategies, cap_mb, len(cal_prof.buckets),
+                                        cal_prof.grad_bytes, calibrate_pairs, arch, hidden,
+                                        batch_size, steps, warmup)
+        host = HostShare(host.cores, host.ranks_per_host, calibration["handoff_s"],
+                         calibration["stale_s_per_byte"])
+    local = run_config(comm, Config("local", 25.0), arch, hidden, batch_size, steps, warmup)
     rows = []
     for cfg in configs:
         m = run_config(comm, cfg, arch, hidden, batch_size, steps, warmup)
         prof = layout_profile(result, net, cap_from_mb(cfg.bucket_mb))
         overlap = cfg.overlap and cfg.mix == "grad"
         st = step_time(prof, cm, cfg.strategy, comm.size, staleness=cfg.staleness,
-                       overlap=overlap)
+                       overlap=overlap, host=host)
+        free = step_time(prof, cm, cfg.strategy, comm.size, staleness=cfg.staleness,
+                         overlap=overlap)
         rows.append({"config": cfg.label, **asdict(cfg), "size": comm.size,
                      "n_buckets": len(prof.buckets), "predicted_s": st.step_s,
                      "predicted_comm_s": st.comm_s,
-                     "predicted_exposed_comm_s": st.exposed_comm_s, **m,
+                     "predicted_exposed_comm_s": st.exposed_comm_s,
+                     "predicted_spare_core_s": free.step_s, **m,
                      "measured_exposed_comm_s": m["measured_s"] - local["measured_s"]})
     p = result.profile
     report = {
@@ -171,20 +196,58 @@ def measure(comm: Any, *, arch: str = "mlp", hidden: int = 1024, batch_size: int
                     "optimizer_s": p.optimizer_s, "local_step_s": p.local_step_s,
                     "param_bytes": p.param_bytes},
         "network": {**fit.network.to_json(), "duplex": duplex},
+        "host": {**host.to_json(), "cores_per_rank": host.cores_per_rank,
+                 "spare_core": host.spare_core},
+        "calibration": calibration,
         "compute_check": {"predicted_s": p.local_step_s, **local,
                           "error_pct": 100 * (p.local_step_s - local["measured_s"])
                           / local["measured_s"]},
         "configs": rows,
     }
     report["summary"] = score(rows, [report])
+    report["summary_spare_core"] = score(rows, [report], key="predicted_spare_core_s")
     return report
 
 
-def score(rows: Sequence[dict[str, Any]], launches: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Validation metrics over ``rows`` plus a compute-vs-communication error split."""
+def calibrate_handoff(comm: Any, strategies: Sequence[str], cap_mb: float, n_buckets: int,
+                      grad_bytes: int, pairs: int, arch: str, hidden: int, batch_size: int,
+                      steps: int, warmup: int) -> dict[str, Any]:
+    """The no-spare-core overheads, from ``pairs`` rounds per strategy of three runs at
+    ``cap_mb`` (grad mix): blocking, overlapped staleness 0, overlapped staleness 1, in an
+    order rotated each round. ``handoff_s`` = median of ``fit_handoff(blocking, s0)``,
+    ``stale_s_per_byte`` = median of ``fit_stale(s0, s1)``. Collective. Taken before, and
+    apart from, the scored runs."""
+    from gossipgrad.plan.host import fit_handoff, fit_stale
+
+    if pairs < 1:
+        raise ValueError(f"calibrate_pairs must be >= 1, got {pairs}")
+    kinds = [("blocking", False, 0), ("s0", True, 0), ("s1", True, 1)]
+    handoff: list[float] = []
+    stale: list[float] = []
+    runs = []
+    for strategy in strategies:
+        for i in range(pairs):
+            t = {}
+            for name, overlap, staleness in kinds[i % 3:] + kinds[:i % 3]:
+                cfg = Config(strategy, cap_mb, "grad", overlap, staleness)
+                t[name] = run_config(comm, cfg, arch, hidden, batch_size, steps,
+                                     warmup)["measured_s"]
+            handoff.append(fit_handoff(t["blocking"], t["s0"], n_buckets))
+            stale.append(fit_stale(t["s0"], t["s1"], grad_bytes))
+            runs.append({"strategy": strategy, **{f"{k}_s": v for k, v in t.items()}})
+    return {"bucket_mb": cap_mb, "n_buckets": n_buckets, "grad_bytes": grad_bytes,
+            "runs": runs, "handoff_per_round_s": handoff,
+            "stale_per_round_s_per_byte": stale, "handoff_s": statistics.median(handoff),
+            "stale_s_per_byte": statistics.median(stale)}
+
+
+def score(rows: Sequence[dict[str, Any]], launches: Sequence[dict[str, Any]],
+          key: str = "predicted_s") -> dict[str, Any]:
+    """Validation metrics of ``rows[key]`` plus a compute-vs-communication error split
+    (the split always uses ``predicted_exposed_comm_s``)."""
     from gossipgrad.plan.validate import summarize
 
-    obs = [((r["config"], r["size"]), r["predicted_s"], r["measured_s"]) for r in rows]
+    obs = [((r["config"], r["size"]), r[key], r["measured_s"]) for r in rows]
     s = summarize(obs).to_json()
     # Error split: compute term (profile vs measured local step, per launch) vs the rest.
     local = {lc["size"]: lc["compute_check"] for lc in launches}
@@ -197,7 +260,7 @@ def score(rows: Sequence[dict[str, Any]], launches: Sequence[dict[str, Any]]) ->
     s["mean_abs_exposed_comm_error_s"] = statistics.mean(comm_err)
     s["dominant_error"] = ("compute" if s["mean_abs_compute_error_s"]
                            >= s["mean_abs_exposed_comm_error_s"] else "communication")
-    chosen = min(rows, key=lambda r: r["predicted_s"])
+    chosen = min(rows, key=lambda r: r[key])
     best = min(rows, key=lambda r: r["measured_s"])
     s["chosen"] = f'{chosen["config"]} @ {chosen["size"]}'
     s["best_measured"] = f'{best["config"]} @ {best["size"]}'
@@ -219,17 +282,22 @@ def merge(paths: Sequence[str]) -> dict[str, Any]:
             "per_launch": [{"size": lc["size"], "source": lc["network"].get("source"),
                             "compute_check": lc["compute_check"], "summary": lc["summary"]}
                            for lc in launches],
-            "configs": rows, "summary": score(rows, launches)}
+            "configs": rows, "summary": score(rows, launches),
+            **({"summary_spare_core": score(rows, launches, key="predicted_spare_core_s")}
+               if all("predicted_spare_core_s" in r for r in rows) else {})}
 
 
 def markdown_table(report: dict[str, Any]) -> str:
     """The per-config rows of a report (one launch or merged) as a markdown table."""
-    lines = ["| size | config | predicted (ms) | measured (ms) | error | predicted comm (ms) "
-             "| measured exposed comm (ms) |", "|---|---|---|---|---|---|---|"]
+    lines = ["| size | config | predicted (ms) | measured (ms) | error | spare-core pred (ms) "
+             "| its error | predicted comm (ms) | measured exposed comm (ms) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in report["configs"]:
-        err = 100 * (r["predicted_s"] - r["measured_s"]) / r["measured_s"]
+        meas = r["measured_s"]
+        free = r.get("predicted_spare_core_s", r["predicted_s"])
         lines.append(f'| {r["size"]} | {r["config"]} | {1e3 * r["predicted_s"]:.2f} | '
-                     f'{1e3 * r["measured_s"]:.2f} | {err:+.0f}% | '
+                     f'{1e3 * meas:.2f} | {100 * (r["predicted_s"] - meas) / meas:+.0f}% | '
+                     f'{1e3 * free:.2f} | {100 * (free - meas) / meas:+.0f}% | '
                      f'{1e3 * r["predicted_comm_s"]:.2f} | '
                      f'{1e3 * r["measured_exposed_comm_s"]:.2f} |')
     return "\n".join(lines)
@@ -256,6 +324,12 @@ def _floats(text: str) -> list[float]:
 @click.option("--net-max-mb", type=float, default=16.0, show_default=True)
 @click.option("--net-reps", type=int, default=5, show_default=True)
 @click.option("--calibrate-allreduce", is_flag=True)
+@click.option("--calibrate-mb", type=float, default=None,
+              help="Bucket cap (MiB) of the hand-off calibration runs (default: the smallest "
+                   "--bucket-mb). Used only without a spare core per rank.")
+@click.option("--calibrate-pairs", type=int, default=2, show_default=True,
+              help="Rounds (blocking, overlapped s0, overlapped s1) per strategy for the "
+                   "no-spare-core calibration.")
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
               help="Also write the JSON here (rank 0).")
 @click.option("--merge", "merge_paths", multiple=True, type=click.Path(exists=True),
@@ -263,7 +337,8 @@ def _floats(text: str) -> list[float]:
 def plan_validate(arch: str, hidden: int, batch_size: int, strategies: str, bucket_mb: str,
                   staleness: str, only_overlap: bool, steps: int, warmup: int,
                   profile_steps: int, net_max_mb: float, net_reps: int,
-                  calibrate_allreduce: bool, out: str | None,
+                  calibrate_allreduce: bool, calibrate_mb: float | None,
+                  calibrate_pairs: int, out: str | None,
                   merge_paths: tuple[str, ...]) -> None:
     """Measured step times of real configurations vs the planner's predictions (JSON)."""
     if merge_paths:
@@ -288,7 +363,8 @@ def plan_validate(arch: str, hidden: int, batch_size: int, strategies: str, buck
     report = measure(comm, arch=arch, hidden=hidden, batch_size=batch_size, configs=configs,
                      steps=steps, warmup=warmup, profile_steps=profile_steps,
                      net_max_mb=net_max_mb, net_reps=net_reps,
-                     calibrate_allreduce=calibrate_allreduce)
+                     calibrate_allreduce=calibrate_allreduce, calibrate_mb=calibrate_mb,
+                     calibrate_pairs=calibrate_pairs)
     if comm.rank == 0:
         text = json.dumps(report, indent=1)
         if out:
@@ -296,10 +372,18 @@ def plan_validate(arch: str, hidden: int, batch_size: int, strategies: str, buck
         click.echo(text)
         for r in report["configs"]:
             print(f'{r["config"]:<36} pred {1e3 * r["predicted_s"]:8.2f} ms  '
-                  f'meas {1e3 * r["measured_s"]:8.2f} ms', file=sys.stderr)
-        s = report["summary"]
-        print(f'MAPE {s["mape_pct"]:.1f}%  worst {s["worst_abs_pct"]:.1f}%  '
-              f'tau {s["kendall_tau"]}  regret {s["regret"]:.3f}', file=sys.stderr)
+                  f'meas {1e3 * r["measured_s"]:8.2f} ms  '
+                  f'(spare-core pred {1e3 * r["predicted_spare_core_s"]:8.2f} ms)',
+                  file=sys.stderr)
+        h = report["host"]
+        print(f'host: {h["cores"]} cores, {h["ranks_per_host"]} ranks, spare core '
+              f'{h["spare_core"]}, hand-off {1e6 * h["handoff_s"]:.0f} us/bucket, '
+              f'staleness 1 {1e9 * h["stale_s_per_byte"]:.3g} ns/byte',
+              file=sys.stderr)
+        for name in ("summary", "summary_spare_core"):
+            s = report[name]
+            print(f'{name}: MAPE {s["mape_pct"]:.1f}%  worst {s["worst_abs_pct"]:.1f}%  '
+                  f'tau {s["kendall_tau"]}  regret {s["regret"]:.3f}', file=sys.stderr)
 
 
 if __name__ == "__main__":

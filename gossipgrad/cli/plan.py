@@ -84,6 +84,33 @@ def _numbers(kind: Callable[[str], Any], option: str) -> Callable:
     help="Scale the ring model by the network file's measured allreduce fit.",
 )
 @click.option(
+    "--host-cores",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Cores each rank may run on (default: the network file's 'host' record).",
+)
+@click.option(
+    "--ranks-per-host",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Ranks per host (default: the network file's 'host' record). Below 2 cores per "
+    "rank, overlap cannot hide communication.",
+)
+@click.option(
+    "--handoff-us",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Extra microseconds per bucket of an overlapped exchange without a spare core "
+    "(plan-validate's 'host.handoff_s'; default: the network file's, else 0).",
+)
+@click.option(
+    "--stale-ns-per-byte",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Extra nanoseconds per gradient byte of a staleness-1 step without a spare core "
+    "(plan-validate's 'host.stale_s_per_byte' x 1e9; default: the network file's, else 0).",
+)
+@click.option(
     "--device-memory-gb",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
@@ -126,6 +153,10 @@ def plan(
     overlap: bool,
     duplex: float,
     calibrate_allreduce: bool,
+    host_cores: int | None,
+    ranks_per_host: int | None,
+    handoff_us: float | None,
+    stale_ns_per_byte: float | None,
     device_memory_gb: float | None,
     optimizer_state_factor: float,
     metrics: str | None,
@@ -156,6 +187,10 @@ def plan(
             target_accuracy=target_accuracy,
             png_path=png,
             all_rows=all_rows,
+            host_cores=host_cores,
+            ranks_per_host=ranks_per_host,
+            handoff_s=None if handoff_us is None else handoff_us * 1e-6,
+            stale_s_per_byte=None if stale_ns_per_byte is None else stale_ns_per_byte * 1e-9,
         )
     except (ValueError, OSError, ImportError) as exc:
         raise click.ClickException(str(exc)) from exc

@@ -39,6 +39,7 @@ from gossipgrad.comm import sweeps
 from gossipgrad.comm.base import Communicator, allreduce_
 from gossipgrad.comm.sweeps import STATS, Sweep, message_sizes
 from gossipgrad.plan.formats import AllreduceFit, NetworkFit
+from gossipgrad.plan.host import HostShare
 
 KIB, MIB = 1 << 10, 1 << 20
 DEFAULT_MIN_BYTES = 4 * KIB
@@ -175,8 +176,12 @@ def measure_network(
     if ar is not None and ar.fit is not None:
         ar_fit = AllreduceFit(ar.fit.alpha_s, ar.fit.beta_s_per_byte, ar.fit.r2, size=comm.size)
     label = describe_source(comm.size, peer, same_host, len(set(hosts)), source)
+    from gossipgrad.runtime import host_share
+
+    host = HostShare(*host_share(comm))
     return NetfitResult(
-        NetworkFit(pp.fit, ar_fit, label), peer, same_host, len(set(hosts)), reps, stat, pp, ex, ar
+        NetworkFit(pp.fit, ar_fit, label, host),
+        peer, same_host, len(set(hosts)), reps, stat, pp, ex, ar,
     )
 
 

@@ -16,6 +16,7 @@ from gossipgrad.plan.convergence import (
 )
 from gossipgrad.plan.fit import fit_link
 from gossipgrad.plan.formats import AllreduceFit, Bucket, LinkFit, NetworkFit, Profile
+from gossipgrad.plan.host import HostShare, fit_handoff, fit_stale
 from gossipgrad.plan.memory import MemoryEstimate, estimate_memory
 from gossipgrad.plan.model import (
     MIB,
@@ -61,6 +62,7 @@ __all__ = [
     "CommModel",
     "ConvergenceReport",
     "ConvergenceRow",
+    "HostShare",
     "Layer",
     "LinkFit",
     "MemoryEstimate",
@@ -76,7 +78,9 @@ __all__ = [
     "comm_chain",
     "efficiency",
     "estimate_memory",
+    "fit_handoff",
     "fit_link",
+    "fit_stale",
     "kendall_tau",
     "mape",
     "parse_strategy",

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gossipgrad.plan.host import HostShare
+
 
 def _get(data: Mapping[str, Any], key: str, where: str = "", *, optional: bool = False) -> Any:
     """``data[key]``; ``where`` is the dotted path of ``data`` inside the document."""
@@ -204,11 +206,14 @@ class AllreduceFit(LinkFit):
 @dataclass(frozen=True)
 class NetworkFit:
     """``gossipgrad netfit`` output. ``p2p`` is one-way ping-pong time; ``allreduce`` is
-    optional and only used to calibrate the ring model (see ``CommModel.from_network``)."""
+    optional and only used to calibrate the ring model (see ``CommModel.from_network``);
+    ``host`` (optional) is the cores and ranks per host the fit was taken with: whether
+    overlap can hide communication there (see ``step_time``)."""
 
     p2p: LinkFit
     allreduce: AllreduceFit | None = None
     source: str = field(default="unknown")
+    host: HostShare | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> NetworkFit:
@@ -218,6 +223,8 @@ class NetworkFit:
         out: dict[str, Any] = {"p2p": _link_json(self.p2p), "source": self.source}
         if self.allreduce is not None:
             out["allreduce"] = {**_link_json(self.allreduce), "size": self.allreduce.size}
+        if self.host is not None:
+            out["host"] = self.host.to_json()
         return out
 
     @classmethod
@@ -250,7 +257,11 @@ def _network_from_json(data: Mapping[str, Any]) -> NetworkFit:
         size = _integer(_get(raw, "size", "allreduce"), "allreduce.size", minimum=1)
         allreduce = AllreduceFit(alpha, beta, r2, size=size)
     source = _get(data, "source", optional=True)
-    return NetworkFit(p2p, allreduce, "unknown" if source is None else _string(source, "source"))
+    raw_host = _get(data, "host", optional=True)
+    host = None if raw_host is None else HostShare.from_json(raw_host)
+    return NetworkFit(
+        p2p, allreduce, "unknown" if source is None else _string(source, "source"), host
+    )
 
 
 def _read_json(path: str | Path, kind: str) -> Any:

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gossipgrad.plan.formats import Bucket, NetworkFit, Profile
+from gossipgrad.plan.host import HostShare
 
 MIB = 1 << 20
 
@@ -192,7 +193,7 @@ class StepTime:
     step_s: float
     compute_s: float  # forward + backward
     optimizer_s: float
-    comm_s: float  # busy time of the communication thread per step (sum of bucket costs)
+    comm_s: float  # communication busy time per step (bucket costs; w/o spare core + overheads)
     comm_end_s: float  # end of this step's exchange, from step start, if started fresh
 
     @property
@@ -209,6 +210,7 @@ def step_time(
     *,
     staleness: int = 0,
     overlap: bool = True,
+    host: HostShare | None = None,
 ) -> StepTime:
     """Predict the steady-state step time. ``F, B, O`` = forward, backward, optimizer times;
     ``end_last`` = end of the bucket chain (times from backward start); ``S`` = sum of costs.
@@ -223,12 +225,21 @@ def step_time(
       compute; with ``T`` the max of both, every chain ends within ``F + B + S <= T + F + B``
       of its step's start, i.e. before the next step's optimizer, so nobody waits.)
 
-    The model assumes compute and communication do not slow each other down.
+    - no spare core (``host`` given and ``host.spare_core`` false: fewer than 2 cores per
+      rank): the communication thread competes with compute for the rank's core, so
+      nothing is hidden, at either staleness: ``T = F + B + S + O``, plus
+      ``n * host.handoff_s`` for the ``n`` buckets handed to the thread when ``overlap``,
+      plus ``G * host.stale_s_per_byte`` at staleness 1 (``G`` = gradient bytes), both only
+      when the strategy communicates. ``host=None`` assumes a spare core.
+
+    Otherwise the model assumes compute and communication do not slow each other down.
     """
     if staleness not in (0, 1):
         raise ValueError(f"staleness must be 0 or 1, got {staleness!r}")
     _check_size(size)
     costs = [model.bucket_s(strategy, b.bytes, size) for b in profile.buckets]
+    if host is not None and not host.spare_core:
+        return _serial_step(profile, costs, strategy, size, staleness, overlap, host)
     ready = [b.ready_s if overlap else profile.backward_s for b in profile.buckets]
     end_last = comm_chain(ready, costs)[-1]
     total = sum(costs)
@@ -238,6 +249,26 @@ def step_time(
     else:
         step = max(compute + profile.optimizer_s, total)
     return StepTime(step, compute, profile.optimizer_s, total, profile.forward_s + end_last)
+
+
+def _serial_step(
+    profile: Profile,
+    costs: Sequence[float],
+    strategy: Strategy | str,
+    size: int,
+    staleness: int,
+    overlap: bool,
+    host: HostShare,
+) -> StepTime:
+    """``step_time`` when the rank has no spare core: compute, then every bucket's exchange
+    (plus the hand-off cost of each bucket when overlapped, and staleness 1's per-byte
+    cost), then the optimizer."""
+    communicates = size > 1 and parse_strategy(strategy) is not Strategy.LOCAL
+    handoff = len(costs) * host.handoff_s if overlap and communicates else 0.0
+    stale = profile.grad_bytes * host.stale_s_per_byte if staleness == 1 and communicates else 0.0
+    busy = sum(costs) + handoff + stale
+    step = profile.compute_s + busy + profile.optimizer_s
+    return StepTime(step, profile.compute_s, profile.optimizer_s, busy, profile.compute_s + busy)
 
 
 def efficiency(profile: Profile, step_s: float) -> float:

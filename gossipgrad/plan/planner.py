@@ -21,6 +21,7 @@ from pathlib import Path
 
 from gossipgrad.plan.convergence import ConvergenceReport, render_convergence
 from gossipgrad.plan.formats import Profile
+from gossipgrad.plan.host import HostShare
 from gossipgrad.plan.memory import estimate_memory
 from gossipgrad.plan.model import (
     MIB,
@@ -74,8 +75,11 @@ def plan(
     overlap: bool = True,
     device_memory_bytes: int | None = None,
     optimizer_state_factor: float = 1.0,
+    host: HostShare | None = None,
 ) -> list[PlanRow]:
-    """Predict every combination; rows are ordered by size, strategy, bucket, staleness."""
+    """Predict every combination; rows are ordered by size, strategy, bucket, staleness.
+    ``host``: cores and ranks per host (None: every rank has a spare core for its
+    communication thread; see ``step_time``)."""
     strategies = [parse_strategy(s) for s in strategies]
     caps = [_cap_bytes(mb) for mb in bucket_mb]
     stalenesses = list(staleness)
@@ -88,7 +92,9 @@ def plan(
             for mb, cap in caps:
                 prof = profile.with_buckets(rebucket(profile.buckets, cap))
                 for s in stalenesses:
-                    t = step_time(prof, model, strategy, size, staleness=s, overlap=overlap)
+                    t = step_time(
+                        prof, model, strategy, size, staleness=s, overlap=overlap, host=host
+                    )
                     mem = estimate_memory(
                         prof,
                         strategy,

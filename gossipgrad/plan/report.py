@@ -14,10 +14,12 @@ True
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 from gossipgrad.plan.convergence import read_metrics
 from gossipgrad.plan.formats import NetworkFit, Profile
+from gossipgrad.plan.host import HostShare
 from gossipgrad.plan.model import CommModel, Strategy
 from gossipgrad.plan.planner import (
     DEFAULT_BUCKET_MB,
@@ -47,10 +49,16 @@ def plan_report(
     png_path: str | Path | None = None,
     all_rows: bool = False,
     tie_tolerance: float = DEFAULT_TIE_TOLERANCE,
+    host_cores: int | None = None,
+    ranks_per_host: int | None = None,
+    handoff_s: float | None = None,
+    stale_s_per_byte: float | None = None,
 ) -> str:
     """Load the profile and network fit, predict every configuration, and return the
     markdown report; also writes a PNG when ``png_path`` is given. ``metrics_path`` and
-    ``target_accuracy`` go together (measured steps to that accuracy per strategy)."""
+    ``target_accuracy`` go together (measured steps to that accuracy per strategy).
+    ``host_cores``, ``ranks_per_host``, ``handoff_s``, ``stale_s_per_byte`` override the
+    network file's ``host`` record field by field (see ``resolve_host``)."""
     if (metrics_path is None) != (target_accuracy is None):
         raise ValueError(
             "metrics_path and target_accuracy must be given together "
@@ -59,6 +67,7 @@ def plan_report(
     profile = Profile.load(profile_path)
     network = NetworkFit.load(network_path)
     model = CommModel.from_network(network, duplex=duplex, calibrate_allreduce=calibrate_allreduce)
+    host = resolve_host(network.host, host_cores, ranks_per_host, handoff_s, stale_s_per_byte)
     rows = plan(
         profile,
         model,
@@ -69,6 +78,7 @@ def plan_report(
         overlap=overlap,
         device_memory_bytes=device_memory_bytes,
         optimizer_state_factor=optimizer_state_factor,
+        host=host,
     )
     convergence = None
     if metrics_path is not None and target_accuracy is not None:
@@ -77,8 +87,47 @@ def plan_report(
         f"Plan for {profile.model} (batch {profile.batch_size} on {profile.device}), "
         f"network: {network.source}"
     )
+    if host is not None:
+        title += f"; {host.cores_per_rank:g} cores per rank"
+        if not host.spare_core:
+            title += (
+                f" (no spare core: hand-off {host.handoff_s * 1e6:.0f} us/bucket, "
+                f"staleness 1 {host.stale_s_per_byte * 1e9:.3g} ns/byte)"
+            )
     if png_path is not None:
         plot_png(rows, png_path, title=f"{profile.model}: predicted efficiency")
     return render_markdown(
         rows, title=title, convergence=convergence, all_rows=all_rows, tie_tolerance=tie_tolerance
     )
+
+
+def resolve_host(
+    recorded: HostShare | None,
+    cores: int | None = None,
+    ranks_per_host: int | None = None,
+    handoff_s: float | None = None,
+    stale_s_per_byte: float | None = None,
+) -> HostShare | None:
+    """The host to plan for: ``recorded`` (the network file's) with each given field
+    replacing its own. None when nothing is recorded or given (a spare core is assumed).
+
+    >>> resolve_host(HostShare(2, 2, 1e-3), ranks_per_host=1)
+    HostShare(cores=2, ranks_per_host=1, handoff_s=0.001, stale_s_per_byte=0.0)
+    """
+    given = {
+        "cores": cores,
+        "ranks_per_host": ranks_per_host,
+        "handoff_s": handoff_s,
+        "stale_s_per_byte": stale_s_per_byte,
+    }
+    given = {k: v for k, v in given.items() if v is not None}
+    if recorded is None:
+        if not given:
+            return None
+        if "cores" not in given or "ranks_per_host" not in given:
+            raise ValueError(
+                "the network file has no 'host' record: give both --host-cores and "
+                "--ranks-per-host (or no host option, to assume a spare core per rank)"
+            )
+        return HostShare(**given)
+    return replace(recorded, **given)
