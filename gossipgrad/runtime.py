@@ -65,8 +65,7 @@ def share_node(comm: Communicator) -> tuple[int, float]:
     """
     import torch
 
-    per_node = _ranks_on_node(comm)
-    cores = _usable_cores()
+    cores, per_node = host_share(comm)
     wanted = os.environ.get("GOSSIPGRAD_THREADS") or os.environ.get("OMP_NUM_THREADS")
     threads = max(1, int(wanted)) if wanted else max(1, cores // per_node)
     torch.set_num_threads(threads)

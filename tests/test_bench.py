@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gossipgrad.bench.strategies import markdown_table
+from gossipgrad.bench.strategies import markdown_table, run_order
 from gossipgrad.cli import main
 
 from launch import gossipgrad, run
@@ -104,8 +104,19 @@ def test_bench_strategies_counts_the_bytes_it_posts(tmp_path):
         assert set(rows[name]["phase_s"]) == {"forward", "backward", "optimizer"}
         assert rows[name]["wire_bytes_per_step"] is None  # not in the emulated cluster
     assert _positive(rec["gossip_over_allreduce"])
+    assert rec["best_allreduce_family"] == "allreduce"
+    assert rec["gossip_over_best_allreduce_family"] == rec["gossip_over_allreduce"]
+    assert all(r["staleness"] == 0 for r in rec["results"])
     assert png.stat().st_size > 1000 and png.read_bytes()[:4] == b"\x89PNG"
     assert md.read_text() == markdown_table(rec) and md.read_text().count("\n") == 5
+
+
+def test_horovod_runs_alone_after_the_others():
+    """Its background thread negotiates every cycle even when idle: nothing shares its run."""
+    assert run_order(["gossip", "horovod", "ddp", "local"]) == [["gossip", "ddp", "local"],
+                                                                 ["horovod"]]
+    assert run_order(["horovod"]) == [["horovod"]]
+    assert run_order(["local", "gossip"]) == [["local", "gossip"]]
 
 
 needs_netns = pytest.mark.skipif(

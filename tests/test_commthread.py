@@ -23,7 +23,10 @@ def test_many_buckets_finish_whoever_polls(eager):
         thread = CommThread(GossipExchange(comm, Schedule(comm.size)), 20)
         try:
             for step in range(5):
-                bufs = [torch.full((100 + i,), float(comm.rank + i)) for i in range(7)]
+                # new tensors each step, with step-dependent values: a send from a stale
+                # (cached) view of last step's tensor would show
+                bufs = [torch.full((100 + i,), float(comm.rank + i + 10 * step))
+                        for i in range(7)]
                 for i, b in enumerate(bufs):
                     thread.submit(i, lambda b=b, i=i, s=step: thread.exchange.start(
                         b, i, s, Tag.GRAD_BUCKET + i), eager=eager)
@@ -31,7 +34,8 @@ def test_many_buckets_finish_whoever_polls(eager):
                     thread.wait(i)
                 src = thread.exchange.schedule.peers(comm.rank, step).src
                 for i, b in enumerate(bufs):
-                    assert torch.all(b == (comm.rank + src) / 2 + i), (step, i, b[:3])
+                    assert torch.all(b == (comm.rank + src) / 2 + i + 10 * step), \
+                        (step, i, b[:3])
         finally:
             thread.close()
 

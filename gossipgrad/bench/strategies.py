@@ -104,6 +104,13 @@ class Contender:
                 self.wire.append((wire1 - wire0) / (steps + 1))
 
 
+def run_order(strategies: list[str]) -> list[list[str]]:
+    """Groups of strategies alive at once, in the order they run: every strategy without a
+    busy background thread together (rotating block by block), then each busy one alone."""
+    quiet = [n for n in strategies if n not in BUSY_BACKGROUND]
+    return [quiet] * bool(quiet) + [[n] for n in strategies if n in BUSY_BACKGROUND]
+
+
 def run_strategies(comm: Communicator, strategies: list[str], width: int = 1024,
                    layers: int = 8, batch: int = 8, mix: str = "param",
                    bucket_mb: float = 25.0, overlap: bool = True, steps: int = 3,
@@ -116,18 +123,14 @@ def run_strategies(comm: Communicator, strategies: list[str], width: int = 1024,
     if staleness not in (0, 1):
         raise ValueError(f"--staleness must be 0 or 1, got {staleness}")
 
-    def build(names: list[str]) -> list[Contender]:
-        return [Contender(comm, n, width, layers, batch,
-                          strategy_kwargs(n, mix, bucket_mb, overlap, staleness)) for n in names]
-
-    quiet = [n for n in strategies if n not in BUSY_BACKGROUND]
-    groups = [quiet] * bool(quiet) + [[n] for n in strategies if n in BUSY_BACKGROUND]
     rows: dict[str, dict[str, Any]] = {}
     done: dict[str, Contender] = {}
-    for names in groups:
+    for names in run_order(strategies):
         contenders: list[Contender] = []
         try:
-            contenders = build(names)
+            for n in names:  # one by one: those built are closed if a later one fails
+                contenders.append(Contender(comm, n, width, layers, batch, strategy_kwargs(
+                    n, mix, bucket_mb, overlap, staleness)))
             for rep in range(warmup + reps):
                 k = rep % len(contenders)
                 for c in contenders[k:] + contenders[:k]:
@@ -136,30 +139,29 @@ def run_strategies(comm: Communicator, strategies: list[str], width: int = 1024,
             for c in contenders:
                 rows[c.name] = summarize(comm, c, batch)
                 done[c.name] = c
-                model_bytes = sum(p.numel() * p.element_size()
-                                  for p in c.trainer.model.parameters())
         finally:
             for c in contenders:
                 c.trainer.close()
-    by_name = rows
+    model_bytes = sum(p.numel() * p.element_size()
+                      for p in done[strategies[0]].trainer.model.parameters())
     record: dict[str, Any] = {
         "bench": "strategies", "size": comm.size, "width": width, "layers": layers,
         "batch": batch, "mix": mix, "bucket_mb": bucket_mb, "overlap": overlap,
         "staleness": staleness, "steps": steps, "reps": reps, "warmup": warmup,
         "model_bytes": model_bytes, "results": [rows[n] for n in strategies], **link_info()}
-    if "gossip" in by_name and "allreduce" in by_name:
-        record["gossip_over_allreduce"] = finite(by_name["gossip"]["step_s"]
-                                                 / by_name["allreduce"]["step_s"])
+    if "gossip" in rows and "allreduce" in rows:
+        record["gossip_over_allreduce"] = finite(rows["gossip"]["step_s"]
+                                                 / rows["allreduce"]["step_s"])
         g, a = done["gossip"], done["allreduce"]
         paired = [x / y for x, y in zip(max_over_ranks(comm, g.times),
                                         max_over_ranks(comm, a.times), strict=True)]
         record["gossip_over_allreduce_paired"] = finite(median(paired))
-    family = [n for n in ALLREDUCE_FAMILY if n in by_name]
-    if "gossip" in by_name and family:
-        best = min(family, key=lambda n: by_name[n]["step_s"])
+    family = [n for n in ALLREDUCE_FAMILY if n in rows]
+    if "gossip" in rows and family:
+        best = min(family, key=lambda n: rows[n]["step_s"])
         record["best_allreduce_family"] = best
-        record["gossip_over_best_allreduce_family"] = finite(by_name["gossip"]["step_s"]
-                                                             / by_name[best]["step_s"])
+        record["gossip_over_best_allreduce_family"] = finite(rows["gossip"]["step_s"]
+                                                             / rows[best]["step_s"])
     return record
 
 

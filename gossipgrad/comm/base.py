@@ -18,10 +18,11 @@ from typing import Any, Protocol, runtime_checkable
 DEFAULT_TIMEOUT_S = 120.0
 
 PROGRESS_BURST = int(os.environ.get("GOSSIPGRAD_PROGRESS_BURST", "16"))
-"""Progress calls per poll before sleeping (``GOSSIPGRAD_PROGRESS_BURST`` overrides). MPI moves a bounded amount of data per call (with
-UCX over TCP about one fragment), so testing once per poll starves a fast link: on the 1 Gbit
-emulated link a 4 MiB exchange polled once per <= 1 ms sleep took 113 ms against 36 ms for
-``MPI_Wait``; a burst of 16-20 tests per poll matched ``MPI_Wait`` (see docs/benchmarks.md)."""
+"""Progress calls per poll before sleeping (``GOSSIPGRAD_PROGRESS_BURST`` overrides). MPI
+moves a bounded amount of data per call (with UCX over TCP about one fragment), so testing
+once per poll starves a fast link: on the 1 Gbit emulated link a 4 MiB exchange polled once
+per <= 1 ms sleep took 113 ms against 36 ms for ``MPI_Wait``; a burst of 16-20 tests per
+poll matched ``MPI_Wait`` (see docs/benchmarks.md)."""
 
 POLL_MAX_PAUSE_S = float(os.environ.get("GOSSIPGRAD_POLL_MAX_PAUSE_S", "1e-3"))
 """The longest sleep between polls (the backoff starts at 0 and doubles from 20 us;

@@ -260,11 +260,7 @@ class DistributedOptimizer:
         applied; a staleness-1 exchange is completed without applying it."""
         self.wait_parameters()
         for key, pending, _ in self._stale:
-            if pending is None:
-                self._thread.wait(key)
-            else:
-                for r in pending.requests:
-                    r.wait(self.comm.timeout)
+            self._complete_stale(key, pending)  # mixed, never applied
         self._stale = []
 
     def synchronize(self) -> None:
