@@ -50,6 +50,7 @@ from gossipgrad.engine.consensus import (
     consensus_distance,
     verify_identical,
 )
+from gossipgrad.engine.wrapped import WrappedOptimizer
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class Mix(enum.StrEnum):
     PARAM = "param"
 
 
-class DistributedOptimizer:
+class DistributedOptimizer(WrappedOptimizer):
     """Wraps ``optimizer``; ``step()`` = exchange + local step (order set by ``mix``).
 
     Args:
@@ -288,13 +289,5 @@ class DistributedOptimizer:
             self._thread = None
 
     def state_dict(self) -> dict[str, Any]:
-        self.wait_parameters()
-        return {"optimizer": self.optimizer.state_dict(), "step": self.step_count}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.step_count = int(state["step"])
-
-    @property
-    def param_groups(self) -> list[dict[str, Any]]:
-        return self.optimizer.param_groups
+        self.wait_parameters()  # parameters in flight are mixed in before saving
+        return super().state_dict()

@@ -32,8 +32,8 @@ from gossipgrad.engine import snapshot as snap
 from gossipgrad.engine.config import TrainConfig
 from gossipgrad.engine.consensus import agree, verify_identical
 from gossipgrad.engine.distributed import DistributedOptimizer
-from gossipgrad.engine.factory import make_distributed
 from gossipgrad.engine.evaluation import evaluate
+from gossipgrad.engine.factory import make_distributed
 from gossipgrad.engine.metrics import MetricsWriter, Progress, Throughput
 from gossipgrad.engine.signals import StopSignals, signal_name
 from gossipgrad.models import build_model, logits, loss_fn

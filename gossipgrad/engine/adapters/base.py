@@ -21,11 +21,12 @@ from gossipgrad.comm.exchange import Strategy
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.engine.buckets import DEFAULT_BUCKET_MB, BucketLayout, cap_from_mb
 from gossipgrad.engine.consensus import consensus_distance, verify_identical
+from gossipgrad.engine.wrapped import WrappedOptimizer
 
 log = logging.getLogger(__name__)
 
 
-class AllreduceAdapter:
+class AllreduceAdapter(WrappedOptimizer):
     """Base for library-backed allreduce strategies (identical parameters every step).
 
     Args:
@@ -102,14 +103,3 @@ class AllreduceAdapter:
 
     def close(self) -> None:
         pass
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer.state_dict(), "step": self.step_count}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.step_count = int(state["step"])
-
-    @property
-    def param_groups(self) -> list[dict[str, Any]]:
-        return self.optimizer.param_groups
