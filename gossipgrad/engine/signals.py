@@ -28,9 +28,13 @@ from types import FrameType
 
 import numpy as np
 
-from gossipgrad.comm.base import Communicator, ReduceOp, allreduce_
+from gossipgrad.comm.base import Communicator, ReduceOp
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+
+AGREEMENT_GRACE_S = 3.0
+"""Seconds the per-step stop agreement waits beyond the communication deadline."""
 
 
 class StopSignals:
@@ -57,7 +61,11 @@ class StopSignals:
         """
         if not self.stopped:
             flag = np.array([self.received], dtype=np.int64)
-            self.stopped = int(allreduce_(self.comm, flag, ReduceOp.MAX)[0])
+            # A collective cannot tell who is missing; the point-to-point wait of a hung
+            # rank's partner can. Waiting a little longer here lets that one fire first
+            # and end the job with a message naming the rank.
+            self.comm.iallreduce_(flag, ReduceOp.MAX).wait(self.comm.timeout + AGREEMENT_GRACE_S)
+            self.stopped = int(flag[0])
         return self.stopped
 
     def close(self) -> None:
