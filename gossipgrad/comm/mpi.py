@@ -17,6 +17,7 @@ import threading
 from typing import Any
 
 import mpi4py
+import numpy as np
 
 from gossipgrad.comm.base import (
     DEFAULT_TIMEOUT_S,
@@ -64,6 +65,8 @@ def cuda_aware() -> bool:
 
 def mpi_buffer(buf: Any) -> Any:
     """What MPI can read: host tensors as numpy views, CUDA tensors as they are."""
+    if type(buf) is np.ndarray and buf.flags.c_contiguous:  # the exchange's cached views
+        return buf
     if getattr(buf, "is_cuda", False):
         return buf
     return host_array(buf)
@@ -192,8 +195,6 @@ def _node_members() -> list[int]:
     puts every rank on a "node" of its own although they all share this host's cores.
     """
     import hashlib
-
-    import numpy as np
 
     world = MPI.COMM_WORLD
     mine = np.frombuffer(hashlib.sha256(processor_name().encode()).digest()[:8], dtype=np.int64)
