@@ -72,11 +72,14 @@ def test_bench_exchange_reports_both_methods_per_size():
 
 @pytest.mark.mpi
 @pytest.mark.timeout(180)
-def test_bench_overlap_reports_three_step_times():
+@pytest.mark.parametrize(("mix", "staleness"), [("param", 0), ("grad", 1)])
+def test_bench_overlap_reports_three_step_times(mix, staleness):
     rec = _record(gossipgrad(2, ["bench", "overlap", "--width", "64", "--layers", "3",
-                                 "--bucket-mb", "0.01", "--steps", "2", "--reps", "2"],
+                                 "--bucket-mb", "0.01", "--steps", "2", "--reps", "2",
+                                 "--mix", mix, "--staleness", str(staleness)],
                              timeout=160))
-    assert rec["bench"] == "overlap" and rec["mix"] == "param" and rec["buckets"] >= 3
+    assert rec["bench"] == "overlap" and rec["mix"] == mix and rec["buckets"] >= 3
+    assert rec["staleness"] == staleness
     assert rec["model_bytes"] == 3 * (64 * 64 + 64) * 4
     assert rec["batch"] >= 1
     for key in ("compute_step_s", "blocking_step_s", "overlapped_step_s", "exchange_s",

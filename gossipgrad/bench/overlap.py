@@ -10,7 +10,9 @@ run, each through the engine factory, alternating blocks of ``--steps`` steps:
 - ``compute``: strategy ``local`` (no communication; the lower bound);
 - ``blocking``: gossip, ``overlap=False`` (exchange after backward, or after the step);
 - ``overlapped``: gossip, ``overlap=True`` (buckets leave from backward hooks, or are
-  waited for by forward pre-hooks, on the communication thread).
+  waited for by forward pre-hooks, on the communication thread), at ``--staleness`` (0:
+  every exchange completes within its step, so the last bucket's transfer is a tail no
+  compute covers; 1: completed at the next step, behind its whole forward and backward).
 
 Calibration first: the time of one blocking exchange of the whole model (``exchange_s``) and
 the backward time per sample are measured, and the batch is chosen so that the exchange is
@@ -88,7 +90,7 @@ def calibrate(comm: Communicator, trainers: dict[str, Trainer], fraction: float,
 
 def run_overlap(comm: Communicator, width: int = 1024, layers: int = 8, mix: str = "param",
                 comm_fraction: float = 0.5, batch: int = 0, bucket_mb: float = 4.0,
-                steps: int = 4, reps: int = 3) -> dict[str, Any]:
+                steps: int = 4, reps: int = 3, staleness: int = 0) -> dict[str, Any]:
     """The whole benchmark; returns the JSON record (the same on every rank)."""
     if comm.size < 2:
         raise ValueError("bench overlap needs at least 2 ranks: mpiexec -n 2 gossipgrad bench "
@@ -96,8 +98,10 @@ def run_overlap(comm: Communicator, width: int = 1024, layers: int = 8, mix: str
     if not 0 < comm_fraction <= 10 or batch < 0 or steps < 1 or reps < 1:
         raise ValueError("need 0 < --comm-fraction <= 10, --batch >= 0, --steps >= 1, "
                          "--reps >= 1")
+    if staleness not in (0, 1):
+        raise ValueError(f"--staleness must be 0 or 1, got {staleness}")
     trainers = {name: Trainer(comm, strategy, width, layers, mix=mix, bucket_mb=bucket_mb,
-                              overlap=overlap)
+                              overlap=overlap, staleness=staleness if overlap else 0)
                 for name, (strategy, overlap) in CONFIGS.items()}
     try:
         chosen, exchange_s = calibrate(comm, trainers, comm_fraction)
@@ -125,6 +129,7 @@ def run_overlap(comm: Communicator, width: int = 1024, layers: int = 8, mix: str
     hidden = (med["blocking"] - med["overlapped"]) / exposed if exposed > 0 else None
     return {"bench": "overlap", "size": comm.size, "mix": mix, "width": width,
             "layers": layers, "batch": batch, "bucket_mb": bucket_mb, "buckets": buckets,
+            "staleness": staleness,
             "model_bytes": model_bytes, "steps": steps, "reps": reps,
             "comm_fraction_target": comm_fraction,
             "exchange_s": rounded(exchange_s), "forward_s": rounded(forward_s),

@@ -90,20 +90,24 @@ def exchange(sizes_mb: str, bucket_mb: float, cprofile: int, reps: int, warmup: 
 @click.option("--batch", type=click.IntRange(0), default=0, show_default=True,
               help="Samples per rank per step (0 = calibrate from --comm-fraction).")
 @click.option("--bucket-mb", type=float, default=4.0, show_default=True)
+@click.option("--staleness", type=click.IntRange(0, 1), default=0, show_default=True,
+              help="Of the overlapped configuration (1: complete each exchange at the next "
+                   "step, behind its forward and backward).")
 @click.option("--steps", type=click.IntRange(1), default=4, show_default=True,
               help="Timed steps per block.")
 @click.option("--reps", type=click.IntRange(1), default=3, show_default=True,
               help="Blocks per configuration (the median is reported).")
 @_TIMEOUT
 def overlap(width: int, layers: int, mix: str, comm_fraction: float, batch: int,
-            bucket_mb: float, steps: int, reps: int, comm_timeout: float) -> None:
+            bucket_mb: float, staleness: int, steps: int, reps: int,
+            comm_timeout: float) -> None:
     """Step time: compute only vs blocking exchange vs overlapped exchange."""
     from gossipgrad.bench.overlap import run_overlap
 
     if bucket_mb <= 0:
         raise click.BadParameter(f"must be > 0, got {bucket_mb}", param_hint="--bucket-mb")
     _run(comm_timeout, lambda comm: run_overlap(comm, width, layers, mix, comm_fraction, batch,
-                                                bucket_mb, steps, reps))
+                                                bucket_mb, steps, reps, staleness))
 
 
 @bench.command()
