@@ -45,14 +45,21 @@ def test_plan_validate_smoke(tmp_path):
     assert _finite(report["compute_check"]["error_pct"])
     host, cal = report["host"], report["calibration"]
     assert host["ranks_per_host"] == 2 and host["cores"] >= 1 and host["handoff_s"] >= 0
-    if host["spare_core"]:  # overlap can hide: no hand-off calibrated, none charged
-        assert cal is None and all(c["predicted_s"] == c["predicted_spare_core_s"]
-                                   for c in configs)
-    else:  # calibrated beforehand: 2 rounds (blocking, s0, s1) per strategy
-        assert len(cal["runs"]) == 2 * 2 and cal["handoff_s"] == host["handoff_s"]
+    # Calibrated beforehand: 2 rounds (compute-only, blocking, s0, s1) per strategy.
+    assert len(cal["runs"]) == 2 * 2
+    assert all({"local_s", "blocking_s", "s0_s", "s1_s"} <= set(r) for r in cal["runs"])
+    assert cal["compute_factor"] > 0 and set(cal["exchange_factor"]) == {"gossip", "allreduce"}
+    check = report["compute_check"]
+    assert check["predicted_s"] == pytest.approx(check["profile_s"] * cal["compute_factor"])
+    if host["spare_core"]:  # overlap can hide: no hand-off charged
+        assert all(c["predicted_uncalibrated_s"] == c["predicted_spare_core_s"]
+                   for c in configs)
+    else:
+        assert cal["handoff_s"] == host["handoff_s"]
         assert cal["stale_s_per_byte"] == host["stale_s_per_byte"]
-        assert all({"blocking_s", "s0_s", "s1_s"} <= set(r) for r in cal["runs"])
-        assert all(c["predicted_s"] >= c["predicted_spare_core_s"] for c in configs)
+        assert all(c["predicted_uncalibrated_s"] >= c["predicted_spare_core_s"]
+                   for c in configs)
+    assert _finite(report["summary_uncalibrated"]["mape_pct"])
     assert _finite(report["summary_spare_core"]["mape_pct"])
 
     merged = run([sys.executable, "-m", "gossipgrad.bench.plan_validate", "--merge", str(out),

@@ -12,22 +12,24 @@ One launch, all on every rank (collective):
 1. **beforehand**: every rank profiles the model at once (``profile_arch``; rank 0's profile
    is used, taken while the other ranks compute too, as they will in training), then
    ``measure_network`` fits the links at the launched size and records the host (cores a
-   rank may use, ranks on the host). Without a spare core per rank (``HostShare``), the
-   per-bucket hand-off and staleness-1 costs are calibrated here: ``--calibrate-pairs``
-   rounds per strategy of blocking / overlapped s0 / overlapped s1 short runs at the
-   ``--calibrate-mb`` cap; ``handoff_s`` = median of ``(s0 - blocking) / n_buckets``
-   (``fit_handoff``), ``stale_s_per_byte`` = median of ``(s1 - s0) / grad_bytes``
-   (``fit_stale``), pooled over strategies. These runs are not scored;
+   rank may use, ranks on the host). Then the in-step calibration
+   (:func:`calibrate_in_step`): ``--calibrate-pairs`` rounds per strategy of compute-only /
+   blocking / overlapped s0 / overlapped s1 short runs at the ``--calibrate-mb`` cap give
+   the compute factor, each strategy's exchange factor (:mod:`gossipgrad.plan.calibrate`)
+   and, without a spare core per rank (``HostShare``), the per-bucket hand-off and
+   staleness-1 costs (``fit_handoff``, ``fit_stale``). These runs are not scored;
 2. a **compute-only** run (strategy ``local``) checks the profile: its measured step against
    the profile's ``F + B + O`` is the compute term's error;
 3. each configuration (strategy x bucket MiB x mix/overlap x staleness) is trained for
    ``warmup`` + ``steps`` steps on a fixed synthetic batch; the step time is the median over
    the timed steps of the slowest rank's step (a ``barrier`` closes every step);
 4. each is predicted by ``step_time`` from ``layout_profile`` (the engine's own buckets at
-   that cap), the fit and the host from step 1. ``mix=param`` (no overlap in the engine: the
-   exchange follows the optimizer step) is predicted with ``overlap=False``. Each row also
-   carries ``predicted_spare_core_s``, the prediction without the contention term
-   (``host=None``), scored in ``summary_spare_core``.
+   that cap) scaled by the compute factor, the fit with the strategy's exchange factor, and
+   the host from step 1. ``mix=param`` (no overlap in the engine: the exchange follows the
+   optimizer step) is predicted with ``overlap=False``. Each row also carries
+   ``predicted_uncalibrated_s`` (the profile and fit as measured, with the host term;
+   scored in ``summary_uncalibrated``) and ``predicted_spare_core_s`` (neither calibration
+   nor contention term, ``host=None``; ``summary_spare_core``).
 
 Rank 0 prints one JSON object (and writes it to ``--out``): per-config predicted and
 measured seconds, their parts, and ``summary`` (MAPE, worst error, Kendall tau, regret,
@@ -148,6 +150,7 @@ def measure(comm: Any, *, arch: str = "mlp", hidden: int = 1024, batch_size: int
     from gossipgrad.engine.profiler import SMALL_MODELS, input_shape, layout_profile, profile_arch
     from gossipgrad.models import build_model
     from gossipgrad.plan import CommModel, step_time
+    from gossipgrad.plan.calibrate import scale_exchange, scale_profile
     from gossipgrad.plan.host import HostShare
     from gossipgrad.runtime import host_share
     torch.set_num_threads(1)
@@ -162,14 +165,12 @@ def measure(comm: Any, *, arch: str = "mlp", hidden: int = 1024, batch_size: int
     shape = input_shape(arch, 224)
     net = build_model(arch, shape, 10 if arch in SMALL_MODELS else 1000, hidden)
     host = HostShare(*host_share(comm))
-    calibration = None
+    strategies = list(dict.fromkeys(c.strategy for c in configs if c.strategy != "local"))
+    cap_mb = calibrate_mb or min(c.bucket_mb for c in configs)
+    cal_prof = layout_profile(result, net, cap_from_mb(cap_mb))
+    calibration = calibrate_in_step(comm, strategies, cap_mb, cal_prof, cm, calibrate_pairs,
+                                    arch, hidden, batch_size, steps, warmup)
     if not host.spare_core:
-        strategies = list(dict.fromkeys(c.strategy for c in configs if c.strategy != "local"))
-        cap_mb = calibrate_mb or min(c.bucket_mb for c in configs)
-        cal_prof = layout_profile(result, net, cap_from_mb(cap_mb))
-        calibration = calibrate_handoff(comm, strategies, cap_mb, len(cal_prof.buckets),
-                                        cal_prof.grad_bytes, calibrate_pairs, arch, hidden,
-                                        batch_size, steps, warmup)
         host = HostShare(host.cores, host.ranks_per_host, calibration["handoff_s"],
                          calibration["stale_s_per_byte"])
     local = run_config(comm, Config("local", 25.0), arch, hidden, batch_size, steps, warmup)
@@ -178,17 +179,22 @@ def measure(comm: Any, *, arch: str = "mlp", hidden: int = 1024, batch_size: int
         m = run_config(comm, cfg, arch, hidden, batch_size, steps, warmup)
         prof = layout_profile(result, net, cap_from_mb(cfg.bucket_mb))
         overlap = cfg.overlap and cfg.mix == "grad"
-        st = step_time(prof, cm, cfg.strategy, comm.size, staleness=cfg.staleness,
-                       overlap=overlap, host=host)
-        free = step_time(prof, cm, cfg.strategy, comm.size, staleness=cfg.staleness,
-                         overlap=overlap)
+        kw = {"staleness": cfg.staleness, "overlap": overlap}
+        factor = calibration["exchange_factor"].get(cfg.strategy, 1.0)
+        st = step_time(scale_profile(prof, calibration["compute_factor"]),
+                       scale_exchange(cm, cfg.strategy, factor), cfg.strategy, comm.size,
+                       host=host, **kw)
+        raw = step_time(prof, cm, cfg.strategy, comm.size, host=host, **kw)
+        free = step_time(prof, cm, cfg.strategy, comm.size, **kw)
         rows.append({"config": cfg.label, **asdict(cfg), "size": comm.size,
                      "n_buckets": len(prof.buckets), "predicted_s": st.step_s,
                      "predicted_comm_s": st.comm_s,
                      "predicted_exposed_comm_s": st.exposed_comm_s,
+                     "predicted_uncalibrated_s": raw.step_s,
                      "predicted_spare_core_s": free.step_s, **m,
                      "measured_exposed_comm_s": m["measured_s"] - local["measured_s"]})
     p = result.profile
+    calibrated_local = p.local_step_s * calibration["compute_factor"]
     report = {
         "benchmark": "plan-validate", "size": comm.size, "arch": arch, "hidden": hidden,
         "batch_size": batch_size, "steps": steps, "warmup": warmup,
@@ -199,45 +205,67 @@ def measure(comm: Any, *, arch: str = "mlp", hidden: int = 1024, batch_size: int
         "host": {**host.to_json(), "cores_per_rank": host.cores_per_rank,
                  "spare_core": host.spare_core},
         "calibration": calibration,
-        "compute_check": {"predicted_s": p.local_step_s, **local,
-                          "error_pct": 100 * (p.local_step_s - local["measured_s"])
+        "compute_check": {"predicted_s": calibrated_local, "profile_s": p.local_step_s,
+                          **local,
+                          "error_pct": 100 * (calibrated_local - local["measured_s"])
+                          / local["measured_s"],
+                          "profile_error_pct": 100 * (p.local_step_s - local["measured_s"])
                           / local["measured_s"]},
         "configs": rows,
     }
     report["summary"] = score(rows, [report])
+    report["summary_uncalibrated"] = score(rows, [report], key="predicted_uncalibrated_s")
     report["summary_spare_core"] = score(rows, [report], key="predicted_spare_core_s")
     return report
 
 
-def calibrate_handoff(comm: Any, strategies: Sequence[str], cap_mb: float, n_buckets: int,
-                      grad_bytes: int, pairs: int, arch: str, hidden: int, batch_size: int,
-                      steps: int, warmup: int) -> dict[str, Any]:
-    """The no-spare-core overheads, from ``pairs`` rounds per strategy of three runs at
-    ``cap_mb`` (grad mix): blocking, overlapped staleness 0, overlapped staleness 1, in an
-    order rotated each round. ``handoff_s`` = median of ``fit_handoff(blocking, s0)``,
-    ``stale_s_per_byte`` = median of ``fit_stale(s0, s1)``. Collective. Taken before, and
-    apart from, the scored runs."""
+def calibrate_in_step(comm: Any, strategies: Sequence[str], cap_mb: float, cal_prof: Any,
+                      cm: Any, pairs: int, arch: str, hidden: int, batch_size: int, steps: int,
+                      warmup: int) -> dict[str, Any]:
+    """Measure, before and apart from the scored runs, what a training step adds to the
+    profile and the fit: ``pairs`` rounds per strategy of four short runs at ``cap_mb``
+    (grad mix) -- compute-only (``local``), blocking, overlapped staleness 0, overlapped
+    staleness 1 -- in an order rotated each round. Medians over rounds:
+
+    - ``compute_factor`` = compute-only step / the profile's ``F + B + O``
+      (``fit_compute_factor``, pooled over strategies);
+    - ``exchange_factor[strategy]`` = (blocking - compute-only) / the model's summed bucket
+      costs ``S`` at ``cap_mb`` (``fit_exchange_factor``);
+    - ``handoff_s`` = ``fit_handoff(blocking, s0)`` and ``stale_s_per_byte`` =
+      ``fit_stale(s0, s1)``, pooled over strategies (used only without a spare core).
+
+    Collective."""
+    from gossipgrad.plan.calibrate import fit_compute_factor, fit_exchange_factor
     from gossipgrad.plan.host import fit_handoff, fit_stale
 
     if pairs < 1:
         raise ValueError(f"calibrate_pairs must be >= 1, got {pairs}")
-    kinds = [("blocking", False, 0), ("s0", True, 0), ("s1", True, 1)]
+    kinds = [("local", "local", False, 0), ("blocking", None, False, 0), ("s0", None, True, 0),
+             ("s1", None, True, 1)]
+    n_buckets, grad_bytes = len(cal_prof.buckets), cal_prof.grad_bytes
+    compute: list[float] = []
+    exchange: dict[str, list[float]] = {s: [] for s in strategies}
     handoff: list[float] = []
     stale: list[float] = []
     runs = []
     for strategy in strategies:
+        predicted = sum(cm.bucket_s(strategy, b.bytes, comm.size) for b in cal_prof.buckets)
         for i in range(pairs):
             t = {}
-            for name, overlap, staleness in kinds[i % 3:] + kinds[:i % 3]:
-                cfg = Config(strategy, cap_mb, "grad", overlap, staleness)
+            for name, kind, overlap, staleness in kinds[i % 4:] + kinds[:i % 4]:
+                cfg = Config(kind or strategy, cap_mb, "grad", overlap, staleness)
                 t[name] = run_config(comm, cfg, arch, hidden, batch_size, steps,
                                      warmup)["measured_s"]
+            compute.append(fit_compute_factor(t["local"], cal_prof))
+            exchange[strategy].append(fit_exchange_factor(t["blocking"], t["local"], predicted))
             handoff.append(fit_handoff(t["blocking"], t["s0"], n_buckets))
             stale.append(fit_stale(t["s0"], t["s1"], grad_bytes))
             runs.append({"strategy": strategy, **{f"{k}_s": v for k, v in t.items()}})
     return {"bucket_mb": cap_mb, "n_buckets": n_buckets, "grad_bytes": grad_bytes,
-            "runs": runs, "handoff_per_round_s": handoff,
-            "stale_per_round_s_per_byte": stale, "handoff_s": statistics.median(handoff),
+            "runs": runs, "compute_factor": statistics.median(compute),
+            "exchange_factor": {s: statistics.median(v) for s, v in exchange.items()},
+            "handoff_per_round_s": handoff, "stale_per_round_s_per_byte": stale,
+            "handoff_s": statistics.median(handoff),
             "stale_s_per_byte": statistics.median(stale)}
 
 
@@ -283,8 +311,10 @@ def merge(paths: Sequence[str]) -> dict[str, Any]:
                             "compute_check": lc["compute_check"], "summary": lc["summary"]}
                            for lc in launches],
             "configs": rows, "summary": score(rows, launches),
-            **({"summary_spare_core": score(rows, launches, key="predicted_spare_core_s")}
-               if all("predicted_spare_core_s" in r for r in rows) else {})}
+            **{name: score(rows, launches, key=key)
+               for name, key in (("summary_uncalibrated", "predicted_uncalibrated_s"),
+                                 ("summary_spare_core", "predicted_spare_core_s"))
+               if all(key in r for r in rows)}}
 
 
 def markdown_table(report: dict[str, Any]) -> str:
@@ -325,11 +355,11 @@ def _floats(text: str) -> list[float]:
 @click.option("--net-reps", type=int, default=5, show_default=True)
 @click.option("--calibrate-allreduce", is_flag=True)
 @click.option("--calibrate-mb", type=float, default=None,
-              help="Bucket cap (MiB) of the hand-off calibration runs (default: the smallest "
-                   "--bucket-mb). Used only without a spare core per rank.")
+              help="Bucket cap (MiB) of the in-step calibration runs (default: the smallest "
+                   "--bucket-mb).")
 @click.option("--calibrate-pairs", type=int, default=2, show_default=True,
-              help="Rounds (blocking, overlapped s0, overlapped s1) per strategy for the "
-                   "no-spare-core calibration.")
+              help="Rounds (compute-only, blocking, overlapped s0, overlapped s1) per "
+                   "strategy for the in-step calibration.")
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
               help="Also write the JSON here (rank 0).")
 @click.option("--merge", "merge_paths", multiple=True, type=click.Path(exists=True),
@@ -380,7 +410,11 @@ def plan_validate(arch: str, hidden: int, batch_size: int, strategies: str, buck
               f'{h["spare_core"]}, hand-off {1e6 * h["handoff_s"]:.0f} us/bucket, '
               f'staleness 1 {1e9 * h["stale_s_per_byte"]:.3g} ns/byte',
               file=sys.stderr)
-        for name in ("summary", "summary_spare_core"):
+        c = report["calibration"]
+        print(f'calibration: compute x{c["compute_factor"]:.3f}, exchange '
+              + ", ".join(f"{k} x{v:.2f}" for k, v in c["exchange_factor"].items()),
+              file=sys.stderr)
+        for name in ("summary", "summary_uncalibrated", "summary_spare_core"):
             s = report[name]
             print(f'{name}: MAPE {s["mape_pct"]:.1f}%  worst {s["worst_abs_pct"]:.1f}%  '
                   f'tau {s["kendall_tau"]}  regret {s["regret"]:.3f}', file=sys.stderr)

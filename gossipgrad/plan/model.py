@@ -66,6 +66,8 @@ class CommModel:
         allreduce_latency_factor, allreduce_bandwidth_factor: multiply the ring formula's
             latency and bandwidth terms; 1.0 is the ideal ring. ``1 / factor`` is the
             allreduce implementation's efficiency relative to the ring built from p2p.
+        gossip_factor: multiplies a gossip bucket's cost (1.0: the p2p fit as it is; set
+            by the in-step calibration, :mod:`gossipgrad.plan.calibrate`).
     """
 
     alpha_s: float
@@ -73,6 +75,7 @@ class CommModel:
     duplex: float = 1.0
     allreduce_latency_factor: float = 1.0
     allreduce_bandwidth_factor: float = 1.0
+    gossip_factor: float = 1.0
 
     def __post_init__(self) -> None:
         if not self.alpha_s >= 0:
@@ -81,7 +84,7 @@ class CommModel:
             raise ValueError(f"beta_s_per_byte must be >= 0, got {self.beta_s_per_byte}")
         if not 1.0 <= self.duplex <= 2.0:
             raise ValueError(f"duplex must be in [1, 2], got {self.duplex}")
-        for name in ("allreduce_latency_factor", "allreduce_bandwidth_factor"):
+        for name in ("allreduce_latency_factor", "allreduce_bandwidth_factor", "gossip_factor"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
 
@@ -104,7 +107,7 @@ class CommModel:
         if size == 1 or strategy is Strategy.LOCAL:
             return 0.0
         if strategy is Strategy.GOSSIP:
-            return self.alpha_s + self.duplex * self.beta_s_per_byte * nbytes
+            return self.gossip_factor * (self.alpha_s + self.duplex * self.beta_s_per_byte * nbytes)
         p = size
         return (
             self.allreduce_latency_factor * 2 * (p - 1) * self.alpha_s
