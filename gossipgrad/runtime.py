@@ -103,7 +103,7 @@ def _ranks_on_node(comm: Communicator) -> int:
         return 1
     from gossipgrad.comm.mpi import node_size
 
-    return node_size()
+    return node_size(getattr(comm, "mpi4py_comm", None))
 
 
 class _RankFormatter(logging.Formatter):

@@ -69,3 +69,32 @@ def test_plan_validate_smoke(tmp_path):
     assert len(m["configs"]) == 2 * len(configs)
     assert _finite(m["summary"]["mape_pct"])
     assert _finite(m["summary_spare_core"]["mape_pct"])
+
+
+def test_plan_validate_at_two_sizes_in_one_launch(tmp_path):
+    """--sizes 2,3 under mpiexec -n 3: size 2 runs on ranks 0-1 while rank 2 waits, then
+    size 3 on all; one report scores both, with the regret taken per size. (Messages up to
+    1 MiB: with 3 ranks on 2 cores, 64 KiB ping-pongs are all latency and jitter, and the
+    fit's bandwidth can come out negative.)"""
+    cmd = [mpiexec(), "-n", "3", sys.executable, "-m", "gossipgrad.bench.plan_validate",
+           "--hidden", "16", "--bucket-mb", "1", "--only-overlap", "--strategies", "gossip",
+           "--steps", "2", "--warmup", "1", "--profile-steps", "2", "--net-max-mb", "1",
+           "--net-reps", "3", "--calibrate-pairs", "1", "--sizes", "2,3"]
+    proc = run(cmd, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["sizes"] == [2, 3]
+    assert [lc["size"] for lc in report["launches"]] == [2, 3]
+    # One host: the ranks that take part are the ranks on it (the waiting one is not).
+    assert [lc["host"]["ranks_per_host"] for lc in report["launches"]] == [2, 3]
+    assert sorted({c["size"] for c in report["configs"]}) == [2, 3]
+    per_size = report["summary"]["regret_per_size"]
+    assert set(per_size) == {"2", "3"} and all(v["regret"] >= 1 for v in per_size.values())
+    assert report["summary"]["regret"] == max(v["regret"] for v in per_size.values())
+
+
+def test_plan_validate_refuses_a_size_above_the_launch():
+    proc = run([mpiexec(), "-n", "2", sys.executable, "-m", "gossipgrad.bench.plan_validate",
+                "--sizes", "2,4"], timeout=60)
+    assert proc.returncode != 0
+    assert "each size must be in 2..2" in proc.stderr, proc.stderr[-2000:]

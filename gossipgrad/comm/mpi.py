@@ -162,6 +162,20 @@ class MpiCommunicator:
         with self.lock:
             return MpiCommunicator(self._comm.Dup(), self.timeout, self.delay_s, self._poster)
 
+    def split(self, color: int | None) -> MpiCommunicator | None:
+        """The ranks that pass the same ``color``, in rank order (collective: every rank
+        calls it); None on ranks that pass None (they join no group)."""
+        with self.lock:
+            sub = self._comm.Split(MPI.UNDEFINED if color is None else color, self.rank)
+        if sub == MPI.COMM_NULL:
+            return None
+        return MpiCommunicator(sub, self.timeout, self.delay_s, self._poster)
+
+    def free(self) -> None:
+        """Release the underlying communicator (one from ``dup`` or ``split``)."""
+        with self.lock:
+            self._comm.Free()
+
     def abort(self, code: int = 1) -> None:
         MPI.COMM_WORLD.Abort(code)
         os._exit(code)  # Abort should not return; never let this rank carry on
@@ -188,24 +202,26 @@ def library_version() -> str:
     return MPI.Get_library_version().splitlines()[0]
 
 
-def _node_members() -> list[int]:
-    """World ranks on this rank's host, found by host name (fixed-size digests, no pickles).
+def _node_members(comm: Any = None) -> list[int]:
+    """Ranks of ``comm`` (default ``COMM_WORLD``) on this rank's host, found by host name
+    (fixed-size digests, no pickles).
 
     Not ``MPI_COMM_TYPE_SHARED``: with ``MPIR_CVAR_NOLOCAL`` (the emulated cluster) MPICH
     puts every rank on a "node" of its own although they all share this host's cores.
     """
     import hashlib
 
-    world = MPI.COMM_WORLD
+    comm = MPI.COMM_WORLD if comm is None else comm
     mine = np.frombuffer(hashlib.sha256(processor_name().encode()).digest()[:8], dtype=np.int64)
-    every = np.empty(world.Get_size(), dtype=np.int64)
-    world.Allgather(mine.copy(), every)
-    return [r for r in range(world.Get_size()) if every[r] == mine[0]]
+    every = np.empty(comm.Get_size(), dtype=np.int64)
+    comm.Allgather(mine.copy(), every)
+    return [r for r in range(comm.Get_size()) if every[r] == mine[0]]
 
 
-def node_size() -> int:
-    """How many ranks share this rank's host (and its cores)."""
-    return len(_node_members())
+def node_size(comm: Any = None) -> int:
+    """How many ranks of ``comm`` (an mpi4py communicator, default ``COMM_WORLD``) share
+    this rank's host (and its cores). Collective over ``comm``."""
+    return len(_node_members(comm))
 
 
 def node_local_rank() -> int:
