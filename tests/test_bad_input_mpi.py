@@ -13,8 +13,9 @@ try:
     from . import launch
     from .imagefolder import corrupt, make_image_folder
 except ImportError:  # tests/ is not a package: pytest put it on sys.path
-    import launch
     from imagefolder import corrupt, make_image_folder
+
+    import launch
 
 pytestmark = pytest.mark.mpi
 

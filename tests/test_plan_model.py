@@ -20,7 +20,9 @@ from gossipgrad.plan.model import (
     step_time,
 )
 
-approx = lambda x: pytest.approx(x, rel=1e-12, abs=1e-15)
+
+def approx(x):
+    return pytest.approx(x, rel=1e-12, abs=1e-15)
 
 
 def make_profile(buckets, forward=0.1, backward=0.4, optimizer=0.05, batch=32) -> Profile:
@@ -147,7 +149,7 @@ def test_closed_form_matches_event_simulation(seed: int, staleness: int):
     ready[-1] = backward
     sizes = rng.integers(1, 10**7, n)
     p = make_profile(
-        list(zip(sizes.tolist(), ready.tolist())),
+        list(zip(sizes.tolist(), ready.tolist(), strict=True)),
         forward=float(rng.uniform(0, 0.5)),
         backward=backward,
         optimizer=float(rng.uniform(0, 0.1)),

@@ -24,7 +24,7 @@ def test_equal_disjoint_shards(kind: str, size: int) -> None:
     assert len(np.unique(flat)) == len(flat) == per * size
     assert flat.min() >= 0 and flat.max() < len(LABELS)
     again = partition(LABELS, size, kind, seed=3)
-    assert all(np.array_equal(a, b) for a, b in zip(shards, again))
+    assert all(np.array_equal(a, b) for a, b in zip(shards, again, strict=True))
 
 
 def test_sorted_ranks_see_few_labels_iid_see_all() -> None:

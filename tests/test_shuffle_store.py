@@ -49,12 +49,14 @@ def test_bad_construction_is_a_value_error(make, match: str) -> None:
 @pytest.mark.parametrize("kind", ["tensor", "bytes", "index"])
 def test_state_dict_round_trip_through_weights_only_load(kind: str) -> None:
     ids = np.array([5, 3, 9])
-    if kind == "tensor":
-        make = lambda: ShardStore.of_tensors(ids, [0, 1, 2], torch.zeros(3, 2, dtype=torch.bfloat16))
-    elif kind == "bytes":
-        make = lambda: ShardStore.of_bytes(ids, [0, 1, 2], [b"a", b"", b"xyz"])
-    else:
-        make = lambda: ShardStore.of_indices(ids, [0, 1, 2])
+
+    def make() -> ShardStore:
+        if kind == "tensor":
+            return ShardStore.of_tensors(ids, [0, 1, 2], torch.zeros(3, 2, dtype=torch.bfloat16))
+        if kind == "bytes":
+            return ShardStore.of_bytes(ids, [0, 1, 2], [b"a", b"", b"xyz"])
+        return ShardStore.of_indices(ids, [0, 1, 2])
+
     store = make()
     new = Samples(np.array([42, 43]), np.array([7, 8]),
                   torch.ones(2, 2) if kind == "tensor" else [b"\x00\xff", b"q"] if kind == "bytes"
@@ -96,7 +98,8 @@ def test_index_and_bytes_payloads_go_through_the_transform() -> None:
 
 @pytest.mark.timeout(60)
 def test_snapshot_sampler_feeds_worker_processes() -> None:
-    store = ShardStore.of_bytes(np.arange(10), np.arange(10) % 2, [bytes([i]) * i for i in range(10)])
+    store = ShardStore.of_bytes(np.arange(10), np.arange(10) % 2,
+                                [bytes([i]) * i for i in range(10)])
     ds = ShardDataset(store, transform=len, with_ids=True)
     sampler = SnapshotBatchSampler(store, batch_size=4, seed=3)
     assert len(sampler) == 3
@@ -150,3 +153,12 @@ def test_a_batch_is_never_torn_by_concurrent_writes() -> None:
         sys.setswitchinterval(old)
     assert writes[0] > 100, "the writer must run while batches are read"
     assert not bad, f"{len(bad)} torn batches out of {reads}"
+
+
+def test_bytes_write_with_too_few_payloads_is_refused_and_changes_nothing() -> None:
+    store = ShardStore.of_bytes(np.arange(3), [0, 1, 2], [b"a", b"b", b"c"])
+    before = store.read_all()
+    with pytest.raises(ValueError, match="2 slots but 1 encoded samples"):
+        store.write_([0, 1], Samples(np.array([7, 8]), np.array([0, 0]), [b"x"]))
+    after = store.read_all()
+    assert after.ids.tolist() == before.ids.tolist() and after.payload == before.payload

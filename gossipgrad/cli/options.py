@@ -28,7 +28,8 @@ def load_config_file(ctx: click.Context, _param: click.Parameter, path: str | No
                 import yaml
             except ImportError:
                 raise click.BadParameter("YAML config files need PyYAML: pip install pyyaml; "
-                                         "or write the file as TOML", param_hint="--config")
+                                         "or write the file as TOML",
+                                         param_hint="--config") from None
             with open(path, encoding="utf-8") as f:
                 data = yaml.safe_load(f) or {}
         else:

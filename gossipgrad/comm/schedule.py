@@ -76,7 +76,8 @@ class Schedule:
     """
 
     def __init__(
-        self, size: int, topology: str | Topology = Topology.AUTO, seed: int = 0, rotate: bool = True
+        self, size: int, topology: str | Topology = Topology.AUTO, seed: int = 0,
+        rotate: bool = True,
     ) -> None:
         if size < 1:
             raise ValueError(f"size must be >= 1, got {size}")

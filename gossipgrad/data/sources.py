@@ -21,8 +21,8 @@ import torch
 
 from gossipgrad.data.loader import ShardLoader, strided_indices
 from gossipgrad.data.partition import partition
-from gossipgrad.shuffle import ShardStore
 from gossipgrad.data.tensors import load_tensor_data
+from gossipgrad.shuffle import ShardStore
 
 #: Images per epoch of ``--synthetic`` data: the size of ImageNet-1k's train split.
 SYNTHETIC_EPOCH = 1_281_167

@@ -76,7 +76,7 @@ class BucketLayout:
         for b in self.buckets:
             p0 = b.params[0]
             b.grads = torch.zeros(b.numel, dtype=p0.dtype, device=p0.device)
-            for p, off in zip(b.params, b.offsets):
+            for p, off in zip(b.params, b.offsets, strict=True):
                 p.grad = b.grads[off:off + p.numel()].view_as(p)
 
     def bind_params_(self) -> None:
@@ -84,7 +84,7 @@ class BucketLayout:
         for b in self.buckets:
             p0 = b.params[0]
             b.values = torch.empty(b.numel, dtype=p0.dtype, device=p0.device)
-            for p, off in zip(b.params, b.offsets):
+            for p, off in zip(b.params, b.offsets, strict=True):
                 view = b.values[off:off + p.numel()].view_as(p)
                 view.copy_(p.data)
                 p.data = view
@@ -92,7 +92,7 @@ class BucketLayout:
     def grads_bound(self) -> bool:
         """False if someone replaced a ``p.grad`` (e.g. ``zero_grad(set_to_none=True)``)."""
         for b in self.buckets:
-            for p, off in zip(b.params, b.offsets):
+            for p, off in zip(b.params, b.offsets, strict=True):
                 g = p.grad
                 if g is None or g.data_ptr() != b.grads[off:].data_ptr():
                     return False

@@ -98,6 +98,7 @@ class ShufflePlan:
 
 
 def plan_round(seed: int, round: int, rank: int, size: int, shard_len: int,
-               samples_per_round: int, topology: str | Topology = Topology.AUTO) -> RoundPlan | None:
+               samples_per_round: int,
+               topology: str | Topology = Topology.AUTO) -> RoundPlan | None:
     """Functional form of :meth:`ShufflePlan.round` (builds the plan each call)."""
     return ShufflePlan(size, shard_len, samples_per_round, seed, topology).round(rank, round)

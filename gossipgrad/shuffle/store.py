@@ -64,7 +64,8 @@ class Samples:
 
     def items(self) -> list[Sample]:
         pay = self.payload if self.payload is not None else [None] * len(self)
-        return [Sample(int(i), int(y), p) for i, y, p in zip(self.ids, self.labels, pay)]
+        return [Sample(int(i), int(y), p)
+                for i, y, p in zip(self.ids, self.labels, pay, strict=True)]
 
 
 def _int64(values: Any, what: str) -> np.ndarray:
@@ -167,13 +168,16 @@ class ShardStore:
             if payload is None or tuple(payload.shape[1:]) != self.sample_shape:
                 raise ValueError(f"samples of shape {self.sample_shape} expected")
             payload = payload.to(self.dtype)
+        elif self.kind is PayloadKind.BYTES and (payload is None or len(payload) != len(idx)):
+            raise ValueError(f"{len(idx)} slots but {0 if payload is None else len(payload)} "
+                             "encoded samples")
         with self.lock:
             self._ids[idx] = samples.ids
             self._labels[idx] = samples.labels
             if self.kind is PayloadKind.TENSOR:
                 self._payload[torch.from_numpy(idx)] = payload
             elif self.kind is PayloadKind.BYTES:
-                for i, blob in zip(idx.tolist(), payload):
+                for i, blob in zip(idx.tolist(), payload, strict=True):
                     self._payload[i] = bytes(blob)
             self.version += 1
 
@@ -227,5 +231,6 @@ def unpack_samples(state: dict[str, Any], shape: tuple[int, ...] = (),
     elif kind is PayloadKind.BYTES:
         data = state["data"].numpy().tobytes()
         ends = np.cumsum(state["lengths"].numpy())
-        payload = [data[e - n:e] for e, n in zip(ends.tolist(), state["lengths"].tolist())]
+        payload = [data[e - n:e] for e, n in zip(ends.tolist(), state["lengths"].tolist(),
+                                                        strict=True)]
     return Samples(ids, labels, payload)

@@ -1,6 +1,7 @@
 """Run every check in checks.py on the real MPI world: ``mpiexec -n 4 python run_checks.py``.
 
-Rank 0 prints ``PASS name on N ranks`` lines; exits non-zero (aborting all ranks) on the first failure.
+Rank 0 prints ``PASS name on N ranks`` lines; exits non-zero (aborting all ranks) on the
+first failure.
 """
 
 import os
