@@ -140,3 +140,29 @@ def test_plan_stale_flag_charges_staleness_one_without_a_spare_core(files):
 
     # 4 MiB of gradients at 10 ns/byte: 41.9 ms more per step
     assert step(stale.output) - step(plain.output) == pytest.approx(4 * MIB * 1e-8, abs=1e-4)
+
+
+def test_calibration_factors_scale_the_prediction(files):
+    """--compute-factor 2 doubles a blocking step's compute; --exchange-factor gossip=3
+    triples the exchange: with the toy profile and link the step is closed-form."""
+    def step_s(*extra: str) -> float:
+        res = invoke(*base(files), "--sizes", "2", "--strategies", "gossip", "--bucket-mb",
+                     "100", "--staleness", "0", "--no-overlap", *extra)
+        assert res.exit_code == 0, res.output
+        row = next(line for line in res.output.splitlines() if line.startswith("| gossip | 2 |"))
+        return float(row.split("|")[5])
+
+    exchange = 1e-5 + 4 * MIB / 1e9  # one 4 MiB bucket: alpha + n beta
+    assert step_s() == pytest.approx(0.35 + exchange, abs=1e-4)
+    assert step_s("--compute-factor", "2") == pytest.approx(0.70 + exchange, abs=1e-4)
+    assert step_s("--exchange-factor", "gossip=3") == pytest.approx(0.35 + 3 * exchange,
+                                                                     abs=1e-4)
+    res = invoke(*base(files), "--sizes", "2", "--compute-factor", "1.5", "--exchange-factor",
+                 "gossip=3", "--exchange-factor", "allreduce=2")
+    assert "in-step calibration: compute x1.5, gossip x3, allreduce x2" in res.output
+
+
+@pytest.mark.parametrize("bad", ["gossip", "gossip=0", "gossip=x", "ring=2", "gossip=inf"])
+def test_bad_exchange_factor_is_one_clear_error(files, bad):
+    res = invoke(*base(files), "--sizes", "2", "--exchange-factor", bad)
+    assert res.exit_code == 2 and "--exchange-factor" in res.output, res.output

@@ -33,6 +33,26 @@ def _numbers(kind: Callable[[str], Any], option: str) -> Callable:
     return parse
 
 
+def _factors(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict:
+    """``("gossip=3.2", "allreduce=2")`` -> ``{"gossip": 3.2, "allreduce": 2.0}``."""
+    from gossipgrad.plan.model import parse_strategy
+
+    out = {}
+    for text in values:
+        name, sep, number = text.partition("=")
+        try:
+            factor = float(number)
+            strategy = parse_strategy(name.strip()).value
+        except ValueError as exc:
+            raise click.BadParameter(f"expected STRATEGY=X, e.g. gossip=3.2, got {text!r} "
+                                     f"({exc})", param_hint="--exchange-factor") from None
+        if not sep or not factor > 0 or factor == float("inf"):
+            raise click.BadParameter(f"expected STRATEGY=X with X > 0, got {text!r}",
+                                     param_hint="--exchange-factor")
+        out[strategy] = factor
+    return out
+
+
 @click.command(name="plan")
 @click.option(
     "--profile",
@@ -111,6 +131,21 @@ def _numbers(kind: Callable[[str], Any], option: str) -> Callable:
     "(plan-validate's 'host.stale_s_per_byte' x 1e9; default: the network file's, else 0).",
 )
 @click.option(
+    "--compute-factor",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Multiply the profile's compute times (plan-validate's 'calibration.compute_factor').",
+)
+@click.option(
+    "--exchange-factor",
+    multiple=True,
+    callback=_factors,
+    metavar="STRATEGY=X",
+    help="Multiply that strategy's bucket costs (plan-validate's "
+    "'calibration.exchange_factor'); repeat per strategy, e.g. gossip=3.2.",
+)
+@click.option(
     "--device-memory-gb",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
@@ -157,6 +192,8 @@ def plan(
     ranks_per_host: int | None,
     handoff_us: float | None,
     stale_ns_per_byte: float | None,
+    compute_factor: float,
+    exchange_factor: dict[str, float],
     device_memory_gb: float | None,
     optimizer_state_factor: float,
     metrics: str | None,
@@ -191,6 +228,8 @@ def plan(
             ranks_per_host=ranks_per_host,
             handoff_s=None if handoff_us is None else handoff_us * 1e-6,
             stale_s_per_byte=None if stale_ns_per_byte is None else stale_ns_per_byte * 1e-9,
+            compute_factor=compute_factor,
+            exchange_factor=exchange_factor,
         )
     except (ValueError, OSError, ImportError) as exc:
         raise click.ClickException(str(exc)) from exc

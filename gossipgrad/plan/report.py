@@ -13,10 +13,11 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
+from gossipgrad.plan.calibrate import scale_exchange, scale_profile
 from gossipgrad.plan.convergence import read_metrics
 from gossipgrad.plan.formats import NetworkFit, Profile
 from gossipgrad.plan.host import HostShare
@@ -53,20 +54,26 @@ def plan_report(
     ranks_per_host: int | None = None,
     handoff_s: float | None = None,
     stale_s_per_byte: float | None = None,
+    compute_factor: float = 1.0,
+    exchange_factor: Mapping[str, float] | None = None,
 ) -> str:
     """Load the profile and network fit, predict every configuration, and return the
     markdown report; also writes a PNG when ``png_path`` is given. ``metrics_path`` and
     ``target_accuracy`` go together (measured steps to that accuracy per strategy).
     ``host_cores``, ``ranks_per_host``, ``handoff_s``, ``stale_s_per_byte`` override the
-    network file's ``host`` record field by field (see ``resolve_host``)."""
+    network file's ``host`` record field by field (see ``resolve_host``).
+    ``compute_factor`` and ``exchange_factor`` (strategy -> factor) are the in-step
+    calibration (:mod:`gossipgrad.plan.calibrate`; plan-validate's ``calibration``)."""
     if (metrics_path is None) != (target_accuracy is None):
         raise ValueError(
             "metrics_path and target_accuracy must be given together "
             "(--metrics FILE --target-accuracy X)"
         )
-    profile = Profile.load(profile_path)
+    profile = scale_profile(Profile.load(profile_path), compute_factor)
     network = NetworkFit.load(network_path)
     model = CommModel.from_network(network, duplex=duplex, calibrate_allreduce=calibrate_allreduce)
+    for strategy, factor in (exchange_factor or {}).items():
+        model = scale_exchange(model, strategy, factor)
     host = resolve_host(network.host, host_cores, ranks_per_host, handoff_s, stale_s_per_byte)
     rows = plan(
         profile,
@@ -94,6 +101,9 @@ def plan_report(
                 f" (no spare core: hand-off {host.handoff_s * 1e6:.0f} us/bucket, "
                 f"staleness 1 {host.stale_s_per_byte * 1e9:.3g} ns/byte)"
             )
+    if compute_factor != 1.0 or exchange_factor:
+        title += f"; in-step calibration: compute x{compute_factor:g}" + "".join(
+            f", {k} x{v:g}" for k, v in (exchange_factor or {}).items())
     if png_path is not None:
         plot_png(rows, png_path, title=f"{profile.model}: predicted efficiency")
     return render_markdown(
