@@ -21,8 +21,8 @@ def test_plan_validate_smoke(tmp_path):
     out = tmp_path / "pv.json"
     cmd = [mpiexec(), "-n", "2", sys.executable, "-m", "gossipgrad.bench.plan_validate",
            "--hidden", "32", "--bucket-mb", "1", "--only-overlap", "--steps", "3",
-           "--warmup", "1", "--profile-steps", "3", "--net-max-mb", "0.0625",
-           "--net-reps", "2", "--out", str(out)]
+           "--warmup", "1", "--profile-steps", "3", "--net-max-mb", "1",
+           "--net-reps", "3", "--out", str(out)]
     proc = run(cmd, timeout=240)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)

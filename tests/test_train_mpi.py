@@ -120,6 +120,10 @@ def test_killed_rank_ends_every_rank_non_zero(tmp_path):
                                            ["-disable-auto-cleanup"])
     assert code != 0
     assert elapsed <= 5 + 10, elapsed
-    # Hydra's report varies (killed by signal 9, or a peer's failed process_vm_readv):
-    # what matters is that the job ended, non-zero, with a report of the bad termination
-    assert any(m in err for m in ("BAD TERMINATION", "Killed (signal 9)", "peer 2")), err[-3000:]
+    # Hydra's report varies (killed by signal 9, a peer's failed process_vm_readv, or a
+    # survivor's crash while MPICH tears down around the dead rank, reported as "TERMINATED
+    # WITH THE EXIT STRING: Segmentation fault"): what matters is that the job ended,
+    # non-zero, with a report of the bad termination.
+    reports = ("BAD TERMINATION", "Killed (signal 9)", "peer 2", "process_vm_readv failed",
+               "TERMINATED WITH THE EXIT STRING")
+    assert any(m in err for m in reports), err[-3000:]

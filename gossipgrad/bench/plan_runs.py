@@ -1,0 +1,166 @@
+"""The runs behind ``plan-validate``: the configurations, training one for a few steps,
+the in-step calibration taken before the scored runs, and the re-measured regret after
+them. Every function that trains is collective over its communicator."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Config:
+    strategy: str  # gossip | allreduce | local
+    bucket_mb: float
+    mix: str = "grad"
+    overlap: bool = True
+    staleness: int = 0
+
+    @property
+    def label(self) -> str:
+        parts = [self.strategy, f"{self.bucket_mb:g}MiB", self.mix]
+        if self.mix == "grad":
+            parts.append("overlap" if self.overlap else "no-overlap")
+        parts.append(f"s{self.staleness}")
+        return " ".join(parts)
+
+
+def default_configs(strategies: Sequence[str], buckets: Sequence[float],
+                    staleness: Sequence[int] = (0,)) -> list[Config]:
+    """Every strategy x bucket cap with overlap; plus, at the median cap, no overlap and
+    mix=param; plus staleness 1 at the smallest cap."""
+    out: list[Config] = []
+    mid = sorted(buckets)[len(buckets) // 2]
+    for s in strategies:
+        for b in buckets:
+            for st in staleness:
+                out.append(Config(s, b, "grad", True, st))
+        out.append(Config(s, mid, "grad", False, 0))
+        out.append(Config(s, mid, "param", False, 0))
+    return list(dict.fromkeys(out))
+
+
+def _slowest(comm: Any, values: list[float]) -> list[float]:
+    """Element-wise max over ranks."""
+    import numpy as np
+
+    from gossipgrad.comm.base import ReduceOp, allreduce_
+
+    buf = np.asarray(values, dtype=np.float64)
+    allreduce_(comm, buf, ReduceOp.MAX)
+    return buf.tolist()
+
+
+def run_config(comm: Any, cfg: Config, arch: str, hidden: int, batch_size: int,
+               steps: int, warmup: int) -> dict[str, Any]:
+    """Train ``cfg`` for ``warmup + steps`` steps; per-step time of the slowest rank."""
+    import torch
+
+    from gossipgrad.engine.distributed import DistributedOptimizer
+    from gossipgrad.engine.profiler import SMALL_MODELS, input_shape
+    from gossipgrad.models import build_model
+
+    shape = input_shape(arch, 224)
+    classes = 10 if arch in SMALL_MODELS else 1000
+    torch.manual_seed(0)
+    model = build_model(arch, shape, classes, hidden)
+    g = torch.Generator().manual_seed(1 + comm.rank)
+    x = torch.randn(batch_size, *shape, generator=g)
+    y = torch.randint(0, classes, (batch_size,), generator=g)
+    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
+                               model, comm, strategy=cfg.strategy, mix=cfg.mix,
+                               staleness=cfg.staleness, bucket_mb=cfg.bucket_mb,
+                               overlap=cfg.overlap)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    times: list[float] = []
+    try:
+        comm.barrier()
+        for i in range(warmup + steps):
+            t0 = time.perf_counter()
+            opt.zero_grad()
+            loss_fn(model(x), y).backward()
+            opt.step()
+            t1 = time.perf_counter()
+            if i >= warmup:
+                times.append(t1 - t0)
+            comm.barrier()  # every step starts together; the barrier is outside the timing
+        opt.drain()
+    finally:
+        opt.close()
+    slow = _slowest(comm, times)
+    return {"measured_s": statistics.median(slow), "min_s": min(slow), "max_s": max(slow)}
+
+
+def confirm_regret(rows: Sequence[dict[str, Any]], chosen_index: int, rounds: int,
+                   run: Callable[[str], float]) -> dict[str, Any]:
+    """The regret re-measured: the model's choice (``rows[chosen_index]``, the smallest
+    ``predicted_s`` on rank 0) and the fastest measured configuration run again, ``rounds``
+    times each, alternating. The first pass
+    picked the fastest *as measured*, so its time is biased low (the luckiest of many noisy
+    runs); fresh runs of both give a ratio free of that selection. ``regret`` =
+    max(1, median(chosen) / median(best)); ``ratio`` is the raw quotient. Collective."""
+    chosen = rows[chosen_index]["config"]
+    best = min(rows, key=lambda r: r["measured_s"])["config"]  # measured: same on every rank
+    out: dict[str, Any] = {"chosen": chosen, "best": best, "rounds": rounds}
+    if chosen == best or rounds < 1:
+        return {**out, "regret": None if chosen != best else 1.0}
+    times: dict[str, list[float]] = {chosen: [], best: []}
+    for i in range(rounds):
+        for label in (chosen, best) if i % 2 == 0 else (best, chosen):
+            times[label].append(run(label))
+    ratio = statistics.median(times[chosen]) / statistics.median(times[best])
+    return {**out, "chosen_s": times[chosen], "best_s": times[best], "ratio": ratio,
+            "regret": max(1.0, ratio)}
+
+
+def calibrate_in_step(comm: Any, strategies: Sequence[str], cap_mb: float, cal_prof: Any,
+                      cm: Any, pairs: int, arch: str, hidden: int, batch_size: int, steps: int,
+                      warmup: int) -> dict[str, Any]:
+    """Measure, before and apart from the scored runs, what a training step adds to the
+    profile and the fit: ``pairs`` rounds per strategy of four short runs at ``cap_mb``
+    (grad mix) -- compute-only (``local``), blocking, overlapped staleness 0, overlapped
+    staleness 1 -- in an order rotated each round. Medians over rounds:
+
+    - ``compute_factor`` = compute-only step / the profile's ``F + B + O``
+      (``fit_compute_factor``, pooled over strategies);
+    - ``exchange_factor[strategy]`` = (blocking - compute-only) / the model's summed bucket
+      costs ``S`` at ``cap_mb`` (``fit_exchange_factor``);
+    - ``handoff_s`` = ``fit_handoff(blocking, s0)`` and ``stale_s_per_byte`` =
+      ``fit_stale(s0, s1)``, pooled over strategies (used only without a spare core).
+
+    Collective."""
+    from gossipgrad.plan.calibrate import fit_compute_factor, fit_exchange_factor
+    from gossipgrad.plan.host import fit_handoff, fit_stale
+
+    if pairs < 1:
+        raise ValueError(f"calibrate_pairs must be >= 1, got {pairs}")
+    kinds = [("local", "local", False, 0), ("blocking", None, False, 0), ("s0", None, True, 0),
+             ("s1", None, True, 1)]
+    n_buckets, grad_bytes = len(cal_prof.buckets), cal_prof.grad_bytes
+    compute: list[float] = []
+    exchange: dict[str, list[float]] = {s: [] for s in strategies}
+    handoff: list[float] = []
+    stale: list[float] = []
+    runs = []
+    for strategy in strategies:
+        predicted = sum(cm.bucket_s(strategy, b.bytes, comm.size) for b in cal_prof.buckets)
+        for i in range(pairs):
+            t = {}
+            for name, kind, overlap, staleness in kinds[i % 4:] + kinds[:i % 4]:
+                cfg = Config(kind or strategy, cap_mb, "grad", overlap, staleness)
+                t[name] = run_config(comm, cfg, arch, hidden, batch_size, steps,
+                                     warmup)["measured_s"]
+            compute.append(fit_compute_factor(t["local"], cal_prof))
+            exchange[strategy].append(fit_exchange_factor(t["blocking"], t["local"], predicted))
+            handoff.append(fit_handoff(t["blocking"], t["s0"], n_buckets))
+            stale.append(fit_stale(t["s0"], t["s1"], grad_bytes))
+            runs.append({"strategy": strategy, **{f"{k}_s": v for k, v in t.items()}})
+    return {"bucket_mb": cap_mb, "n_buckets": n_buckets, "grad_bytes": grad_bytes,
+            "runs": runs, "compute_factor": statistics.median(compute),
+            "exchange_factor": {s: statistics.median(v) for s, v in exchange.items()},
+            "handoff_per_round_s": handoff, "stale_per_round_s_per_byte": stale,
+            "handoff_s": statistics.median(handoff),
+            "stale_s_per_byte": statistics.median(stale)}
