@@ -83,10 +83,12 @@ def run_config(comm: Any, cfg: Config, arch: str, hidden: int, batch_size: int,
             opt.zero_grad()
             loss_fn(model(x), y).backward()
             opt.step()
-            t1 = time.perf_counter()
+            # Every step starts together. The barrier is inside the timing: at staleness 1
+            # the exchange is still in flight here, and an untimed barrier would give it
+            # free time (on a rate-limited link a step then measured faster than the wire).
+            comm.barrier()
             if i >= warmup:
-                times.append(t1 - t0)
-            comm.barrier()  # every step starts together; the barrier is outside the timing
+                times.append(time.perf_counter() - t0)
         opt.drain()
     finally:
         opt.close()

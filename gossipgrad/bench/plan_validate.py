@@ -24,7 +24,7 @@ One launch, all on every rank (collective):
    the profile's ``F + B + O`` is the compute term's error;
 3. each configuration (strategy x bucket MiB x mix/overlap x staleness) is trained for
    ``warmup`` + ``steps`` steps on a fixed synthetic batch; the step time is the median over
-   the timed steps of the slowest rank's step (a ``barrier`` closes every step);
+   the timed steps of the slowest rank's step (a ``barrier``, timed, closes every step);
 4. each is predicted by ``step_time`` from ``layout_profile`` (the engine's own buckets at
    that cap) scaled by the compute factor, the fit with the strategy's exchange factor, and
    the host from step 1. ``mix=param`` (no overlap in the engine: the exchange follows the
