@@ -107,8 +107,10 @@ def confirm_regret(rows: Sequence[dict[str, Any]], chosen_index: int, rounds: in
     chosen = rows[chosen_index]["config"]
     best = min(rows, key=lambda r: r["measured_s"])["config"]  # measured: same on every rank
     out: dict[str, Any] = {"chosen": chosen, "best": best, "rounds": rounds}
-    if chosen == best or rounds < 1:
-        return {**out, "regret": None if chosen != best else 1.0}
+    if chosen == best:
+        return {**out, "regret": 1.0}
+    if rounds < 1:  # not re-measured: the scoring falls back to the first pass
+        return {**out, "regret": None}
     times: dict[str, list[float]] = {chosen: [], best: []}
     for i in range(rounds):
         for label in (chosen, best) if i % 2 == 0 else (best, chosen):
