@@ -119,12 +119,18 @@ def test_plan_host_flags_add_the_contention_term(files):
     crowded = invoke(*args, "--host-cores", "2", "--ranks-per-host", "2", "--handoff-us", "1000")
     assert free.exit_code == 0 and crowded.exit_code == 0, crowded.output
     assert "cores per rank" not in free.output
-    assert "1 cores per rank (no spare core: hand-off 1000 us/bucket" in crowded.output
+    assert "1 cores per rank (no spare core: overlap 0 us/step, hand-off 1000 us/bucket" in (
+        crowded.output)
     # two 2 MiB buckets: F + B + S + O + 2 ms > the overlapped prediction
     def step(out: str) -> float:
         return float(out.split("| gossip | 2 | 1 | 0 | ")[1].split(" |")[0])
 
     assert step(crowded.output) > step(free.output)
+    per_step = invoke(*args, "--host-cores", "2", "--ranks-per-host", "2", "--overlap-us", "2000")
+    assert per_step.exit_code == 0, per_step.output
+    assert "overlap 2000 us/step, hand-off 0 us/bucket" in per_step.output
+    # one 2 ms charge per step equals two 1 ms charges for the two buckets
+    assert step(per_step.output) == pytest.approx(step(crowded.output), abs=2e-4)
     half = invoke(*args, "--ranks-per-host", "2")
     assert half.exit_code != 0 and "--host-cores and --ranks-per-host" in half.output
 

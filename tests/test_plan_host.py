@@ -1,12 +1,13 @@
 """Closed-form checks of the contention term: no spare core per rank -> overlap hides
-nothing and costs a hand-off per bucket (gossipgrad.plan.host, step_time(host=...))."""
+nothing and costs a hand-off per step and per bucket (gossipgrad.plan.host,
+step_time(host=...))."""
 
 from __future__ import annotations
 
 import pytest
 
 from gossipgrad.plan.formats import Bucket, LinkFit, NetworkFit, Profile
-from gossipgrad.plan.host import HostShare, fit_handoff, fit_stale
+from gossipgrad.plan.host import HostShare, fit_handoff, fit_overlap, fit_stale
 from gossipgrad.plan.model import CommModel, step_time
 from gossipgrad.plan.planner import plan
 from gossipgrad.plan.report import resolve_host
@@ -46,6 +47,22 @@ def test_no_spare_core_overlapped_is_blocking_plus_handoff_per_bucket(strategy, 
     assert overlapped.exposed_comm_s == approx(s + 4 * 0.01)
 
 
+@pytest.mark.parametrize("staleness", [0, 1])
+def test_no_spare_core_per_step_overlap_cost_does_not_depend_on_the_bucket_count(staleness):
+    host = HostShare(2, 2, overlap_s=0.03)
+    one = Profile("toy", 32, "cpu", 0.1, 0.4, 0.05, 4 * 10**6, (Bucket(0, 4 * 10**6, 0.4),))
+    for profile in (PROFILE, one):  # 4 buckets, then 1 bucket of the same bytes
+        blocking = step_time(profile, MODEL, "gossip", 2, overlap=False, host=host)
+        overlapped = step_time(profile, MODEL, "gossip", 2, staleness=staleness, host=host)
+        assert blocking.step_s == approx(0.1 + 0.4 + 0.2 + 0.05)
+        assert overlapped.step_s == approx(blocking.step_s + 0.03)
+    both = HostShare(2, 2, handoff_s=0.01, overlap_s=0.03)  # the two forms add up
+    assert step_time(PROFILE, MODEL, "gossip", 2, host=both).step_s == approx(0.75 + 0.07)
+    roomy = HostShare(8, 2, overlap_s=0.03)  # a spare core: not charged
+    assert step_time(PROFILE, MODEL, "gossip", 2, host=roomy).step_s == approx(0.6)
+    assert step_time(PROFILE, MODEL, "local", 2, host=host).step_s == approx(0.55)
+
+
 def test_gossip_numbers_in_closed_form():
     # S = 4 * 0.05 = 0.2; no spare core: 0.1 + 0.4 + 0.2 + 0.05 (+ 4 * 0.01 overlapped)
     assert step_time(PROFILE, MODEL, "gossip", 2, overlap=False, host=CROWDED).step_s == approx(
@@ -78,6 +95,10 @@ def test_no_communication_no_handoff():
 
 
 def test_fit_handoff_closed_form_and_checks():
+    assert fit_overlap(0.020, 0.026) == approx(0.006)
+    assert fit_overlap(0.030, 0.026) == 0.0
+    with pytest.raises(ValueError, match="overlapped_s"):
+        fit_overlap(0.02, float("inf"))
     assert fit_handoff(0.020, 0.026, 3) == approx(0.002)
     assert fit_handoff(0.030, 0.026, 3) == 0.0  # overlap faster: no hand-off cost
     with pytest.raises(ValueError, match="n_buckets"):
@@ -97,6 +118,9 @@ def test_host_share_checks_and_json():
         HostShare(2, 2, -1e-3)
     with pytest.raises(ValueError, match="stale_s_per_byte"):
         HostShare(2, 2, 0.0, float("nan"))
+    with pytest.raises(ValueError, match="overlap_s"):
+        HostShare(2, 2, overlap_s=-1.0)
+    assert HostShare.from_json(HostShare(2, 2, 0.0, 0.0, 5e-3).to_json()).overlap_s == 5e-3
     assert HostShare.from_json(CROWDED.to_json()) == CROWDED
     assert HostShare.from_json({"cores": 2, "ranks_per_host": 1}) == HostShare(2, 1, 0.0, 0.0)
     assert HostShare.from_json(HostShare(2, 2, 1e-3, 1e-9).to_json()) == HostShare(2, 2, 1e-3, 1e-9)
@@ -132,3 +156,4 @@ def test_resolve_host_overrides_field_by_field():
     with pytest.raises(ValueError, match="--host-cores and --ranks-per-host"):
         resolve_host(None, handoff_s=1e-3)
     assert resolve_host(CROWDED, stale_s_per_byte=1e-9) == HostShare(2, 2, 0.01, 1e-9)
+    assert resolve_host(CROWDED, overlap_s=2e-3) == HostShare(2, 2, 0.01, 0.0, 2e-3)

@@ -124,6 +124,13 @@ def _factors(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ..
     "(plan-validate's 'host.handoff_s'; default: the network file's, else 0).",
 )
 @click.option(
+    "--overlap-us",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Extra microseconds per overlapped step without a spare core (plan-validate's "
+    "'host.overlap_s' x 1e6; default: the network file's, else 0).",
+)
+@click.option(
     "--stale-ns-per-byte",
     type=click.FloatRange(min=0),
     default=None,
@@ -191,6 +198,7 @@ def plan(
     host_cores: int | None,
     ranks_per_host: int | None,
     handoff_us: float | None,
+    overlap_us: float | None,
     stale_ns_per_byte: float | None,
     compute_factor: float,
     exchange_factor: dict[str, float],
@@ -228,6 +236,7 @@ def plan(
             ranks_per_host=ranks_per_host,
             handoff_s=None if handoff_us is None else handoff_us * 1e-6,
             stale_s_per_byte=None if stale_ns_per_byte is None else stale_ns_per_byte * 1e-9,
+            overlap_s=None if overlap_us is None else overlap_us * 1e-6,
             compute_factor=compute_factor,
             exchange_factor=exchange_factor,
         )

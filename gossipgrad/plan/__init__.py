@@ -16,7 +16,7 @@ from gossipgrad.plan.convergence import (
 )
 from gossipgrad.plan.fit import fit_link
 from gossipgrad.plan.formats import AllreduceFit, Bucket, LinkFit, NetworkFit, Profile
-from gossipgrad.plan.host import HostShare, fit_handoff, fit_stale
+from gossipgrad.plan.host import HostShare, fit_handoff, fit_overlap, fit_stale
 from gossipgrad.plan.memory import MemoryEstimate, estimate_memory
 from gossipgrad.plan.model import (
     MIB,
@@ -79,6 +79,7 @@ __all__ = [
     "efficiency",
     "estimate_memory",
     "fit_handoff",
+    "fit_overlap",
     "fit_link",
     "fit_stale",
     "kendall_tau",

@@ -3,8 +3,9 @@
 Overlap hides communication only when the communication thread (which polls the transport
 and mixes finished buckets) runs on a core of its own. Where every rank has fewer than two
 cores, that thread takes the GIL and the core from backward instead: nothing is hidden and
-each bucket handed to the thread costs extra (wake-up, lock hand-off, polling). The model
-then predicts an overlapped step as the blocking one plus ``handoff_s`` per bucket, and a
+handing work to the thread costs extra (wake-up, lock hand-off, polling). The model then
+predicts an overlapped step as the blocking one plus ``overlap_s`` per step and
+``handoff_s`` per bucket, and a
 staleness-1 step as that plus ``stale_s_per_byte`` per gradient byte (staleness 1 copies
 every bucket twice and applies a correction each step, and its exchange runs through the
 next step's compute on the same core); see ``step_time``. Pure: no MPI, no torch.
@@ -14,6 +15,8 @@ next step's compute on the same core); see ``step_time``. Pure: no MPI, no torch
     (1.0, False)
     >>> round(fit_handoff(blocking_s=0.020, overlapped_s=0.026, n_buckets=3), 6)
     0.002
+    >>> round(fit_overlap(blocking_s=0.020, overlapped_s=0.026), 6)
+    0.006
 """
 
 from __future__ import annotations
@@ -40,6 +43,10 @@ class HostShare:
             never by the runs being predicted. >= 0; 0 = unknown/not measured.
         stale_s_per_byte: extra seconds per gradient byte of a staleness-1 step over an
             overlapped staleness-0 one when there is no spare core (``fit_stale``). >= 0.
+        overlap_s: extra seconds per overlapped step, whatever its bucket count, when there
+            is no spare core (``fit_overlap``). >= 0. ``plan-validate`` calibrates this
+            form, not ``handoff_s``: on its 2-core host an overlapped step cost the same
+            with 1 bucket as with 4.
 
     ``cores_per_rank = cores / ranks_per_host`` assumes ranks share the affinity set (the
     launcher does not bind each rank to its own cores); with binding, pass ``cores`` as the
@@ -50,13 +57,14 @@ class HostShare:
     ranks_per_host: int
     handoff_s: float = 0.0
     stale_s_per_byte: float = 0.0
+    overlap_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("cores", "ranks_per_host"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-        for name in ("handoff_s", "stale_s_per_byte"):
+        for name in ("handoff_s", "stale_s_per_byte", "overlap_s"):
             v = getattr(self, name)
             if (
                 isinstance(v, bool)
@@ -80,13 +88,14 @@ class HostShare:
             "ranks_per_host": self.ranks_per_host,
             "handoff_s": self.handoff_s,
             "stale_s_per_byte": self.stale_s_per_byte,
+            "overlap_s": self.overlap_s,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], where: str = "host") -> HostShare:
         """Parse ``{"cores": 2, "ranks_per_host": 2, "handoff_s": 0.0, "stale_s_per_byte":
-        0.0}`` (the last two optional, default 0); a bad value raises ``ValueError`` naming
-        ``where``."""
+        0.0, "overlap_s": 0.0}`` (the last three optional, default 0); a bad value raises
+        ``ValueError`` naming ``where``."""
         if not isinstance(data, Mapping):
             raise ValueError(f"field {where!r} must be a JSON object, got {type(data).__name__}")  # noqa: TRY004
         for key in ("cores", "ranks_per_host"):
@@ -98,21 +107,28 @@ class HostShare:
                 data["ranks_per_host"],
                 data.get("handoff_s", 0.0),
                 data.get("stale_s_per_byte", 0.0),
+                data.get("overlap_s", 0.0),
             )
         except ValueError as e:
             raise ValueError(f"field {where!r}: {e}") from None
 
 
-def fit_handoff(blocking_s: float, overlapped_s: float, n_buckets: int) -> float:
-    """Per-bucket hand-off cost from a blocking and an overlapped step time of the same
+def fit_overlap(blocking_s: float, overlapped_s: float) -> float:
+    """Per-step cost of overlap from a blocking and an overlapped step time of the same
     model, strategy and buckets on a host without a spare core:
-    ``max(0, (overlapped - blocking) / n_buckets)``."""
-    if isinstance(n_buckets, bool) or not isinstance(n_buckets, int) or n_buckets < 1:
-        raise ValueError(f"n_buckets must be an integer >= 1, got {n_buckets!r}")
+    ``max(0, overlapped - blocking)``."""
     for name, v in (("blocking_s", blocking_s), ("overlapped_s", overlapped_s)):
         if not (math.isfinite(v) and v > 0):
             raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
-    return max(0.0, (overlapped_s - blocking_s) / n_buckets)
+    return max(0.0, overlapped_s - blocking_s)
+
+
+def fit_handoff(blocking_s: float, overlapped_s: float, n_buckets: int) -> float:
+    """Per-bucket hand-off cost, the same pair read as a cost per bucket:
+    ``fit_overlap(blocking, overlapped) / n_buckets``."""
+    if isinstance(n_buckets, bool) or not isinstance(n_buckets, int) or n_buckets < 1:
+        raise ValueError(f"n_buckets must be an integer >= 1, got {n_buckets!r}")
+    return fit_overlap(blocking_s, overlapped_s) / n_buckets
 
 
 def fit_stale(overlapped_s: float, stale_s: float, grad_bytes: int) -> float:

@@ -231,7 +231,8 @@ def step_time(
     - no spare core (``host`` given and ``host.spare_core`` false: fewer than 2 cores per
       rank): the communication thread competes with compute for the rank's core, so
       nothing is hidden, at either staleness: ``T = F + B + S + O``, plus
-      ``n * host.handoff_s`` for the ``n`` buckets handed to the thread when ``overlap``,
+      ``host.overlap_s + n * host.handoff_s`` (``n`` buckets handed to the thread) when
+      ``overlap``,
       plus ``G * host.stale_s_per_byte`` at staleness 1 (``G`` = gradient bytes), both only
       when the strategy communicates. ``host=None`` assumes a spare core.
 
@@ -264,10 +265,11 @@ def _serial_step(
     host: HostShare,
 ) -> StepTime:
     """``step_time`` when the rank has no spare core: compute, then every bucket's exchange
-    (plus the hand-off cost of each bucket when overlapped, and staleness 1's per-byte
-    cost), then the optimizer."""
+    (plus, when overlapped, the per-step and per-bucket hand-off costs, and staleness 1's
+    per-byte cost), then the optimizer."""
     communicates = size > 1 and parse_strategy(strategy) is not Strategy.LOCAL
-    handoff = len(costs) * host.handoff_s if overlap and communicates else 0.0
+    handoff = (host.overlap_s + len(costs) * host.handoff_s
+               if overlap and communicates else 0.0)
     stale = profile.grad_bytes * host.stale_s_per_byte if staleness == 1 and communicates else 0.0
     busy = sum(costs) + handoff + stale
     step = profile.compute_s + busy + profile.optimizer_s

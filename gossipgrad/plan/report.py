@@ -54,13 +54,15 @@ def plan_report(
     ranks_per_host: int | None = None,
     handoff_s: float | None = None,
     stale_s_per_byte: float | None = None,
+    overlap_s: float | None = None,
     compute_factor: float = 1.0,
     exchange_factor: Mapping[str, float] | None = None,
 ) -> str:
     """Load the profile and network fit, predict every configuration, and return the
     markdown report; also writes a PNG when ``png_path`` is given. ``metrics_path`` and
     ``target_accuracy`` go together (measured steps to that accuracy per strategy).
-    ``host_cores``, ``ranks_per_host``, ``handoff_s``, ``stale_s_per_byte`` override the
+    ``host_cores``, ``ranks_per_host``, ``handoff_s``, ``stale_s_per_byte``, ``overlap_s``
+    override the
     network file's ``host`` record field by field (see ``resolve_host``).
     ``compute_factor`` and ``exchange_factor`` (strategy -> factor) are the in-step
     calibration (:mod:`gossipgrad.plan.calibrate`; plan-validate's ``calibration``)."""
@@ -74,7 +76,8 @@ def plan_report(
     model = CommModel.from_network(network, duplex=duplex, calibrate_allreduce=calibrate_allreduce)
     for strategy, factor in (exchange_factor or {}).items():
         model = scale_exchange(model, strategy, factor)
-    host = resolve_host(network.host, host_cores, ranks_per_host, handoff_s, stale_s_per_byte)
+    host = resolve_host(network.host, host_cores, ranks_per_host, handoff_s, stale_s_per_byte,
+                        overlap_s)
     rows = plan(
         profile,
         model,
@@ -98,7 +101,8 @@ def plan_report(
         title += f"; {host.cores_per_rank:g} cores per rank"
         if not host.spare_core:
             title += (
-                f" (no spare core: hand-off {host.handoff_s * 1e6:.0f} us/bucket, "
+                f" (no spare core: overlap {host.overlap_s * 1e6:.0f} us/step, "
+                f"hand-off {host.handoff_s * 1e6:.0f} us/bucket, "
                 f"staleness 1 {host.stale_s_per_byte * 1e9:.3g} ns/byte)"
             )
     if compute_factor != 1.0 or exchange_factor:
@@ -117,18 +121,20 @@ def resolve_host(
     ranks_per_host: int | None = None,
     handoff_s: float | None = None,
     stale_s_per_byte: float | None = None,
+    overlap_s: float | None = None,
 ) -> HostShare | None:
     """The host to plan for: ``recorded`` (the network file's) with each given field
     replacing its own. None when nothing is recorded or given (a spare core is assumed).
 
     >>> resolve_host(HostShare(2, 2, 1e-3), ranks_per_host=1)
-    HostShare(cores=2, ranks_per_host=1, handoff_s=0.001, stale_s_per_byte=0.0)
+    HostShare(cores=2, ranks_per_host=1, handoff_s=0.001, stale_s_per_byte=0.0, overlap_s=0.0)
     """
     given = {
         "cores": cores,
         "ranks_per_host": ranks_per_host,
         "handoff_s": handoff_s,
         "stale_s_per_byte": stale_s_per_byte,
+        "overlap_s": overlap_s,
     }
     given = {k: v for k, v in given.items() if v is not None}
     if recorded is None:
