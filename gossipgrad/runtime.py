@@ -10,11 +10,13 @@ import logging
 import os
 import sys
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from gossipgrad.comm.base import DEFAULT_TIMEOUT_S, WAIT_SPIN_S, Communicator, set_wait_spin
 
 log = logging.getLogger("gossipgrad")
+T = TypeVar("T")
 
 #: Seconds between reporting a fatal error and aborting the job (see ``abort_job``).
 ABORT_GRACE_S = 1.0
@@ -137,6 +139,26 @@ def abort_job(comm: Communicator, message: str, code: int = 1) -> None:
         time.sleep(ABORT_GRACE_S)
         comm.abort(code)
     raise SystemExit(code)
+
+
+def call_or_abort(comm: Communicator, body: Callable[[Communicator], T]) -> T:
+    """``body(comm)``; if it raises on this rank, report it and end every rank of the job
+    (``abort_job``), so that ranks waiting for this one in a collective do not hang. A
+    ``ValueError`` on a single rank is re-raised (the caller's usage error)."""
+    from gossipgrad.comm.base import CommError
+
+    try:
+        return body(comm)
+    except ValueError as exc:
+        if comm.size == 1:
+            raise
+        abort_job(comm, f"rank {comm.rank}: {exc}")
+    except (CommError, RuntimeError, OSError) as exc:
+        abort_job(comm, f"rank {comm.rank}: {exc}")
+    except Exception:  # noqa: BLE001 - a bug: say where, then end every rank
+        log.exception("rank %d: unexpected error", comm.rank)
+        abort_job(comm, f"rank {comm.rank}: aborting the job after an unexpected error")
+    raise AssertionError("abort_job returned")  # pragma: no cover - it raises SystemExit
 
 
 def local_rank(comm: Communicator) -> int:

@@ -75,3 +75,28 @@ def test_bad_factors_are_refused_with_the_name(bad):
 def test_gossip_factor_is_validated():
     with pytest.raises(ValueError, match="gossip_factor"):
         CommModel(1e-3, 1e-9, gossip_factor=0.0)
+
+
+def _round(strategy: str, local: float, blocking: float, s0: float, s1: float) -> dict:
+    return {"strategy": strategy, "local_s": local, "blocking_s": blocking, "s0_s": s0,
+            "s1_s": s1}
+
+
+def test_fit_in_step_compute_from_the_latest_rounds_the_rest_from_all():
+    from gossipgrad.plan.calibrate import fit_in_step
+
+    prof = Profile("m", 8, "cpu", 0.002, 0.006, 0.002, 1000, (Bucket(0, 1000, 0.006),))
+    old = [_round("gossip", 0.010, 0.020, 0.021, 0.022),
+           _round("allreduce", 0.010, 0.030, 0.033, 0.034)]
+    new = [_round("gossip", 0.030, 0.040, 0.045, 0.046),
+           _round("allreduce", 0.050, 0.060, 0.061, 0.065)]
+    f = fit_in_step(old + new, new, prof, {"gossip": 0.005, "allreduce": 0.010})
+    assert f["compute_factor"] == pytest.approx(4.0)  # median of 3.0 and 5.0: latest only
+    assert f["exchange_factor"]["gossip"] == pytest.approx(2.0)  # (0.010 / 0.005) twice
+    assert f["exchange_factor"]["allreduce"] == pytest.approx(1.5)  # 2.0 and 1.0
+    assert f["overlap_s"] == pytest.approx(0.002)  # median of 1, 3, 5, 1 ms
+    assert f["stale_s_per_byte"] == pytest.approx(1e-6)  # median of 1, 1, 1, 4 ms per 1000 B
+    with pytest.raises(ValueError, match="at least one round"):
+        fit_in_step([], [], prof, {"gossip": 0.005})
+    with pytest.raises(ValueError, match="no predicted exchange time"):
+        fit_in_step(old, old, prof, {"gossip": 0.005})

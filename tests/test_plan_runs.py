@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gossipgrad.bench.plan_runs import confirm_regret
+from gossipgrad.bench import plan_runs
+from gossipgrad.bench.plan_runs import Config, confirm_regret, run_passes
 from gossipgrad.bench.plan_score import score
 
 
@@ -55,3 +56,47 @@ def test_score_takes_regret_per_size_and_uses_the_confirmation_when_it_matches()
     # Another model's choice was not re-measured: its first-pass regret stands.
     other = score(rows, launches, key="measured_s")
     assert other["regret_per_size"]["2"]["regret"] == 1.0
+
+
+def test_run_passes_reverses_the_order_every_other_pass_and_pools_the_steps(monkeypatch):
+    calls = []
+    fresh = {"a": iter([[1.0, 1.0], [4.0, 4.0], [1.0, 2.0]]),
+             "b": iter([[5.0, 5.0], [2.0, 2.0], [3.0, 3.0]])}
+
+    def fake_run(comm, cfg, arch, hidden, batch_size, steps, warmup):
+        calls.append((cfg.strategy, steps, warmup))
+        times = next(fresh[cfg.strategy])
+        return {"measured_s": sorted(times)[len(times) // 2], "steps_s": times}
+
+    monkeypatch.setattr(plan_runs, "run_config", fake_run)
+    out = run_passes(None, [Config("a", 1.0), Config("b", 1.0)], 3, "mlp", 8, 4,
+                     steps=5, warmup=2)
+    # ceil(5 / 3) = 2 timed steps per pass; order a b, b a, a b.
+    assert calls == [("a", 2, 2), ("b", 2, 2), ("b", 2, 2), ("a", 2, 2), ("a", 2, 2),
+                     ("b", 2, 2)]
+    assert out[0]["measured_s"] == pytest.approx(1.5)  # median of 1 1 4 4 1 2
+    assert (out[0]["min_s"], out[0]["max_s"]) == (1.0, 4.0)
+    assert out[0]["pass_s"] == [1.0, 4.0, 2.0]
+    assert out[1]["measured_s"] == pytest.approx(3.0)
+    with pytest.raises(ValueError, match="passes"):
+        run_passes(None, [Config("a", 1.0)], 0, "mlp", 8, 4, steps=5, warmup=2)
+
+
+def test_run_passes_predicts_each_pass_before_running_it(monkeypatch):
+    events = []
+
+    def fake_run(comm, cfg, arch, hidden, batch_size, steps, warmup):
+        events.append(("run", cfg.strategy))
+        return {"measured_s": 1.0, "steps_s": [1.0]}
+
+    def before_pass(p):
+        events.append(("calibrate", p))
+        return lambda cfg: {"predicted_s": 10.0 * (p + 1) + (cfg.strategy == "b")}
+
+    monkeypatch.setattr(plan_runs, "run_config", fake_run)
+    out = run_passes(None, [Config("a", 1.0), Config("b", 1.0)], 2, "mlp", 8, 4, steps=2,
+                     warmup=0, before_pass=before_pass)
+    assert events == [("calibrate", 0), ("run", "a"), ("run", "b"),
+                      ("calibrate", 1), ("run", "b"), ("run", "a")]
+    assert out[0]["pass_predicted_s"] == [10.0, 20.0] and out[0]["predicted_s"] == 15.0
+    assert out[1]["pass_predicted_s"] == [11.0, 21.0] and out[1]["predicted_s"] == 16.0

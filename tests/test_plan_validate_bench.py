@@ -22,12 +22,12 @@ def test_plan_validate_smoke(tmp_path):
     cmd = [mpiexec(), "-n", "2", sys.executable, "-m", "gossipgrad.bench.plan_validate",
            "--hidden", "32", "--bucket-mb", "1", "--only-overlap", "--steps", "3",
            "--warmup", "1", "--profile-steps", "3", "--net-max-mb", "1",
-           "--net-reps", "3", "--out", str(out)]
+           "--net-reps", "3", "--passes", "2", "--out", str(out)]
     proc = run(cmd, timeout=240)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report == json.loads(out.read_text())
-    assert report["size"] == 2
+    assert report["size"] == 2 and report["passes"] == 2
     configs = report["configs"]
     assert {c["strategy"] for c in configs} == {"gossip", "allreduce"}
     for c in configs:
@@ -35,6 +35,7 @@ def test_plan_validate_smoke(tmp_path):
                     "measured_exposed_comm_s", "predicted_spare_core_s"):
             assert _finite(c[key]), (key, c)
         assert c["predicted_s"] > 0 and c["measured_s"] > 0
+        assert len(c["pass_s"]) == 2 and c["min_s"] <= c["measured_s"] <= c["max_s"]
     s = report["summary"]
     for key in ("mape_pct", "worst_abs_pct", "regret", "mean_abs_compute_error_s",
                 "mean_abs_exposed_comm_error_s"):
@@ -44,18 +45,23 @@ def test_plan_validate_smoke(tmp_path):
     assert s["dominant_error"] in ("compute", "communication")
     assert _finite(report["compute_check"]["error_pct"])
     host, cal = report["host"], report["calibration"]
-    assert host["ranks_per_host"] == 2 and host["cores"] >= 1 and host["handoff_s"] >= 0
-    # Calibrated beforehand: 2 rounds (compute-only, blocking, s0, s1) per strategy.
-    assert len(cal["runs"]) == 2 * 2
+    assert host["ranks_per_host"] == 2 and host["cores"] >= 1 and host["overlap_s"] >= 0
+    # Calibrated before each of the 2 passes: 2 rounds (compute-only, blocking, s0, s1) per
+    # strategy each time.
+    assert len(cal["runs"]) == 2 * 2 * 2 and len(cal["per_pass"]) == 2
     assert all({"local_s", "blocking_s", "s0_s", "s1_s"} <= set(r) for r in cal["runs"])
     assert cal["compute_factor"] > 0 and set(cal["exchange_factor"]) == {"gossip", "allreduce"}
     check = report["compute_check"]
-    assert check["predicted_s"] == pytest.approx(check["profile_s"] * cal["compute_factor"])
+    assert check["predicted_s"] == pytest.approx(
+        check["profile_s"] * sum(c["compute_factor"] for c in cal["per_pass"]) / 2)
+    for c in configs:  # each pass predicted from its own calibration; the row has the mean
+        assert len(c["pass_predicted_s"]) == 2
+        assert c["predicted_s"] == pytest.approx(sum(c["pass_predicted_s"]) / 2)
     if host["spare_core"]:  # overlap can hide: no hand-off charged
         assert all(c["predicted_uncalibrated_s"] == c["predicted_spare_core_s"]
                    for c in configs)
     else:
-        assert cal["handoff_s"] == host["handoff_s"]
+        assert cal["overlap_s"] == host["overlap_s"] and host["handoff_s"] == 0
         assert cal["stale_s_per_byte"] == host["stale_s_per_byte"]
         assert all(c["predicted_uncalibrated_s"] >= c["predicted_spare_core_s"]
                    for c in configs)
@@ -79,7 +85,7 @@ def test_plan_validate_at_two_sizes_in_one_launch(tmp_path):
     cmd = [mpiexec(), "-n", "3", sys.executable, "-m", "gossipgrad.bench.plan_validate",
            "--hidden", "16", "--bucket-mb", "1", "--only-overlap", "--strategies", "gossip",
            "--steps", "2", "--warmup", "1", "--profile-steps", "2", "--net-max-mb", "1",
-           "--net-reps", "3", "--calibrate-pairs", "1", "--sizes", "2,3"]
+           "--net-reps", "3", "--calibrate-pairs", "1", "--passes", "1", "--sizes", "2,3"]
     proc = run(cmd, timeout=240)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
@@ -98,3 +104,13 @@ def test_plan_validate_refuses_a_size_above_the_launch():
                 "--sizes", "2,4"], timeout=60)
     assert proc.returncode != 0
     assert "each size must be in 2..2" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_a_failure_on_the_smaller_size_ends_the_whole_launch():
+    """--sizes 2,3 with an unknown --arch: ranks 0-1 fail inside the size-2 run while rank 2
+    waits for them in a collective (for up to an hour). The failure must end every rank at
+    once, non-zero, naming the cause."""
+    proc = run([mpiexec(), "-n", "3", sys.executable, "-m", "gossipgrad.bench.plan_validate",
+                "--arch", "nosuch", "--sizes", "2,3"], timeout=90)
+    assert proc.returncode != 0
+    assert "unknown model 'nosuch'" in proc.stderr, proc.stderr[-2000:]

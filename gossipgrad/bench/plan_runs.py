@@ -93,7 +93,51 @@ def run_config(comm: Any, cfg: Config, arch: str, hidden: int, batch_size: int,
     finally:
         opt.close()
     slow = _slowest(comm, times)
-    return {"measured_s": statistics.median(slow), "min_s": min(slow), "max_s": max(slow)}
+    return {"measured_s": statistics.median(slow), "min_s": min(slow), "max_s": max(slow),
+            "steps_s": slow}
+
+
+def run_passes(comm: Any, configs: Sequence[Config], passes: int, arch: str, hidden: int,
+               batch_size: int, steps: int, warmup: int,
+               before_pass: Callable[[int], Callable[[Config], dict[str, float]]] | None = None,
+               ) -> list[dict[str, Any]]:
+    """Every config measured in ``passes`` passes of ``ceil(steps / passes)`` timed steps
+    each (plus ``warmup`` per pass), the order reversed every other pass (A..Z, Z..A, ...),
+    so that a slow drift of the machine over the minutes a launch takes falls on every
+    configuration alike instead of on those measured last. A config's ``measured_s`` is the
+    median of all its timed steps (each the slowest rank's); ``pass_s`` the per-pass
+    medians.
+
+    ``before_pass(p)``, when given, runs before pass ``p`` (the calibration rounds) and
+    returns the predictor for that pass: ``config -> {name: seconds}``. Each prediction is
+    thus made from measurements taken before the runs it predicts; the result carries each
+    name's per-pass list (``pass_<name>``) and mean (``<name>``).
+
+    Returns one dict per config, in ``configs`` order. Collective."""
+    if passes < 1:
+        raise ValueError(f"passes must be >= 1, got {passes}")
+    per_pass = -(-steps // passes)
+    pooled: list[list[float]] = [[] for _ in configs]
+    medians: list[list[float]] = [[] for _ in configs]
+    predicted: list[dict[str, list[float]]] = [{} for _ in configs]
+    for p in range(passes):
+        predict = before_pass(p) if before_pass is not None else None
+        order = range(len(configs)) if p % 2 == 0 else range(len(configs) - 1, -1, -1)
+        for i in order:
+            m = run_config(comm, configs[i], arch, hidden, batch_size, per_pass, warmup)
+            pooled[i].extend(m["steps_s"])
+            medians[i].append(m["measured_s"])
+            for name, value in (predict(configs[i]) if predict else {}).items():
+                predicted[i].setdefault(name, []).append(value)
+    out = []
+    for t, med, pred in zip(pooled, medians, predicted, strict=True):
+        row: dict[str, Any] = {"measured_s": statistics.median(t), "min_s": min(t),
+                               "max_s": max(t), "pass_s": med}
+        for name, values in pred.items():
+            row[name] = statistics.fmean(values)
+            row[f"pass_{name}"] = values
+        out.append(row)
+    return out
 
 
 def confirm_regret(rows: Sequence[dict[str, Any]], chosen_index: int, rounds: int,
@@ -120,51 +164,27 @@ def confirm_regret(rows: Sequence[dict[str, Any]], chosen_index: int, rounds: in
             "regret": max(1.0, ratio)}
 
 
-def calibrate_in_step(comm: Any, strategies: Sequence[str], cap_mb: float, cal_prof: Any,
-                      cm: Any, pairs: int, arch: str, hidden: int, batch_size: int, steps: int,
-                      warmup: int) -> dict[str, Any]:
-    """Measure, before and apart from the scored runs, what a training step adds to the
-    profile and the fit: ``pairs`` rounds per strategy of four short runs at ``cap_mb``
-    (grad mix) -- compute-only (``local``), blocking, overlapped staleness 0, overlapped
-    staleness 1 -- in an order rotated each round. Medians over rounds:
-
-    - ``compute_factor`` = compute-only step / the profile's ``F + B + O``
-      (``fit_compute_factor``, pooled over strategies);
-    - ``exchange_factor[strategy]`` = (blocking - compute-only) / the model's summed bucket
-      costs ``S`` at ``cap_mb`` (``fit_exchange_factor``);
-    - ``handoff_s`` = ``fit_handoff(blocking, s0)`` and ``stale_s_per_byte`` =
-      ``fit_stale(s0, s1)``, pooled over strategies (used only without a spare core).
-
-    Collective."""
-    from gossipgrad.plan.calibrate import fit_compute_factor, fit_exchange_factor
-    from gossipgrad.plan.host import fit_handoff, fit_stale
-
+def calibration_rounds(comm: Any, strategies: Sequence[str], cap_mb: float, pairs: int,
+                       arch: str, hidden: int, batch_size: int, steps: int, warmup: int,
+                       first_round: int = 0) -> list[dict[str, Any]]:
+    """The runs of the in-step calibration, apart from the scored ones: ``pairs`` rounds per
+    strategy of four short runs at ``cap_mb`` (grad mix) -- compute-only (``local``),
+    blocking, overlapped staleness 0, overlapped staleness 1 -- the order rotated each
+    round (round ``first_round + i`` starts at kind ``(first_round + i) % 4``, so rounds
+    taken before successive passes continue the rotation). One dict per round:
+    ``strategy`` and ``local_s``, ``blocking_s``, ``s0_s``, ``s1_s``; fitted by
+    :func:`gossipgrad.plan.calibrate.fit_in_step`. Collective."""
     if pairs < 1:
         raise ValueError(f"calibrate_pairs must be >= 1, got {pairs}")
     kinds = [("local", "local", False, 0), ("blocking", None, False, 0), ("s0", None, True, 0),
              ("s1", None, True, 1)]
-    n_buckets, grad_bytes = len(cal_prof.buckets), cal_prof.grad_bytes
-    compute: list[float] = []
-    exchange: dict[str, list[float]] = {s: [] for s in strategies}
-    handoff: list[float] = []
-    stale: list[float] = []
     runs = []
     for strategy in strategies:
-        predicted = sum(cm.bucket_s(strategy, b.bytes, comm.size) for b in cal_prof.buckets)
-        for i in range(pairs):
+        for i in range(first_round, first_round + pairs):
             t = {}
-            for name, kind, overlap, staleness in kinds[i % 4:] + kinds[:i % 4]:
-                cfg = Config(kind or strategy, cap_mb, "grad", overlap, staleness)
-                t[name] = run_config(comm, cfg, arch, hidden, batch_size, steps,
-                                     warmup)["measured_s"]
-            compute.append(fit_compute_factor(t["local"], cal_prof))
-            exchange[strategy].append(fit_exchange_factor(t["blocking"], t["local"], predicted))
-            handoff.append(fit_handoff(t["blocking"], t["s0"], n_buckets))
-            stale.append(fit_stale(t["s0"], t["s1"], grad_bytes))
-            runs.append({"strategy": strategy, **{f"{k}_s": v for k, v in t.items()}})
-    return {"bucket_mb": cap_mb, "n_buckets": n_buckets, "grad_bytes": grad_bytes,
-            "runs": runs, "compute_factor": statistics.median(compute),
-            "exchange_factor": {s: statistics.median(v) for s, v in exchange.items()},
-            "handoff_per_round_s": handoff, "stale_per_round_s_per_byte": stale,
-            "handoff_s": statistics.median(handoff),
-            "stale_s_per_byte": statistics.median(stale)}
+            for name, kind, overlapped, staleness in kinds[i % 4:] + kinds[:i % 4]:
+                cfg = Config(kind or strategy, cap_mb, "grad", overlapped, staleness)
+                t[f"{name}_s"] = run_config(comm, cfg, arch, hidden, batch_size, steps,
+                                            warmup)["measured_s"]
+            runs.append({"strategy": strategy, **t})
+    return runs

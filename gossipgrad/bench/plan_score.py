@@ -108,8 +108,8 @@ def print_summary(report: dict[str, Any], launches: Sequence[dict[str, Any]]) ->
     for lc in launches:
         h, c = lc["host"], lc["calibration"]
         print(f'size {lc["size"]}: {h["cores"]} cores, {h["ranks_per_host"]} ranks on the '
-              f'host, spare core {h["spare_core"]}, hand-off {1e6 * h["handoff_s"]:.0f} '
-              f'us/bucket, staleness 1 {1e9 * h["stale_s_per_byte"]:.3g} ns/byte; '
+              f'host, spare core {h["spare_core"]}, overlap {1e6 * h.get("overlap_s", 0):.0f} '
+              f'us/step, staleness 1 {1e9 * h["stale_s_per_byte"]:.3g} ns/byte; '
               f'calibration: compute x{c["compute_factor"]:.3f}, exchange '
               + ", ".join(f"{k} x{v:.2f}" for k, v in c["exchange_factor"].items()),
               file=sys.stderr)

@@ -13,25 +13,31 @@ One launch, all on every rank (collective):
    is the one reported and whose choice is re-measured, taken while the other ranks
    compute too, as they will in training), then
    ``measure_network`` fits the links at the launched size and records the host (cores a
-   rank may use, ranks on the host). Then the in-step calibration
-   (:func:`~gossipgrad.bench.plan_runs.calibrate_in_step`): ``--calibrate-pairs`` rounds
-   per strategy of compute-only / blocking / overlapped s0 / overlapped s1 short runs at
-   the ``--calibrate-mb`` cap give
-   the compute factor, each strategy's exchange factor (:mod:`gossipgrad.plan.calibrate`)
-   and, without a spare core per rank (``HostShare``), the per-bucket hand-off and
-   staleness-1 costs (``fit_handoff``, ``fit_stale``). These runs are not scored;
-2. a **compute-only** run (strategy ``local``) checks the profile: its measured step against
-   the profile's ``F + B + O`` is the compute term's error;
-3. each configuration (strategy x bucket MiB x mix/overlap x staleness) is trained for
-   ``warmup`` + ``steps`` steps on a fixed synthetic batch; the step time is the median over
-   the timed steps of the slowest rank's step (a ``barrier``, timed, closes every step);
-4. each is predicted by ``step_time`` from ``layout_profile`` (the engine's own buckets at
-   that cap) scaled by the compute factor, the fit with the strategy's exchange factor, and
-   the host from step 1. ``mix=param`` (no overlap in the engine: the exchange follows the
-   optimizer step) is predicted with ``overlap=False``. Each row also carries
-   ``predicted_uncalibrated_s`` (the profile and fit as measured, with the host term;
-   scored in ``summary_uncalibrated``) and ``predicted_spare_core_s`` (neither calibration
-   nor contention term, ``host=None``; ``summary_spare_core``);
+   rank may use, ranks on the host);
+2. the configurations (strategy x bucket MiB x mix/overlap x staleness, and a
+   compute-only ``local`` one first) are trained on a fixed synthetic batch in
+   ``--passes`` passes (:func:`~gossipgrad.bench.plan_runs.run_passes`: the order reversed
+   every other pass, ``warmup`` + ``steps / passes`` timed steps per pass). A config's
+   step time is the median over all its timed steps of the slowest rank's step (a
+   ``barrier``, timed, closes every step);
+3. **before each pass**, the in-step calibration
+   (:func:`~gossipgrad.bench.plan_runs.calibration_rounds`, fitted by
+   :func:`~gossipgrad.plan.calibrate.fit_in_step`): ``--calibrate-pairs`` rounds per
+   strategy of compute-only / blocking / overlapped s0 / overlapped s1 runs at the
+   ``--calibrate-mb`` cap give the compute factor (from this pass's rounds: it follows the
+   host's drift), each strategy's exchange factor and, without a spare core per rank
+   (``HostShare``), the per-step overlap and staleness-1 costs (``fit_overlap``,
+   ``fit_stale``; the last three from every round so far). These runs are not scored;
+4. each configuration of a pass is predicted from that pass's calibration, before it
+   runs: ``step_time`` of ``layout_profile`` (the engine's own buckets at that cap) scaled
+   by the compute factor, the fit with the strategy's exchange factor, and the host.
+   ``mix=param`` (no overlap in the engine: the exchange follows the optimizer step) is
+   predicted with ``overlap=False``. A config's prediction is the mean over passes. Each
+   row also carries ``predicted_uncalibrated_s`` (the profile and fit as measured, with the
+   host term; scored in ``summary_uncalibrated``) and ``predicted_spare_core_s`` (neither
+   calibration nor contention term, ``host=None``; ``summary_spare_core``). The
+   compute-only row, predicted as the calibrated ``F + B + O``, is the compute term's
+   error (``compute_check``);
 5. the regret is re-measured (:func:`~gossipgrad.bench.plan_runs.confirm_regret`): the
    model's choice and the fastest measured configuration run again, ``--confirm-rounds``
    times each, alternating.
@@ -47,7 +53,7 @@ configurations together.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -56,10 +62,11 @@ import click
 
 from gossipgrad.bench.plan_runs import (
     Config,
-    calibrate_in_step,
+    calibration_rounds,
     confirm_regret,
     default_configs,
     run_config,
+    run_passes,
 )
 
 
@@ -67,7 +74,8 @@ def measure(comm: Any, *, arch: str = "mlp", hidden: int = 1024, batch_size: int
             configs: Sequence[Config], steps: int = 20, warmup: int = 5,
             profile_steps: int = 20, net_max_mb: float = 16.0, net_reps: int = 5,
             calibrate_allreduce: bool = False, calibrate_mb: float | None = None,
-            calibrate_pairs: int = 2, confirm_rounds: int = 3) -> dict[str, Any]:
+            calibrate_pairs: int = 2, calibrate_steps: int | None = None,
+            confirm_rounds: int = 3, passes: int = 1) -> dict[str, Any]:
     """Profile, fit, run and predict every config (collective). Returns rank 0's report
     (other ranks get the same dict; only rank 0 should print it)."""
     import numpy as np
@@ -78,7 +86,7 @@ def measure(comm: Any, *, arch: str = "mlp", hidden: int = 1024, batch_size: int
     from gossipgrad.engine.profiler import SMALL_MODELS, input_shape, layout_profile, profile_arch
     from gossipgrad.models import build_model
     from gossipgrad.plan import CommModel, step_time
-    from gossipgrad.plan.calibrate import scale_exchange, scale_profile
+    from gossipgrad.plan.calibrate import fit_in_step, scale_exchange, scale_profile
     from gossipgrad.plan.host import HostShare
     from gossipgrad.runtime import host_share
     torch.set_num_threads(1)
@@ -92,34 +100,57 @@ def measure(comm: Any, *, arch: str = "mlp", hidden: int = 1024, batch_size: int
                                 calibrate_allreduce=calibrate_allreduce)
     shape = input_shape(arch, 224)
     net = build_model(arch, shape, 10 if arch in SMALL_MODELS else 1000, hidden)
-    host = HostShare(*host_share(comm))
+    found = HostShare(*host_share(comm))
     strategies = list(dict.fromkeys(c.strategy for c in configs if c.strategy != "local"))
     cap_mb = calibrate_mb or min(c.bucket_mb for c in configs)
     cal_prof = layout_profile(result, net, cap_from_mb(cap_mb))
-    calibration = calibrate_in_step(comm, strategies, cap_mb, cal_prof, cm, calibrate_pairs,
-                                    arch, hidden, batch_size, steps, warmup)
-    if not host.spare_core:
-        host = HostShare(host.cores, host.ranks_per_host, calibration["handoff_s"],
-                         calibration["stale_s_per_byte"])
-    local = run_config(comm, Config("local", 25.0), arch, hidden, batch_size, steps, warmup)
+    exchange_s = {s: sum(cm.bucket_s(s, b.bytes, comm.size) for b in cal_prof.buckets)
+                  for s in strategies}
+    profiles = {cfg: layout_profile(result, net, cap_from_mb(cfg.bucket_mb)) for cfg in configs}
+    cal_runs: list[dict[str, Any]] = []
+    per_pass: list[dict[str, Any]] = []
+    state: dict[str, Any] = {}
+
+    def before_pass(p: int) -> Callable[[Config], dict[str, float]]:
+        """Calibration rounds, then the predictor for pass ``p`` built from every round so
+        far (the compute factor from this pass's rounds only)."""
+        new = calibration_rounds(comm, strategies, cap_mb, calibrate_pairs, arch, hidden,
+                                 batch_size, calibrate_steps or steps, warmup,
+                                 first_round=p * calibrate_pairs)
+        cal_runs.extend(new)
+        cal = fit_in_step(cal_runs, new, cal_prof, exchange_s)
+        per_pass.append(cal)
+        host = found if found.spare_core else HostShare(
+            found.cores, found.ranks_per_host, 0.0, cal["stale_s_per_byte"], cal["overlap_s"])
+        state["host"] = host
+
+        def predict(cfg: Config) -> dict[str, float]:
+            if cfg.strategy == "local":
+                return {"predicted_s": p_local * cal["compute_factor"]}
+            prof = profiles[cfg]
+            kw = {"staleness": cfg.staleness, "overlap": cfg.overlap and cfg.mix == "grad"}
+            factor = cal["exchange_factor"].get(cfg.strategy, 1.0)
+            st = step_time(scale_profile(prof, cal["compute_factor"]),
+                           scale_exchange(cm, cfg.strategy, factor), cfg.strategy, comm.size,
+                           host=host, **kw)
+            raw = step_time(prof, cm, cfg.strategy, comm.size, host=host, **kw)
+            free = step_time(prof, cm, cfg.strategy, comm.size, **kw)
+            return {"predicted_s": st.step_s, "predicted_comm_s": st.comm_s,
+                    "predicted_exposed_comm_s": st.exposed_comm_s,
+                    "predicted_uncalibrated_s": raw.step_s,
+                    "predicted_spare_core_s": free.step_s}
+
+        return predict
+
+    p_local = result.profile.local_step_s
+    # The compute-only configuration goes first in every pass, like any other.
+    local, *measured = run_passes(comm, [Config("local", 25.0), *configs], passes, arch,
+                                  hidden, batch_size, steps, warmup, before_pass=before_pass)
+    host = state["host"]
     rows = []
-    for cfg in configs:
-        m = run_config(comm, cfg, arch, hidden, batch_size, steps, warmup)
-        prof = layout_profile(result, net, cap_from_mb(cfg.bucket_mb))
-        overlap = cfg.overlap and cfg.mix == "grad"
-        kw = {"staleness": cfg.staleness, "overlap": overlap}
-        factor = calibration["exchange_factor"].get(cfg.strategy, 1.0)
-        st = step_time(scale_profile(prof, calibration["compute_factor"]),
-                       scale_exchange(cm, cfg.strategy, factor), cfg.strategy, comm.size,
-                       host=host, **kw)
-        raw = step_time(prof, cm, cfg.strategy, comm.size, host=host, **kw)
-        free = step_time(prof, cm, cfg.strategy, comm.size, **kw)
+    for cfg, m in zip(configs, measured, strict=True):
         rows.append({"config": cfg.label, **asdict(cfg), "size": comm.size,
-                     "n_buckets": len(prof.buckets), "predicted_s": st.step_s,
-                     "predicted_comm_s": st.comm_s,
-                     "predicted_exposed_comm_s": st.exposed_comm_s,
-                     "predicted_uncalibrated_s": raw.step_s,
-                     "predicted_spare_core_s": free.step_s, **m,
+                     "n_buckets": len(profiles[cfg].buckets), **m,
                      "measured_exposed_comm_s": m["measured_s"] - local["measured_s"]})
     # Each rank predicts from its own profile; rank 0's choice is the one re-measured.
     chosen = np.array([min(range(len(rows)), key=lambda i: rows[i]["predicted_s"])])
@@ -128,10 +159,13 @@ def measure(comm: Any, *, arch: str = "mlp", hidden: int = 1024, batch_size: int
     confirm = confirm_regret(rows, int(chosen[0]), confirm_rounds, lambda label: run_config(
         comm, by_label[label], arch, hidden, batch_size, steps, warmup)["measured_s"])
     p = result.profile
-    calibrated_local = p.local_step_s * calibration["compute_factor"]
+    calibration = {"bucket_mb": cap_mb, "n_buckets": len(cal_prof.buckets),
+                   "grad_bytes": cal_prof.grad_bytes, "runs": cal_runs,
+                   **fit_in_step(cal_runs, cal_runs, cal_prof, exchange_s),
+                   "per_pass": per_pass}
     report = {
         "benchmark": "plan-validate", "size": comm.size, "arch": arch, "hidden": hidden,
-        "batch_size": batch_size, "steps": steps, "warmup": warmup,
+        "batch_size": batch_size, "steps": steps, "warmup": warmup, "passes": passes,
         "profile": {"forward_s": p.forward_s, "backward_s": p.backward_s,
                     "optimizer_s": p.optimizer_s, "local_step_s": p.local_step_s,
                     "param_bytes": p.param_bytes},
@@ -139,9 +173,8 @@ def measure(comm: Any, *, arch: str = "mlp", hidden: int = 1024, batch_size: int
         "host": {**host.to_json(), "cores_per_rank": host.cores_per_rank,
                  "spare_core": host.spare_core},
         "calibration": calibration,
-        "compute_check": {"predicted_s": calibrated_local, "profile_s": p.local_step_s,
-                          **local,
-                          "error_pct": 100 * (calibrated_local - local["measured_s"])
+        "compute_check": {"profile_s": p.local_step_s, **local,
+                          "error_pct": 100 * (local["predicted_s"] - local["measured_s"])
                           / local["measured_s"],
                           "profile_error_pct": 100 * (p.local_step_s - local["measured_s"])
                           / local["measured_s"]},
@@ -196,7 +229,11 @@ def _floats(text: str) -> list[float]:
 @click.option("--only-overlap", is_flag=True,
               help="Skip the no-overlap and mix=param configs.")
 @click.option("--steps", type=int, default=20, show_default=True)
-@click.option("--warmup", type=int, default=5, show_default=True)
+@click.option("--warmup", type=int, default=5, show_default=True,
+              help="Untimed steps before each run (each pass of each configuration).")
+@click.option("--passes", type=click.IntRange(1), default=1, show_default=True,
+              help="Measure the configurations in this many passes, the order reversed "
+                   "every other pass, --steps split between them (evens out drift).")
 @click.option("--profile-steps", type=int, default=20, show_default=True)
 @click.option("--net-max-mb", type=float, default=16.0, show_default=True)
 @click.option("--net-reps", type=int, default=5, show_default=True)
@@ -207,6 +244,9 @@ def _floats(text: str) -> list[float]:
 @click.option("--calibrate-pairs", type=int, default=2, show_default=True,
               help="Rounds (compute-only, blocking, overlapped s0, overlapped s1) per "
                    "strategy for the in-step calibration.")
+@click.option("--calibrate-steps", type=click.IntRange(1), default=None,
+              help="Timed steps of each calibration run (default: --steps). Shorter runs "
+                   "and more --calibrate-pairs average out run-to-run noise better.")
 @click.option("--confirm-rounds", type=click.IntRange(0), default=3, show_default=True,
               help="Re-run the model's choice and the fastest measured configuration this "
                    "many times each for the regret (0: first-pass regret only).")
@@ -219,9 +259,10 @@ def _floats(text: str) -> list[float]:
               help="No MPI: score these --out files together and print the JSON.")
 def plan_validate(arch: str, hidden: int, batch_size: int, strategies: str, bucket_mb: str,
                   staleness: str, only_overlap: bool, steps: int, warmup: int,
-                  profile_steps: int, net_max_mb: float, net_reps: int,
+                  passes: int, profile_steps: int, net_max_mb: float, net_reps: int,
                   calibrate_allreduce: bool, calibrate_mb: float | None,
-                  calibrate_pairs: int, confirm_rounds: int, sizes: str | None,
+                  calibrate_pairs: int, calibrate_steps: int | None, confirm_rounds: int,
+                  sizes: str | None,
                   out: str | None,
                   merge_paths: tuple[str, ...]) -> None:
     """Measured step times of real configurations vs the planner's predictions (JSON)."""
@@ -236,7 +277,7 @@ def plan_validate(arch: str, hidden: int, batch_size: int, strategies: str, buck
         return
     import logging
 
-    from gossipgrad.runtime import init
+    from gossipgrad.runtime import call_or_abort, init
 
     comm = init()
     logging.getLogger("gossipgrad").setLevel(logging.WARNING)
@@ -250,12 +291,13 @@ def plan_validate(arch: str, hidden: int, batch_size: int, strategies: str, buck
                               [int(v) for v in _floats(staleness)])
     if only_overlap:
         configs = [c for c in configs if c.overlap and c.mix == "grad"]
-    reports = measure_sizes(comm, at, arch=arch, hidden=hidden, batch_size=batch_size,
-                            configs=configs, steps=steps, warmup=warmup,
-                            profile_steps=profile_steps, net_max_mb=net_max_mb,
-                            net_reps=net_reps, calibrate_allreduce=calibrate_allreduce,
-                            calibrate_mb=calibrate_mb, calibrate_pairs=calibrate_pairs,
-                            confirm_rounds=confirm_rounds)
+    # A rank that fails ends the job: the others would wait for it in a collective.
+    kw = dict(arch=arch, hidden=hidden, batch_size=batch_size, configs=configs, steps=steps,
+              warmup=warmup, profile_steps=profile_steps, net_max_mb=net_max_mb,
+              net_reps=net_reps, calibrate_allreduce=calibrate_allreduce,
+              calibrate_mb=calibrate_mb, calibrate_pairs=calibrate_pairs,
+              calibrate_steps=calibrate_steps, confirm_rounds=confirm_rounds, passes=passes)
+    reports = call_or_abort(comm, lambda c: measure_sizes(c, at, **kw))
     if comm.rank == 0:
         from gossipgrad.bench.plan_score import combine
 

@@ -30,22 +30,14 @@ def _run(comm_timeout: float, body: Callable[[Any], dict[str, Any]]) -> None:
     import torch
 
     from gossipgrad.bench.common import emit
-    from gossipgrad.comm.base import CommError
-    from gossipgrad.runtime import abort_job, init
+    from gossipgrad.runtime import call_or_abort, init
 
     torch.set_num_threads(1)
     comm = init(comm_timeout)
     try:
-        record = body(comm)
-    except ValueError as exc:
-        if comm.size == 1:
-            raise click.UsageError(str(exc)) from exc
-        abort_job(comm, f"rank {comm.rank}: {exc}")
-    except (CommError, RuntimeError, OSError) as exc:
-        abort_job(comm, f"rank {comm.rank}: {exc}")
-    except Exception:  # noqa: BLE001 - a bug: say where, then end every rank
-        log.exception("rank %d: unexpected error", comm.rank)
-        abort_job(comm, f"rank {comm.rank}: aborting the job after an unexpected error")
+        record = call_or_abort(comm, body)
+    except ValueError as exc:  # one rank: the user's mistake
+        raise click.UsageError(str(exc)) from exc
     emit(comm, record)
 
 

@@ -22,7 +22,10 @@ Pure: no MPI, no torch.
 from __future__ import annotations
 
 import math
+import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from gossipgrad.plan.formats import Bucket, Profile
 from gossipgrad.plan.model import CommModel, Strategy, parse_strategy
@@ -79,3 +82,44 @@ def scale_exchange(model: CommModel, strategy: Strategy | str, factor: float) ->
         allreduce_latency_factor=model.allreduce_latency_factor * factor,
         allreduce_bandwidth_factor=model.allreduce_bandwidth_factor * factor,
     )
+
+
+def fit_in_step(runs: Sequence[Mapping[str, Any]], latest: Sequence[Mapping[str, Any]],
+                profile: Profile, exchange_s: Mapping[str, float]) -> dict[str, Any]:
+    """Every factor of the in-step calibration from calibration runs (each a mapping with
+    ``strategy`` and the step times ``local_s``, ``blocking_s``, ``s0_s``, ``s1_s`` of one
+    round at the same buckets, ``profile``'s). ``exchange_s[strategy]`` is the model's
+    summed bucket costs ``S`` of those buckets.
+
+    - ``compute_factor``: median of ``fit_compute_factor`` over ``latest`` only, the rounds
+      taken just before the runs to be predicted, so that it follows a drift of the host;
+    - ``exchange_factor[strategy]``, ``overlap_s`` (``fit_overlap(blocking, s0)``),
+      ``stale_s_per_byte`` (``fit_stale(s0, s1, G)``): medians over all ``runs`` (each a
+      difference of two noisy steps, which drift together).
+
+    >>> p = Profile("m", 8, "cpu", 0.002, 0.006, 0.002, 1000, (Bucket(0, 1000, 0.006),))
+    >>> r = {"strategy": "gossip", "local_s": 0.02, "blocking_s": 0.03, "s0_s": 0.032,
+    ...      "s1_s": 0.033}
+    >>> f = fit_in_step([r], [r], p, {"gossip": 0.005})
+    >>> f["compute_factor"], round(f["exchange_factor"]["gossip"], 6), round(f["overlap_s"], 6)
+    (2.0, 2.0, 0.002)
+    """
+    from gossipgrad.plan.host import fit_overlap, fit_stale
+
+    if not runs or not latest:
+        raise ValueError("in-step calibration needs at least one round of runs")
+    strategies = list(dict.fromkeys(r["strategy"] for r in runs))
+    missing = [s for s in strategies if s not in exchange_s]
+    if missing:
+        raise ValueError(f"no predicted exchange time for strategies {missing}")
+    return {
+        "compute_factor": statistics.median(
+            fit_compute_factor(r["local_s"], profile) for r in latest),
+        "exchange_factor": {
+            s: statistics.median(fit_exchange_factor(r["blocking_s"], r["local_s"], exchange_s[s])
+                                 for r in runs if r["strategy"] == s)
+            for s in strategies},
+        "overlap_s": statistics.median(fit_overlap(r["blocking_s"], r["s0_s"]) for r in runs),
+        "stale_s_per_byte": statistics.median(
+            fit_stale(r["s0_s"], r["s1_s"], profile.grad_bytes) for r in runs),
+    }
