@@ -96,6 +96,13 @@ def test_fit_in_step_compute_from_the_latest_rounds_the_rest_from_all():
     assert f["exchange_factor"]["allreduce"] == pytest.approx(1.5)  # 2.0 and 1.0
     assert f["overlap_s"] == pytest.approx(0.002)  # median of 1, 3, 5, 1 ms
     assert f["stale_s_per_byte"] == pytest.approx(1e-6)  # median of 1, 1, 1, 4 ms per 1000 B
+    assert f["stale_s_per_byte_by_strategy"] == pytest.approx({"gossip": 1e-6,
+                                                               "allreduce": 2.5e-6})
+    # staleness 1 faster than 0: a saving, at most the round's exchange (blocking - local)
+    faster = [_round("allreduce", 0.010, 0.014, 0.020, 0.012),  # saves 8 ms, capped at 4
+              _round("allreduce", 0.010, 0.020, 0.020, 0.018)]  # saves 2 ms
+    g = fit_in_step(faster, faster, prof, {"allreduce": 0.01})
+    assert g["stale_s_per_byte_by_strategy"]["allreduce"] == pytest.approx(-3e-6)
     with pytest.raises(ValueError, match="at least one round"):
         fit_in_step([], [], prof, {"gossip": 0.005})
     with pytest.raises(ValueError, match="no predicted exchange time"):

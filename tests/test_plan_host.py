@@ -86,6 +86,17 @@ def test_no_spare_core_staleness_one_adds_its_per_byte_cost(overlap):
     assert step_time(PROFILE, MODEL, "gossip", 2, staleness=1, host=roomy).step_s == approx(0.55)
 
 
+def test_no_spare_core_staleness_one_may_hide_at_most_the_exchange():
+    # S = 0.2 s; G = 4e6 B. k = -2.5e-8 hides 0.1 s; k = -1e-6 would hide 4 s: capped at S.
+    some = HostShare(2, 2, stale_s_per_byte=-2.5e-8)
+    assert step_time(PROFILE, MODEL, "gossip", 2, staleness=1, host=some).step_s == approx(
+        0.1 + 0.4 + 0.2 + 0.05 - 0.1)
+    everything = HostShare(2, 2, overlap_s=0.01, stale_s_per_byte=-1e-6)
+    assert step_time(PROFILE, MODEL, "gossip", 2, staleness=1,
+                     host=everything).step_s == approx(0.1 + 0.4 + 0.05 + 0.01)
+    assert step_time(PROFILE, MODEL, "gossip", 2, host=everything).step_s == approx(0.76)
+
+
 def test_no_communication_no_handoff():
     host = HostShare(2, 2, handoff_s=0.01, stale_s_per_byte=1e-8)
     for strategy, size in [("local", 8), ("gossip", 1), ("allreduce", 1)]:
@@ -107,6 +118,11 @@ def test_fit_handoff_closed_form_and_checks():
         fit_handoff(0.0, 0.03, 1)
     assert fit_stale(0.010, 0.014, 2 * 10**6) == approx(2e-9)
     assert fit_stale(0.014, 0.010, 2 * 10**6) == 0.0
+    # staleness 1 faster (a NIC moves the bytes while compute runs): a saving, bounded
+    assert fit_stale(0.014, 0.010, 2 * 10**6, hidden_max_s=0.010) == approx(-2e-9)
+    assert fit_stale(0.014, 0.010, 2 * 10**6, hidden_max_s=0.001) == approx(-5e-10)
+    with pytest.raises(ValueError, match="hidden_max_s"):
+        fit_stale(0.01, 0.02, 1, hidden_max_s=-1.0)
     with pytest.raises(ValueError, match="grad_bytes"):
         fit_stale(0.01, 0.02, 0)
 
@@ -120,6 +136,7 @@ def test_host_share_checks_and_json():
         HostShare(2, 2, 0.0, float("nan"))
     with pytest.raises(ValueError, match="overlap_s"):
         HostShare(2, 2, overlap_s=-1.0)
+    assert HostShare(2, 2, stale_s_per_byte=-1e-9).stale_s_per_byte == -1e-9  # a saving
     assert HostShare.from_json(HostShare(2, 2, 0.0, 0.0, 5e-3).to_json()).overlap_s == 5e-3
     assert HostShare.from_json(CROWDED.to_json()) == CROWDED
     assert HostShare.from_json({"cores": 2, "ranks_per_host": 1}) == HostShare(2, 1, 0.0, 0.0)

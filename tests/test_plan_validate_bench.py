@@ -22,7 +22,7 @@ def test_plan_validate_smoke(tmp_path):
     cmd = [mpiexec(), "-n", "2", sys.executable, "-m", "gossipgrad.bench.plan_validate",
            "--hidden", "32", "--bucket-mb", "1", "--only-overlap", "--steps", "3",
            "--warmup", "1", "--profile-steps", "3", "--net-max-mb", "1",
-           "--net-reps", "3", "--passes", "2", "--out", str(out)]
+           "--net-reps", "3", "--passes", "2", "--calibrate-steps", "2", "--out", str(out)]
     proc = run(cmd, timeout=240)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
@@ -85,7 +85,8 @@ def test_plan_validate_at_two_sizes_in_one_launch(tmp_path):
     cmd = [mpiexec(), "-n", "3", sys.executable, "-m", "gossipgrad.bench.plan_validate",
            "--hidden", "16", "--bucket-mb", "1", "--only-overlap", "--strategies", "gossip",
            "--steps", "2", "--warmup", "1", "--profile-steps", "2", "--net-max-mb", "1",
-           "--net-reps", "3", "--calibrate-pairs", "1", "--passes", "1", "--sizes", "2,3"]
+           "--net-reps", "3", "--calibrate-pairs", "1", "--passes", "1", "--calibrate-steps", "2",
+           "--sizes", "2,3"]
     proc = run(cmd, timeout=240)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)

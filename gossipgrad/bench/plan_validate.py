@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -130,10 +130,12 @@ def measure(comm: Any, *, arch: str = "mlp", hidden: int = 1024, batch_size: int
             prof = profiles[cfg]
             kw = {"staleness": cfg.staleness, "overlap": cfg.overlap and cfg.mix == "grad"}
             factor = cal["exchange_factor"].get(cfg.strategy, 1.0)
+            own = host if host.spare_core else replace(
+                host, stale_s_per_byte=cal["stale_s_per_byte_by_strategy"][cfg.strategy])
             st = step_time(scale_profile(prof, cal["compute_factor"]),
                            scale_exchange(cm, cfg.strategy, factor), cfg.strategy, comm.size,
-                           host=host, **kw)
-            raw = step_time(prof, cm, cfg.strategy, comm.size, host=host, **kw)
+                           host=own, **kw)
+            raw = step_time(prof, cm, cfg.strategy, comm.size, host=own, **kw)
             free = step_time(prof, cm, cfg.strategy, comm.size, **kw)
             return {"predicted_s": st.step_s, "predicted_comm_s": st.comm_s,
                     "predicted_exposed_comm_s": st.exposed_comm_s,
@@ -228,12 +230,14 @@ def _floats(text: str) -> list[float]:
               help="Staleness values for the overlapped configs, e.g. 0,1.")
 @click.option("--only-overlap", is_flag=True,
               help="Skip the no-overlap and mix=param configs.")
-@click.option("--steps", type=int, default=20, show_default=True)
-@click.option("--warmup", type=int, default=5, show_default=True,
+@click.option("--steps", type=click.IntRange(1), default=30, show_default=True,
+              help="Timed steps per configuration, split between the passes.")
+@click.option("--warmup", type=click.IntRange(0), default=3, show_default=True,
               help="Untimed steps before each run (each pass of each configuration).")
-@click.option("--passes", type=click.IntRange(1), default=1, show_default=True,
+@click.option("--passes", type=click.IntRange(1), default=3, show_default=True,
               help="Measure the configurations in this many passes, the order reversed "
-                   "every other pass, --steps split between them (evens out drift).")
+                   "every other pass, --steps split between them, the calibration rounds "
+                   "before each (evens out and follows the host's drift).")
 @click.option("--profile-steps", type=int, default=20, show_default=True)
 @click.option("--net-max-mb", type=float, default=16.0, show_default=True)
 @click.option("--net-reps", type=int, default=5, show_default=True)
@@ -241,11 +245,11 @@ def _floats(text: str) -> list[float]:
 @click.option("--calibrate-mb", type=float, default=None,
               help="Bucket cap (MiB) of the in-step calibration runs (default: the smallest "
                    "--bucket-mb).")
-@click.option("--calibrate-pairs", type=int, default=2, show_default=True,
-              help="Rounds (compute-only, blocking, overlapped s0, overlapped s1) per "
+@click.option("--calibrate-pairs", type=click.IntRange(1), default=2, show_default=True,
+              help="Rounds before each pass (compute-only, blocking, overlapped s0, s1) per "
                    "strategy for the in-step calibration.")
-@click.option("--calibrate-steps", type=click.IntRange(1), default=None,
-              help="Timed steps of each calibration run (default: --steps). Shorter runs "
+@click.option("--calibrate-steps", type=click.IntRange(1), default=15, show_default=True,
+              help="Timed steps of each calibration run. Shorter runs "
                    "and more --calibrate-pairs average out run-to-run noise better.")
 @click.option("--confirm-rounds", type=click.IntRange(0), default=3, show_default=True,
               help="Re-run the model's choice and the fastest measured configuration this "
@@ -261,7 +265,7 @@ def plan_validate(arch: str, hidden: int, batch_size: int, strategies: str, buck
                   staleness: str, only_overlap: bool, steps: int, warmup: int,
                   passes: int, profile_steps: int, net_max_mb: float, net_reps: int,
                   calibrate_allreduce: bool, calibrate_mb: float | None,
-                  calibrate_pairs: int, calibrate_steps: int | None, confirm_rounds: int,
+                  calibrate_pairs: int, calibrate_steps: int, confirm_rounds: int,
                   sizes: str | None,
                   out: str | None,
                   merge_paths: tuple[str, ...]) -> None:

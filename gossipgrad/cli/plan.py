@@ -132,9 +132,10 @@ def _factors(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ..
 )
 @click.option(
     "--stale-ns-per-byte",
-    type=click.FloatRange(min=0),
+    type=float,
     default=None,
-    help="Extra nanoseconds per gradient byte of a staleness-1 step without a spare core "
+    help="Extra nanoseconds per gradient byte of a staleness-1 step without a spare core, "
+    "negative where staleness 1 hides part of the exchange "
     "(plan-validate's 'host.stale_s_per_byte' x 1e9; default: the network file's, else 0).",
 )
 @click.option(

@@ -94,8 +94,10 @@ def fit_in_step(runs: Sequence[Mapping[str, Any]], latest: Sequence[Mapping[str,
     - ``compute_factor``: median of ``fit_compute_factor`` over ``latest`` only, the rounds
       taken just before the runs to be predicted, so that it follows a drift of the host;
     - ``exchange_factor[strategy]``, ``overlap_s`` (``fit_overlap(blocking, s0)``),
-      ``stale_s_per_byte`` (``fit_stale(s0, s1, G)``): medians over all ``runs`` (each a
-      difference of two noisy steps, which drift together).
+      ``stale_s_per_byte_by_strategy[strategy]`` (``fit_stale(s0, s1, G, hidden_max_s=
+      blocking - local)``: staleness 1 may hide up to the round's measured exchange) and
+      ``stale_s_per_byte`` (the same pooled over strategies): medians over all ``runs``
+      (each a difference of two noisy steps, which drift together).
 
     >>> p = Profile("m", 8, "cpu", 0.002, 0.006, 0.002, 1000, (Bucket(0, 1000, 0.006),))
     >>> r = {"strategy": "gossip", "local_s": 0.02, "blocking_s": 0.03, "s0_s": 0.032,
@@ -108,6 +110,11 @@ def fit_in_step(runs: Sequence[Mapping[str, Any]], latest: Sequence[Mapping[str,
 
     if not runs or not latest:
         raise ValueError("in-step calibration needs at least one round of runs")
+
+    def stale(r: Mapping[str, Any]) -> float:
+        hidden_max = max(0.0, r["blocking_s"] - r["local_s"])
+        return fit_stale(r["s0_s"], r["s1_s"], profile.grad_bytes, hidden_max_s=hidden_max)
+
     strategies = list(dict.fromkeys(r["strategy"] for r in runs))
     missing = [s for s in strategies if s not in exchange_s]
     if missing:
@@ -120,6 +127,8 @@ def fit_in_step(runs: Sequence[Mapping[str, Any]], latest: Sequence[Mapping[str,
                                  for r in runs if r["strategy"] == s)
             for s in strategies},
         "overlap_s": statistics.median(fit_overlap(r["blocking_s"], r["s0_s"]) for r in runs),
-        "stale_s_per_byte": statistics.median(
-            fit_stale(r["s0_s"], r["s1_s"], profile.grad_bytes) for r in runs),
+        "stale_s_per_byte": statistics.median(stale(r) for r in runs),
+        "stale_s_per_byte_by_strategy": {
+            s: statistics.median(stale(r) for r in runs if r["strategy"] == s)
+            for s in strategies},
     }

@@ -42,7 +42,10 @@ class HostShare:
             core; measured by comparing a blocking and an overlapped run (``fit_handoff``),
             never by the runs being predicted. >= 0; 0 = unknown/not measured.
         stale_s_per_byte: extra seconds per gradient byte of a staleness-1 step over an
-            overlapped staleness-0 one when there is no spare core (``fit_stale``). >= 0.
+            overlapped staleness-0 one when there is no spare core (``fit_stale``). May be
+            negative: on a link whose transfer needs no CPU (a shaped or real NIC), staleness
+            1 hides part of the exchange behind the next step's compute even without a
+            spare core; the model never lets it hide more than the whole exchange.
         overlap_s: extra seconds per overlapped step, whatever its bucket count, when there
             is no spare core (``fit_overlap``). >= 0. ``plan-validate`` calibrates this
             form, not ``handoff_s``: on its 2-core host an overlapped step cost the same
@@ -66,12 +69,14 @@ class HostShare:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
         for name in ("handoff_s", "stale_s_per_byte", "overlap_s"):
             v = getattr(self, name)
+            signed = name == "stale_s_per_byte"
             if (
                 isinstance(v, bool)
                 or not isinstance(v, (int, float))
-                or not (math.isfinite(v) and v >= 0)
+                or not (math.isfinite(v) and (signed or v >= 0))
             ):
-                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+                raise ValueError(f"{name} must be a finite number{'' if signed else ' >= 0'}, "
+                                 f"got {v!r}")
 
     @property
     def cores_per_rank(self) -> float:
@@ -131,17 +136,24 @@ def fit_handoff(blocking_s: float, overlapped_s: float, n_buckets: int) -> float
     return fit_overlap(blocking_s, overlapped_s) / n_buckets
 
 
-def fit_stale(overlapped_s: float, stale_s: float, grad_bytes: int) -> float:
+def fit_stale(overlapped_s: float, stale_s: float, grad_bytes: int,
+              hidden_max_s: float = 0.0) -> float:
     """Per-gradient-byte cost of staleness 1 from an overlapped staleness-0 and a staleness-1
     step time of the same model, strategy and buckets on a host without a spare core:
-    ``max(0, (stale - overlapped) / grad_bytes)``.
+    ``max(-hidden_max_s, stale - overlapped) / grad_bytes``. ``hidden_max_s`` is how much
+    of the step staleness 1 may save (at most the exchange's own time); 0, the default,
+    makes it a cost only.
 
     >>> fit_stale(0.010, 0.012, 4 * 10**6)
     5e-10
+    >>> fit_stale(0.012, 0.010, 4 * 10**6, hidden_max_s=0.001)
+    -2.5e-10
     """
+    if not (math.isfinite(hidden_max_s) and hidden_max_s >= 0):
+        raise ValueError(f"hidden_max_s must be a finite number >= 0, got {hidden_max_s!r}")
     if isinstance(grad_bytes, bool) or not isinstance(grad_bytes, int) or grad_bytes < 1:
         raise ValueError(f"grad_bytes must be an integer >= 1, got {grad_bytes!r}")
     for name, v in (("overlapped_s", overlapped_s), ("stale_s", stale_s)):
         if not (math.isfinite(v) and v > 0):
             raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
-    return max(0.0, (stale_s - overlapped_s) / grad_bytes)
+    return max(-hidden_max_s, stale_s - overlapped_s) / grad_bytes

@@ -233,7 +233,8 @@ def step_time(
       nothing is hidden, at either staleness: ``T = F + B + S + O``, plus
       ``host.overlap_s + n * host.handoff_s`` (``n`` buckets handed to the thread) when
       ``overlap``,
-      plus ``G * host.stale_s_per_byte`` at staleness 1 (``G`` = gradient bytes), both only
+      plus ``G * host.stale_s_per_byte`` at staleness 1 (``G`` = gradient bytes; negative
+      where staleness 1 hides part of the exchange, never more than ``S``), both only
       when the strategy communicates. ``host=None`` assumes a spare core.
 
     Otherwise the model assumes compute and communication do not slow each other down.
@@ -271,6 +272,7 @@ def _serial_step(
     handoff = (host.overlap_s + len(costs) * host.handoff_s
                if overlap and communicates else 0.0)
     stale = profile.grad_bytes * host.stale_s_per_byte if staleness == 1 and communicates else 0.0
+    stale = max(stale, -sum(costs))  # staleness 1 hides at most the whole exchange
     busy = sum(costs) + handoff + stale
     step = profile.compute_s + busy + profile.optimizer_s
     return StepTime(step, profile.compute_s, profile.optimizer_s, busy, profile.compute_s + busy)
