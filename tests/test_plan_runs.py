@@ -100,3 +100,28 @@ def test_run_passes_predicts_each_pass_before_running_it(monkeypatch):
                       ("calibrate", 1), ("run", "b"), ("run", "a")]
     assert out[0]["pass_predicted_s"] == [10.0, 20.0] and out[0]["predicted_s"] == 15.0
     assert out[1]["pass_predicted_s"] == [11.0, 21.0] and out[1]["predicted_s"] == 16.0
+
+
+def test_merge_expands_multi_size_reports_and_keeps_each_files_sizes_apart(tmp_path):
+    import json
+
+    from gossipgrad.bench.plan_score import merge
+
+    def launch(size: int, rows: list[dict]) -> dict:
+        return {"size": size, "network": {"source": "t"}, "configs": rows,
+                "compute_check": {"predicted_s": 1.0, "measured_s": 1.0},
+                "confirm": {"chosen": "a", "best": "a", "regret": 1.0}, "summary": {}}
+
+    two_sizes = {"launches": [launch(2, [_row("a", 2, 1.0, 1.0), _row("b", 2, 2.0, 2.0)]),
+                              launch(4, [_row("a", 4, 3.0, 3.0), _row("b", 4, 4.0, 4.0)])]}
+    # the same size on another link: there "b" is fastest, and the model picks "a"
+    other = launch(2, [_row("a", 2, 5.0, 6.0), _row("b", 2, 6.0, 5.0)])
+    (tmp_path / "loop.json").write_text(json.dumps(two_sizes))
+    (tmp_path / "emu.json").write_text(json.dumps(other))
+    m = merge([str(tmp_path / "loop.json"), str(tmp_path / "emu.json")])
+    assert m["sizes"] == [2, 4] and len(m["configs"]) == 6
+    per = m["summary"]["regret_per_size"]
+    assert list(per) == ["0:loop.json:2", "0:loop.json:4", "1:emu.json:2"]
+    assert per["0:loop.json:2"]["regret"] == 1.0
+    assert per["1:emu.json:2"]["regret"] == pytest.approx(1.2)  # 6 / 5, not mixed with loop
+    assert m["summary"]["regret"] == pytest.approx(1.2)

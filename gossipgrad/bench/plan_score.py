@@ -14,38 +14,45 @@ from typing import Any
 TARGETS = {"mape_pct": 10.0, "worst_abs_pct": 25.0, "kendall_tau": 0.8, "regret": 1.10}
 
 
+def _group(item: dict[str, Any]) -> Any:
+    """The set of alternatives a row or launch belongs to: its size within one launch, its
+    ``group`` (file and size) when several launches' reports are merged."""
+    return item.get("group", item["size"])
+
+
 def score(rows: Sequence[dict[str, Any]], launches: Sequence[dict[str, Any]],
           key: str = "predicted_s") -> dict[str, Any]:
     """Validation metrics of ``rows[key]`` plus a compute-vs-communication error split
     (the split always uses ``predicted_exposed_comm_s``)."""
     from gossipgrad.plan.validate import summarize
 
-    obs = [((r["config"], r["size"]), r[key], r["measured_s"]) for r in rows]
+    obs = [((r["config"], _group(r)), r[key], r["measured_s"]) for r in rows]
     s = summarize(obs).to_json()
     # Error split: compute term (profile vs measured local step, per launch) vs the rest.
-    local = {lc["size"]: lc["compute_check"] for lc in launches}
+    local = {_group(lc): lc["compute_check"] for lc in launches}
     comp, comm_err = [], []
     for r in rows:
-        c = local[r["size"]]
+        c = local[_group(r)]
         comp.append(abs(c["predicted_s"] - c["measured_s"]))
         comm_err.append(abs(r["predicted_exposed_comm_s"] - r["measured_exposed_comm_s"]))
     s["mean_abs_compute_error_s"] = statistics.mean(comp)
     s["mean_abs_exposed_comm_error_s"] = statistics.mean(comm_err)
     s["dominant_error"] = ("compute" if s["mean_abs_compute_error_s"]
                            >= s["mean_abs_exposed_comm_error_s"] else "communication")
-    # Regret per size: the planner chooses a configuration for a given number of ranks;
-    # step times at different sizes are not alternatives to each other.
+    # Regret per size (per launch and size when merged): the planner chooses a configuration
+    # for a given number of ranks on a given cluster; step times at different sizes are not
+    # alternatives to each other.
     # The model's choice is re-measured against the fastest configuration where the launch
     # did so (``confirm``: fresh runs, free of the first pass's pick of the luckiest run).
     per_size = {}
-    for size in sorted({r["size"] for r in rows}):
-        group = [r for r in rows if r["size"] == size]
+    for size in dict.fromkeys(_group(r) for r in rows):
+        group = [r for r in rows if _group(r) == size]
         chosen = min(group, key=lambda r: r[key])
         best = min(group, key=lambda r: r["measured_s"])
         first = chosen["measured_s"] / best["measured_s"]
         per_size[str(size)] = {"regret": first, "first_pass_regret": first,
                                "chosen": chosen["config"], "best_measured": best["config"]}
-        confirmed = [lc["confirm"] for lc in launches if lc["size"] == size
+        confirmed = [lc["confirm"] for lc in launches if _group(lc) == size
                      and (lc.get("confirm") or {}).get("regret") is not None]
         if (key == "predicted_s" and len(confirmed) == 1
                 and (confirmed[0]["chosen"], confirmed[0]["best"])
@@ -64,8 +71,18 @@ def score(rows: Sequence[dict[str, Any]], launches: Sequence[dict[str, Any]],
 
 
 def merge(paths: Sequence[str]) -> dict[str, Any]:
-    """Score several launches' reports together (per-size summaries kept)."""
-    return {**combine([json.loads(Path(p).read_text()) for p in paths]), "merged": list(paths)}
+    """Score several launches' reports together (per-size summaries kept). A report of
+    several sizes (``--sizes``) counts as its launches; each launch and its rows get a
+    ``group`` (``"<n>:<file>:<size>"``), so that the same size from two files -- say,
+    loopback and an emulated link -- is scored as two sets of alternatives."""
+    launches = []
+    for i, path in enumerate(paths):
+        report = json.loads(Path(path).read_text())
+        for lc in report.get("launches", [report]):
+            g = f"{i}:{Path(path).name}:{lc['size']}"
+            launches.append({**lc, "group": g,
+                             "configs": [{**r, "group": g} for r in lc["configs"]]})
+    return {**combine(launches), "merged": list(paths)}
 
 
 def combine(launches: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -73,7 +90,8 @@ def combine(launches: Sequence[dict[str, Any]]) -> dict[str, Any]:
     rows = [r for lc in launches for r in lc["configs"]]
     return {"benchmark": "plan-validate",
             "sizes": sorted({lc["size"] for lc in launches}),
-            "per_launch": [{"size": lc["size"], "source": lc["network"].get("source"),
+            "per_launch": [{"size": lc["size"], "group": _group(lc),
+                            "source": lc["network"].get("source"),
                             "compute_check": lc["compute_check"], "summary": lc["summary"]}
                            for lc in launches],
             "configs": rows, "summary": score(rows, launches),
