@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from gossipgrad.comm.base import DEFAULT_TIMEOUT_S, WAIT_SPIN_S, Communicator, set_wait_spin
 
@@ -128,7 +128,7 @@ def setup_logging(rank: int, size: int, verbose: bool = False) -> None:
         root.setLevel(logging.INFO if rank == 0 else logging.WARNING)
 
 
-def abort_job(comm: Communicator, message: str, code: int = 1) -> None:
+def abort_job(comm: Communicator, message: str, code: int = 1) -> NoReturn:
     """Report ``message`` from this rank and end the whole job with a non-zero code."""
     log.error(message)
     sys.stdout.flush()
@@ -141,10 +141,17 @@ def abort_job(comm: Communicator, message: str, code: int = 1) -> None:
     raise SystemExit(code)
 
 
+def rank_message(comm: Communicator, exc: BaseException) -> str:
+    """``exc``'s message, prefixed with this rank unless it already names it."""
+    message = str(exc)
+    return message if message.startswith(f"rank {comm.rank}") else f"rank {comm.rank}: {message}"
+
+
 def call_or_abort(comm: Communicator, body: Callable[[Communicator], T]) -> T:
     """``body(comm)``; if it raises on this rank, report it and end every rank of the job
     (``abort_job``), so that ranks waiting for this one in a collective do not hang. A
-    ``ValueError`` on a single rank is re-raised (the caller's usage error)."""
+    ``ValueError`` on a single rank is re-raised (the caller decides: a usage error, or
+    ``abort_job``)."""
     from gossipgrad.comm.base import CommError
 
     try:
@@ -152,13 +159,12 @@ def call_or_abort(comm: Communicator, body: Callable[[Communicator], T]) -> T:
     except ValueError as exc:
         if comm.size == 1:
             raise
-        abort_job(comm, f"rank {comm.rank}: {exc}")
+        abort_job(comm, rank_message(comm, exc))
     except (CommError, RuntimeError, OSError) as exc:
-        abort_job(comm, f"rank {comm.rank}: {exc}")
+        abort_job(comm, rank_message(comm, exc))
     except Exception:  # noqa: BLE001 - a bug: say where, then end every rank
         log.exception("rank %d: unexpected error", comm.rank)
         abort_job(comm, f"rank {comm.rank}: aborting the job after an unexpected error")
-    raise AssertionError("abort_job returned")  # pragma: no cover - it raises SystemExit
 
 
 def local_rank(comm: Communicator) -> int:

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +109,16 @@ def measure(comm: Any, *, arch: str = "mlp", hidden: int = 1024, batch_size: int
     profiles = {cfg: layout_profile(result, net, cap_from_mb(cfg.bucket_mb)) for cfg in configs}
     cal_runs: list[dict[str, Any]] = []
     per_pass: list[dict[str, Any]] = []
-    state: dict[str, Any] = {}
+    p_local = result.profile.local_step_s
+
+    def host_for(cal: dict[str, Any], strategy: str | None = None) -> HostShare:
+        """The host as calibrated: without a spare core, ``cal``'s overlap and staleness-1
+        costs (``strategy``'s own staleness-1 cost when given, else the pooled one)."""
+        if found.spare_core:
+            return found
+        stale = (cal["stale_s_per_byte_by_strategy"][strategy] if strategy
+                 else cal["stale_s_per_byte"])
+        return HostShare(found.cores, found.ranks_per_host, 0.0, stale, cal["overlap_s"])
 
     def before_pass(p: int) -> Callable[[Config], dict[str, float]]:
         """Calibration rounds, then the predictor for pass ``p`` built from every round so
@@ -120,9 +129,6 @@ def measure(comm: Any, *, arch: str = "mlp", hidden: int = 1024, batch_size: int
         cal_runs.extend(new)
         cal = fit_in_step(cal_runs, new, cal_prof, exchange_s)
         per_pass.append(cal)
-        host = found if found.spare_core else HostShare(
-            found.cores, found.ranks_per_host, 0.0, cal["stale_s_per_byte"], cal["overlap_s"])
-        state["host"] = host
 
         def predict(cfg: Config) -> dict[str, float]:
             if cfg.strategy == "local":
@@ -130,8 +136,7 @@ def measure(comm: Any, *, arch: str = "mlp", hidden: int = 1024, batch_size: int
             prof = profiles[cfg]
             kw = {"staleness": cfg.staleness, "overlap": cfg.overlap and cfg.mix == "grad"}
             factor = cal["exchange_factor"].get(cfg.strategy, 1.0)
-            own = host if host.spare_core else replace(
-                host, stale_s_per_byte=cal["stale_s_per_byte_by_strategy"][cfg.strategy])
+            own = host_for(cal, cfg.strategy)
             st = step_time(scale_profile(prof, cal["compute_factor"]),
                            scale_exchange(cm, cfg.strategy, factor), cfg.strategy, comm.size,
                            host=own, **kw)
@@ -144,11 +149,10 @@ def measure(comm: Any, *, arch: str = "mlp", hidden: int = 1024, batch_size: int
 
         return predict
 
-    p_local = result.profile.local_step_s
     # The compute-only configuration goes first in every pass, like any other.
     local, *measured = run_passes(comm, [Config("local", 25.0), *configs], passes, arch,
                                   hidden, batch_size, steps, warmup, before_pass=before_pass)
-    host = state["host"]
+    host = host_for(per_pass[-1])  # reported: the last pass's, staleness 1 pooled
     rows = []
     for cfg, m in zip(configs, measured, strict=True):
         rows.append({"config": cfg.label, **asdict(cfg), "size": comm.size,

@@ -140,9 +140,15 @@ def train(ctx: click.Context, verbose: bool, **flags: Any) -> None:
         cfg.validate()
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
-    from gossipgrad.comm.base import CommError
     from gossipgrad.engine.trainer import train as run
-    from gossipgrad.runtime import abort_job, init, make_stager, select_device
+    from gossipgrad.runtime import (
+        abort_job,
+        call_or_abort,
+        init,
+        make_stager,
+        rank_message,
+        select_device,
+    )
 
     comm = init(cfg.comm_timeout, verbose)
     try:
@@ -151,16 +157,14 @@ def train(ctx: click.Context, verbose: bool, **flags: Any) -> None:
         raise click.UsageError(str(exc)) from exc
     if comm.rank == 0:
         log.info("configuration: %s", json.dumps(cfg.to_dict(), sort_keys=True))
+
+    def body(c: Any) -> dict[str, Any]:
+        device = select_device(cfg.device, c)
+        return run(cfg, c, device=device, stager=make_stager(device))
+
     try:
-        device = select_device(cfg.device, comm)
-        summary = run(cfg, comm, device=device, stager=make_stager(device))
-    except (CommError, ValueError, RuntimeError, OSError) as exc:
-        message = str(exc)
-        if not message.startswith(f"rank {comm.rank}"):
-            message = f"rank {comm.rank}: {message}"
-        abort_job(comm, message)
-    except Exception:  # noqa: BLE001 - a bug: say where, then end every rank
-        log.exception("rank %d: unexpected error", comm.rank)
-        abort_job(comm, f"rank {comm.rank}: aborting the job after an unexpected error")
+        summary = call_or_abort(comm, body)
+    except ValueError as exc:  # one rank: still a clean exit 1 with the message
+        abort_job(comm, rank_message(comm, exc))
     if comm.rank == 0:
         click.echo(json.dumps(summary, sort_keys=True))

@@ -28,6 +28,7 @@ from dataclasses import replace
 from typing import Any
 
 from gossipgrad.plan.formats import Bucket, Profile
+from gossipgrad.plan.host import fit_overlap, fit_stale
 from gossipgrad.plan.model import CommModel, Strategy, parse_strategy
 
 #: The range an exchange factor is clamped to: a blocking step measured no slower than the
@@ -106,8 +107,6 @@ def fit_in_step(runs: Sequence[Mapping[str, Any]], latest: Sequence[Mapping[str,
     >>> f["compute_factor"], round(f["exchange_factor"]["gossip"], 6), round(f["overlap_s"], 6)
     (2.0, 2.0, 0.002)
     """
-    from gossipgrad.plan.host import fit_overlap, fit_stale
-
     if not runs or not latest:
         raise ValueError("in-step calibration needs at least one round of runs")
 
