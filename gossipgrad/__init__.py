@@ -9,8 +9,10 @@ See ``gossipgrad.engine.distributed`` for a complete example.
 from __future__ import annotations
 
 from gossipgrad.engine.consensus import average_parameters_, broadcast_parameters_
-from gossipgrad.engine.distributed import DistributedOptimizer, Mix
+from gossipgrad.engine.distributed import DistributedOptimizer
+from gossipgrad.options import ExchangeOptions, Mix, Strategy, Topology
 from gossipgrad.runtime import init
 
-__all__ = ["init", "DistributedOptimizer", "Mix", "average_parameters_", "broadcast_parameters_"]
+__all__ = ["init", "DistributedOptimizer", "ExchangeOptions", "Mix", "Strategy", "Topology",
+           "average_parameters_", "broadcast_parameters_"]
 __version__ = "0.1.0"

@@ -41,6 +41,9 @@ def _torchvision(name: str) -> Callable[..., nn.Module]:
     return build
 
 
+#: Models that get the ImageNet recipe as their defaults (``engine.config.imagenet_defaults``).
+IMAGENET_ARCHS = ("resnet18", "resnet50", "googlenet")
+
 MODELS: dict[str, Callable[..., nn.Module]] = {
     "mlp": mlp,
     "cnn": cnn,

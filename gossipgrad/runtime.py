@@ -13,7 +13,9 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
-from gossipgrad.comm.base import DEFAULT_TIMEOUT_S, WAIT_SPIN_S, Communicator, set_wait_spin
+from gossipgrad.comm.base import CommError, Communicator, WaitPolicy
+from gossipgrad.options import DEFAULT_TIMEOUT_S
+from gossipgrad.settings import Settings, settings
 
 log = logging.getLogger("gossipgrad")
 T = TypeVar("T")
@@ -21,27 +23,35 @@ T = TypeVar("T")
 #: Seconds between reporting a fatal error and aborting the job (see ``abort_job``).
 ABORT_GRACE_S = 1.0
 
+#: How long the training thread spins in a wait while every rank has a core of its own.
+WAIT_SPIN_S = 1.0
+
 # Variables that launchers set for each rank they start.
 _LAUNCHER_VARS = ("PMI_RANK", "PMI_FD", "PMI_PORT", "PMIX_RANK", "OMPI_COMM_WORLD_RANK",
                   "MV2_COMM_WORLD_RANK", "MPI_LOCALRANKID", "HYDI_CONTROL_FD")
 
 
-def launched_by_mpi() -> bool:
+def launched_by_mpi(env: Settings | None = None) -> bool:
     """True when a launcher started this process, or ``GOSSIPGRAD_MPI=1`` forces MPI."""
-    forced = os.environ.get("GOSSIPGRAD_MPI")
+    forced = (env or settings()).force_mpi
     if forced is not None:
-        return forced.strip().lower() in {"1", "true", "yes"}
+        return forced
     return any(v in os.environ for v in _LAUNCHER_VARS)
 
 
 def init(timeout: float = DEFAULT_TIMEOUT_S, verbose: bool = False) -> Communicator:
-    """Return this process's communicator and configure logging with a rank prefix."""
+    """Return this process's communicator, fitted to its share of the node (torch threads,
+    wait policy: :func:`wait_policy`), and configure logging with a rank prefix."""
     if timeout <= 0:
         raise ValueError(f"--comm-timeout must be > 0 seconds, got {timeout}")
-    if launched_by_mpi():
-        from gossipgrad.comm.mpi import MpiCommunicator, thread_multiple
+    env, cores = settings(), usable_cores()
+    if launched_by_mpi(env):
+        # Lazy: mpi4py initialises MPI on import, which a plain one-rank run must not do.
+        from gossipgrad.comm.mpi import MpiCommunicator, node_size, thread_multiple
 
-        comm: Communicator = MpiCommunicator(timeout=timeout)
+        per_node = node_size()
+        comm: Communicator = MpiCommunicator(timeout=timeout,
+                                             policy=wait_policy(cores, per_node, env))
         setup_logging(comm.rank, comm.size, verbose)
         if not thread_multiple():
             log.warning("MPI granted less than MPI_THREAD_MULTIPLE: MPI calls from the "
@@ -49,51 +59,48 @@ def init(timeout: float = DEFAULT_TIMEOUT_S, verbose: bool = False) -> Communica
     else:
         from gossipgrad.comm.local import LocalWorld
 
+        per_node = 1
         comm = LocalWorld(1, timeout=timeout).communicators()[0]
         setup_logging(0, 1, verbose)
-    share_node(comm)
+    import torch
+
+    torch.set_num_threads(torch_threads(cores, per_node, env))
+    if comm.rank == 0 and comm.policy.spin_s == 0.0 and env.wait_spin_s is None:
+        log.info("%d ranks share %d cores: waits yield the CPU instead of spinning "
+                 "(GOSSIPGRAD_WAIT_SPIN_S overrides)", per_node, cores)
     return comm
 
 
-def share_node(comm: Communicator) -> tuple[int, float]:
-    """Fit this rank to its share of the node: torch's intra-op threads and the wait policy.
+def torch_threads(cores: int, per_node: int, env: Settings) -> int:
+    """torch's intra-op threads per rank: ``GOSSIPGRAD_THREADS`` or ``OMP_NUM_THREADS`` when
+    set, else cores // ranks on this node, at least 1 (oversubscribed threads make every
+    rank slow)."""
+    wanted = env.threads or env.omp_threads
+    return max(1, wanted) if wanted else max(1, cores // per_node)
 
-    Threads: ``OMP_NUM_THREADS`` (or ``GOSSIPGRAD_THREADS``), when set, wins; otherwise
-    cores // ranks on this node, at least 1 (oversubscribed threads make every rank slow).
-    Waits: the training thread spins in a wait (as ``MPI_Wait`` does) only while every rank
-    has a core of its own; with more ranks than cores a spinning rank steals the core of the
-    rank it waits for, so waits back off at once. ``GOSSIPGRAD_WAIT_SPIN_S`` overrides.
-    Returns (threads, wait spin seconds).
+
+def wait_policy(cores: int, per_node: int, env: Settings) -> WaitPolicy:
+    """How this rank's waits poll. The training thread spins in a wait (as ``MPI_Wait``
+    does) only while every rank on the node has a core of its own; with more ranks than
+    cores a spinning rank steals the core of the rank it waits for, so waits back off at
+    once. ``GOSSIPGRAD_WAIT_SPIN_S``, ``_PROGRESS_BURST`` and ``_POLL_MAX_PAUSE_S`` override.
+
+        >>> wait_policy(2, 4, Settings()).spin_s, wait_policy(8, 4, Settings()).spin_s
+        (0.0, 1.0)
     """
-    import torch
-
-    cores, per_node = host_share(comm)
-    wanted = os.environ.get("GOSSIPGRAD_THREADS") or os.environ.get("OMP_NUM_THREADS")
-    threads = max(1, int(wanted)) if wanted else max(1, cores // per_node)
-    torch.set_num_threads(threads)
-    spin_env = os.environ.get("GOSSIPGRAD_WAIT_SPIN_S")
-    if spin_env is not None:
-        try:
-            spin = float(spin_env)
-        except ValueError:
-            raise ValueError(f"GOSSIPGRAD_WAIT_SPIN_S={spin_env!r}: need seconds, e.g. 0 "
-                             "or 1.0") from None
-    else:
+    spin = env.wait_spin_s
+    if spin is None:
         spin = WAIT_SPIN_S if per_node <= cores else 0.0
-        if spin == 0.0 and comm.rank == 0:
-            log.info("%d ranks share %d cores: waits yield the CPU instead of spinning "
-                     "(GOSSIPGRAD_WAIT_SPIN_S overrides)", per_node, cores)
-    set_wait_spin(spin)
-    return threads, spin
+    return WaitPolicy(spin_s=spin, burst=env.progress_burst, max_pause_s=env.poll_max_pause_s)
 
 
 def host_share(comm: Communicator) -> tuple[int, int]:
-    """(cores this rank may run on, ranks on this node): what ``share_node`` divides, and
+    """(cores this rank may run on, ranks on this node): what :func:`init` divides, and
     what the planner needs to know whether a communication thread has a core of its own."""
-    return _usable_cores(), _ranks_on_node(comm)
+    return usable_cores(), _ranks_on_node(comm)
 
 
-def _usable_cores() -> int:
+def usable_cores() -> int:
     try:
         return len(os.sched_getaffinity(0)) or 1
     except AttributeError:  # not Linux
@@ -103,7 +110,7 @@ def _usable_cores() -> int:
 def _ranks_on_node(comm: Communicator) -> int:
     if comm.size == 1 or not launched_by_mpi():
         return 1
-    from gossipgrad.comm.mpi import node_size
+    from gossipgrad.comm.mpi import node_size  # lazy: only under a launcher
 
     return node_size(getattr(comm, "mpi4py_comm", None))
 
@@ -152,8 +159,6 @@ def call_or_abort(comm: Communicator, body: Callable[[Communicator], T]) -> T:
     (``abort_job``), so that ranks waiting for this one in a collective do not hang. A
     ``ValueError`` on a single rank is re-raised (the caller decides: a usage error, or
     ``abort_job``)."""
-    from gossipgrad.comm.base import CommError
-
     try:
         return body(comm)
     except ValueError as exc:

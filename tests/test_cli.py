@@ -49,7 +49,7 @@ def test_config_file_and_environment_precedence(tmp_path):
 
     seen = {}
 
-    def fake_validate(self, size=1):  # capture the resolved config, stop before training
+    def fake_check(self, size=1):  # capture the resolved config, stop before training
         seen.update(self.to_dict())
         raise ValueError("stop here")
 
@@ -57,13 +57,13 @@ def test_config_file_and_environment_precedence(tmp_path):
     cfg.write_text('lr = 0.5\nepochs = 3\nbatch-size = 16\n')
     import gossipgrad.engine.config as config
 
-    orig = config.TrainConfig.validate
-    config.TrainConfig.validate = fake_validate
+    orig = config.TrainConfig.check_size
+    config.TrainConfig.check_size = fake_check
     try:
         CliRunner().invoke(train, ["--config", str(cfg), "--epochs", "7"],
                            env={"GOSSIPGRAD_BATCH_SIZE": "24", "GOSSIPGRAD_EPOCHS": "5"})
     finally:
-        config.TrainConfig.validate = orig
+        config.TrainConfig.check_size = orig
     assert seen["lr"] == 0.5  # file beats default
     assert seen["batch_size"] == 24  # env beats file
     assert seen["epochs"] == 7  # flag beats env

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
@@ -34,10 +35,10 @@ def resolved(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(trainer, "train", fake_train)
     monkeypatch.setattr(runtime, "init", lambda *_a: LocalWorld(1).communicators()[0])
 
-    def run(args: list[str], env: dict[str, str] | None = None) -> TrainConfig:
+    def run(args: list[str], env: dict[str, str] | None = None) -> SimpleNamespace:
         result = CliRunner().invoke(main, ["train", *args], env=env or {})
         assert result.exit_code == 0, result.output
-        return seen.pop()
+        return SimpleNamespace(**seen.pop().to_dict())  # by flat option name
 
     return run
 
@@ -50,7 +51,7 @@ def config_file(tmp_path: Path) -> Path:
 
 
 def test_default_then_file_then_env_then_flag(resolved, config_file: Path) -> None:
-    d = TrainConfig()
+    d = SimpleNamespace(**TrainConfig().to_dict())
     cfg = resolved([])
     assert (cfg.lr, cfg.epochs, cfg.scale_lr) == (d.lr, d.epochs, d.scale_lr)
     cfg = resolved(["--config", str(config_file)])
@@ -77,7 +78,7 @@ def test_imagenet_models_default_to_the_recipe_below_every_other_source(
     assert (cfg.lr, cfg.epochs, cfg.weight_decay, cfg.warmup_epochs) == (0.5, 7, 0.25, 0.0)
     cfg = resolved(["-a", "googlenet", "--wd", "0"])
     assert cfg.weight_decay == 0.0 and cfg.epochs == 90
-    assert resolved(["-a", "mlp"]).weight_decay == TrainConfig().weight_decay
+    assert resolved(["-a", "mlp"]).weight_decay == TrainConfig().optim.weight_decay
 
 
 def test_unknown_option_in_the_file_is_refused(tmp_path: Path) -> None:

@@ -10,19 +10,22 @@ import time
 import pytest
 
 from gossipgrad.comm.base import CommTimeout, WaitContext
-from gossipgrad.comm.delay import ENV, DelayedPoster, inject_delay_s
+from gossipgrad.comm.delay import DelayedPoster
+from gossipgrad.settings import Settings
 
 from launch import mpiexec, run
 
+ENV = "GOSSIPGRAD_INJECT_DELAY_MS"
+
 
 def test_parse_delay_from_the_environment():
-    assert inject_delay_s({}) == 0.0
-    assert inject_delay_s({ENV: ""}) == 0.0
-    assert inject_delay_s({ENV: "0"}) == 0.0
-    assert inject_delay_s({ENV: "2.5"}) == pytest.approx(0.0025)
+    assert Settings.from_env({}).inject_delay_ms == 0.0
+    assert Settings.from_env({ENV: ""}).inject_delay_ms == 0.0
+    assert Settings.from_env({ENV: "0"}).inject_delay_ms == 0.0
+    assert Settings.from_env({ENV: "2.5"}).inject_delay_ms == pytest.approx(2.5)
     for bad in ("fast", "-1", "nan", "inf"):
         with pytest.raises(ValueError, match=ENV):
-            inject_delay_s({ENV: bad})
+            Settings.from_env({ENV: bad})
 
 
 class _Done:

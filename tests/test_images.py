@@ -15,6 +15,7 @@ except ImportError:  # tests/ is not a package: pytest put it on sys.path
 
 from gossipgrad.data.images import ImageFolderSource, ignore_stop_signals, scan_split
 from gossipgrad.data.sources import SyntheticImages, open_source
+from gossipgrad.options import DataOptions
 
 torch.set_num_threads(1)
 
@@ -110,15 +111,16 @@ def test_workers_ignore_stop_signals() -> None:
 
 
 def test_synthetic_images_have_the_imagenet_shape_and_repeat_exactly() -> None:
-    src = open_source(rank=1, size=2, batch_size=4, synthetic=True, image_size=64)
+    opts = DataOptions(batch_size=4, synthetic=True, image_size=64)
+    src = open_source(opts, rank=1, size=2)
     assert isinstance(src, SyntheticImages)
     assert src.classes == 1000 and src.in_shape == (3, 64, 64)
     x, y = next(src.train_batches(0, start=5))
-    x2, y2 = next(open_source(rank=1, size=2, batch_size=4, synthetic=True,
-                              image_size=64).train_batches(0, start=5))
+    x2, y2 = next(open_source(opts, rank=1, size=2).train_batches(0, start=5))
     assert x.shape == (4, 3, 64, 64) and torch.equal(x, x2) and torch.equal(y, y2)
 
 
 def test_num_classes_must_match_real_data(folder: Path) -> None:
     with pytest.raises(ValueError, match="--num-classes 10 does not match the 3 classes"):
-        open_source(rank=0, size=1, batch_size=2, data=str(folder), image_size=32, classes=10)
+        open_source(DataOptions(batch_size=2, data=str(folder), image_size=32, num_classes=10),
+                    rank=0, size=1)

@@ -65,7 +65,7 @@ def test_plan_prints_to_stdout_with_every_row(files):
         (["--sizes", "2,x"], 2, "expected a comma-separated list"),
         (["--sizes", ""], 2, "must not be empty"),
         (["--sizes", "0"], 1, "size must be an integer >= 1"),
-        (["--sizes", "2", "--strategies", "ring"], 1, "strategy must be one of"),
+        (["--sizes", "2", "--strategies", "ring"], 1, "unknown strategy"),
         (["--sizes", "2", "--staleness", "2"], 1, "staleness must be 0 or 1"),
         (["--sizes", "2", "--bucket-mb", "0"], 1, "bucket_mb values must be finite numbers > 0"),
         (["--sizes", "2", "--duplex", "3"], 2, "--duplex"),

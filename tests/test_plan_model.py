@@ -202,7 +202,7 @@ def test_bad_arguments_name_themselves():
         step_time(p, m, "gossip", 2, staleness=2)
     with pytest.raises(ValueError, match="size"):
         step_time(p, m, "gossip", 0)
-    with pytest.raises(ValueError, match="strategy must be one of gossip, allreduce"):
+    with pytest.raises(ValueError, match="choose one of: gossip, allreduce"):
         step_time(p, m, "ring", 2)
     with pytest.raises(ValueError, match="duplex"):
         CommModel(0.0, 0.0, duplex=3.0)

@@ -5,63 +5,58 @@ from __future__ import annotations
 import os
 import re
 import sys
+import threading
 
 import pytest
-import torch
 
 from gossipgrad import runtime
-from gossipgrad.comm import base
-from gossipgrad.comm.local import LocalWorld
+from gossipgrad.comm.base import WaitPolicy
+from gossipgrad.settings import Settings
 
 from launch import mpiexec, run
 
 
-@pytest.fixture(autouse=True)
-def restore():
-    threads = torch.get_num_threads()
-    yield
-    base.set_wait_spin(base.WAIT_SPIN_S)
-    torch.set_num_threads(threads)
+def test_ranks_with_a_core_each_spin_in_waits_and_oversubscribed_ones_yield() -> None:
+    assert runtime.wait_policy(cores=2, per_node=1, env=Settings()).spin_s == runtime.WAIT_SPIN_S
+    assert runtime.wait_policy(cores=2, per_node=2, env=Settings()).spin_s == runtime.WAIT_SPIN_S
+    assert runtime.wait_policy(cores=2, per_node=3, env=Settings()).spin_s == 0.0
 
 
-def test_one_rank_spins_in_waits(monkeypatch) -> None:
-    monkeypatch.delenv("GOSSIPGRAD_WAIT_SPIN_S", raising=False)
-    base.set_wait_spin(0.0)
-    comm = LocalWorld(1).communicators()[0]
-    assert runtime.share_node(comm)[1] == base.WAIT_SPIN_S
-    assert base.spin_budget() == base.WAIT_SPIN_S  # pytest runs tests on the main thread
-
-
-def test_environment_overrides_and_bad_values_are_named(monkeypatch) -> None:
-    comm = LocalWorld(1).communicators()[0]
-    monkeypatch.setenv("GOSSIPGRAD_WAIT_SPIN_S", "0.25")
-    assert runtime.share_node(comm)[1] == 0.25
-    assert base.spin_budget() == 0.25
-    monkeypatch.setenv("GOSSIPGRAD_WAIT_SPIN_S", "fast")
+def test_environment_overrides_and_bad_values_are_named() -> None:
+    env = Settings.from_env({"GOSSIPGRAD_WAIT_SPIN_S": "0.25", "GOSSIPGRAD_PROGRESS_BURST": "4",
+                             "GOSSIPGRAD_POLL_MAX_PAUSE_S": "0.002"})
+    assert runtime.wait_policy(cores=2, per_node=8, env=env) == WaitPolicy(0.25, 4, 0.002)
     with pytest.raises(ValueError, match="GOSSIPGRAD_WAIT_SPIN_S='fast'"):
-        runtime.share_node(comm)
-    with pytest.raises(ValueError, match=">= 0"):
-        base.set_wait_spin(-1)
+        Settings.from_env({"GOSSIPGRAD_WAIT_SPIN_S": "fast"})
+    with pytest.raises(ValueError, match="spin_s >= 0"):
+        WaitPolicy(spin_s=-1)
+
+
+def test_threads_follow_the_share_of_cores_unless_set() -> None:
+    assert runtime.torch_threads(cores=8, per_node=2, env=Settings()) == 4
+    assert runtime.torch_threads(cores=2, per_node=8, env=Settings()) == 1
+    assert runtime.torch_threads(8, 2, Settings.from_env({"OMP_NUM_THREADS": "3"})) == 3
+    env = Settings.from_env({"OMP_NUM_THREADS": "3", "GOSSIPGRAD_THREADS": "2"})
+    assert runtime.torch_threads(8, 2, env) == 2
 
 
 def test_background_threads_never_spin() -> None:
-    import threading
-
+    policy = WaitPolicy(spin_s=0.5)
     seen = []
-    t = threading.Thread(target=lambda: seen.append(base.spin_budget()))
+    t = threading.Thread(target=lambda: seen.append(policy.spin_for_this_thread()))
     t.start()
     t.join()
     assert seen == [0.0]
+    assert policy.spin_for_this_thread() == 0.5  # pytest runs tests on the main thread
 
 
 PROBE = """
 import os, torch
 from gossipgrad import runtime
-from gossipgrad.comm import base
 from gossipgrad.comm.mpi import node_local_rank, node_size
 comm = runtime.init()
 print(f"rank={comm.rank} node={node_size()} local={node_local_rank()} "
-      f"threads={torch.get_num_threads()} spin={base.spin_budget()}", flush=True)
+      f"threads={torch.get_num_threads()} spin={comm.policy.spin_s}", flush=True)
 """
 
 
@@ -80,7 +75,7 @@ def test_ranks_on_one_host_share_its_cores_under_mpiexec() -> None:
                               out.stdout))
     assert len(lines) == n, out.stdout
     cores = len(os.sched_getaffinity(0))
-    spin = "0.0" if n > cores else str(base.WAIT_SPIN_S)
+    spin = "0.0" if n > cores else str(runtime.WAIT_SPIN_S)
     locals_ = sorted(int(ln.split("local=")[1].split()[0]) for ln in lines)
     assert locals_ == list(range(n)), lines
     for ln in lines:

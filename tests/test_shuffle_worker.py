@@ -99,6 +99,7 @@ class FailingComm:
     def __init__(self, inner, fail_round: int | None = None) -> None:
         self.inner, self.fail_round = inner, fail_round
         self.rank, self.size, self.timeout = inner.rank, inner.size, inner.timeout
+        self.policy = inner.policy
 
     def isend(self, buf, dst, tag, ctx=None):
         if tag == Tag.SHUFFLE_META and ctx is not None and ctx.step == self.fail_round:

@@ -37,7 +37,7 @@ def _sgd(model):
 @pytest.mark.parametrize("strategy", ["gossip", "allreduce", "local"])
 def test_factory_builds_distributed_optimizer_for_bucket_strategies(strategy):
     model = torch.nn.Linear(4, 2)
-    opt = make_distributed(strategy, _sgd(model), model, _one_rank(), mix="grad")
+    opt = make_distributed(_sgd(model), model, _one_rank(), strategy=strategy, mix="grad")
     try:
         assert isinstance(opt, DistributedOptimizer)
         assert opt.strategy.value == strategy and opt.module_for_forward is model
@@ -47,9 +47,9 @@ def test_factory_builds_distributed_optimizer_for_bucket_strategies(strategy):
 
 def test_factory_names_the_choices_for_an_unknown_strategy():
     model = torch.nn.Linear(4, 2)
-    with pytest.raises(ValueError, match="unknown strategy 'nccl'; choose one of: gossip, "
-                                         "allreduce, local, horovod, ddp"):
-        make_distributed("nccl", _sgd(model), model, _one_rank())
+    with pytest.raises(ValueError, match=r"unknown strategy 'nccl' \(--strategy\); choose one "
+                                         "of: gossip, allreduce, local, horovod, ddp"):
+        make_distributed(_sgd(model), model, _one_rank(), strategy="nccl")
 
 
 @pytest.mark.timeout(60)
@@ -63,7 +63,7 @@ def test_ddp_adapter_on_one_rank_wraps_the_model_and_steps():
     reference.load_state_dict(model.state_dict())
     ref_opt = _sgd(reference)
     before = os.environ.get("GLOO_SOCKET_IFNAME")
-    opt = make_distributed("ddp", _sgd(model), model, _one_rank(), bucket_mb=1)
+    opt = make_distributed(_sgd(model), model, _one_rank(), strategy="ddp", bucket_mb=1)
     assert os.environ.get("GLOO_SOCKET_IFNAME") == before  # loopback only while creating
     try:
         assert isinstance(opt.module_for_forward, DistributedDataParallel)
@@ -94,7 +94,7 @@ def test_adapters_refuse_staleness_one():
     with pytest.raises(ValueError, match="--staleness 1 is not available with --strategy ddp"):
         DdpAdapter(_sgd(model), model, _one_rank(), staleness=1)
     with pytest.raises(ValueError, match="--staleness 1 is not available with --strategy horovod"):
-        TrainConfig(strategy="horovod", staleness=1).validate()
+        TrainConfig.from_flags(strategy="horovod", staleness=1)
 
 
 def _block_horovod(monkeypatch):
@@ -110,7 +110,7 @@ def test_missing_horovod_says_how_to_install_it(monkeypatch):
     _block_horovod(monkeypatch)
     model = torch.nn.Linear(4, 2)
     with pytest.raises(RuntimeError) as err:
-        make_distributed("horovod", _sgd(model), model, _one_rank())
+        make_distributed(_sgd(model), model, _one_rank(), strategy="horovod")
     msg = str(err.value)
     assert "--strategy horovod needs Horovod" in msg
     assert "bash scripts/install-horovod.sh" in msg and sys.executable in msg

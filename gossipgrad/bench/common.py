@@ -76,8 +76,8 @@ class Trainer:
         from gossipgrad.engine.factory import make_distributed
 
         self.model = make_stack(width, layers)
-        self.opt = make_distributed(strategy, torch.optim.SGD(self.model.parameters(), lr=1e-3),
-                                    self.model, comm, **kw)
+        self.opt = make_distributed(torch.optim.SGD(self.model.parameters(), lr=1e-3),
+                                    self.model, comm, strategy=strategy, **kw)
         self.width = width
         self.x = torch.empty(0)
 

@@ -82,9 +82,9 @@ def measure(comm: Any, *, arch: str = "mlp", hidden: int = 1024, batch_size: int
     import torch
 
     from gossipgrad.comm.netfit import measure_network
-    from gossipgrad.engine.buckets import cap_from_mb
     from gossipgrad.engine.profiler import SMALL_MODELS, input_shape, layout_profile, profile_arch
     from gossipgrad.models import build_model
+    from gossipgrad.options import bucket_cap_bytes as cap_from_mb
     from gossipgrad.plan import CommModel, step_time
     from gossipgrad.plan.calibrate import fit_in_step, scale_exchange, scale_profile
     from gossipgrad.plan.host import HostShare

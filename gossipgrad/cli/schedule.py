@@ -6,7 +6,8 @@ import json
 
 import click
 
-from gossipgrad.comm.schedule import Schedule, Topology, check_schedule
+from gossipgrad.comm.schedule import Schedule, check_schedule
+from gossipgrad.options import Topology
 
 
 @click.command()

@@ -15,19 +15,21 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import click
 
 from gossipgrad.cli.options import env_name, load_config_file
-from gossipgrad.comm.exchange import Strategy
-from gossipgrad.comm.schedule import Topology
-from gossipgrad.engine.config import IMAGENET_ARCHS, TrainConfig, imagenet_defaults
-from gossipgrad.engine.distributed import Mix
-from gossipgrad.models import MODELS
+from gossipgrad.engine.config import TrainConfig, imagenet_defaults
+from gossipgrad.engine import trainer
+from gossipgrad.models import IMAGENET_ARCHS, MODELS
+from gossipgrad.options import Device, Mix, Strategy, Topology
+from gossipgrad import runtime
+from gossipgrad.settings import table_text
 
 log = logging.getLogger("gossipgrad")
-D = TrainConfig()
+D = SimpleNamespace(**TrainConfig().to_dict())  # the defaults, by flat option name
 
 
 def _opt(*decls: str, **kw: Any) -> Callable:
@@ -91,7 +93,7 @@ OPTIONS = [
     _opt("--metrics-out", type=click.Path(dir_okay=False), default=None, help="JSON lines."),
     _opt("--progress/--no-progress", default=D.progress, help="Progress bar on rank 0."),
     _opt("-j", "--workers", type=int, default=D.workers, help="DataLoader workers per rank."),
-    _opt("--device", type=click.Choice(["auto", "cpu", "cuda"]), default=D.device,
+    _opt("--device", type=_choices(Device), default=D.device,
          help="auto: cuda:<node-local rank> when CUDA is available, else cpu."),
     _opt("--run-dir", type=click.Path(file_okay=False), default=None,
          help="Checkpoints go here (ckpt-<step>.pt, newest two kept)."),
@@ -126,7 +128,11 @@ def resolve_defaults(ctx: click.Context, flags: dict[str, Any]) -> dict[str, Any
     return out
 
 
-@click.command()
+EPILOG = ("\b\nRuntime settings (environment only; docs/architecture.md):\n"
+          + table_text().replace("\n", "\n"))
+
+
+@click.command(epilog=EPILOG)
 @_apply(OPTIONS)
 @click.pass_context
 def train(ctx: click.Context, verbose: bool, **flags: Any) -> None:
@@ -135,36 +141,25 @@ def train(ctx: click.Context, verbose: bool, **flags: Any) -> None:
     A SIGTERM or SIGUSR1 to any rank checkpoints every rank at one step (with --run-dir)
     and ends the job with exit status 0; rerun with --resume auto to continue.
     """
-    cfg = TrainConfig(**resolve_defaults(ctx, flags))
     try:
-        cfg.validate()
+        cfg = TrainConfig.from_flags(**resolve_defaults(ctx, flags))
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
-    from gossipgrad.engine.trainer import train as run
-    from gossipgrad.runtime import (
-        abort_job,
-        call_or_abort,
-        init,
-        make_stager,
-        rank_message,
-        select_device,
-    )
-
-    comm = init(cfg.comm_timeout, verbose)
+    comm = runtime.init(cfg.run.comm_timeout, verbose)
     try:
-        cfg.validate(comm.size)
+        cfg.check_size(comm.size)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     if comm.rank == 0:
         log.info("configuration: %s", json.dumps(cfg.to_dict(), sort_keys=True))
 
     def body(c: Any) -> dict[str, Any]:
-        device = select_device(cfg.device, c)
-        return run(cfg, c, device=device, stager=make_stager(device))
+        device = runtime.select_device(cfg.run.device, c)
+        return trainer.train(cfg, c, device=device, stager=runtime.make_stager(device))
 
     try:
-        summary = call_or_abort(comm, body)
+        summary = runtime.call_or_abort(comm, body)
     except ValueError as exc:  # one rank: still a clean exit 1 with the message
-        abort_job(comm, rank_message(comm, exc))
+        runtime.abort_job(comm, runtime.rank_message(comm, exc))
     if comm.rank == 0:
         click.echo(json.dumps(summary, sort_keys=True))

@@ -8,63 +8,49 @@ naming the peer, step and tag it was waiting for.
 from __future__ import annotations
 
 import enum
-import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-DEFAULT_TIMEOUT_S = 120.0
 
-PROGRESS_BURST = int(os.environ.get("GOSSIPGRAD_PROGRESS_BURST", "16"))
-"""Progress calls per poll before sleeping (``GOSSIPGRAD_PROGRESS_BURST`` overrides). MPI
-moves a bounded amount of data per call (with UCX over TCP about one fragment), so testing
-once per poll starves a fast link: on the 1 Gbit emulated link a 4 MiB exchange polled once
-per <= 1 ms sleep took 113 ms against 36 ms for ``MPI_Wait``; a burst of 16-20 tests per
-poll matched ``MPI_Wait`` (see docs/benchmarks.md)."""
+@dataclass(frozen=True)
+class WaitPolicy:
+    """How a rank polls a pending request (MPI moves data only inside MPI calls).
 
-POLL_MAX_PAUSE_S = float(os.environ.get("GOSSIPGRAD_POLL_MAX_PAUSE_S", "1e-3"))
-"""The longest sleep between polls (the backoff starts at 0 and doubles from 20 us;
-``GOSSIPGRAD_POLL_MAX_PAUSE_S`` overrides)."""
-
-WAIT_SPIN_S = 1.0
-"""How long the training thread, blocked in a wait, polls without sleeping (``sleep(0)``
-only yields the GIL) before backing off -- as ``MPI_Wait`` spins. A backoff from the start
-would notice a 250 us transfer only at the next poll (up to 2x late) and, on a fast link,
-cap the rate at what one burst moves per sleep (100 MiB over TCP loopback: 1.46x the raw
-time with a 1 ms spin, 1.0-1.1x spinning throughout). Other threads never spin
-(:func:`spin_budget`): they run beside compute."""
-
-
-_wait_spin_s = WAIT_SPIN_S
-
-
-def set_wait_spin(seconds: float) -> None:
-    """How long the training thread spins in a wait before backing off (process-wide).
-
-    0 when ranks outnumber the node's cores (:func:`gossipgrad.runtime.share_node`): there a
-    spinning rank takes the core that the rank it waits for needs to compute or progress.
+    Args:
+        spin_s: how long the training thread polls without sleeping before backing off, as
+            ``MPI_Wait`` spins (``sleep(0)`` only yields the GIL). Other threads never spin
+            (:meth:`spin_for_this_thread`): they run beside compute. 0 where ranks
+            outnumber the node's cores: a spinning rank takes the core that the rank it
+            waits for needs (``runtime.wait_policy``).
+        burst: tests per poll before sleeping. MPI moves a bounded amount of data per call
+            (with UCX over TCP about one fragment), so one test per poll starves a fast link.
+        max_pause_s: the longest sleep between polls (the backoff doubles from 20 us).
     """
-    global _wait_spin_s
-    if seconds < 0:
-        raise ValueError(f"wait spin must be >= 0 seconds, got {seconds}")
-    _wait_spin_s = float(seconds)
 
+    spin_s: float = 1.0
+    burst: int = 16
+    max_pause_s: float = 1e-3
 
-def spin_budget() -> float:
-    """The wait spin (:func:`set_wait_spin`) on the main thread (the training thread: it has
-    nothing else to do while it waits), 0 on any other thread (background work must not
-    burn a core)."""
-    return _wait_spin_s if threading.current_thread() is threading.main_thread() else 0.0
+    def __post_init__(self) -> None:
+        if self.spin_s < 0 or self.burst < 1 or self.max_pause_s < 0:
+            raise ValueError(f"invalid wait policy {self}: spin_s >= 0, burst >= 1 and "
+                             "max_pause_s >= 0 are needed")
+
+    def spin_for_this_thread(self) -> float:
+        """``spin_s`` on the main (training) thread, which has nothing else to do while it
+        waits; 0 on any other thread, whose polling must not burn a core."""
+        return self.spin_s if threading.current_thread() is threading.main_thread() else 0.0
 
 
 class Backoff:
     """Pauses between polls: none while ``spin_s`` has not passed since the last reset, then
-    exponential from 20 us up to :data:`POLL_MAX_PAUSE_S`."""
+    exponential from 20 us up to ``max_pause_s``."""
 
-    def __init__(self, spin_s: float = 0.0) -> None:
-        self.spin_s = spin_s
+    def __init__(self, spin_s: float = 0.0, max_pause_s: float = 1e-3) -> None:
+        self.spin_s, self.max_pause_s = spin_s, max_pause_s
         self.reset()
 
     def reset(self) -> None:
@@ -76,7 +62,7 @@ class Backoff:
             time.sleep(0)  # yield: a peer rank on the same cores may need it to progress
             return
         time.sleep(self.pause)
-        self.pause = min(max(self.pause * 2, 2e-5), POLL_MAX_PAUSE_S)
+        self.pause = min(max(self.pause * 2, 2e-5), self.max_pause_s)
 
 
 class Tag(enum.IntEnum):
@@ -163,6 +149,7 @@ class Communicator(Protocol):
     rank: int
     size: int
     timeout: float
+    policy: WaitPolicy
 
     def isend(self, buf: Any, dst: int, tag: int, ctx: WaitContext | None = None) -> Request: ...
 
@@ -179,14 +166,15 @@ class Communicator(Protocol):
     def abort(self, code: int = 1) -> None: ...
 
 
-def poll(test: Callable[[], bool], timeout: float, fail: Callable[[], BaseException]) -> None:
-    """Return once ``test()`` is true; call it in bursts of :data:`PROGRESS_BURST`, pausing
-    between bursts as :class:`Backoff` (spinning for :func:`spin_budget` first); raise
-    ``fail()`` after ``timeout`` seconds."""
+def poll(test: Callable[[], bool], timeout: float, fail: Callable[[], BaseException],
+         policy: WaitPolicy) -> None:
+    """Return once ``test()`` is true; call it in bursts of ``policy.burst``, pausing between
+    bursts as :class:`Backoff` (spinning first on the training thread); raise ``fail()``
+    after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
-    backoff = Backoff(spin_budget())
+    backoff = Backoff(policy.spin_for_this_thread(), policy.max_pause_s)
     while True:
-        for _ in range(PROGRESS_BURST):
+        for _ in range(policy.burst):
             if test():
                 return
         if time.monotonic() > deadline:

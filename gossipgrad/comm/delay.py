@@ -2,7 +2,7 @@
 
 The emulated cluster (``scripts/emucluster.py --delay-ms D``) shapes bandwidth with ``tbf``
 but the kernel may lack ``netem``, so latency is injected here instead, from the environment
-variable ``GOSSIPGRAD_INJECT_DELAY_MS`` (milliseconds, default 0 = off)::
+variable ``GOSSIPGRAD_INJECT_DELAY_MS`` (milliseconds, default 0 = off; ``gossipgrad.settings``)::
 
     GOSSIPGRAD_INJECT_DELAY_MS=5 mpiexec -n 2 gossipgrad bench exchange
 
@@ -18,36 +18,19 @@ see. When the variable is unset or 0, no thread exists and ``isend`` takes its u
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 
-from gossipgrad.comm.base import CommTimeout, Request, WaitContext, poll
-
-ENV = "GOSSIPGRAD_INJECT_DELAY_MS"
-
-
-def inject_delay_s(environ: dict[str, str] | None = None) -> float:
-    """The injected one-way delay in seconds from ``GOSSIPGRAD_INJECT_DELAY_MS`` (0 if unset)."""
-    text = (os.environ if environ is None else environ).get(ENV, "").strip()
-    if not text:
-        return 0.0
-    try:
-        ms = float(text)
-    except ValueError:
-        raise ValueError(f"{ENV}={text!r}: expected milliseconds, e.g. {ENV}=5") from None
-    if not ms >= 0 or ms == float("inf"):
-        raise ValueError(f"{ENV}={text!r}: the delay must be a finite number >= 0 ms")
-    return ms / 1e3
+from gossipgrad.comm.base import CommTimeout, Request, WaitContext, WaitPolicy, poll
 
 
 class DelayedRequest:
     """A send not yet handed to the transport; then the transport's own request."""
 
-    def __init__(self, ctx: WaitContext, rank: int) -> None:
-        self.ctx, self.rank = ctx, rank
+    def __init__(self, ctx: WaitContext, rank: int, policy: WaitPolicy) -> None:
+        self.ctx, self.rank, self.policy = ctx, rank, policy
         self.inner: Request | None = None
         self.error: BaseException | None = None
 
@@ -57,7 +40,8 @@ class DelayedRequest:
         return self.inner is not None and self.inner.test()
 
     def wait(self, timeout: float) -> None:
-        poll(self.test, timeout, lambda: CommTimeout(self.ctx.describe(self.rank, timeout)))
+        poll(self.test, timeout, lambda: CommTimeout(self.ctx.describe(self.rank, timeout)),
+             self.policy)
 
 
 class DelayedPoster:
@@ -67,17 +51,17 @@ class DelayedPoster:
     error is raised by that request's ``test``/``wait`` (never swallowed).
     """
 
-    def __init__(self, delay_s: float, rank: int = 0) -> None:
+    def __init__(self, delay_s: float, rank: int = 0, policy: WaitPolicy | None = None) -> None:
         if delay_s <= 0:
             raise ValueError(f"delay must be > 0 s, got {delay_s}")
-        self.delay_s, self.rank = delay_s, rank
+        self.delay_s, self.rank, self.policy = delay_s, rank, policy or WaitPolicy()
         self._queue: deque[tuple[float, Callable[[], Request], DelayedRequest]] = deque()
         self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="gossipgrad-delay", daemon=True)
         self._thread.start()
 
     def post(self, start: Callable[[], Request], ctx: WaitContext) -> DelayedRequest:
-        req = DelayedRequest(ctx, self.rank)
+        req = DelayedRequest(ctx, self.rank, self.policy)
         with self._cond:
             self._queue.append((time.monotonic() + self.delay_s, start, req))
             self._cond.notify()

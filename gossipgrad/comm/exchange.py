@@ -12,7 +12,6 @@ All three are doubly stochastic, so the mean over ranks never changes.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,14 +21,7 @@ from gossipgrad.comm.base import Communicator, Request, WaitContext
 from gossipgrad.comm.buffers import host_array
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.comm.staging import Stager
-
-
-class Strategy(enum.StrEnum):
-    GOSSIP = "gossip"
-    ALLREDUCE = "allreduce"
-    LOCAL = "local"
-    HOROVOD = "horovod"
-    DDP = "ddp"
+from gossipgrad.options import Strategy
 
 
 @dataclass
@@ -60,7 +52,7 @@ class Exchange:
 
     def bytes_sent(self, nbytes: int) -> float:
         """Bytes this rank sends per step for a bucket of ``nbytes`` bytes."""
-        return 0.0
+        return self.strategy.bytes_sent(nbytes, self.comm.size)
 
 
 class GossipExchange(Exchange):
@@ -123,9 +115,6 @@ class GossipExchange(Exchange):
             peer = self.stager.incoming(pending.recv, pending.buf)
             pending.buf.add_(peer).mul_(0.5)
 
-    def bytes_sent(self, nbytes: int) -> float:
-        return float(nbytes) if self.comm.size > 1 else 0.0
-
 
 class AllreduceExchange(Exchange):
     """Average over all ranks with a non-blocking in-place allreduce."""
@@ -151,13 +140,10 @@ class AllreduceExchange(Exchange):
                 pending.buf.copy_(result)
             pending.buf.div_(self.comm.size)
 
-    def bytes_sent(self, nbytes: int) -> float:
-        p = self.comm.size
-        return 2.0 * (p - 1) / p * nbytes
 
-
-def make_exchange(strategy: str | Strategy, comm: Communicator, schedule: Schedule,
+def make_exchange(strategy: Strategy, comm: Communicator, schedule: Schedule,
                   stager: Stager | None = None, copy_send: bool = False) -> Exchange:
+    """The bucket exchange of ``strategy`` (gossip, allreduce or local)."""
     s = Strategy(strategy)
     if s is Strategy.GOSSIP:
         return GossipExchange(comm, schedule, stager, copy_send=copy_send)

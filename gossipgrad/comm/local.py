@@ -25,14 +25,15 @@ from typing import Any
 import numpy as np
 
 from gossipgrad.comm.base import (
-    DEFAULT_TIMEOUT_S,
     CommError,
     CommTimeout,
     ReduceOp,
     WaitContext,
+    WaitPolicy,
     allreduce_,
 )
 from gossipgrad.comm.buffers import host_array
+from gossipgrad.options import DEFAULT_TIMEOUT_S
 
 __all__ = ["LocalWorld", "LocalCommunicator", "run_ranks", "allreduce_"]
 
@@ -143,6 +144,7 @@ class LocalCommunicator:
     def __init__(self, world: LocalWorld, rank: int, ctx: tuple) -> None:
         self.world, self.rank, self.size, self.ctx = world, rank, world.size, ctx
         self.timeout = world.timeout
+        self.policy = WaitPolicy()  # waits block on the world's condition; no polling
         self._seq = 0
         self._dups = 0
         self._lock = threading.Lock()

@@ -20,17 +20,20 @@ import mpi4py
 import numpy as np
 
 from gossipgrad.comm.base import (
-    DEFAULT_TIMEOUT_S,
     CommError,
     CommTimeout,
     ReduceOp,
     WaitContext,
+    WaitPolicy,
     poll,
 )
 from gossipgrad.comm.buffers import host_array
-from gossipgrad.comm.delay import DelayedPoster, DelayedRequest, inject_delay_s
+from gossipgrad.comm.delay import DelayedPoster, DelayedRequest
+from gossipgrad.options import DEFAULT_TIMEOUT_S
+from gossipgrad.settings import settings
 
-mpi4py.rc.thread_level = os.environ.get("GOSSIPGRAD_MPI_THREAD_LEVEL", "multiple")
+# Must be set before MPI is initialised, which importing mpi4py.MPI does.
+mpi4py.rc.thread_level = settings().mpi_thread_level
 from mpi4py import MPI  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -51,9 +54,9 @@ def cuda_aware() -> bool:
     ``cuda``; Open MPI 4 through ``MPIX_Query_cuda_support`` (not exposed by mpi4py), so
     it is reported as not CUDA-aware unless overridden.
     """
-    override = os.environ.get("GOSSIPGRAD_CUDA_AWARE")
+    override = settings().cuda_aware
     if override is not None:
-        return override.strip().lower() in {"1", "true", "yes"}
+        return override
     try:
         info = MPI.COMM_WORLD.Get_info()
         kinds = info.Get("mpi_memory_alloc_kinds") or ""
@@ -86,7 +89,8 @@ class MpiRequest:
         return self.done
 
     def wait(self, timeout: float) -> None:
-        poll(self.test, timeout, lambda: CommTimeout(self.ctx.describe(self.comm.rank, timeout)))
+        poll(self.test, timeout, lambda: CommTimeout(self.ctx.describe(self.comm.rank, timeout)),
+             self.comm.policy)
 
 
 class MpiCommunicator:
@@ -95,21 +99,24 @@ class MpiCommunicator:
     Args:
         comm: the mpi4py communicator (default ``COMM_WORLD``).
         timeout: seconds any wait may take.
+        policy: how waits poll (``runtime.wait_policy`` fits it to the node).
         delay_s: injected one-way latency per sent message (default: from
             ``GOSSIPGRAD_INJECT_DELAY_MS``, see :mod:`gossipgrad.comm.delay`).
     """
 
     def __init__(self, comm: Any = None, timeout: float = DEFAULT_TIMEOUT_S,
-                 delay_s: float | None = None, _poster: DelayedPoster | None = None) -> None:
+                 policy: WaitPolicy | None = None, delay_s: float | None = None,
+                 _poster: DelayedPoster | None = None) -> None:
         self._comm = comm if comm is not None else MPI.COMM_WORLD
         self.rank = self._comm.Get_rank()
         self.size = self._comm.Get_size()
         self.timeout = timeout
+        self.policy = policy or WaitPolicy()
         self.thread_multiple = thread_multiple()
         self.lock = contextlib.nullcontext() if self.thread_multiple else _LOCK
-        self.delay_s = inject_delay_s() if delay_s is None else delay_s
+        self.delay_s = settings().inject_delay_ms / 1e3 if delay_s is None else delay_s
         if self.delay_s > 0 and _poster is None:
-            _poster = DelayedPoster(self.delay_s, self.rank)
+            _poster = DelayedPoster(self.delay_s, self.rank, self.policy)
         self._poster = _poster if self.delay_s > 0 else None
 
     def __repr__(self) -> str:
@@ -160,7 +167,11 @@ class MpiCommunicator:
 
     def dup(self) -> MpiCommunicator:
         with self.lock:
-            return MpiCommunicator(self._comm.Dup(), self.timeout, self.delay_s, self._poster)
+            return self._wrap(self._comm.Dup())
+
+    def _wrap(self, comm: Any) -> MpiCommunicator:
+        """A communicator over ``comm`` with this one's deadline, policy and delay."""
+        return MpiCommunicator(comm, self.timeout, self.policy, self.delay_s, self._poster)
 
     def split(self, color: int | None) -> MpiCommunicator | None:
         """The ranks that pass the same ``color``, in rank order (collective: every rank
@@ -169,7 +180,7 @@ class MpiCommunicator:
             sub = self._comm.Split(MPI.UNDEFINED if color is None else color, self.rank)
         if sub == MPI.COMM_NULL:
             return None
-        return MpiCommunicator(sub, self.timeout, self.delay_s, self._poster)
+        return self._wrap(sub)
 
     def free(self) -> None:
         """Release the underlying communicator (one from ``dup`` or ``split``)."""

@@ -14,18 +14,13 @@ seeded permutation that is identical on every rank (no broadcast needed).
 
 from __future__ import annotations
 
-import enum
 import hashlib
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-
-class Topology(enum.StrEnum):
-    AUTO = "auto"
-    HYPERCUBE = "hypercube"
-    DISSEMINATION = "dissemination"
+from gossipgrad.options import Topology, choice
 
 
 @dataclass(frozen=True)
@@ -50,11 +45,7 @@ def cycle_length(size: int) -> int:
 
 def resolve_topology(topology: str | Topology, size: int) -> Topology:
     """Map ``auto`` to a concrete topology and reject impossible combinations."""
-    try:
-        topo = Topology(topology)
-    except ValueError:
-        choices = ", ".join(t.value for t in Topology)
-        raise ValueError(f"unknown topology {topology!r}; choose one of: {choices}") from None
+    topo = choice(Topology, topology, "--topology")
     if topo is Topology.AUTO:
         return Topology.HYPERCUBE if is_power_of_two(size) else Topology.DISSEMINATION
     if topo is Topology.HYPERCUBE and not is_power_of_two(size):

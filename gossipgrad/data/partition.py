@@ -21,29 +21,11 @@ kind and seed give the same shards. Example::
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
+from gossipgrad.options import parse_partition
+
 __all__ = ["parse_partition", "partition"]
-
-
-def parse_partition(kind: str) -> tuple[str, float | None]:
-    """``"iid"`` -> ("iid", None); ``"dirichlet:0.5"`` -> ("dirichlet", 0.5). ValueError else."""
-    name, _, arg = kind.strip().partition(":")
-    if name in ("iid", "sorted") and not arg:
-        return name, None
-    if name == "dirichlet":
-        try:
-            alpha = float(arg)
-        except ValueError:
-            alpha = math.nan
-        if not (math.isfinite(alpha) and alpha > 0):
-            raise ValueError(f"--partition {kind!r}: dirichlet needs a positive concentration, "
-                             "e.g. dirichlet:0.5")
-        return name, alpha
-    raise ValueError(f"--partition {kind!r} is not known; choose iid, sorted or dirichlet:ALPHA "
-                     "(e.g. dirichlet:0.5)")
 
 
 def partition(labels: np.ndarray, size: int, kind: str = "iid", seed: int = 0) -> list[np.ndarray]:

@@ -1,7 +1,7 @@
 """What the trainer reads: one ``DataSource`` per rank, whatever the data is.
 
-    source = open_source(data="/datasets/imagenet", image_size=224, batch_size=32,
-                         workers=8, seed=0, rank=comm.rank, size=comm.size)
+    source = open_source(DataOptions(data="/datasets/imagenet", batch_size=32, workers=8),
+                         rank=comm.rank, size=comm.size, seed=0)
     for x, y in source.train_batches(epoch, start=0): ...
     for x, y in source.eval_batches(): ...        # this rank's share of validation
 
@@ -19,9 +19,11 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from gossipgrad.data.images import ImageFolderSource
 from gossipgrad.data.loader import ShardLoader, strided_indices
 from gossipgrad.data.partition import partition
 from gossipgrad.data.tensors import load_tensor_data
+from gossipgrad.options import DataOptions
 from gossipgrad.shuffle import ShardStore
 
 #: Images per epoch of ``--synthetic`` data: the size of ImageNet-1k's train split.
@@ -105,27 +107,23 @@ class SyntheticImages:
         yield self._batch(self.POOL)
 
 
-def open_source(*, rank: int, size: int, batch_size: int, seed: int = 0,
-                dataset: str = "digits", data: str | None = None, synthetic: bool = False,
-                partition: str = "iid",
-                image_size: int = 224, classes: int = 0, workers: int = 0,
-                skip_corrupt: bool = False, pin_memory: bool = False) -> DataSource:
+def open_source(options: DataOptions, *, rank: int, size: int, seed: int = 0,
+                pin_memory: bool = False) -> DataSource:
     """The source the options select: ``synthetic`` > ``data`` (ImageFolder) > ``dataset``.
 
-    ``classes`` sets the class count of synthetic images (0: 1000, as ImageNet-1k).
+    ``num_classes`` sets the class count of synthetic images (0: 1000, as ImageNet-1k).
     Raises ValueError naming the path or value for unusable input.
     """
-    if synthetic:
-        return SyntheticImages(image_size, classes or IMAGENET_CLASSES, batch_size, seed,
-                               rank, size)
-    if data:
-        from gossipgrad.data.images import ImageFolderSource
-
-        source: DataSource = ImageFolderSource(data, image_size, batch_size, workers, seed,
-                                               rank, size, skip_corrupt, pin_memory)
+    o = options
+    if o.synthetic:
+        return SyntheticImages(o.image_size, o.num_classes or IMAGENET_CLASSES, o.batch_size,
+                               seed, rank, size)
+    if o.data:
+        source: DataSource = ImageFolderSource(o.data, o.image_size, o.batch_size, o.workers,
+                                               seed, rank, size, o.skip_corrupt, pin_memory)
     else:
-        source = TensorSource(dataset, batch_size, seed, rank, size, partition)
-    if classes and classes != source.classes:
-        raise ValueError(f"--num-classes {classes} does not match the {source.classes} "
-                         f"classes of {data or dataset}; drop --num-classes or fix the data")
+        source = TensorSource(o.dataset, o.batch_size, seed, rank, size, o.partition)
+    if o.num_classes and o.num_classes != source.classes:
+        raise ValueError(f"--num-classes {o.num_classes} does not match the {source.classes} "
+                         f"classes of {o.data or o.dataset}; drop --num-classes or fix the data")
     return source

@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-DEFAULT_BUCKET_MB = 25.0
-
 
 @dataclass
 class Bucket:
@@ -101,9 +99,3 @@ class BucketLayout:
 
 def _kind(p: torch.Tensor) -> tuple:
     return (p.dtype, p.device)
-
-
-def cap_from_mb(bucket_mb: float) -> int:
-    if bucket_mb <= 0:
-        raise ValueError(f"--bucket-mb must be > 0, got {bucket_mb}")
-    return int(bucket_mb * 2**20)

@@ -23,13 +23,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from gossipgrad.comm.base import (
-    POLL_MAX_PAUSE_S,
-    PROGRESS_BURST,
-    Backoff,
-    CommTimeout,
-    spin_budget,
-)
+from gossipgrad.comm.base import Backoff, CommTimeout
 from gossipgrad.comm.exchange import Exchange, Pending
 
 Inflight = tuple[int, Pending, float]  # key, exchange, deadline
@@ -53,6 +47,7 @@ class CommThread:
         if window is not None and window < 1:
             raise ValueError(f"window must be >= 1 or None, got {window}")
         self.exchange = exchange
+        self.policy = exchange.comm.policy
         self.timeout = timeout
         self.window = window
         self._queued: deque[tuple[int, Callable[[], Pending]]] = deque()
@@ -107,7 +102,7 @@ class CommThread:
         driving progress meanwhile; re-raise the thread's error, if any."""
         event = self._done[key]
         deadline = time.monotonic() + self.timeout + 1.0
-        backoff = Backoff(spin_budget())
+        backoff = Backoff(self.policy.spin_for_this_thread(), self.policy.max_pause_s)
         self._waiters += 1  # the thread stands back: one poller, no GIL ping-pong
         try:
             while not event.is_set():
@@ -133,7 +128,7 @@ class CommThread:
         return self.window is None or len(self._inflight) < self.window
 
     def _run(self) -> None:
-        backoff = Backoff()  # no spinning: this thread runs beside compute
+        backoff = Backoff(0.0, self.policy.max_pause_s)  # no spinning: runs beside compute
         try:
             while True:
                 self._work.clear()
@@ -144,7 +139,7 @@ class CommThread:
                     backoff.reset()
                     continue
                 if self._waiters:  # a caller in wait() polls for both of us
-                    time.sleep(POLL_MAX_PAUSE_S)
+                    time.sleep(self.policy.max_pause_s)
                 elif self._poll():
                     backoff.reset()
                 else:
@@ -184,13 +179,13 @@ class CommThread:
         """Remove and return the exchanges whose requests completed (under the lock). When
         none has, drive MPI's progress with a burst of tests on the oldest request first
         (progress is global: a test of one request moves every transfer; see
-        ``base.PROGRESS_BURST``)."""
+        ``WaitPolicy.burst``)."""
         done = self._sweep()
         if done or not self._inflight:
             return done
         oldest = next((r for r in self._inflight[0][1].requests if not r.test()), None)
         if oldest is not None:
-            for _ in range(PROGRESS_BURST - 1):
+            for _ in range(self.policy.burst - 1):
                 if oldest.test():
                     break
         return self._sweep()

@@ -8,7 +8,7 @@ Complete example (run as ``mpiexec -n 4 python example.py``, or plainly for one 
     comm = gossipgrad.init()
     model = torch.nn.Linear(8, 2)
     opt = gossipgrad.DistributedOptimizer(
-        torch.optim.SGD(model.parameters(), lr=0.1), model, comm, strategy="gossip")
+        torch.optim.SGD(model.parameters(), lr=0.1), model, comm)  # gossip, mix="param"
     for _ in range(10):
         x, y = torch.randn(16, 8), torch.randint(0, 2, (16,))
         opt.zero_grad()
@@ -32,17 +32,16 @@ ranks exact.
 
 from __future__ import annotations
 
-import enum
 import logging
 from typing import Any
 
 import torch
 
 from gossipgrad.comm.base import Communicator, Tag
-from gossipgrad.comm.exchange import Exchange, Pending, Strategy, make_exchange
+from gossipgrad.comm.exchange import Exchange, Pending, make_exchange
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.comm.staging import Stager
-from gossipgrad.engine.buckets import DEFAULT_BUCKET_MB, BucketLayout, cap_from_mb
+from gossipgrad.engine.buckets import BucketLayout
 from gossipgrad.engine.commthread import CommThread
 from gossipgrad.engine.consensus import (
     average_parameters_,
@@ -51,6 +50,7 @@ from gossipgrad.engine.consensus import (
     verify_identical,
 )
 from gossipgrad.engine.wrapped import WrappedOptimizer
+from gossipgrad.options import ExchangeOptions, Mix, Strategy, exchange_options
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +58,6 @@ PARAM_WINDOW = 2
 """Parameter buckets on the wire at once (``CommThread`` window). Posted all at once they
 interleave on the connection and the first layer's bucket arrives last; in forward order
 two at a time, each arrives as early as the link allows (docs/benchmarks.md)."""
-
-
-class Mix(enum.StrEnum):
-    GRAD = "grad"
-    PARAM = "param"
 
 
 class DistributedOptimizer(WrappedOptimizer):
@@ -73,35 +68,30 @@ class DistributedOptimizer(WrappedOptimizer):
         model: the module being trained (its parameters are broadcast from rank 0 and
             verified identical on construction).
         comm: the communicator (``gossipgrad.init()``).
-        strategy: ``gossip``, ``allreduce`` or ``local``.
-        topology, seed, rotate: the gossip schedule (see ``comm.schedule.Schedule``).
-        mix: ``grad`` or ``param``.
-        staleness: 0 (wait this step) or 1 (complete at the next step).
-        sync_every: global average every N steps (0 = never, except on request).
-        bucket_mb: largest bucket in MiB.
-        overlap: run bucket exchanges on a communication thread. Staleness 0: gradient
-            buckets start from backward hooks, parameter buckets are waited for by forward
-            pre-hooks. Staleness 1: every bucket is posted at ``step()`` and driven by the
-            thread while the next forward and backward run.
+        options: the exchange (:class:`gossipgrad.options.ExchangeOptions`: strategy
+            ``gossip``, ``allreduce`` or ``local``, topology, mix, staleness, sync_every,
+            bucket_mb, overlap, seed, rotate); keyword arguments override its fields, so
+            ``DistributedOptimizer(opt, model, comm, strategy="allreduce")`` works too.
+            With ``overlap`` (and staleness 0) gradient buckets start from backward hooks
+            and parameter buckets are waited for by forward pre-hooks; with staleness 1
+            every bucket is posted at ``step()`` and driven by the communication thread
+            while the next forward and backward run.
         stager: how device tensors reach MPI (default: direct on CPU).
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, model: torch.nn.Module,
-                 comm: Communicator, strategy: str = "gossip", topology: str = "auto",
-                 seed: int = 0, rotate: bool = True, mix: str = "grad", staleness: int = 0,
-                 sync_every: int = 0, bucket_mb: float = DEFAULT_BUCKET_MB,
-                 overlap: bool = True, stager: Stager | None = None) -> None:
-        self.optimizer, self.model, self.comm = optimizer, model, comm
-        self.strategy = Strategy(strategy)
-        self.mix = Mix(mix)
-        if staleness not in (0, 1):
-            raise ValueError(f"staleness must be 0 or 1, got {staleness}")
-        if sync_every < 0:
-            raise ValueError(f"sync_every must be >= 0, got {sync_every}")
-        self.staleness, self.sync_every = staleness, sync_every
-        self.schedule = Schedule(comm.size, topology, seed, rotate)
+                 comm: Communicator, options: ExchangeOptions | None = None, *,
+                 stager: Stager | None = None, **overrides: Any) -> None:
+        opts = exchange_options(options, overrides)
+        if opts.strategy.library:
+            raise ValueError(f"--strategy {opts.strategy} runs through its library adapter: "
+                             "build it with gossipgrad.engine.factory.make_distributed")
+        self.optimizer, self.model, self.comm, self.options = optimizer, model, comm, opts
+        self.strategy, self.mix = opts.strategy, opts.mix
+        self.staleness, self.sync_every = opts.staleness, opts.sync_every
+        self.schedule = Schedule(comm.size, opts.topology, opts.seed, opts.rotate)
         self.step_count = 0
-        self.layout = BucketLayout(list(model.parameters()), cap_from_mb(bucket_mb))
+        self.layout = BucketLayout(list(model.parameters()), opts.bucket_cap_bytes)
         broadcast_parameters_(model, comm)
         verify_identical(model, comm)
         self.layout.bind_grads_()
@@ -111,9 +101,9 @@ class DistributedOptimizer(WrappedOptimizer):
                                                 copy_send=False)
         self.communicates = comm.size > 1 and self.strategy is not Strategy.LOCAL
         self._collective = self.strategy is Strategy.ALLREDUCE  # posted in order, by the caller
-        self.overlap = overlap and self.communicates
+        self.overlap = opts.overlap and self.communicates
         # A window only where a forward waits for buckets in order (and the order is fixed).
-        window = PARAM_WINDOW if self.mix is Mix.PARAM and staleness == 0 else None
+        window = PARAM_WINDOW if self.mix is Mix.PARAM and self.staleness == 0 else None
         self._thread = CommThread(self.exchange, comm.timeout, window) if self.overlap else None
         self._ready = [0] * len(self.layout.buckets)
         self._submitted = [False] * len(self.layout.buckets)

@@ -1,7 +1,7 @@
 """One call builds the distributed optimizer for any ``--strategy``.
 
-    opt = make_distributed("ddp", torch.optim.SGD(model.parameters(), lr=0.1), model, comm,
-                           bucket_mb=25)
+    opt = make_distributed(torch.optim.SGD(model.parameters(), lr=0.1), model, comm,
+                           ExchangeOptions(strategy="ddp", bucket_mb=25))
     out = opt.module_for_forward(x)   # DDP's wrapper for ddp, the model otherwise
 
 gossip, allreduce and local are :class:`DistributedOptimizer`; horovod and ddp are engine
@@ -16,26 +16,24 @@ from typing import Any
 import torch
 
 from gossipgrad.comm.base import Communicator
-from gossipgrad.comm.exchange import Strategy
+from gossipgrad.comm.staging import Stager
 from gossipgrad.engine.distributed import DistributedOptimizer
+from gossipgrad.options import ExchangeOptions, Strategy, exchange_options
 
 
-def make_distributed(strategy: str, optimizer: torch.optim.Optimizer, model: torch.nn.Module,
-                     comm: Communicator, **kwargs: Any) -> Any:
-    """The distributed optimizer for ``strategy``; ``kwargs`` are DistributedOptimizer's
-    keyword arguments (topology, seed, rotate, mix, staleness, sync_every, bucket_mb,
-    overlap, stager). Collective: every rank calls it with the same arguments."""
-    try:
-        s = Strategy(strategy)
-    except ValueError:
-        raise ValueError(f"unknown strategy {strategy!r}; choose one of: "
-                         f"{', '.join(e.value for e in Strategy)}") from None
-    if s is Strategy.HOROVOD:
+def make_distributed(optimizer: torch.optim.Optimizer, model: torch.nn.Module,
+                     comm: Communicator, options: ExchangeOptions | None = None, *,
+                     stager: Stager | None = None, **overrides: Any) -> Any:
+    """The distributed optimizer for ``options.strategy`` (keyword arguments override the
+    options' fields). Collective: every rank calls it with the same options."""
+    opts = exchange_options(options, overrides)
+    # Lazy: each library is loaded only when its strategy is chosen.
+    if opts.strategy is Strategy.HOROVOD:
         from gossipgrad.engine.adapters.horovod import HorovodAdapter
 
-        return HorovodAdapter(optimizer, model, comm, **kwargs)
-    if s is Strategy.DDP:
+        return HorovodAdapter(optimizer, model, comm, opts)
+    if opts.strategy is Strategy.DDP:
         from gossipgrad.engine.adapters.ddp import DdpAdapter
 
-        return DdpAdapter(optimizer, model, comm, **kwargs)
-    return DistributedOptimizer(optimizer, model, comm, strategy=s.value, **kwargs)
+        return DdpAdapter(optimizer, model, comm, opts)
+    return DistributedOptimizer(optimizer, model, comm, opts, stager=stager)

@@ -23,30 +23,20 @@ chain is serial. With ``overlap=False`` every bucket is ready only at the end of
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gossipgrad.options import Strategy, choice
 from gossipgrad.plan.formats import Bucket, NetworkFit, Profile
 from gossipgrad.plan.host import HostShare
 
 MIB = 1 << 20
 
 
-class Strategy(enum.StrEnum):
-    GOSSIP = "gossip"
-    ALLREDUCE = "allreduce"
-    HOROVOD = "horovod"  # modelled as a ring allreduce, like ALLREDUCE
-    LOCAL = "local"
-
-
 def parse_strategy(strategy: Strategy | str) -> Strategy:
-    """``Strategy(strategy)`` with an error that lists the choices."""
-    try:
-        return Strategy(strategy)
-    except ValueError:
-        choices = ", ".join(s.value for s in Strategy)
-        raise ValueError(f"strategy must be one of {choices}; got {strategy!r}") from None
+    """``Strategy(strategy)`` with an error that lists the choices. The library strategies
+    (horovod, ddp) are modelled as a ring allreduce, like ``allreduce``."""
+    return choice(Strategy, strategy, "--strategy")
 
 
 def _check_size(size: int) -> None:
@@ -139,13 +129,8 @@ def allreduce_factors(net: NetworkFit) -> tuple[float, float]:
 
 def bytes_sent(strategy: Strategy | str, nbytes: int, size: int) -> float:
     """Bytes one rank sends to exchange one bucket (ring allreduce: ``2(p-1)/p * n``)."""
-    strategy = parse_strategy(strategy)
     _check_size(size)
-    if size == 1 or strategy is Strategy.LOCAL:
-        return 0.0
-    if strategy is Strategy.GOSSIP:
-        return float(nbytes)
-    return 2 * (size - 1) / size * nbytes
+    return parse_strategy(strategy).bytes_sent(nbytes, size)
 
 
 def rebucket(buckets: Sequence[Bucket], cap_bytes: int | None) -> tuple[Bucket, ...]:

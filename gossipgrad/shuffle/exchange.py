@@ -23,7 +23,6 @@ import numpy as np
 import torch
 
 from gossipgrad.comm.base import (
-    PROGRESS_BURST,
     CommError,
     CommTimeout,
     Communicator,
@@ -134,7 +133,7 @@ def _wait(comm: Communicator, req: Request, ctx: WaitContext, deadline: float,
     every wake-up of this thread takes the GIL (and, on a full node, a core) from training.
     """
     while True:
-        for _ in range(PROGRESS_BURST):  # MPI moves data only inside calls: a burst per poll
+        for _ in range(comm.policy.burst):  # MPI moves data only inside calls: a burst per poll
             if req.test():
                 return
         if cancelled():

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gossipgrad.comm.schedule import Schedule, Topology
+from gossipgrad.comm.schedule import Schedule
+from gossipgrad.options import Topology
 
 __all__ = ["RoundPlan", "ShufflePlan", "plan_round"]
 

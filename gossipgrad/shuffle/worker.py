@@ -33,7 +33,6 @@ instead (``inline``): same rounds, same results, no overlap. The mode is logged 
 from __future__ import annotations
 
 import contextlib
-import enum
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -44,7 +43,7 @@ import numpy as np
 import torch
 
 from gossipgrad.comm.base import Communicator
-from gossipgrad.comm.schedule import Topology
+from gossipgrad.options import ShuffleMode, Topology, choice
 from gossipgrad.shuffle.exchange import exchange_round
 from gossipgrad.shuffle.plan import RoundPlan, ShufflePlan
 from gossipgrad.shuffle.store import Samples, ShardStore, pack_samples, unpack_samples
@@ -54,12 +53,6 @@ __all__ = ["ShuffleError", "ShuffleMode", "ShuffleWorker"]
 log = logging.getLogger(__name__)
 
 _STATE_VERSION = 1
-
-
-class ShuffleMode(enum.StrEnum):
-    AUTO = "auto"
-    THREAD = "thread"  # rounds on a background thread (needs MPI_THREAD_MULTIPLE)
-    INLINE = "inline"  # rounds run synchronously inside on_step
 
 
 class ShuffleError(RuntimeError):
@@ -124,11 +117,7 @@ class ShuffleWorker:
             self._thread.start()
 
     def _resolve_mode(self, mode: str | ShuffleMode, comm: Communicator) -> ShuffleMode:
-        try:
-            wanted = ShuffleMode(mode)
-        except ValueError:
-            raise ValueError(f"unknown shuffle mode {mode!r}; choose one of: "
-                             f"{', '.join(m.value for m in ShuffleMode)}") from None
+        wanted = choice(ShuffleMode, mode, "shuffle mode")
         serialised = _serialises_calls(comm)
         if wanted is ShuffleMode.THREAD and serialised:
             raise ValueError("shuffle mode 'thread' needs MPI_THREAD_MULTIPLE, which MPI did not "

@@ -17,11 +17,11 @@ from typing import Any
 import torch
 
 from gossipgrad.comm.base import Communicator
-from gossipgrad.comm.exchange import Strategy
 from gossipgrad.comm.schedule import Schedule
-from gossipgrad.engine.buckets import DEFAULT_BUCKET_MB, BucketLayout, cap_from_mb
+from gossipgrad.engine.buckets import BucketLayout
 from gossipgrad.engine.consensus import consensus_distance, verify_identical
 from gossipgrad.engine.wrapped import WrappedOptimizer
+from gossipgrad.options import ExchangeOptions, Strategy, exchange_options
 
 log = logging.getLogger(__name__)
 
@@ -34,31 +34,26 @@ class AllreduceAdapter(WrappedOptimizer):
             yet (a subclass may wrap it in a new object; read ``.optimizer`` afterwards).
         model: the module being trained; not modified here.
         comm: the communicator (``gossipgrad.init()``).
-        bucket_mb: the bucket (DDP ``bucket_cap_mb``) or fusion buffer (Horovod
-            ``HOROVOD_FUSION_THRESHOLD``) size in MiB.
-        staleness: must be 0 (these libraries wait for this step's allreduce).
-        topology, seed, rotate: only to build ``schedule``, which the trainer checks every
-            rank agrees on; no message follows it.
-        mix, sync_every, overlap, stager: gossip options, accepted and ignored (both
-            libraries always overlap the allreduce with backward).
+        options: the exchange options; the strategy is the adapter's own (validation then
+            refuses staleness 1: these libraries wait for this step's allreduce).
+            ``bucket_mb`` is the bucket (DDP ``bucket_cap_mb``) or fusion buffer (Horovod
+            ``HOROVOD_FUSION_THRESHOLD``) size; topology, seed and rotate only build
+            ``schedule``, which the trainer checks every rank agrees on (no message follows
+            it); mix, sync_every and overlap are gossip options, ignored (both libraries
+            always overlap the allreduce with backward). Keyword arguments override fields.
     """
 
     strategy: Strategy
 
     def __init__(self, optimizer: torch.optim.Optimizer, model: torch.nn.Module,
-                 comm: Communicator, *, topology: str = "auto", seed: int = 0,
-                 rotate: bool = True, mix: str = "param", staleness: int = 0,
-                 sync_every: int = 0, bucket_mb: float = DEFAULT_BUCKET_MB,
-                 overlap: bool = True, stager: Any = None) -> None:
-        if staleness != 0:
-            raise ValueError(f"--staleness {staleness} is not available with --strategy "
-                             f"{self.strategy.value}: it waits for every step's allreduce "
-                             "(use --strategy allreduce for a stale allreduce)")
-        self.optimizer, self.model, self.comm = optimizer, model, comm
-        self.bucket_mb = bucket_mb
-        self.schedule = Schedule(comm.size, topology, seed, rotate)
+                 comm: Communicator, options: ExchangeOptions | None = None,
+                 **overrides: Any) -> None:
+        opts = exchange_options(options, {**overrides, "strategy": self.strategy})
+        self.optimizer, self.model, self.comm, self.options = optimizer, model, comm, opts
+        self.bucket_mb = opts.bucket_mb
+        self.schedule = Schedule(comm.size, opts.topology, opts.seed, opts.rotate)
         # Sizes only (logging, bytes per step): never bound, no gradient lives in it.
-        self.layout = BucketLayout(list(model.parameters()), cap_from_mb(bucket_mb))
+        self.layout = BucketLayout(list(model.parameters()), opts.bucket_cap_bytes)
         self.step_count = 0
         self.communicates = comm.size > 1
 
@@ -96,10 +91,8 @@ class AllreduceAdapter(WrappedOptimizer):
         return consensus_distance(self.model, self.comm)
 
     def bytes_sent_per_step(self) -> float:
-        """Ring-allreduce theory, 2 (size - 1) / size x model bytes. Not measured: the
-        library or MPI may pick another algorithm (recursive doubling sends log2(size) x)."""
-        p = self.comm.size
-        return 2.0 * (p - 1) / p * self.layout.nbytes if self.communicates else 0.0
+        """Ring-allreduce theory (:meth:`Strategy.bytes_sent`), not measured."""
+        return self.strategy.bytes_sent(self.layout.nbytes, self.comm.size)
 
     def close(self) -> None:
         pass

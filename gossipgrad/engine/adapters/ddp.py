@@ -29,10 +29,10 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from gossipgrad.comm.base import Communicator
-from gossipgrad.comm.exchange import Strategy
 from gossipgrad.comm.rendezvous import choose_interface, same_host, share_address
 from gossipgrad.engine.adapters.base import AllreduceAdapter
 from gossipgrad.engine.consensus import verify_identical
+from gossipgrad.options import ExchangeOptions, Strategy
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +49,9 @@ class DdpAdapter(AllreduceAdapter):
     strategy = Strategy.DDP
 
     def __init__(self, optimizer: torch.optim.Optimizer, model: torch.nn.Module,
-                 comm: Communicator, **kwargs: Any) -> None:
-        super().__init__(optimizer, model, comm, **kwargs)
+                 comm: Communicator, options: ExchangeOptions | None = None,
+                 **overrides: Any) -> None:
+        super().__init__(optimizer, model, comm, options, **overrides)
         device = next(model.parameters()).device
         backend = "nccl" if device.type == "cuda" else "gloo"
         self._owns_group = init_process_group(comm, backend)

@@ -28,10 +28,9 @@ from typing import Any
 import torch
 
 from gossipgrad.comm.base import CommTimeout, Communicator
-from gossipgrad.comm.exchange import Strategy
 from gossipgrad.engine.adapters.base import AllreduceAdapter
-from gossipgrad.engine.buckets import cap_from_mb
 from gossipgrad.engine.consensus import average_buffers_, verify_identical
+from gossipgrad.options import ExchangeOptions, Strategy, bucket_cap_bytes
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +62,11 @@ class HorovodAdapter(AllreduceAdapter):
     strategy = Strategy.HOROVOD
 
     def __init__(self, optimizer: torch.optim.Optimizer, model: torch.nn.Module,
-                 comm: Communicator, **kwargs: Any) -> None:
-        super().__init__(optimizer, model, comm, **kwargs)
+                 comm: Communicator, options: ExchangeOptions | None = None,
+                 **overrides: Any) -> None:
+        super().__init__(optimizer, model, comm, options, **overrides)
         self.hvd = import_horovod()
-        self._owns_init = init_horovod(self.hvd, comm, cap_from_mb(self.bucket_mb))
+        self._owns_init = init_horovod(self.hvd, comm, bucket_cap_bytes(self.bucket_mb))
         self._stuck = False  # set when an allreduce passed its deadline
         self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         verify_identical(model, comm, when="after hvd.broadcast_parameters")

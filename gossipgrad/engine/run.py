@@ -1,0 +1,263 @@
+"""One training run's loop: steps, logging, evaluation, checkpoints, resume, summary.
+
+Built by :func:`gossipgrad.engine.trainer.train`, which owns set-up and tear-down.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from gossipgrad.comm.base import Communicator, ReduceOp, allreduce_
+from gossipgrad.data.sources import DataSource
+from gossipgrad.engine import checkpoint as ckpt
+from gossipgrad.engine import snapshot as snap
+from gossipgrad.engine.config import TrainConfig
+from gossipgrad.engine.consensus import agree, verify_identical
+from gossipgrad.engine.distributed import DistributedOptimizer
+from gossipgrad.engine.evaluation import evaluate
+from gossipgrad.engine.metrics import MetricsWriter, Progress, Throughput
+from gossipgrad.engine.signals import StopSignals, signal_name
+from gossipgrad.models import logits, loss_fn
+from gossipgrad.options import OptimOptions
+from gossipgrad.shuffle import ShuffleWorker
+
+log = logging.getLogger(__name__)
+
+
+def lr_at(optim: OptimOptions, base_lr: float, step: int, total: int,
+          steps_per_epoch: int) -> float:
+    """Linear warm-up over ``warmup_epochs``, then cosine decay to zero at ``total``."""
+    warm = int(optim.warmup_epochs * steps_per_epoch)
+    if step < warm:
+        return base_lr * (step + 1) / warm
+    frac = (step - warm) / max(1, total - warm)
+    return base_lr * 0.5 * (1.0 + math.cos(math.pi * min(1.0, frac)))
+
+
+def step_seed(seed: int, rank: int, step: int) -> int:
+    """The torch seed for ``rank``'s step ``step`` (dropout etc.): resume needs no RNG state."""
+    return int(np.random.SeedSequence([seed, rank, step]).generate_state(1)[0])
+
+
+class Run:
+    """One training run's moving parts and the steps between them."""
+
+    def __init__(self, cfg: TrainConfig, comm: Communicator, model: torch.nn.Module,
+                 opt: DistributedOptimizer, source: DataSource, device: torch.device,
+                 base_lr: float, states: dict, rank_states: dict,
+                 shuffle: ShuffleWorker | None = None) -> None:
+        self.cfg, self.comm, self.model, self.opt, self.source = cfg, comm, model, opt, source
+        self.device, self.base_lr = device, base_lr
+        self.states, self.rank_states = states, rank_states
+        self.shuffle = shuffle
+        self.spe = source.steps_per_epoch
+        self.total = cfg.optim.epochs * self.spe
+        if cfg.optim.max_steps:
+            self.total = min(self.total, cfg.optim.max_steps)
+        self.saver = ckpt.Checkpointer(cfg.run.run_dir, comm) if cfg.run.run_dir else None
+        self.metrics = MetricsWriter(cfg.run.metrics_out, comm.rank)
+        self.speed = Throughput(cfg.data.batch_size * comm.size)
+        self.last: dict[str, Any] = {}
+        self.comm_s = 0.0
+        self.progress: Progress | None = None
+
+    def compat(self) -> dict[str, Any]:
+        """What a checkpoint must match: the model; when training also the data order,
+        the schedule and the strategy."""
+        cfg = self.cfg
+        model = {"arch": cfg.arch, "hidden": cfg.hidden, "classes": self.source.classes}
+        if cfg.run.evaluate:
+            return model
+        return {**model, "in_shape": list(self.source.in_shape), "data": self.source.name,
+                "size": self.comm.size, "batch_size": cfg.data.batch_size, "seed": cfg.seed,
+                "steps_per_epoch": self.spe, "strategy": cfg.exchange.strategy.value,
+                "mix": cfg.exchange.mix.value,
+                "topology": self.opt.schedule.topology.value, "staleness": cfg.exchange.staleness}
+
+    def run(self, stop: StopSignals) -> dict[str, Any]:
+        try:
+            step = self.resume()
+            if self.comm.rank == 0:
+                log.info("size %d, strategy %s, topology %s, mix %s, data %s, steps %d to %d "
+                         "(%d per epoch), %.2f MB model in %d buckets, device %s",
+                         self.comm.size, self.cfg.exchange.strategy,
+                         self.opt.schedule.topology.value, self.cfg.exchange.mix,
+                         self.source.name, step, self.total, self.spe,
+                         self.opt.layout.nbytes / 1e6, len(self.opt.layout.buckets),
+                         self.device)
+            if self.cfg.run.evaluate:
+                self.evaluate(step)
+                return self.finish(step, step, None)
+            self.progress = Progress(self.total, self.comm.rank, self.cfg.run.progress, step)
+            return self.loop(step, stop)
+        finally:
+            if self.progress is not None:
+                self.progress.close()
+            self.metrics.close()
+
+    def loop(self, start: int, stop: StopSignals) -> dict[str, Any]:
+        cfg, step, progress = self.cfg, start, self.progress
+        window = {"loss": 0.0, "correct": 0.0, "n": 0, "t": time.perf_counter()}
+        if stop.agreed():  # signalled during start-up: nothing new to save
+            progress.write(f"{signal_name(stop.stopped)} during start-up: stopping at step {step}")
+            return self.finish(start, step, signal_name(stop.stopped))
+        for epoch in range(step // self.spe, cfg.optim.epochs):
+            for x, y in self.source.train_batches(epoch, step - epoch * self.spe):
+                if step >= self.total:
+                    break
+                self.train_step(x, y, step, window)
+                step += 1
+                self.speed.tick()
+                if step % cfg.run.print_freq == 0 or step == self.total:
+                    self.log_window(window, step, epoch)
+                progress.update(1)
+                if stop.agreed():
+                    break
+                if cfg.run.checkpoint_every and step % cfg.run.checkpoint_every == 0:
+                    self.checkpoint(step)
+            if stop.stopped:
+                name = signal_name(stop.stopped)
+                progress.write(f"{name}: stopping every rank at step {step}")
+                self.checkpoint(step, reason=name)
+                return self.finish(start, step, name)
+            last_epoch = step >= self.total or epoch == cfg.optim.epochs - 1
+            if (epoch + 1) % cfg.run.eval_every == 0 or last_epoch:
+                self.evaluate(step)
+            self.checkpoint(step)
+            if step >= self.total:
+                break
+        if not self.last:
+            self.evaluate(step)
+        return self.finish(start, step, None)
+
+    def train_step(self, x: torch.Tensor, y: torch.Tensor, step: int, window: dict) -> None:
+        torch.manual_seed(step_seed(self.cfg.seed, self.comm.rank, step))
+        for g in self.opt.param_groups:
+            g["lr"] = lr_at(self.cfg.optim, self.base_lr, step, self.total, self.spe)
+        x = x.to(self.device, non_blocking=True)
+        y = y.to(self.device, non_blocking=True)
+        self.opt.zero_grad()
+        if len(y):
+            out = self.opt.module_for_forward(x)  # DDP's wrapper under --strategy ddp
+            loss = loss_fn(out, y)
+            loss.backward()
+            window["loss"] += float(loss.detach()) * len(y)
+            window["correct"] += float((logits(out).argmax(1) == y).sum())
+            window["n"] += len(y)
+        t0 = time.perf_counter()
+        self.opt.step()  # also with an empty batch: every rank takes part in every exchange
+        self.comm_s += time.perf_counter() - t0
+        if self.shuffle is not None:
+            self.shuffle.on_step(step)
+
+    def log_window(self, window: dict, step: int, epoch: int) -> None:
+        now = time.perf_counter()
+        rec = {"event": "log", "step": step, "epoch": epoch,
+               "loss": window["loss"] / max(1, window["n"]),
+               "train_accuracy": window["correct"] / max(1, window["n"]),
+               "samples_per_s": window["n"] * self.comm.size / max(1e-9, now - window["t"]),
+               "lr": self.opt.param_groups[0]["lr"], "comm_seconds": self.comm_s}
+        window.update(loss=0.0, correct=0.0, n=0, t=now)
+        self.metrics.write(rec)
+        self.progress.update(0, loss=f"{rec['loss']:.3f}", acc=f"{rec['train_accuracy']:.3f}",
+                             img_s=f"{rec['samples_per_s']:.0f}")
+
+    def evaluate(self, step: int) -> None:
+        with self.speed.paused():
+            distance = self.opt.consensus_distance()
+            self.opt.synchronize()
+            self.last = {"event": "eval", "step": step, "epoch": step / self.spe,
+                         "consensus_distance": distance,
+                         **evaluate(self.model, self.source, self.comm, self.device)}
+        self.metrics.write(self.last)
+        line = (f"step {step} (epoch {step / self.spe:.2f}): top1 {100 * self.last['top1']:.2f}% "
+                f"top5 {100 * self.last['top5']:.2f}% loss {self.last['test_loss']:.4f} "
+                f"on {self.last['val_images']} val images, consensus_distance {distance:.3g}")
+        if self.progress is not None:
+            self.progress.write(line)
+        elif self.comm.rank == 0:
+            log.info(line)
+
+    def checkpoint(self, step: int, reason: str = "") -> None:
+        if self.saver is None:
+            if reason:
+                log.warning("%s at step %d: no --run-dir, so nothing is saved", reason, step)
+            return
+        if self.saver.last_step == step:
+            return
+        with self.speed.paused():
+            snap.consensus_(self.opt, self.comm)
+            meta = {"compat": self.compat(), "config": self.cfg.to_dict(),
+                    "lr_schedule": {"kind": "warmup-cosine", "base_lr": self.base_lr,
+                                    "warmup_epochs": self.cfg.optim.warmup_epochs,
+                                    "total_steps": self.total},
+                    "last_eval": {k: v for k, v in self.last.items() if k != "event"}}
+            state = snap.snapshot(self.model, self.opt, step, self.spe, ckpt.cpu(meta),
+                                  self.states) if self.comm.rank == 0 else {}
+            path = self.saver.save(step, state, self.rank_states)
+        if self.comm.rank == 0:
+            log.info("checkpoint %s: %.1f MB in %.2f s%s", path, self.saver.last_bytes / 1e6,
+                     self.saver.last_seconds, f" ({reason})" if reason else "")
+
+    def resume(self) -> int:
+        cfg = self.cfg
+        path = ckpt.locate(cfg.run.resume, cfg.run.run_dir)
+        step = -1
+        if path is not None:
+            state = ckpt.read(path)
+            ckpt.check_compatible(state, self.compat(), path)
+            step = snap.restore_(path, state, self.model, self.opt, self.comm, self.states,
+                                 self.rank_states)
+            ends = state.get("lr_schedule", {}).get("total_steps")
+            if ends != self.total and not cfg.run.evaluate and self.comm.rank == 0:
+                log.warning("the learning-rate schedule now ends at step %d (the checkpoint's "
+                            "ended at %s)", self.total, ends)
+            if self.saver is not None:
+                self.saver.last_step = step
+        if not agree(self.comm, step):
+            raise ValueError(f"rank {self.comm.rank}: ranks found different checkpoints "
+                             f"(this rank: {path or 'none'}); --run-dir must be on a file "
+                             "system that every rank sees")
+        if path is None:
+            if cfg.run.resume and self.comm.rank == 0:
+                log.info("--resume %s: no checkpoint in %s, starting fresh", cfg.run.resume,
+                         cfg.run.run_dir)
+            if cfg.run.evaluate and self.comm.rank == 0:
+                log.warning("--evaluate without a checkpoint: evaluating an untrained model")
+            return 0
+        verify_identical(self.model, self.comm)
+        if self.comm.rank == 0:
+            log.info("resumed from %s at step %d (epoch %d, batch %d)", path, step,
+                     step // self.spe, step % self.spe)
+        return step
+
+    def finish(self, start: int, step: int, stopped: str | None) -> dict[str, Any]:
+        skipped = int(allreduce_(self.comm, np.array([self.source.skipped], dtype=np.int64),
+                                 ReduceOp.SUM)[0])
+        cfg, last, ips = self.cfg, self.last, self.speed.images_per_s()
+        saved = self.saver.last_step if self.saver is not None else -1
+        ex = cfg.exchange
+        summary = {"event": "summary", "top1": last.get("top1"), "top5": last.get("top5"),
+                   "test_accuracy": last.get("test_accuracy"), "test_loss": last.get("test_loss"),
+                   "steps": step, "start_step": start, "size": self.comm.size,
+                   "strategy": ex.strategy.value, "topology": self.opt.schedule.topology.value,
+                   "mix": ex.mix.value, "staleness": ex.staleness, "arch": cfg.arch,
+                   "dataset": self.source.name, "batch_size": cfg.data.batch_size,
+                   "bytes_sent_per_step": self.opt.bytes_sent_per_step(),
+                   "model_bytes": self.opt.layout.nbytes, "comm_seconds": self.comm_s,
+                   "wall_seconds": self.speed.wall(), "images_per_s": ips,
+                   "samples_per_s": ips, "skipped_corrupt": skipped, "stopped": stopped,
+                   "checkpoint": (ckpt.checkpoint_path(cfg.run.run_dir, saved) if saved >= 0
+                                  else None),
+                   "consensus_distance": last.get("consensus_distance")}
+        self.metrics.write(summary)
+        if self.comm.rank == 0 and ips:
+            log.info("throughput: %.1f images/s (%.1f per rank) over %d timed steps", ips,
+                     ips / self.comm.size, self.speed.steps)
+        return summary

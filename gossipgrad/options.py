@@ -1,0 +1,309 @@
+"""Every choice once, and the frozen option objects that every layer takes. PURE: stdlib only.
+
+A setting is parsed and validated here, once, where its option object is built, with a
+message that names the flag; below that it is typed. ``TrainConfig``
+(:mod:`gossipgrad.engine.config`) composes these objects; ``DistributedOptimizer``, the
+library adapters, ``plan/`` and ``bench/`` take the same ones.
+
+    >>> opts = ExchangeOptions(strategy="allreduce", bucket_mb=4)
+    >>> opts.strategy is Strategy.ALLREDUCE, opts.mix is Mix.PARAM
+    (True, True)
+    >>> ExchangeOptions(staleness=2)
+    Traceback (most recent call last):
+    ...
+    ValueError: --staleness must be 0 or 1, got 2
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
+
+E = TypeVar("E", bound=enum.Enum)
+
+DEFAULT_BUCKET_MB = 25.0
+"""Largest bucket in MiB (``--bucket-mb``): about what DDP and Horovod fuse by default."""
+
+DEFAULT_TIMEOUT_S = 120.0
+"""Seconds any wait may take before the job ends (``--comm-timeout``)."""
+
+
+class Strategy(enum.StrEnum):
+    """How ranks combine their work (``--strategy``)."""
+
+    GOSSIP = "gossip"  # one peer per step along the schedule
+    ALLREDUCE = "allreduce"  # gossipgrad's own bucketed allreduce
+    LOCAL = "local"  # no communication: the lower bound on step time
+    HOROVOD = "horovod"  # horovod.torch's DistributedOptimizer
+    DDP = "ddp"  # torch DistributedDataParallel
+
+    @property
+    def library(self) -> bool:
+        """True where a library (Horovod, DDP) runs the exchange: allreduce every step."""
+        return self in (Strategy.HOROVOD, Strategy.DDP)
+
+    def bytes_sent(self, nbytes: float, size: int) -> float:
+        """Bytes one rank sends per step to exchange ``nbytes`` of model.
+
+        Gossip sends the bucket once to its one peer; the allreduce family is counted as a
+        ring allreduce, 2 (size - 1) / size x nbytes (MPI or a library may pick another
+        algorithm: recursive doubling sends log2(size) x).
+
+            >>> Strategy.ALLREDUCE.bytes_sent(100, 4), Strategy.GOSSIP.bytes_sent(100, 4)
+            (150.0, 100.0)
+        """
+        if size < 1:
+            raise ValueError(f"size must be >= 1, got {size}")
+        if size == 1 or self is Strategy.LOCAL:
+            return 0.0
+        if self is Strategy.GOSSIP:
+            return float(nbytes)
+        return 2.0 * (size - 1) / size * nbytes
+
+
+class Mix(enum.StrEnum):
+    """What gossip averages with the peer (``--mix``)."""
+
+    GRAD = "grad"  # gradients, before the optimizer step (the paper's description)
+    PARAM = "param"  # parameters, after the optimizer step (contracts consensus)
+
+
+class Topology(enum.StrEnum):
+    """The partner schedule (``--topology``)."""
+
+    AUTO = "auto"  # hypercube for power-of-two sizes, else dissemination
+    HYPERCUBE = "hypercube"
+    DISSEMINATION = "dissemination"
+
+
+class ShuffleMode(enum.StrEnum):
+    """Where shuffle rounds run (``ShuffleWorker(mode=...)``)."""
+
+    AUTO = "auto"  # thread when the transport allows it, else inline
+    THREAD = "thread"  # rounds on a background thread (needs MPI_THREAD_MULTIPLE)
+    INLINE = "inline"  # rounds run synchronously inside on_step
+
+
+class Device(enum.StrEnum):
+    """Where the model runs (``--device``)."""
+
+    AUTO = "auto"  # cuda:<node-local rank> when CUDA is available, else cpu
+    CPU = "cpu"
+    CUDA = "cuda"
+
+
+def choice(enum_type: type[E], value: Any, flag: str) -> E:
+    """``enum_type(value)``, or ValueError naming ``flag`` and listing the choices.
+
+        >>> choice(Mix, "grad", "--mix") is Mix.GRAD
+        True
+    """
+    try:
+        return enum_type(value)
+    except ValueError:
+        values = ", ".join(str(e.value) for e in enum_type)
+        where = f" ({flag})" if flag.startswith("--") else ""
+        raise ValueError(f"unknown {flag.lstrip('-')} {value!r}{where}; choose one of: "
+                         f"{values}") from None
+
+
+def at_least(value: float, low: float, flag: str, strict: bool = False) -> None:
+    """ValueError naming ``flag`` unless ``value >= low`` (``> low`` when ``strict``)."""
+    if value < low or (strict and value == low):
+        raise ValueError(f"{flag} must be {'>' if strict else '>='} {low:g}, got {value}")
+
+
+def bucket_cap_bytes(bucket_mb: float) -> int:
+    """``--bucket-mb`` (MiB, > 0) in bytes.
+
+        >>> bucket_cap_bytes(0.25)
+        262144
+    """
+    at_least(bucket_mb, 0, "--bucket-mb", strict=True)
+    return int(bucket_mb * 2**20)
+
+
+class _Options:
+    """Frozen dataclass helpers: coerce a field in ``__post_init__``; build from a mapping
+    that may hold other options too."""
+
+    def _set(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+
+    @classmethod
+    def pick(cls, flags: dict[str, Any]) -> dict[str, Any]:
+        """The entries of ``flags`` that are this class's fields."""
+        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        return {k: v for k, v in flags.items() if k in names}
+
+
+@dataclass(frozen=True)
+class ExchangeOptions(_Options):
+    """How a step's exchange runs: strategy, schedule, what is mixed, buckets, overlap.
+
+    Args:
+        strategy: see :class:`Strategy`.
+        topology: the gossip schedule; resolved per size by ``comm.schedule``.
+        mix: what gossip averages (allreduce averages gradients whatever ``mix`` says for
+            ``grad`` and parameters for ``param``).
+        staleness: 0 (the exchange completes this step) or 1 (at the next step).
+        sync_every: a global average every N steps (0: only before evaluation/checkpoint).
+        bucket_mb: the largest bucket in MiB (> 0).
+        overlap: run bucket exchanges on the communication thread, behind compute.
+        seed: the shared seed of the schedule's per-cycle rotation.
+        rotate: re-permute the schedule's numbering every cycle.
+    """
+
+    strategy: Strategy = Strategy.GOSSIP
+    topology: Topology = Topology.AUTO
+    mix: Mix = Mix.PARAM
+    staleness: int = 0
+    sync_every: int = 0
+    bucket_mb: float = DEFAULT_BUCKET_MB
+    overlap: bool = True
+    seed: int = 0
+    rotate: bool = True
+
+    def __post_init__(self) -> None:
+        self._set("strategy", choice(Strategy, self.strategy, "--strategy"))
+        self._set("topology", choice(Topology, self.topology, "--topology"))
+        self._set("mix", choice(Mix, self.mix, "--mix"))
+        if self.staleness not in (0, 1):
+            raise ValueError(f"--staleness must be 0 or 1, got {self.staleness}")
+        if self.staleness and self.strategy.library:
+            raise ValueError(f"--staleness 1 is not available with --strategy {self.strategy}: "
+                             "it waits for every step's allreduce (use --strategy allreduce "
+                             "for a stale allreduce)")
+        at_least(self.sync_every, 0, "--sync-every")
+        bucket_cap_bytes(self.bucket_mb)
+
+    @property
+    def bucket_cap_bytes(self) -> int:
+        """``bucket_mb`` in bytes."""
+        return bucket_cap_bytes(self.bucket_mb)
+
+
+def exchange_options(options: ExchangeOptions | None, overrides: dict[str, Any]) -> ExchangeOptions:
+    """``options`` (default: the defaults) with ``overrides`` applied, validated again.
+
+        >>> exchange_options(None, {"mix": "grad"}).mix
+        <Mix.GRAD: 'grad'>
+    """
+    base = options if options is not None else ExchangeOptions()
+    return dataclasses.replace(base, **overrides) if overrides else base
+
+
+@dataclass(frozen=True)
+class DataOptions(_Options):
+    """What each rank reads: built-in tensors, an ImageFolder, or generated images.
+
+    ``data`` (an ImageFolder root) overrides ``dataset``; ``synthetic`` overrides both.
+    """
+
+    dataset: str = "digits"
+    data: str | None = None
+    synthetic: bool = False
+    image_size: int = 224
+    num_classes: int = 0
+    batch_size: int = 32
+    partition: str = "iid"
+    workers: int = 2
+    skip_corrupt: bool = False
+
+    DATASETS = ("digits", "synthetic")
+
+    def __post_init__(self) -> None:
+        if self.data is None and self.dataset not in self.DATASETS:
+            raise ValueError(f"unknown dataset {self.dataset!r} (--dataset); choose one of: "
+                             f"{', '.join(self.DATASETS)}, or pass --data DIR for an "
+                             "ImageFolder")
+        at_least(self.batch_size, 0, "--batch-size", strict=True)
+        at_least(self.image_size, 16, "--image-size")
+        at_least(self.num_classes, 0, "--num-classes")
+        at_least(self.workers, 0, "--workers")
+        parse_partition(self.partition)
+
+
+@dataclass(frozen=True)
+class ShuffleOptions(_Options):
+    """The background sample shuffle (docs/shuffle.md): a round every ``shuffle_every``
+    steps swaps ``shuffle_samples`` samples with a rotating partner."""
+
+    shuffle: bool = True
+    shuffle_every: int = 2
+    shuffle_samples: int = 8
+
+    def __post_init__(self) -> None:
+        at_least(self.shuffle_every, 0, "--shuffle-every", strict=True)
+        at_least(self.shuffle_samples, 0, "--shuffle-samples", strict=True)
+
+
+def parse_partition(kind: str) -> tuple[str, float | None]:
+    """``--partition``: ``"iid"`` -> ("iid", None); ``"dirichlet:0.5"`` -> ("dirichlet", 0.5).
+
+        >>> parse_partition("dirichlet:0.1")
+        ('dirichlet', 0.1)
+    """
+    name, _, arg = kind.strip().partition(":")
+    if name in ("iid", "sorted") and not arg:
+        return name, None
+    if name == "dirichlet":
+        try:
+            alpha = float(arg)
+        except ValueError:
+            alpha = float("nan")
+        if not (alpha > 0 and alpha != float("inf")):
+            raise ValueError(f"--partition {kind!r}: dirichlet needs a positive concentration, "
+                             "e.g. dirichlet:0.5")
+        return name, alpha
+    raise ValueError(f"--partition {kind!r} is not known; choose iid, sorted or dirichlet:ALPHA "
+                     "(e.g. dirichlet:0.5)")
+
+
+@dataclass(frozen=True)
+class OptimOptions(_Options):
+    """The local optimizer (SGD with momentum) and its learning-rate schedule: linear
+    warm-up over ``warmup_epochs``, then cosine decay to zero at the last step."""
+
+    lr: float = 0.1
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    epochs: int = 20
+    max_steps: int = 0
+    warmup_epochs: float = 0.0
+    scale_lr: bool = False
+
+    def __post_init__(self) -> None:
+        at_least(self.lr, 0, "--lr", strict=True)
+        at_least(self.epochs, 0, "--epochs", strict=True)
+        for name in ("momentum", "weight_decay", "max_steps", "warmup_epochs"):
+            at_least(getattr(self, name), 0, "--" + name.replace("_", "-"))
+
+
+@dataclass(frozen=True)
+class RunOptions(_Options):
+    """Everything around the steps: deadlines, evaluation, logging, checkpoints, device."""
+
+    comm_timeout: float = DEFAULT_TIMEOUT_S
+    eval_every: int = 1
+    print_freq: int = 10
+    metrics_out: str | None = None
+    progress: bool = True
+    run_dir: str | None = None
+    checkpoint_every: int = 0
+    resume: str | None = None
+    evaluate: bool = False
+    device: Device = Device.AUTO
+
+    def __post_init__(self) -> None:
+        self._set("device", choice(Device, self.device, "--device"))
+        at_least(self.comm_timeout, 0, "--comm-timeout", strict=True)
+        at_least(self.eval_every, 0, "--eval-every", strict=True)
+        at_least(self.print_freq, 0, "--print-freq", strict=True)
+        at_least(self.checkpoint_every, 0, "--checkpoint-every")
+        if self.checkpoint_every and not self.run_dir:
+            raise ValueError("--checkpoint-every needs --run-dir (where checkpoints go)")
+        if self.resume == "auto" and not self.run_dir:
+            raise ValueError("--resume auto needs --run-dir (where to look for checkpoints)")
