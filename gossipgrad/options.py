@@ -152,6 +152,8 @@ class ExchangeOptions(_Options):
         sync_every: a global average every N steps (0: only before evaluation/checkpoint).
         bucket_mb: the largest bucket in MiB (> 0).
         overlap: run bucket exchanges on the communication thread, behind compute.
+        max_lag: how many steps a message may be behind the step that mixes it (0:
+            lockstep); a rank waits only for a peer more than ``max_lag`` steps behind.
         seed: the shared seed of the schedule's per-cycle rotation.
         rotate: re-permute the schedule's numbering every cycle.
     """
@@ -163,6 +165,7 @@ class ExchangeOptions(_Options):
     sync_every: int = 0
     bucket_mb: float = DEFAULT_BUCKET_MB
     overlap: bool = True
+    max_lag: int = 0
     seed: int = 0
     rotate: bool = True
 
@@ -177,6 +180,7 @@ class ExchangeOptions(_Options):
                              "it waits for every step's allreduce (use --strategy allreduce "
                              "for a stale allreduce)")
         at_least(self.sync_every, 0, "--sync-every")
+        at_least(self.max_lag, 0, "--max-lag")
         bucket_cap_bytes(self.bucket_mb)
 
     @property

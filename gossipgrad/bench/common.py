@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from gossipgrad.comm.base import Communicator, ReduceOp, WaitContext, allreduce_
+from gossipgrad.engine.straggler import Straggler
 
 
 def max_over_ranks(comm: Communicator, values: list[float]) -> list[float]:
@@ -80,6 +81,7 @@ class Trainer:
                                     self.model, comm, strategy=strategy, **kw)
         self.width = width
         self.x = torch.empty(0)
+        self.straggler = Straggler(comm.rank)
 
     def set_batch(self, batch: int) -> None:
         self.x = torch.randn(batch, self.width, generator=torch.Generator().manual_seed(1))
@@ -90,9 +92,10 @@ class Trainer:
         waits) and ``total``."""
         t0 = time.perf_counter()
         self.opt.zero_grad()
-        loss = self.opt.module_for_forward(self.x).square().mean()  # DDP: its wrapper
-        t1 = time.perf_counter()
-        loss.backward()
+        with self.straggler.compute():  # GOSSIPGRAD_INJECT_SLOW
+            loss = self.opt.module_for_forward(self.x).square().mean()  # DDP: its wrapper
+            t1 = time.perf_counter()
+            loss.backward()
         t2 = time.perf_counter()
         self.opt.step()
         t3 = time.perf_counter()

@@ -20,12 +20,12 @@ from typing import Any
 
 import click
 
+from gossipgrad import runtime
 from gossipgrad.cli.options import env_name, load_config_file
-from gossipgrad.engine.config import TrainConfig, imagenet_defaults
 from gossipgrad.engine import trainer
+from gossipgrad.engine.config import TrainConfig, imagenet_defaults
 from gossipgrad.models import IMAGENET_ARCHS, MODELS
 from gossipgrad.options import Device, Mix, Strategy, Topology
-from gossipgrad import runtime
 from gossipgrad.settings import table_text
 
 log = logging.getLogger("gossipgrad")
@@ -79,6 +79,8 @@ OPTIONS = [
     _opt("--sync-every", type=int, default=D.sync_every, help="Global average every N steps."),
     _opt("--bucket-mb", type=float, default=D.bucket_mb),
     _opt("--overlap/--no-overlap", default=D.overlap, help="Exchange during backward."),
+    _opt("--max-lag", type=int, default=D.max_lag,
+         help="Steps a peer's message may lag the step that mixes it (0 = lockstep)."),
     _opt("--partition", default=D.partition,
          help="Initial split across ranks: iid, sorted (non-IID) or dirichlet:ALPHA."),
     _opt("--shuffle/--no-shuffle", default=D.shuffle,

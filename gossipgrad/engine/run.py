@@ -23,6 +23,7 @@ from gossipgrad.engine.distributed import DistributedOptimizer
 from gossipgrad.engine.evaluation import evaluate
 from gossipgrad.engine.metrics import MetricsWriter, Progress, Throughput
 from gossipgrad.engine.signals import StopSignals, signal_name
+from gossipgrad.engine.straggler import Straggler
 from gossipgrad.models import logits, loss_fn
 from gossipgrad.options import OptimOptions
 from gossipgrad.shuffle import ShuffleWorker
@@ -65,6 +66,7 @@ class Run:
         self.speed = Throughput(cfg.data.batch_size * comm.size)
         self.last: dict[str, Any] = {}
         self.comm_s = 0.0
+        self.straggler = Straggler(comm.rank)
         self.progress: Progress | None = None
 
     def compat(self) -> dict[str, Any]:
@@ -144,9 +146,10 @@ class Run:
         y = y.to(self.device, non_blocking=True)
         self.opt.zero_grad()
         if len(y):
-            out = self.opt.module_for_forward(x)  # DDP's wrapper under --strategy ddp
-            loss = loss_fn(out, y)
-            loss.backward()
+            with self.straggler.compute():
+                out = self.opt.module_for_forward(x)  # DDP's wrapper under --strategy ddp
+                loss = loss_fn(out, y)
+                loss.backward()
             window["loss"] += float(loss.detach()) * len(y)
             window["correct"] += float((logits(out).argmax(1) == y).sum())
             window["n"] += len(y)
