@@ -97,8 +97,8 @@ VARIABLES: tuple[Variable, ...] = (
              "RANK:FACTOR: that rank's compute takes FACTOR times as long (straggler tests)"),
     Variable("GOSSIPGRAD_EMU_RATE", "emu_rate", str, "1gbit", "none",
              "link rate label set by scripts/emucluster.py (recorded by benchmarks)"),
-    Variable("GOSSIPGRAD_EMU_NETNS", "emu_netns", _flag, "1", "0",
-             "set by scripts/emucluster.py: ranks run in network namespaces"),
+    Variable("GOSSIPGRAD_EMU_NETNS", "emu_netns", str, "gg123-0", "none",
+             "set by scripts/emucluster.py: this rank's network namespace"),
 )
 
 
@@ -117,7 +117,7 @@ class Settings:
     inject_delay_ms: float = 0.0
     inject_slow: tuple[int, float] | None = None
     emu_rate: str | None = None
-    emu_netns: bool = False
+    emu_netns: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

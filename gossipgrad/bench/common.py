@@ -8,7 +8,6 @@ step is as slow as its slowest rank), and rank 0 prints one JSON object.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -19,6 +18,7 @@ import torch
 
 from gossipgrad.comm.base import Communicator, ReduceOp, WaitContext, allreduce_
 from gossipgrad.engine.straggler import Straggler
+from gossipgrad.settings import settings
 
 
 def max_over_ranks(comm: Communicator, values: list[float]) -> list[float]:
@@ -136,16 +136,16 @@ def parse_sizes_mb(text: str) -> list[float]:
 
 def link_info() -> dict[str, Any]:
     """Where this runs: the emulated cluster's namespace/rate and the injected delay."""
-    return {"emu_netns": bool(os.environ.get("GOSSIPGRAD_EMU_NETNS")),
-            "emu_rate": os.environ.get("GOSSIPGRAD_EMU_RATE"),
-            "inject_delay_ms": float(os.environ.get("GOSSIPGRAD_INJECT_DELAY_MS") or 0)}
+    env = settings()
+    return {"emu_netns": bool(env.emu_netns), "emu_rate": env.emu_rate,
+            "inject_delay_ms": env.inject_delay_ms}
 
 
 def wire_tx_bytes(dev: str = "eth0") -> int | None:
     """Bytes this network namespace has transmitted on ``dev`` (``/proc/net/dev``), or None
     when not in the emulated cluster (on a plain host the traffic is shared memory or ``lo``
     shared with everything else, so there is no per-rank wire to read)."""
-    if not os.environ.get("GOSSIPGRAD_EMU_NETNS"):
+    if not settings().emu_netns:
         return None
     try:
         with open("/proc/net/dev", encoding="ascii") as f:
