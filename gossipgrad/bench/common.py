@@ -165,29 +165,37 @@ def nbytes(buf: Any) -> int:
 
 
 class CountingCommunicator:
-    """Wraps a Communicator and counts the bytes handed to ``isend`` and ``iallreduce_``.
+    """Wraps a Communicator and counts the bytes handed to ``isend``, ``iallreduce_`` and
+    ``iallgather``, also on communicators duplicated from it (they share the counts).
 
-    ``sent`` counts point-to-point payload; ``reduced`` counts allreduce buffers (what goes
-    on the wire for those depends on MPI's algorithm; see :func:`wire_tx_bytes`).
+    ``sent`` counts point-to-point payload; ``reduced`` counts allreduce buffers and
+    ``gathered`` allgather send buffers (what goes on the wire for those depends on MPI's
+    algorithm; see :func:`wire_tx_bytes`).
     Thread-safe enough for one communication thread: counters are only ever incremented.
     """
 
-    def __init__(self, comm: Communicator) -> None:
+    def __init__(self, comm: Communicator, counts: CountingCommunicator | None = None) -> None:
         self.inner = comm
         self.rank, self.size, self.timeout = comm.rank, comm.size, comm.timeout
+        self._counts = counts if counts is not None else self
         self.sent = 0
         self.reduced = 0
+        self.gathered = 0
 
     def isend(self, buf: Any, dst: int, tag: int, ctx: WaitContext | None = None) -> Any:
-        self.sent += nbytes(buf)
+        self._counts.sent += nbytes(buf)
         return self.inner.isend(buf, dst, tag, ctx)
 
     def irecv(self, buf: Any, src: int, tag: int, ctx: WaitContext | None = None) -> Any:
         return self.inner.irecv(buf, src, tag, ctx)
 
     def iallreduce_(self, buf: Any, op: ReduceOp = ReduceOp.SUM) -> Any:
-        self.reduced += nbytes(buf)
+        self._counts.reduced += nbytes(buf)
         return self.inner.iallreduce_(buf, op)
+
+    def iallgather(self, sendbuf: Any, recvbuf: Any) -> Any:
+        self._counts.gathered += nbytes(sendbuf)
+        return self.inner.iallgather(sendbuf, recvbuf)
 
     def bcast_(self, buf: Any, root: int = 0) -> None:
         self.inner.bcast_(buf, root)
@@ -196,7 +204,7 @@ class CountingCommunicator:
         self.inner.barrier()
 
     def dup(self) -> Communicator:
-        return self.inner.dup()
+        return CountingCommunicator(self.inner.dup(), self._counts)
 
     def abort(self, code: int = 1) -> None:
         self.inner.abort(code)

@@ -66,7 +66,8 @@ class Backoff:
 
 
 class Tag(enum.IntEnum):
-    """Every message tag used on the wire. Bucket tags are ``GRAD_BUCKET + bucket index``."""
+    """Every message tag used on the wire. Bucket tags are ``GRAD_BUCKET + bucket index``;
+    a Linear layer's sufficient factors (or its gradient matrix) ``FACTOR + layer index``."""
 
     CONFIG_CHECK = 1
     PARAM_BROADCAST = 2
@@ -75,6 +76,7 @@ class Tag(enum.IntEnum):
     SHUFFLE_DATA = 11
     GRAD_BUCKET = 1000
     PARAM_BUCKET = 100_000
+    FACTOR = 300_000
 
 
 class ReduceOp(enum.StrEnum):
@@ -113,6 +115,8 @@ class WaitContext:
 
 
 def tag_name(tag: int) -> str:
+    if tag >= Tag.FACTOR:
+        return f"FACTOR_{tag - Tag.FACTOR}"
     if tag >= Tag.PARAM_BUCKET:
         return f"PARAM_BUCKET_{tag - Tag.PARAM_BUCKET}"
     if tag >= Tag.GRAD_BUCKET:
@@ -156,6 +160,11 @@ class Communicator(Protocol):
     def irecv(self, buf: Any, src: int, tag: int, ctx: WaitContext | None = None) -> Request: ...
 
     def iallreduce_(self, buf: Any, op: ReduceOp = ReduceOp.SUM) -> Request: ...
+
+    def iallgather(self, sendbuf: Any, recvbuf: Any) -> Request:
+        """Every rank's ``sendbuf`` (same size on every rank) into ``recvbuf`` in rank
+        order: ``recvbuf`` holds ``size`` times as many elements; ``sendbuf`` is unchanged."""
+        ...
 
     def bcast_(self, buf: Any, root: int = 0) -> None: ...
 

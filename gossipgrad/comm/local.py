@@ -192,6 +192,20 @@ class LocalCommunicator:
 
         return self._collective(arr.copy(), arr, combine, f"allreduce({op})")
 
+    def iallgather(self, sendbuf: Any, recvbuf: Any) -> _Reduce:
+        send, out = host_array(sendbuf), host_array(recvbuf)
+        if out.nbytes != self.size * send.nbytes:
+            raise ValueError(f"rank {self.rank}: allgather of {send.nbytes} bytes per rank needs "
+                             f"a {self.size * send.nbytes}-byte receive buffer, got {out.nbytes}")
+
+        def combine(parts: list[np.ndarray]) -> np.ndarray:
+            sizes = [p.nbytes for p in parts]
+            if len(set(sizes)) != 1:
+                raise CommError(f"allgather: ranks sent different sizes (bytes by rank: {sizes})")
+            return np.concatenate([p.reshape(-1) for p in parts])
+
+        return self._collective(send.copy(), out, combine, "allgather")
+
     def bcast_(self, buf: Any, root: int = 0) -> None:
         self._check_peer(root)
         arr = host_array(buf)

@@ -1,6 +1,7 @@
 """The MPI transport: the only module that imports mpi4py.
 
-Only capitalised, buffer-based calls are used (``Isend``/``Irecv``/``Iallreduce``), so
+Only capitalised, buffer-based calls are used (``Isend``/``Irecv``/``Iallreduce``/
+``Iallgather``), so
 nothing is ever unpickled from another rank. Every wait polls its request against a
 deadline. Below ``MPI_THREAD_MULTIPLE`` every MPI call is serialised behind one lock.
 CUDA tensors go to MPI directly only when the library is CUDA-aware (see
@@ -153,6 +154,15 @@ class MpiCommunicator:
         with self.lock:
             req = self._comm.Iallreduce(MPI.IN_PLACE, b, op=_OPS[ReduceOp(op)])
         return MpiRequest(self, req, WaitContext(f"allreduce({op})"), b)
+
+    def iallgather(self, sendbuf: Any, recvbuf: Any) -> MpiRequest:
+        s, r = mpi_buffer(sendbuf), mpi_buffer(recvbuf)
+        if r.nbytes != self.size * s.nbytes:
+            raise ValueError(f"rank {self.rank}: allgather of {s.nbytes} bytes per rank needs "
+                             f"a {self.size * s.nbytes}-byte receive buffer, got {r.nbytes}")
+        with self.lock:
+            req = self._comm.Iallgather(s, r)
+        return MpiRequest(self, req, WaitContext("allgather"), (s, r))
 
     def bcast_(self, buf: Any, root: int = 0) -> None:
         b = mpi_buffer(buf)
