@@ -70,6 +70,39 @@ class Mix(enum.StrEnum):
     PARAM = "param"  # parameters, after the optimizer step (contracts consensus)
 
 
+class SufficientFactors(enum.StrEnum):
+    """Whether a Linear layer's weight gradient travels as its sufficient factors, the
+    batch inputs and output gradients (``--sufficient-factors``; docs/architecture.md)."""
+
+    AUTO = "auto"  # per layer, whichever form sends fewer bytes (plan.factors)
+    ON = "on"  # factors for every eligible Linear layer
+    OFF = "off"  # never: every gradient travels in the buckets
+
+    def check(self, strategy: Strategy, mix: Mix, staleness: int) -> None:
+        """ValueError unless ``on`` can take effect with these options; ``auto`` and
+        ``off`` are always accepted (``auto`` sends no factors where none can go).
+
+            >>> SufficientFactors.ON.check(Strategy.GOSSIP, Mix.PARAM, 0)  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            ValueError: --sufficient-factors on needs --mix grad ...
+        """
+        if self is not SufficientFactors.ON:
+            return
+        if strategy not in FACTOR_STRATEGIES:
+            names = " or ".join(s.value for s in FACTOR_STRATEGIES)
+            raise ValueError(f"--sufficient-factors on needs --strategy {names} (got "
+                             f"{strategy.value}); pass --sufficient-factors auto or off")
+        if mix is not Mix.GRAD:
+            raise ValueError("--sufficient-factors on needs --mix grad (--mix param averages "
+                             "parameters, which have no factors); pass --mix grad, or "
+                             "--sufficient-factors auto or off")
+        if staleness:
+            raise ValueError("--sufficient-factors on needs --staleness 0 (a stale exchange "
+                             "is applied as a correction of the gradient buckets); pass "
+                             "--staleness 0, or --sufficient-factors auto or off")
+
+
 class Topology(enum.StrEnum):
     """The partner schedule (``--topology``)."""
 
@@ -92,6 +125,11 @@ class Device(enum.StrEnum):
     AUTO = "auto"  # cuda:<node-local rank> when CUDA is available, else cpu
     CPU = "cpu"
     CUDA = "cuda"
+
+
+FACTOR_STRATEGIES: tuple[Strategy, ...] = (Strategy.GOSSIP, Strategy.ALLREDUCE)
+"""Strategies that can exchange sufficient factors (gossip: with the peer; allreduce: an
+all-gather). Library strategies (horovod, ddp) run their own allreduce; local sends nothing."""
 
 
 def choice(enum_type: type[E], value: Any, flag: str) -> E:
@@ -156,6 +194,9 @@ class ExchangeOptions(_Options):
             lockstep); a rank waits only for a peer more than ``max_lag`` steps behind.
         seed: the shared seed of the schedule's per-cycle rotation.
         rotate: re-permute the schedule's numbering every cycle.
+        sufficient_factors: send Linear layers' weight gradients as their factors
+            (:class:`SufficientFactors`); only with ``mix="grad"``, staleness 0 and a
+            strategy of :data:`FACTOR_STRATEGIES` (``on`` elsewhere is an error).
     """
 
     strategy: Strategy = Strategy.GOSSIP
@@ -168,11 +209,14 @@ class ExchangeOptions(_Options):
     max_lag: int = 0
     seed: int = 0
     rotate: bool = True
+    sufficient_factors: SufficientFactors = SufficientFactors.AUTO
 
     def __post_init__(self) -> None:
         self._set("strategy", choice(Strategy, self.strategy, "--strategy"))
         self._set("topology", choice(Topology, self.topology, "--topology"))
         self._set("mix", choice(Mix, self.mix, "--mix"))
+        self._set("sufficient_factors", choice(SufficientFactors, self.sufficient_factors,
+                                               "--sufficient-factors"))
         if self.staleness not in (0, 1):
             raise ValueError(f"--staleness must be 0 or 1, got {self.staleness}")
         if self.staleness and self.strategy.library:
@@ -181,6 +225,7 @@ class ExchangeOptions(_Options):
                              "for a stale allreduce)")
         at_least(self.sync_every, 0, "--sync-every")
         at_least(self.max_lag, 0, "--max-lag")
+        self.sufficient_factors.check(self.strategy, self.mix, self.staleness)
         bucket_cap_bytes(self.bucket_mb)
 
     @property
