@@ -25,7 +25,7 @@ from gossipgrad.cli.options import env_name, load_config_file
 from gossipgrad.engine import trainer
 from gossipgrad.engine.config import TrainConfig, imagenet_defaults
 from gossipgrad.models import IMAGENET_ARCHS, MODELS
-from gossipgrad.options import Device, Mix, Strategy, Topology
+from gossipgrad.options import Device, Mix, Strategy, SufficientFactors, Topology
 from gossipgrad.settings import table_text
 
 log = logging.getLogger("gossipgrad")
@@ -81,6 +81,9 @@ OPTIONS = [
     _opt("--overlap/--no-overlap", default=D.overlap, help="Exchange during backward."),
     _opt("--max-lag", type=int, default=D.max_lag,
          help="Steps a peer's message may lag the step that mixes it (0 = lockstep)."),
+    _opt("--sufficient-factors", type=_choices(SufficientFactors), default=D.sufficient_factors,
+         help="Send Linear layers' gradients as their factors (inputs, output gradients): "
+              "auto when fewer bytes; needs --mix grad and gossip or allreduce."),
     _opt("--partition", default=D.partition,
          help="Initial split across ranks: iid, sorted (non-IID) or dirichlet:ALPHA."),
     _opt("--shuffle/--no-shuffle", default=D.shuffle,

@@ -4,7 +4,9 @@ Parameters are grouped in reverse registration order, which approximates the ord
 backward produces their gradients, into buckets of at most ``cap_bytes`` (a parameter larger
 than the cap gets a bucket of its own). After :meth:`BucketLayout.bind_grads_` every
 ``p.grad`` is a view into its bucket, so exchanging a bucket exchanges those gradients with
-no copy; :meth:`BucketLayout.bind_params_` does the same for ``p.data``.
+no copy; :meth:`BucketLayout.bind_params_` does the same for ``p.data``. Parameters passed
+in ``exclude`` (weights whose gradients travel as sufficient factors, ``engine.factors``)
+get no bucket: their ``p.grad`` stays autograd's own tensor.
 """
 
 from __future__ import annotations
@@ -37,9 +39,11 @@ class BucketLayout:
     Args:
         params: the model's parameters (frozen ones, ``requires_grad=False``, are skipped).
         cap_bytes: the largest bucket, in bytes (> 0).
+        exclude: ids of parameters to leave out (there may then be no bucket at all).
     """
 
-    def __init__(self, params: list[torch.nn.Parameter], cap_bytes: int) -> None:
+    def __init__(self, params: list[torch.nn.Parameter], cap_bytes: int,
+                 exclude: frozenset[int] = frozenset()) -> None:
         if cap_bytes <= 0:
             raise ValueError(f"bucket size must be > 0 bytes, got {cap_bytes}")
         trainable = [p for p in params if p.requires_grad]
@@ -48,14 +52,15 @@ class BucketLayout:
         self.buckets: list[Bucket] = []
         current: list[torch.nn.Parameter] = []
         size = 0
-        for p in reversed(trainable):
+        for p in reversed([p for p in trainable if id(p) not in exclude]):
             nbytes = p.numel() * p.element_size()
             if current and (size + nbytes > cap_bytes or _kind(p) != _kind(current[0])):
                 self._close(current)
                 current, size = [], 0
             current.append(p)
             size += nbytes
-        self._close(current)
+        if current:
+            self._close(current)
 
     def _close(self, params: list[torch.nn.Parameter]) -> None:
         offsets, total = [], 0

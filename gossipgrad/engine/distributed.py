@@ -49,6 +49,7 @@ from gossipgrad.engine.consensus import (
     consensus_distance,
     verify_identical,
 )
+from gossipgrad.engine.factors import Router, make_factor_path
 from gossipgrad.engine.wrapped import WrappedOptimizer
 from gossipgrad.options import ExchangeOptions, Mix, Strategy, exchange_options
 
@@ -91,12 +92,11 @@ class DistributedOptimizer(WrappedOptimizer):
         self.staleness, self.sync_every = opts.staleness, opts.sync_every
         self.schedule = Schedule(comm.size, opts.topology, opts.seed, opts.rotate)
         self.step_count = 0
-        self.layout = BucketLayout(list(model.parameters()), opts.bucket_cap_bytes)
         broadcast_parameters_(model, comm)
         verify_identical(model, comm)
-        self.layout.bind_grads_()
-        if self.mix is Mix.PARAM:
-            self.layout.bind_params_()
+        # Linear weights that may go as sufficient factors (engine/factors.py) get no bucket.
+        self.factors = make_factor_path(model, comm, opts, self.schedule, stager)
+        self._bind_layout(self.factors.weight_ids if self.factors else frozenset())
         self.exchange: Exchange = make_exchange(self.strategy, comm, self.schedule, stager,
                                                 copy_send=False)
         self.communicates = comm.size > 1 and self.strategy is not Strategy.LOCAL
@@ -104,19 +104,32 @@ class DistributedOptimizer(WrappedOptimizer):
         self.overlap = opts.overlap and self.communicates
         # A window only where a forward waits for buckets in order (and the order is fixed).
         window = PARAM_WINDOW if self.mix is Mix.PARAM and self.staleness == 0 else None
-        self._thread = CommThread(self.exchange, comm.timeout, window) if self.overlap else None
-        self._ready = [0] * len(self.layout.buckets)
-        self._submitted = [False] * len(self.layout.buckets)
+        finisher = Router(self.exchange, self.factors.exchange) if self.factors else self.exchange
+        self._thread = CommThread(finisher, comm.timeout, window) if self.overlap else None
+        if self.factors:
+            self.factors.bind(self._thread, lambda: self.step_count)
         self._stale: list[tuple[int, Pending | None, torch.Tensor]] = []  # key, pending, target
         self._stale_bufs: list[tuple[torch.Tensor, torch.Tensor]] = []  # (sent -> mixed, own)
         self._params_inflight: set[int] = set()
-        self._bucket_of = {id(p): b.index for b in self.layout.buckets for p in b.params}
         self._hooks: list[Any] = []
         if self.overlap and self.staleness == 0 and self.mix is Mix.GRAD:
             self._hooks = [p.register_post_accumulate_grad_hook(self._grad_ready)
                            for p in model.parameters() if p.requires_grad]
         elif self.overlap and self.staleness == 0:
             self._hooks = self._install_forward_waits(model)
+
+    def _bind_layout(self, exclude: frozenset[int]) -> None:
+        """Bucket every trainable parameter not in ``exclude`` (``p.grad``, and ``p.data``
+        with ``mix="param"``, become views of the buckets). Built again, once, after the
+        first step when sufficient factors hand back the layers they send as matrices."""
+        self.layout = BucketLayout(list(self.model.parameters()),
+                                   self.options.bucket_cap_bytes, exclude)
+        self.layout.bind_grads_()
+        if self.mix is Mix.PARAM:
+            self.layout.bind_params_()
+        self._bucket_of = {id(p): b.index for b in self.layout.buckets for p in b.params}
+        self._ready = [0] * len(self.layout.buckets)
+        self._submitted = [False] * len(self.layout.buckets)
 
     # -- the step --------------------------------------------------------------------
     @property
@@ -129,6 +142,8 @@ class DistributedOptimizer(WrappedOptimizer):
         accepted for compatibility and ignored)."""
         for b in self.layout.buckets:
             b.grads.zero_()
+        if self.factors:
+            self.factors.zero_grad_()
         self._ready = [0] * len(self.layout.buckets)
         self._submitted = [False] * len(self.layout.buckets)
 
@@ -139,8 +154,14 @@ class DistributedOptimizer(WrappedOptimizer):
                                "zero_grad(set_to_none=True) called on the inner optimizer?); "
                                "call zero_grad() on the DistributedOptimizer instead")
         if self.mix is Mix.GRAD:
+            if self.factors:
+                self.factors.post_all()  # those no backward hook has posted
             self._mix_buckets([b.grads for b in self.layout.buckets], Tag.GRAD_BUCKET)
+            if self.factors:
+                self.factors.wait_all()
             loss = self.optimizer.step(closure)
+            if self.factors and self.factors.end_step():  # first step: matrices to buckets
+                self._bind_layout(self.factors.weight_ids)
         elif self._thread is not None and self.staleness == 0:
             self.wait_parameters()  # buckets no forward used since the last step
             loss = self.optimizer.step(closure)
@@ -154,7 +175,9 @@ class DistributedOptimizer(WrappedOptimizer):
         return loss
 
     def _grad_ready(self, p: torch.Tensor) -> None:
-        b = self._bucket_of[id(p)]
+        b = self._bucket_of.get(id(p))
+        if b is None:  # a weight sent as sufficient factors
+            return
         self._ready[b] += 1
         if self._ready[b] == len(self.layout.buckets[b].params) and self.staleness == 0:
             self._submit(b, self.layout.buckets[b].grads, Tag.GRAD_BUCKET)
@@ -266,7 +289,14 @@ class DistributedOptimizer(WrappedOptimizer):
     def bytes_sent_per_step(self) -> float:
         if not self.communicates:
             return 0.0
-        return sum(self.exchange.bytes_sent(b.nbytes) for b in self.layout.buckets)
+        factors = self.factors.bytes_sent() if self.factors else 0.0
+        return factors + sum(self.exchange.bytes_sent(b.nbytes) for b in self.layout.buckets)
+
+    @property
+    def factor_table(self) -> list[dict[str, Any]] | None:
+        """The sufficient-factor decision per Linear layer (None: none, or not yet made:
+        it is made at the first step)."""
+        return self.factors.table() if self.factors else None
 
     def close(self) -> None:
         """Complete everything in flight (no message is left unmatched), stop the thread."""
@@ -274,6 +304,8 @@ class DistributedOptimizer(WrappedOptimizer):
         for h in self._hooks:
             h.remove()
         self._hooks = []
+        if self.factors:
+            self.factors.close()
         if self._thread is not None:
             self._thread.close()
             self._thread = None

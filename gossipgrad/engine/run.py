@@ -68,6 +68,9 @@ class Run:
         self.comm_s = 0.0
         self.straggler = Straggler(comm.rank)
         self.progress: Progress | None = None
+        self.factors_written = False
+        self.model_bytes = sum(p.numel() * p.element_size() for p in model.parameters()
+                               if p.requires_grad)
 
     def compat(self) -> dict[str, Any]:
         """What a checkpoint must match: the model; when training also the data order,
@@ -91,7 +94,7 @@ class Run:
                          self.comm.size, self.cfg.exchange.strategy,
                          self.opt.schedule.topology.value, self.cfg.exchange.mix,
                          self.source.name, step, self.total, self.spe,
-                         self.opt.layout.nbytes / 1e6, len(self.opt.layout.buckets),
+                         self.model_bytes / 1e6, len(self.opt.layout.buckets),
                          self.device)
             if self.cfg.run.evaluate:
                 self.evaluate(step)
@@ -156,8 +159,16 @@ class Run:
         t0 = time.perf_counter()
         self.opt.step()  # also with an empty batch: every rank takes part in every exchange
         self.comm_s += time.perf_counter() - t0
+        self.record_factors(step)
         if self.shuffle is not None:
             self.shuffle.on_step(step)
+
+    def record_factors(self, step: int) -> None:
+        """Write the sufficient-factor decision table once, after the step that made it."""
+        table = getattr(self.opt, "factor_table", None)
+        if table is not None and not self.factors_written:
+            self.metrics.write({"event": "sufficient_factors", "step": step, "layers": table})
+            self.factors_written = True
 
     def log_window(self, window: dict, step: int, epoch: int) -> None:
         now = time.perf_counter()
@@ -253,7 +264,7 @@ class Run:
                    "mix": ex.mix.value, "staleness": ex.staleness, "arch": cfg.arch,
                    "dataset": self.source.name, "batch_size": cfg.data.batch_size,
                    "bytes_sent_per_step": self.opt.bytes_sent_per_step(),
-                   "model_bytes": self.opt.layout.nbytes, "comm_seconds": self.comm_s,
+                   "model_bytes": self.model_bytes, "comm_seconds": self.comm_s,
                    "wall_seconds": self.speed.wall(), "images_per_s": ips,
                    "samples_per_s": ips, "skipped_corrupt": skipped, "stopped": stopped,
                    "checkpoint": (ckpt.checkpoint_path(cfg.run.run_dir, saved) if saved >= 0

@@ -1,0 +1,347 @@
+"""Sufficient factors in the training step: capture, decision, exchange of Linear layers.
+
+``DistributedOptimizer(..., mix="grad", sufficient_factors="auto")`` (the CLI's
+``--sufficient-factors``) takes every eligible ``torch.nn.Linear`` weight out of the
+gradient buckets and hands it to a :class:`FactorPath`:
+
+- capture: a forward hook keeps the layer's input ``X`` (flattened to ``K x N``) and puts a
+  hook on its output that keeps the output gradient ``dY`` (``K x M``). A forward with no
+  backward leaves no pair; several backward passes before ``step()`` (gradient
+  accumulation, or a layer called twice) concatenate along ``K``.
+- decision, once, at the first exchange: the ranks agree on each layer's ``K`` (the MAX
+  over ranks, one small allreduce), and ``plan.factors.decide`` picks the form per layer;
+  rank 0 logs the table (one line per layer) and :meth:`FactorPath.table` returns it.
+  Layers decided ``matrix`` are exchanged as matrices at that first step and then handed
+  back to the buckets (:meth:`FactorPath.end_step`). Later steps pad fewer rows with
+  zeros; more rows than agreed is an error.
+- exchange: ``comm.factors.FactorExchange`` on a duplicate of the communicator, in one
+  fixed order (reverse registration, i.e. backward order for a sequential model), so
+  all-gathers are ordered the same on every rank whatever the buckets do. With overlap a
+  layer is posted on the communication thread as soon as its weight gradient is
+  accumulated (a layer is posted only after those before it in the fixed order); without,
+  at ``step()``.
+- rebuild: the mixed gradient lands in ``weight.grad`` before the optimizer steps, so
+  weight decay and momentum apply to it as to any gradient. Biases stay in the buckets.
+
+Eligible: an exact ``torch.nn.Linear`` whose weight requires a gradient and belongs to no
+other module. A weight also used outside its module's ``forward`` (e.g. read directly by
+another module) would be rebuilt without that use: pass ``sufficient_factors="off"``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from gossipgrad.comm.base import Communicator, ReduceOp, allreduce_
+from gossipgrad.comm.exchange import Exchange, Pending
+from gossipgrad.comm.factors import FactorExchange, FactorPending
+from gossipgrad.comm.schedule import Schedule
+from gossipgrad.comm.staging import Stager
+from gossipgrad.options import (
+    FACTOR_STRATEGIES,
+    ExchangeOptions,
+    Mix,
+    SufficientFactors,
+)
+from gossipgrad.plan.factors import Decision, Form, Pattern, decide
+
+log = logging.getLogger(__name__)
+
+
+def factor_key(index: int) -> int:
+    """The communication thread's key of layer ``index`` (bucket keys are >= 0)."""
+    return -1 - index
+
+
+@dataclass(eq=False)
+class FactorLayer:
+    """One eligible Linear layer and this step's captured (X, dY) pairs."""
+
+    index: int
+    name: str
+    module: torch.nn.Linear
+    pairs: list[list[torch.Tensor | None]] = field(default_factory=list)  # [X, dY or None]
+    decision: Decision | None = None
+    ready: bool = False  # its weight gradient is accumulated (overlap)
+    posted: bool = False
+    pending: FactorPending | None = None
+    hooks: list[Any] = field(default_factory=list)
+
+    def unhook(self) -> None:
+        for h in self.hooks:
+            h.remove()
+        self.hooks = []
+
+    @property
+    def weight(self) -> torch.nn.Parameter:
+        return self.module.weight
+
+    def capture(self, module: torch.nn.Module, args: tuple, output: torch.Tensor) -> None:
+        """Forward hook: keep X; hook the output for dY (only when a backward can follow)."""
+        if not torch.is_grad_enabled() or not isinstance(output, torch.Tensor) \
+                or not output.requires_grad:
+            return
+        pair: list[torch.Tensor | None] = [args[0].detach().reshape(-1, self.module.in_features),
+                                           None]
+        self.pairs.append(pair)
+
+        def keep(grad: torch.Tensor) -> None:
+            pair[1] = grad.detach().reshape(-1, self.module.out_features)
+
+        output.register_hook(keep)
+
+    def rows_captured(self) -> int:
+        """Rows of every forward this step (an upper bound on what backward will use)."""
+        return sum(int(x.shape[0]) for x, _ in self.pairs)
+
+    def factors(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """(dYs, Xs) of the forwards that had a backward."""
+        done = [(dy, x) for x, dy in self.pairs if dy is not None]
+        return [dy for dy, _ in done], [x for _, x in done]
+
+    def grad(self) -> torch.Tensor:
+        """The weight's gradient tensor (made zero if autograd has not made one)."""
+        w = self.weight
+        if w.grad is None:
+            w.grad = torch.zeros_like(w)
+        return w.grad
+
+
+def eligible_layers(model: torch.nn.Module) -> list[tuple[str, torch.nn.Linear]]:
+    """``(name, module)`` of every exact ``torch.nn.Linear`` whose weight requires a gradient
+    and is registered in no other module, in registration order."""
+    owners: dict[int, int] = {}
+    for _, module in model.named_modules():
+        for p in module.parameters(recurse=False):
+            owners[id(p)] = owners.get(id(p), 0) + 1
+    return [(name or "<model>", m) for name, m in model.named_modules()
+            if type(m) is torch.nn.Linear and m.weight.requires_grad
+            and owners[id(m.weight)] == 1]
+
+
+def why_not(opts: ExchangeOptions, size: int) -> str | None:
+    """Why these options exchange no factors (None: they can)."""
+    if opts.sufficient_factors is SufficientFactors.OFF:
+        return "--sufficient-factors off"
+    if opts.strategy not in FACTOR_STRATEGIES:
+        return f"--strategy {opts.strategy.value} exchanges no factors"
+    if opts.mix is not Mix.GRAD:
+        return "--mix param averages parameters, which have no factors"
+    if opts.staleness:
+        return "--staleness 1 applies the exchange as a correction of the buckets"
+    if size == 1:
+        return "one rank exchanges nothing"
+    return None
+
+
+class FactorPath:
+    """The eligible Linear layers of one model, exchanged as factors or matrices.
+
+    Args:
+        layers: from :func:`eligible_layers`.
+        comm: the training communicator; this object uses a duplicate (collective).
+        opts: the exchange options (strategy, ``sufficient_factors``).
+        schedule: gossip's schedule (the one the buckets use).
+        stager: how device tensors reach MPI.
+
+    Call :meth:`bind` once the communication thread exists (or with None: blocking), then
+    per step: :meth:`post_all` and :meth:`wait_all` around the bucket exchange, and
+    :meth:`end_step` after the optimizer step. Invariant: the layers are posted in
+    ``order`` on every rank. ``weight_ids`` are the weights this object sends (all eligible
+    ones until the first step ends, then those decided ``factors``).
+    """
+
+    def __init__(self, layers: list[tuple[str, torch.nn.Linear]], comm: Communicator,
+                 opts: ExchangeOptions, schedule: Schedule, stager: Stager | None) -> None:
+        self.mode = opts.sufficient_factors
+        self.comm = comm.dup()
+        self.exchange = FactorExchange(self.comm, opts.strategy, schedule, stager)
+        self.all_layers = [FactorLayer(i, name, m) for i, (name, m) in enumerate(layers)]
+        self._use(self.all_layers)
+        self._next = 0
+        self._settled = False
+        self._thread: Any = None
+        self._step: Callable[[], int] = lambda: 0
+        for layer in self.layers:
+            layer.hooks.append(layer.module.register_forward_hook(layer.capture))
+            layer.grad()  # a tensor of its own from the start: zeroed in place, never None
+
+    def _use(self, layers: list[FactorLayer]) -> None:
+        self.layers = layers
+        self.order = list(reversed(layers))  # backward order of a sequential model
+        self.weight_ids = frozenset(id(layer.weight) for layer in layers)
+
+    def bind(self, thread: Any, step: Callable[[], int]) -> None:
+        """Post through ``thread`` (a ``CommThread``; None: blocking at ``step()``), as soon
+        as each weight gradient is accumulated; ``step()`` gives the current step."""
+        self._thread, self._step = thread, step
+        if thread is not None:
+            for layer in self.layers:
+                layer.hooks.append(layer.weight.register_post_accumulate_grad_hook(
+                    lambda _p, layer=layer: self._ready(layer)))
+
+    # -- per step --------------------------------------------------------------------
+    def zero_grad_(self) -> None:
+        """Zero the weights' gradients in place (captures are kept: a forward may have run
+        before ``zero_grad``)."""
+        for layer in self.layers:
+            layer.grad().zero_()
+
+    def _ready(self, layer: FactorLayer) -> None:
+        if layer.posted:
+            raise RuntimeError(
+                f"rank {self.comm.rank}, step {self._step()}: layer {layer.name!r} got a "
+                "second backward pass after its gradient was sent (gradient accumulation?); "
+                "accumulate with overlap=False (--no-overlap)")
+        layer.ready = True
+        while self._next < len(self.order) and self.order[self._next].ready:
+            self._post(self.order[self._next])
+
+    def post_all(self) -> None:
+        """Post every layer not yet posted this step, in order."""
+        while self._next < len(self.order):
+            self._post(self.order[self._next])
+
+    def _post(self, layer: FactorLayer) -> None:
+        if layer.decision is None:
+            self._decide()
+        self._next += 1
+        layer.posted = True
+        step, grad, d = self._step(), layer.grad(), layer.decision
+        if d.form == Form.FACTORS:
+            dys, xs = layer.factors()
+            rows = sum(int(x.shape[0]) for x in xs)
+            if rows > d.rows:
+                raise RuntimeError(
+                    f"rank {self.comm.rank}, step {step}: layer {layer.name!r} has {rows} rows "
+                    f"of sufficient factors, more than the {d.rows} agreed at the first step "
+                    "(batch x positions x backward passes must not grow); pass "
+                    "--sufficient-factors off")
+
+            def start() -> Pending:
+                return self.exchange.start_factors(grad, dys, xs, d.rows, layer.index, step)
+        else:
+            def start() -> Pending:
+                return self.exchange.start_matrix(grad, layer.index, step)
+        layer.pairs = []  # X and dY are packed (or not needed): let them go
+        if self._thread is None:
+            layer.pending = start()
+        else:
+            self._thread.submit(factor_key(layer.index), start, eager=not grad.is_cuda,
+                                collective=self.exchange.pattern is Pattern.ALLGATHER)
+
+    def wait_all(self) -> None:
+        """Wait for every layer's exchange; the mixed gradients are then in ``weight.grad``."""
+        for layer in self.order:
+            if self._thread is None:
+                self.exchange.finish(layer.pending)
+                layer.pending = None
+            else:
+                self._thread.wait(factor_key(layer.index))
+
+    def end_step(self) -> bool:
+        """Forget this step's captures and postings. After the first step, stop handling the
+        layers decided ``matrix`` and return True (once): the caller buckets them again."""
+        self._next = 0
+        for layer in self.layers:
+            layer.pairs, layer.posted, layer.ready = [], False, False
+        if self._settled:
+            return False
+        self._settled = True
+        keep = [layer for layer in self.layers if layer.decision.form == Form.FACTORS]
+        if len(keep) == len(self.layers):
+            return False
+        for layer in self.layers:
+            if layer not in keep:
+                layer.unhook()
+        self._use(keep)
+        return True
+
+    # -- the decision ----------------------------------------------------------------
+    def _decide(self) -> None:
+        """Agree on each layer's rows (MAX over ranks) and decide its form; rank 0 logs."""
+        assert self.layers is self.all_layers, "decided once, before any layer is released"
+        rows = np.array([layer.rows_captured() for layer in self.layers], dtype=np.int64)
+        allreduce_(self.comm, rows, ReduceOp.MAX)
+        for layer, k in zip(self.layers, rows.tolist(), strict=True):
+            w = layer.weight
+            layer.decision = decide(self.mode, self.exchange.strategy, self.comm.size, int(k),
+                                    w.shape[0], w.shape[1], w.element_size())
+        if self.comm.rank == 0:
+            for line in self.describe():
+                log.info("%s", line)
+
+    def describe(self) -> list[str]:
+        """The decision table as text, one line per layer (rank 0 logs it)."""
+        head = (f"sufficient factors ({self.mode.value}, {self.exchange.strategy.value}, "
+                f"{self.comm.size} ranks): {len(self.layers)} Linear layer(s)")
+        lines = [head]
+        for layer in self.all_layers:
+            d = layer.decision
+            if d is None:
+                continue
+            lines.append(f"  {layer.name}: K={d.rows} M={d.out_features} N={d.in_features} "
+                         f"matrix {_size(d.matrix_bytes)}, factors {_size(d.factor_bytes)} "
+                         f"per step -> {d.form}")
+        return lines
+
+    def table(self) -> list[dict[str, Any]] | None:
+        """One record per layer (name, K, M, N, bytes of both forms, form); None before the
+        first exchange."""
+        if any(layer.decision is None for layer in self.all_layers):
+            return None
+        return [{"layer": layer.name, **layer.decision.to_json()} for layer in self.all_layers]
+
+    def bytes_sent(self) -> float:
+        """Bytes this rank sends per step for the layers it handles (all of them as matrices
+        before the decision; after the first step only those sent as factors)."""
+        total = 0.0
+        for layer in self.layers:
+            d = layer.decision or decide(SufficientFactors.OFF, self.exchange.strategy,
+                                         self.comm.size, 0, *layer.weight.shape,
+                                         layer.weight.element_size())
+            total += FactorExchange.bytes_sent(d)
+        return total
+
+    def close(self) -> None:
+        for layer in self.all_layers:
+            layer.unhook()
+
+
+def _size(nbytes: float) -> str:
+    return f"{nbytes / 1e6:.2f} MB" if nbytes >= 1e6 else f"{nbytes / 1e3:.2f} kB"
+
+
+class Router:
+    """What the communication thread finishes with: factor exchanges by their own exchange,
+    everything else by the bucket exchange."""
+
+    def __init__(self, buckets: Exchange, factors: FactorExchange) -> None:
+        self.comm, self.buckets, self.factors = buckets.comm, buckets, factors
+
+    def finish(self, pending: Pending) -> None:
+        if isinstance(pending, FactorPending):
+            self.factors.finish(pending)
+        else:
+            self.buckets.finish(pending)
+
+
+def make_factor_path(model: torch.nn.Module, comm: Communicator, opts: ExchangeOptions,
+                     schedule: Schedule, stager: Stager | None) -> FactorPath | None:
+    """The factor path of ``model`` under ``opts``, or None (no eligible layer, or options
+    that exchange no factors; rank 0 logs why once when ``auto`` found layers)."""
+    if opts.sufficient_factors is SufficientFactors.OFF:
+        return None
+    layers = eligible_layers(model)
+    reason = why_not(opts, comm.size) if layers else "no eligible Linear layer"
+    if reason is not None:
+        if comm.rank == 0 and (layers or opts.sufficient_factors is SufficientFactors.ON):
+            log.info("sufficient factors: not used (%s)", reason)
+        return None
+    return FactorPath(layers, comm, opts, schedule, stager)
