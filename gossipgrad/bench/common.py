@@ -65,21 +65,43 @@ def make_stack(width: int, layers: int, seed: int = 0) -> torch.nn.Module:
     return torch.nn.Sequential(*mods)
 
 
+VGG_HEAD = (25088, 4096, 4096, 1000)
+"""VGG-16's classifier: 7 x 7 x 512 features -> 4096 -> 4096 -> 1000 (123.6 M parameters)."""
+
+
+def make_fc_head(dims: tuple[int, ...], seed: int = 0) -> torch.nn.Module:
+    """Linear(dims[0], dims[1]), ReLU, ..., Linear(dims[-2], dims[-1]): an FC-heavy model
+    (the VGG head by default) over generated features; the same weights for the same seed."""
+    if len(dims) < 2 or any(d < 1 for d in dims):
+        raise ValueError(f"--dims {','.join(map(str, dims))}: need at least two sizes >= 1, "
+                         "e.g. 25088,4096,4096,1000")
+    gen = torch.Generator().manual_seed(seed)
+    mods: list[torch.nn.Module] = []
+    for n_in, n_out in zip(dims, dims[1:], strict=False):
+        lin = torch.nn.Linear(n_in, n_out)
+        with torch.no_grad():
+            lin.weight.normal_(0.0, n_in ** -0.5, generator=gen)
+            lin.bias.zero_()
+        mods += [lin, torch.nn.ReLU()]
+    return torch.nn.Sequential(*mods[:-1])
+
+
 PHASES = ("forward", "backward", "optimizer", "total")
 
 
 class Trainer:
-    """One model copy (:func:`make_stack`) and its distributed optimizer, built by the engine
-    factory from a strategy name; ``kw`` go to the factory."""
+    """One model copy (:func:`make_stack`, or :func:`make_fc_head` when ``dims`` is given)
+    and its distributed optimizer, built by the engine factory from a strategy name; ``kw``
+    go to the factory."""
 
     def __init__(self, comm: Communicator, strategy: str, width: int, layers: int,
-                 **kw: Any) -> None:
+                 dims: tuple[int, ...] | None = None, **kw: Any) -> None:
         from gossipgrad.engine.factory import make_distributed
 
-        self.model = make_stack(width, layers)
+        self.model = make_fc_head(dims) if dims else make_stack(width, layers)
         self.opt = make_distributed(torch.optim.SGD(self.model.parameters(), lr=1e-3),
                                     self.model, comm, strategy=strategy, **kw)
-        self.width = width
+        self.width = dims[0] if dims else width
         self.x = torch.empty(0)
         self.straggler = Straggler(comm.rank)
 

@@ -32,7 +32,15 @@ applies to gossipgrad's own strategies (gossip, allreduce), whose rows say so.
 Strategies whose library keeps a busy background thread (Horovod: its thread negotiates
 with every rank each cycle, ~1 ms, even when idle) would slow every other strategy in the
 same processes, so they run after the others, each on its own: the rest rotate block by
-block and are closed first.
+block and are closed first. ``--together strategy`` runs one strategy's contenders at a
+time, ``--together one`` one contender at a time (less memory for a big model).
+
+Sufficient factors (``--factors on,off``): each strategy that can send Linear layers'
+gradients as factors (``options.FACTOR_STRATEGIES``) runs once per value, named
+``gossip`` (off), ``gossip+factors`` (on), ``gossip+factors-auto`` (auto); the others run
+once, without. ``factors_over_plain`` holds, per strategy, the ratios on / off of step time
+(medians, and paired block by block), wire and posted bytes. ``--model fc-head`` trains the
+FC-heavy model of ``--dims`` (the VGG head by default) instead of the Linear stack.
 """
 
 from __future__ import annotations
@@ -51,6 +59,7 @@ from gossipgrad.bench.common import (
     wire_tx_bytes,
 )
 from gossipgrad.comm.base import Communicator
+from gossipgrad.options import FACTOR_STRATEGIES
 
 ALLREDUCE_FAMILY = ("allreduce", "horovod", "ddp")
 """The strategies that average over all ranks every step: gossip's comparison is with the
@@ -59,39 +68,64 @@ fastest of them."""
 BUSY_BACKGROUND = frozenset({"horovod"})
 """Strategies run last, alone (see the module docstring)."""
 
+FACTOR_NAMES = frozenset(s.value for s in FACTOR_STRATEGIES)
+
 
 def strategy_kwargs(name: str, mix: str, bucket_mb: float, overlap: bool,
-                    staleness: int = 0) -> dict[str, Any]:
+                    staleness: int = 0, factors: str = "off") -> dict[str, Any]:
     """Factory arguments for ``name``: the built-in bucket strategies take the engine's
-    options; other adapters get their own defaults."""
+    options; other adapters get their own defaults; ``factors`` goes to every strategy
+    that can send sufficient factors."""
+    kw: dict[str, Any] = {}
     if name == "gossip":
-        return {"mix": mix, "bucket_mb": bucket_mb, "overlap": overlap, "staleness": staleness}
-    if name == "allreduce":
-        return {"mix": "grad", "bucket_mb": bucket_mb, "overlap": overlap,
-                "staleness": staleness}
-    if name == "local":
-        return {"mix": mix, "bucket_mb": bucket_mb}
-    return {}
+        kw = {"mix": mix, "bucket_mb": bucket_mb, "overlap": overlap, "staleness": staleness}
+    elif name == "allreduce":
+        kw = {"mix": "grad", "bucket_mb": bucket_mb, "overlap": overlap,
+              "staleness": staleness}
+    elif name == "local":
+        kw = {"mix": mix, "bucket_mb": bucket_mb}
+    if name in FACTOR_NAMES:
+        kw["sufficient_factors"] = factors
+    return kw
+
+
+def contenders(strategies: list[str], factors: list[str]) -> list[tuple[str, str, str]]:
+    """``(name, strategy, factors)`` of every contender, in order (see the module docstring).
+
+        >>> [n for n, _, _ in contenders(["gossip", "local"], ["off", "on"])]
+        ['gossip', 'gossip+factors', 'local']
+    """
+    out = []
+    for s in strategies:
+        for f in factors if s in FACTOR_NAMES else ["off"]:
+            out.append((s if f == "off" else f"{s}+factors" if f == "on" else f"{s}+factors-{f}",
+                        s, f))
+    return list(dict.fromkeys(out))
 
 
 class Contender:
     """One strategy's model copy, its counting communicator and its measurements."""
 
     def __init__(self, comm: Communicator, name: str, width: int, layers: int, batch: int,
-                 kw: dict[str, Any]) -> None:
-        self.name = name
+                 kw: dict[str, Any], strategy: str | None = None,
+                 dims: tuple[int, ...] | None = None) -> None:
+        self.name, self.strategy = name, strategy or name
         self.staleness = int(kw.get("staleness", 0))
+        self.factors = kw.get("sufficient_factors", "off")
         self.counter = CountingCommunicator(comm)
-        self.trainer = Trainer(self.counter, name, width, layers, **kw)
+        self.trainer = Trainer(self.counter, self.strategy, width, layers, dims=dims, **kw)
         self.trainer.set_batch(batch)
         self.times: list[float] = []
         self.phases: dict[str, list[float]] = {k: [] for k in PHASES}
         self.posted: list[float] = []
         self.wire: list[float] = []
 
+    def posted_bytes(self) -> int:
+        return self.counter.sent + self.counter.reduced + self.counter.gathered
+
     def block(self, steps: int, record: bool) -> None:
         """``steps`` timed steps (+ one untimed); bytes are per step over all ``steps + 1``."""
-        posted0 = self.counter.sent + self.counter.reduced
+        posted0 = self.posted_bytes()
         wire0 = wire_tx_bytes()
         phases = self.trainer.block(steps)
         wire1 = wire_tx_bytes()
@@ -99,22 +133,32 @@ class Contender:
             self.times.append(phases["total"])
             for k, v in phases.items():
                 self.phases[k].append(v)
-            self.posted.append((self.counter.sent + self.counter.reduced - posted0) / (steps + 1))
+            self.posted.append((self.posted_bytes() - posted0) / (steps + 1))
             if wire0 is not None and wire1 is not None:
                 self.wire.append((wire1 - wire0) / (steps + 1))
 
 
-def run_order(strategies: list[str]) -> list[list[str]]:
-    """Groups of strategies alive at once, in the order they run: every strategy without a
-    busy background thread together (rotating block by block), then each busy one alone."""
-    quiet = [n for n in strategies if n not in BUSY_BACKGROUND]
-    return [quiet] * bool(quiet) + [[n] for n in strategies if n in BUSY_BACKGROUND]
+def run_order(names: list[str], together: str = "all") -> list[list[str]]:
+    """Groups of contenders alive at once, in the order they run: every one without a busy
+    background thread together (rotating block by block; with ``together="strategy"`` one
+    group per strategy, with ``"one"`` each alone), then each busy one alone."""
+    quiet = [n for n in names if n not in BUSY_BACKGROUND]
+    if together == "strategy":
+        groups = [[n for n in quiet if n.split("+")[0] == s]
+                  for s in dict.fromkeys(n.split("+")[0] for n in quiet)]
+    elif together == "one":
+        groups = [[n] for n in quiet]
+    else:
+        groups = [quiet] * bool(quiet)
+    return groups + [[n] for n in names if n in BUSY_BACKGROUND]
 
 
 def run_strategies(comm: Communicator, strategies: list[str], width: int = 1024,
                    layers: int = 8, batch: int = 8, mix: str = "param",
                    bucket_mb: float = 25.0, overlap: bool = True, steps: int = 3,
-                   reps: int = 3, warmup: int = 1, staleness: int = 0) -> dict[str, Any]:
+                   reps: int = 3, warmup: int = 1, staleness: int = 0,
+                   factors: tuple[str, ...] = ("off",), dims: tuple[int, ...] | None = None,
+                   together: str = "all") -> dict[str, Any]:
     """The whole benchmark; returns the JSON record (the same on every rank)."""
     if not strategies or len(set(strategies)) != len(strategies):
         raise ValueError(f"--strategies {','.join(strategies)!r}: name each strategy once")
@@ -122,47 +166,78 @@ def run_strategies(comm: Communicator, strategies: list[str], width: int = 1024,
         raise ValueError("need --batch, --steps, --reps >= 1 and --warmup >= 0")
     if staleness not in (0, 1):
         raise ValueError(f"--staleness must be 0 or 1, got {staleness}")
+    if not factors or not set(factors) <= {"on", "off", "auto"}:
+        raise ValueError(f"--factors {','.join(factors)!r}: a list of on, off, auto")
 
+    specs = {name: (s, f) for name, s, f in contenders(strategies, list(factors))}
     rows: dict[str, dict[str, Any]] = {}
-    done: dict[str, Contender] = {}
-    for names in run_order(strategies):
-        contenders: list[Contender] = []
+    times: dict[str, tuple[int, list[float]]] = {}  # name -> (group, block times)
+    model_bytes = 0
+    for group, names in enumerate(run_order(list(specs), together)):
+        alive: list[Contender] = []
         try:
             for n in names:  # one by one: those built are closed if a later one fails
-                contenders.append(Contender(comm, n, width, layers, batch, strategy_kwargs(
-                    n, mix, bucket_mb, overlap, staleness)))
+                s, f = specs[n]
+                alive.append(Contender(comm, n, width, layers, batch, strategy_kwargs(
+                    s, mix, bucket_mb, overlap, staleness, f), strategy=s, dims=dims))
+            model_bytes = sum(p.numel() * p.element_size()
+                              for p in alive[0].trainer.model.parameters())
             for rep in range(warmup + reps):
-                k = rep % len(contenders)
-                for c in contenders[k:] + contenders[:k]:
+                k = rep % len(alive)
+                for c in alive[k:] + alive[:k]:
                     comm.barrier()
                     c.block(steps, record=rep >= warmup)
-            for c in contenders:
+            for c in alive:
                 rows[c.name] = summarize(comm, c, batch)
-                done[c.name] = c
+                times[c.name] = (group, max_over_ranks(comm, c.times))
         finally:
-            for c in contenders:
+            for c in alive:
                 c.trainer.close()
-    model_bytes = sum(p.numel() * p.element_size()
-                      for p in done[strategies[0]].trainer.model.parameters())
+            del alive  # a big model's copies go before the next group is built
     record: dict[str, Any] = {
         "bench": "strategies", "size": comm.size, "width": width, "layers": layers,
-        "batch": batch, "mix": mix, "bucket_mb": bucket_mb, "overlap": overlap,
-        "staleness": staleness, "steps": steps, "reps": reps, "warmup": warmup,
-        "model_bytes": model_bytes, "results": [rows[n] for n in strategies], **link_info()}
+        "dims": list(dims) if dims else None, "batch": batch, "mix": mix,
+        "bucket_mb": bucket_mb, "overlap": overlap, "staleness": staleness,
+        "factors": list(factors), "together": together, "steps": steps, "reps": reps,
+        "warmup": warmup, "model_bytes": model_bytes, "results": [rows[n] for n in specs],
+        **link_info()}
     if "gossip" in rows and "allreduce" in rows:
         record["gossip_over_allreduce"] = finite(rows["gossip"]["step_s"]
                                                  / rows["allreduce"]["step_s"])
-        g, a = done["gossip"], done["allreduce"]
-        paired = [x / y for x, y in zip(max_over_ranks(comm, g.times),
-                                        max_over_ranks(comm, a.times), strict=True)]
-        record["gossip_over_allreduce_paired"] = finite(median(paired))
+        record["gossip_over_allreduce_paired"] = paired_ratio(times["gossip"],
+                                                              times["allreduce"])
     family = [n for n in ALLREDUCE_FAMILY if n in rows]
     if "gossip" in rows and family:
         best = min(family, key=lambda n: rows[n]["step_s"])
         record["best_allreduce_family"] = best
         record["gossip_over_best_allreduce_family"] = finite(rows["gossip"]["step_s"]
                                                              / rows[best]["step_s"])
+    ratios = {s: factor_ratios(rows[f"{s}+factors"], rows[s], times[f"{s}+factors"], times[s])
+              for s in strategies if s in rows and f"{s}+factors" in rows}
+    if ratios:
+        record["factors_over_plain"] = ratios
     return record
+
+
+def paired_ratio(a: tuple[int, list[float]], b: tuple[int, list[float]]) -> float | None:
+    """Median over repetitions of a's block time / b's, when both ran in one group (block
+    by block, back to back); None otherwise."""
+    if a[0] != b[0]:
+        return None
+    return finite(median([x / y for x, y in zip(a[1], b[1], strict=True)]))
+
+
+def factor_ratios(on: dict[str, Any], off: dict[str, Any], t_on: tuple[int, list[float]],
+                  t_off: tuple[int, list[float]]) -> dict[str, float | None]:
+    """Factors on / off for one strategy: step time (medians; paired) and bytes."""
+    def ratio(key: str) -> float | None:
+        a, b = on[key], off[key]
+        return finite(a / b) if a is not None and b else None
+
+    return {"step_s": ratio("step_s"), "step_s_paired": paired_ratio(t_on, t_off),
+            "wire_bytes": ratio("wire_bytes_per_step"),
+            "posted_bytes": ratio("posted_bytes_per_step"),
+            "theory_bytes": ratio("theory_bytes_per_step")}
 
 
 def summarize(comm: Communicator, c: Contender, batch: int) -> dict[str, Any]:
@@ -173,7 +248,10 @@ def summarize(comm: Communicator, c: Contender, batch: int) -> dict[str, Any]:
     wire = median(c.wire) if c.wire else None
     phases = {k: rounded(median(max_over_ranks(comm, v)), 4) for k, v in c.phases.items()
               if k != "total"}
-    return {"strategy": c.name, "staleness": c.staleness, "step_s": rounded(step_s),
+    table = getattr(c.trainer.opt, "factor_table", None)
+    return {"strategy": c.strategy, "name": c.name, "sufficient_factors": c.factors,
+            "factor_forms": [r["form"] for r in table] if table else None,
+            "staleness": c.staleness, "step_s": rounded(step_s),
             "phase_s": phases,
             "samples_per_s": rounded(batch * comm.size / step_s, 5),
             "posted_bytes_per_step": round(posted, 1), "theory_bytes_per_step": round(theory, 1),
@@ -188,7 +266,8 @@ def markdown_table(record: dict[str, Any]) -> str:
              "|---|---:|---:|---:|---:|---:|---:|"]
     for r in record["results"]:
         wire = f"{r['wire_bytes_per_step'] / 1e6:.2f}" if r["wire_bytes_per_step"] else "-"
-        lines.append(f"| {r['strategy']} | {r.get('staleness', 0)} | {r['step_s']:.4f} | "
+        name = r.get("name", r["strategy"])
+        lines.append(f"| {name} | {r.get('staleness', 0)} | {r['step_s']:.4f} | "
                      f"{r['samples_per_s']:.1f} | "
                      f"{r['posted_bytes_per_step'] / 1e6:.2f} | {wire} | "
                      f"{r['theory_bytes_per_step'] / 1e6:.2f} |")
@@ -205,7 +284,7 @@ def plot_png(record: dict[str, Any], path: str) -> None:
     except ImportError as exc:
         raise ValueError("--png needs matplotlib: pip install 'gossipgrad[plot]'") from exc
     rows = record["results"]
-    names = [r["strategy"] for r in rows]
+    names = [r.get("name", r["strategy"]) for r in rows]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.5))
     ax1.bar(names, [r["step_s"] for r in rows], color="tab:blue")
     ax1.set_ylabel("step time (s)")

@@ -108,6 +108,17 @@ def overlap(width: int, layers: int, mix: str, comm_fraction: float, batch: int,
 @click.option("--width", type=click.IntRange(1), default=1024, show_default=True)
 @click.option("--layers", type=click.IntRange(1), default=8, show_default=True,
               help="Linear(width, width) layers: 8 x 1024 is a 33.6 MB model.")
+@click.option("--model", type=click.Choice(["stack", "fc-head"]), default="stack",
+              show_default=True, help="stack: --layers x Linear(--width); fc-head: the "
+                                      "Linear layers of --dims (FC-heavy).")
+@click.option("--dims", default="25088,4096,4096,1000", show_default=True,
+              help="Sizes of the fc-head (the VGG-16 head by default).")
+@click.option("--factors", default="off", show_default=True,
+              help="Comma-separated sufficient-factor settings (on, off, auto): one "
+                   "contender each for strategies that can send factors.")
+@click.option("--together", type=click.Choice(["all", "strategy", "one"]), default="all",
+              show_default=True, help="Which contenders are alive and rotate together "
+                                      "(strategy: one strategy's at a time; one: each alone).")
 @click.option("--batch", type=click.IntRange(1), default=8, show_default=True,
               help="Samples per rank per step (small: communication-bound).")
 @click.option("--mix", type=click.Choice(["param", "grad"]), default="param", show_default=True,
@@ -127,20 +138,26 @@ def overlap(width: int, layers: int, mix: str, comm_fraction: float, batch: int,
 @click.option("--markdown", type=click.Path(dir_okay=False), default=None,
               help="Write a Markdown table here (rank 0).")
 @_TIMEOUT
-def strategies(strategies: str, width: int, layers: int, batch: int, mix: str,
-               bucket_mb: float, overlap: bool, staleness: int, steps: int, reps: int,
-               warmup: int, png: str | None, markdown: str | None,
-               comm_timeout: float) -> None:
+def strategies(strategies: str, width: int, layers: int, model: str, dims: str, factors: str,
+               together: str, batch: int, mix: str, bucket_mb: float, overlap: bool,
+               staleness: int, steps: int, reps: int, warmup: int, png: str | None,
+               markdown: str | None, comm_timeout: float) -> None:
     """gossip vs allreduce vs local on the same model, ranks and links, in one launch."""
     from gossipgrad.bench.strategies import markdown_table, plot_png, run_strategies
 
     names = [s.strip() for s in strategies.split(",") if s.strip()]
+    settings = tuple(f.strip() for f in factors.split(",") if f.strip())
     if bucket_mb <= 0:
         raise click.BadParameter(f"must be > 0, got {bucket_mb}", param_hint="--bucket-mb")
+    try:
+        sizes = tuple(int(d) for d in dims.split(",")) if model == "fc-head" else None
+    except ValueError:
+        raise click.BadParameter(f"{dims!r}: comma-separated layer sizes, e.g. "
+                                 "25088,4096,4096,1000", param_hint="--dims") from None
 
     def body(comm: Any) -> dict[str, Any]:
         record = run_strategies(comm, names, width, layers, batch, mix, bucket_mb, overlap,
-                                steps, reps, warmup, staleness)
+                                steps, reps, warmup, staleness, settings, sizes, together)
         if comm.rank == 0 and markdown:
             with open(markdown, "w", encoding="utf-8") as f:
                 f.write(markdown_table(record))
