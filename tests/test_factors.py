@@ -11,7 +11,7 @@ import torch
 from gossipgrad.comm.local import run_ranks
 from gossipgrad.engine.buckets import BucketLayout
 from gossipgrad.engine.distributed import DistributedOptimizer
-from gossipgrad.engine.factors import eligible_layers
+from gossipgrad.engine.factor_capture import eligible_layers
 
 from multirank import factor_checks
 

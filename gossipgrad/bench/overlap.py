@@ -101,7 +101,8 @@ def run_overlap(comm: Communicator, width: int = 1024, layers: int = 8, mix: str
     if staleness not in (0, 1):
         raise ValueError(f"--staleness must be 0 or 1, got {staleness}")
     trainers = {name: Trainer(comm, strategy, width, layers, mix=mix, bucket_mb=bucket_mb,
-                              overlap=overlap, staleness=staleness if overlap else 0)
+                              overlap=overlap, staleness=staleness if overlap else 0,
+                              sufficient_factors="off")  # buckets: what this measures
                 for name, (strategy, overlap) in CONFIGS.items()}
     try:
         chosen, exchange_s = calibrate(comm, trainers, comm_fraction)

@@ -27,7 +27,8 @@ behind the next forward. Parameters must therefore be read through their own mod
 ``overlap=False``. Overlapped and blocking exchange give bit-identical results.
 Staleness 1 completes the exchange posted at step t at step t+1 and applies the mixing
 correction ``(peer's - own) / 2`` computed from step t's values, which keeps the mean over
-ranks exact.
+ranks exact. With ``mix="grad"`` (staleness 0) Linear layers' weight gradients may travel
+as sufficient factors, ``sufficient_factors="auto"`` (:mod:`gossipgrad.engine.factors`).
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ class DistributedOptimizer(WrappedOptimizer):
         comm: the communicator (``gossipgrad.init()``).
         options: the exchange (:class:`gossipgrad.options.ExchangeOptions`: strategy
             ``gossip``, ``allreduce`` or ``local``, topology, mix, staleness, sync_every,
-            bucket_mb, overlap, seed, rotate); keyword arguments override its fields, so
+            bucket_mb, overlap, seed, rotate, sufficient_factors); keyword arguments
+            override its fields, so
             ``DistributedOptimizer(opt, model, comm, strategy="allreduce")`` works too.
             With ``overlap`` (and staleness 0) gradient buckets start from backward hooks
             and parameter buckets are waited for by forward pre-hooks; with staleness 1

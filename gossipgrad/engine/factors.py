@@ -4,8 +4,8 @@
 ``--sufficient-factors``) takes every eligible ``torch.nn.Linear`` weight out of the
 gradient buckets and hands it to a :class:`FactorPath`:
 
-- capture: a forward hook keeps the layer's input ``X`` (flattened to ``K x N``) and puts a
-  hook on its output that keeps the output gradient ``dY`` (``K x M``). A forward with no
+- capture (:mod:`gossipgrad.engine.factor_capture`): a forward hook keeps the input ``X``
+  (``K x N``) and a hook on the output keeps its gradient ``dY`` (``K x M``). A forward with no
   backward leaves no pair; several backward passes before ``step()`` (gradient
   accumulation, or a layer called twice) concatenate along ``K``.
 - decision, once, at the first exchange: the ranks agree on each layer's ``K`` (the MAX
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -43,13 +42,14 @@ from gossipgrad.comm.exchange import Exchange, Pending
 from gossipgrad.comm.factors import FactorExchange, FactorPending
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.comm.staging import Stager
+from gossipgrad.engine.factor_capture import FactorLayer, eligible_layers
 from gossipgrad.options import (
     FACTOR_STRATEGIES,
     ExchangeOptions,
     Mix,
     SufficientFactors,
 )
-from gossipgrad.plan.factors import Decision, Form, Pattern, decide
+from gossipgrad.plan.factors import Form, Pattern, decide
 
 log = logging.getLogger(__name__)
 
@@ -57,72 +57,6 @@ log = logging.getLogger(__name__)
 def factor_key(index: int) -> int:
     """The communication thread's key of layer ``index`` (bucket keys are >= 0)."""
     return -1 - index
-
-
-@dataclass(eq=False)
-class FactorLayer:
-    """One eligible Linear layer and this step's captured (X, dY) pairs."""
-
-    index: int
-    name: str
-    module: torch.nn.Linear
-    pairs: list[list[torch.Tensor | None]] = field(default_factory=list)  # [X, dY or None]
-    decision: Decision | None = None
-    ready: bool = False  # its weight gradient is accumulated (overlap)
-    posted: bool = False
-    pending: FactorPending | None = None
-    hooks: list[Any] = field(default_factory=list)
-
-    def unhook(self) -> None:
-        for h in self.hooks:
-            h.remove()
-        self.hooks = []
-
-    @property
-    def weight(self) -> torch.nn.Parameter:
-        return self.module.weight
-
-    def capture(self, module: torch.nn.Module, args: tuple, output: torch.Tensor) -> None:
-        """Forward hook: keep X; hook the output for dY (only when a backward can follow)."""
-        if not torch.is_grad_enabled() or not isinstance(output, torch.Tensor) \
-                or not output.requires_grad:
-            return
-        pair: list[torch.Tensor | None] = [args[0].detach().reshape(-1, self.module.in_features),
-                                           None]
-        self.pairs.append(pair)
-
-        def keep(grad: torch.Tensor) -> None:
-            pair[1] = grad.detach().reshape(-1, self.module.out_features)
-
-        output.register_hook(keep)
-
-    def rows_captured(self) -> int:
-        """Rows of every forward this step (an upper bound on what backward will use)."""
-        return sum(int(x.shape[0]) for x, _ in self.pairs)
-
-    def factors(self) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """(dYs, Xs) of the forwards that had a backward."""
-        done = [(dy, x) for x, dy in self.pairs if dy is not None]
-        return [dy for dy, _ in done], [x for _, x in done]
-
-    def grad(self) -> torch.Tensor:
-        """The weight's gradient tensor (made zero if autograd has not made one)."""
-        w = self.weight
-        if w.grad is None:
-            w.grad = torch.zeros_like(w)
-        return w.grad
-
-
-def eligible_layers(model: torch.nn.Module) -> list[tuple[str, torch.nn.Linear]]:
-    """``(name, module)`` of every exact ``torch.nn.Linear`` whose weight requires a gradient
-    and is registered in no other module, in registration order."""
-    owners: dict[int, int] = {}
-    for _, module in model.named_modules():
-        for p in module.parameters(recurse=False):
-            owners[id(p)] = owners.get(id(p), 0) + 1
-    return [(name or "<model>", m) for name, m in model.named_modules()
-            if type(m) is torch.nn.Linear and m.weight.requires_grad
-            and owners[id(m.weight)] == 1]
 
 
 def why_not(opts: ExchangeOptions, size: int) -> str | None:
