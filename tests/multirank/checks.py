@@ -1,7 +1,9 @@
 """Check functions that run on any Communicator: in-process (tier 2) and under mpiexec (tier 3).
 
-Each takes ``comm`` and raises AssertionError on failure. The same functions are called by
-tests/test_exchange_local.py (thread world) and tests/multirank/run_checks.py (real MPI).
+Each takes ``comm`` and raises AssertionError on failure, or NotApplicable where the check
+does not apply to this world (e.g. a hypercube on 3 ranks): the runners report that as a
+skip, never as a pass. The same functions are called by tests/test_local_world.py (thread
+world) and tests/multirank/run_checks.py (real MPI, driven by tests/test_mpi_checks.py).
 """
 
 from __future__ import annotations
@@ -17,6 +19,17 @@ from gossipgrad.engine.consensus import average_parameters_, consensus_distance
 from gossipgrad.engine.distributed import DistributedOptimizer
 
 
+class NotApplicable(Exception):  # noqa: N818 - a verdict, not an error
+    """The check does not apply to this world; the message says why. Raised alike on every
+    rank (the decision depends on ``comm.size`` only), before any communication."""
+
+
+def require(condition: bool, reason: str) -> None:
+    """Raise NotApplicable(``reason``) unless ``condition``."""
+    if not condition:
+        raise NotApplicable(reason)
+
+
 def _mix_steps(comm, x: torch.Tensor, steps: range, topology: str = "auto",
                stager: Stager | None = None) -> torch.Tensor:
     ex = make_exchange("gossip", comm, Schedule(comm.size, topology, seed=7), stager)
@@ -27,8 +40,8 @@ def _mix_steps(comm, x: torch.Tensor, steps: range, topology: str = "auto",
 
 def check_hypercube_cycle_gives_exact_mean(comm) -> None:
     """After one full cycle of hypercube mixing (any cycle, rotated), everyone has the mean."""
-    if not is_power_of_two(comm.size) or comm.size == 1:
-        return
+    require(is_power_of_two(comm.size) and comm.size > 1,
+            f"the hypercube needs a power of two >= 2 ranks, not {comm.size}")
     sched = Schedule(comm.size, "hypercube", seed=7)
     for cycle in (0, 1, 3):
         x = torch.full((5,), float(comm.rank), dtype=torch.float64) * (cycle + 1)
@@ -40,8 +53,7 @@ def check_hypercube_cycle_gives_exact_mean(comm) -> None:
 
 def check_one_step_closed_form(comm, stager: Stager | None = None) -> None:
     """x = rank; after step 0 (identity numbering) x = (rank + src) / 2."""
-    if comm.size == 1:
-        return
+    require(comm.size > 1, "one rank has no peer")
     x = torch.tensor([float(comm.rank)] * 3, dtype=torch.float64)
     _mix_steps(comm, x, range(1), stager=stager)
     src = Schedule(comm.size, "auto", seed=7).peers(comm.rank, 0).src
@@ -159,8 +171,7 @@ def check_param_mix_and_staleness_keep_mean(comm) -> None:
 
 def check_deadline_names_peer(comm) -> None:
     """A receive nobody answers fails within the deadline and names the peer and tag."""
-    if comm.size == 1:
-        return
+    require(comm.size > 1, "one rank has no peer")
     buf = np.zeros(1)
     if comm.rank == 0:
         req = comm.irecv(buf, 1, Tag.GRAD_BUCKET + 2)
@@ -178,6 +189,21 @@ def check_deadline_names_peer(comm) -> None:
         req.wait(5)
         assert buf[0] == 1.0
     comm.barrier()
+
+
+# The sizes (up to 8) at which each check does not apply. The runners' tests hold the checks
+# to this table, so a check that skipped where it should run would fail, not pass quietly.
+SKIPPED_AT: dict[str, frozenset[int]] = {
+    "check_hypercube_cycle_gives_exact_mean": frozenset({1, 3, 5, 6, 7}),
+    "check_one_step_closed_form": frozenset({1}),
+    "check_deadline_names_peer": frozenset({1}),
+}
+
+
+def skipped_at(check, size: int) -> bool:
+    """Whether ``check`` is expected to raise NotApplicable on ``size`` ranks."""
+    assert size <= 8, "SKIPPED_AT lists sizes up to 8"
+    return size in SKIPPED_AT.get(check.__name__, frozenset())
 
 
 ALL = [check_hypercube_cycle_gives_exact_mean, check_one_step_closed_form,
