@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.mpi
+
 ROOT = Path(__file__).resolve().parents[1]
 CHECK = ROOT / "tests" / "mpi" / "shuffle_check.py"
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
