@@ -9,7 +9,8 @@ import pytest
 
 
 @pytest.mark.parametrize(
-    "name", ["gossipgrad.engine.profiler", "gossipgrad.comm.sweeps", "gossipgrad.comm.netfit"]
+    "name",
+    ["gossipgrad.measure.profiler", "gossipgrad.measure.sweeps", "gossipgrad.measure.netfit"],
 )
 def test_docstring_examples(name: str):
     result = doctest.testmod(importlib.import_module(name))

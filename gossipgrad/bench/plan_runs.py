@@ -60,7 +60,7 @@ def run_config(comm: Any, cfg: Config, arch: str, hidden: int, batch_size: int,
     import torch
 
     from gossipgrad.engine.distributed import DistributedOptimizer
-    from gossipgrad.engine.profiler import SMALL_MODELS, input_shape
+    from gossipgrad.measure.profiler import SMALL_MODELS, input_shape
     from gossipgrad.models import build_model
 
     shape = input_shape(arch, 224)

@@ -81,9 +81,9 @@ def measure(comm: Any, *, arch: str = "mlp", hidden: int = 1024, batch_size: int
     import numpy as np
     import torch
 
-    from gossipgrad.comm.netfit import measure_network
     from gossipgrad.engine.buckets import cap_from_mb
-    from gossipgrad.engine.profiler import SMALL_MODELS, input_shape, layout_profile, profile_arch
+    from gossipgrad.measure.netfit import measure_network
+    from gossipgrad.measure.profiler import SMALL_MODELS, input_shape, layout_profile, profile_arch
     from gossipgrad.models import build_model
     from gossipgrad.plan import CommModel, step_time
     from gossipgrad.plan.calibrate import fit_in_step, scale_exchange, scale_profile

@@ -3,7 +3,7 @@
     mpiexec -n 2 gossipgrad netfit --out network.json
     srun -N 2 --ntasks-per-node 1 gossipgrad netfit --out network.json
 
-Parses and validates, then calls :func:`gossipgrad.comm.netfit.measure_network` on every
+Parses and validates, then calls :func:`gossipgrad.measure.netfit.measure_network` on every
 rank; rank 0 writes the result and logs a summary.
 """
 
@@ -18,8 +18,8 @@ import click
 from gossipgrad.cli.output import write_output
 
 if TYPE_CHECKING:
-    from gossipgrad.comm.netfit import NetfitResult
-    from gossipgrad.comm.sweeps import Sweep
+    from gossipgrad.measure.netfit import NetfitResult
+    from gossipgrad.measure.sweeps import Sweep
 
 log = logging.getLogger("gossipgrad")
 POOR_R2 = 0.9
@@ -108,7 +108,7 @@ def netfit(
     """Fit the network: ping-pong (alpha, beta) between two ranks and allreduce at the
     launched size. Run under mpiexec/srun with >= 2 ranks."""
     from gossipgrad.comm.base import CommError
-    from gossipgrad.comm.netfit import measure_network
+    from gossipgrad.measure.netfit import measure_network
     from gossipgrad.runtime import abort_job, init, launched_by_mpi
 
     if not launched_by_mpi():
