@@ -60,11 +60,10 @@ def run_config(comm: Any, cfg: Config, arch: str, hidden: int, batch_size: int,
     import torch
 
     from gossipgrad.engine.distributed import DistributedOptimizer
-    from gossipgrad.measure.profiler import SMALL_MODELS, input_shape
-    from gossipgrad.models import build_model
+    from gossipgrad.models import build_model, default_classes, input_shape
 
     shape = input_shape(arch, 224)
-    classes = 10 if arch in SMALL_MODELS else 1000
+    classes = default_classes(arch)
     torch.manual_seed(0)
     model = build_model(arch, shape, classes, hidden)
     g = torch.Generator().manual_seed(1 + comm.rank)

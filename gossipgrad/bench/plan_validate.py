@@ -83,8 +83,8 @@ def measure(comm: Any, *, arch: str = "mlp", hidden: int = 1024, batch_size: int
 
     from gossipgrad.engine.buckets import cap_from_mb
     from gossipgrad.measure.netfit import measure_network
-    from gossipgrad.measure.profiler import SMALL_MODELS, input_shape, layout_profile, profile_arch
-    from gossipgrad.models import build_model
+    from gossipgrad.measure.profiler import layout_profile, profile_arch
+    from gossipgrad.models import build_model, default_classes, input_shape
     from gossipgrad.plan import CommModel, step_time
     from gossipgrad.plan.calibrate import fit_in_step, scale_exchange, scale_profile
     from gossipgrad.plan.host import HostShare
@@ -99,7 +99,7 @@ def measure(comm: Any, *, arch: str = "mlp", hidden: int = 1024, batch_size: int
     cm = CommModel.from_network(fit.network, duplex=duplex,
                                 calibrate_allreduce=calibrate_allreduce)
     shape = input_shape(arch, 224)
-    net = build_model(arch, shape, 10 if arch in SMALL_MODELS else 1000, hidden)
+    net = build_model(arch, shape, default_classes(arch), hidden)
     found = HostShare(*host_share(comm))
     strategies = list(dict.fromkeys(c.strategy for c in configs if c.strategy != "local"))
     cap_mb = calibrate_mb or min(c.bucket_mb for c in configs)

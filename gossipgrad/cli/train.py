@@ -22,9 +22,9 @@ import click
 from gossipgrad.cli.options import env_name, load_config_file
 from gossipgrad.comm.exchange import Strategy
 from gossipgrad.comm.schedule import Topology
-from gossipgrad.engine.config import IMAGENET_ARCHS, TrainConfig, imagenet_defaults
+from gossipgrad.engine.config import TrainConfig, imagenet_defaults
 from gossipgrad.engine.distributed import Mix
-from gossipgrad.models import MODELS
+from gossipgrad.models import IMAGENET_ARCHS, MODELS
 
 log = logging.getLogger("gossipgrad")
 D = TrainConfig()

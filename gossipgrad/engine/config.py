@@ -2,8 +2,9 @@
 
 Precedence, documented once: command-line flag > ``GOSSIPGRAD_<OPTION>`` environment
 variable > ``--config`` file (TOML or YAML) > the defaults below. For the ImageNet models
-(:data:`IMAGENET_ARCHS`) the defaults of the options in :func:`imagenet_defaults` are the
-ImageNet recipe instead; an option given by flag, environment or file still wins.
+(:data:`gossipgrad.models.IMAGENET_ARCHS`) the defaults of the options in
+:func:`imagenet_defaults` are the ImageNet recipe instead; an option given by flag,
+environment or file still wins.
 """
 
 from __future__ import annotations
@@ -19,9 +20,6 @@ from gossipgrad.comm.schedule import Topology, resolve_topology
 from gossipgrad.data.partition import parse_partition
 from gossipgrad.engine.distributed import Mix
 from gossipgrad.models import MODELS
-
-#: Models that get the ImageNet recipe as their defaults (see :func:`imagenet_defaults`).
-IMAGENET_ARCHS = ("resnet18", "resnet50", "googlenet")
 
 
 def imagenet_defaults(batch_size: int) -> dict[str, float | int | bool]:
