@@ -27,7 +27,6 @@ Collective: every rank calls :func:`measure_network` and gets the same :class:`N
 
 from __future__ import annotations
 
-import hashlib
 import os
 import socket
 from collections.abc import Callable, Sequence
@@ -37,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from gossipgrad.comm.base import Communicator, allreduce_
+from gossipgrad.comm.hosts import host_id
 from gossipgrad.measure import sweeps
 from gossipgrad.measure.sweeps import STATS, Sweep, message_sizes
 from gossipgrad.plan.formats import AllreduceFit, NetworkFit
@@ -94,10 +94,10 @@ class NetfitResult:
 
 
 def host_ids(comm: Communicator) -> np.ndarray:
-    """A hash of every rank's host name, indexed by rank (one allreduce of raw int64s)."""
-    digest = hashlib.sha256(socket.gethostname().encode()).digest()
+    """Every rank's :func:`~gossipgrad.comm.hosts.host_id`, indexed by rank (one allreduce
+    of raw int64s)."""
     ids = np.zeros(comm.size, dtype=np.int64)
-    ids[comm.rank] = int.from_bytes(digest[:7], "little")
+    ids[comm.rank] = host_id()
     return allreduce_(comm, ids)
 
 
