@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from gossipgrad.comm.base import Communicator, ReduceOp, WaitContext, allreduce_
+from gossipgrad.engine.factory import make_distributed
 
 
 def max_over_ranks(comm: Communicator, values: list[float]) -> list[float]:
@@ -73,8 +74,6 @@ class Trainer:
 
     def __init__(self, comm: Communicator, strategy: str, width: int, layers: int,
                  **kw: Any) -> None:
-        from gossipgrad.engine.factory import make_distributed
-
         self.model = make_stack(width, layers)
         self.opt = make_distributed(strategy, torch.optim.SGD(self.model.parameters(), lr=1e-3),
                                     self.model, comm, **kw)

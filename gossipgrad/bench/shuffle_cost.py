@@ -15,14 +15,13 @@ from typing import Any
 
 from gossipgrad.comm.base import Communicator
 from gossipgrad.engine.config import TrainConfig
+from gossipgrad.engine.trainer import train
 
 
 def measure(comm: Communicator, base: TrainConfig, reps: int) -> dict[str, Any]:
     """``reps`` pairs of runs, off/on then on/off alternately (a drifting load falls on
     both); ``ratio`` is on/off of the medians, ``ratio_paired`` the median of the pairs'
     ratios (the steadier figure on a shared machine)."""
-    from gossipgrad.engine.trainer import train
-
     times: dict[bool, list[float]] = {True: [], False: []}
     for rep in range(reps):
         for on in (False, True) if rep % 2 == 0 else (True, False):
