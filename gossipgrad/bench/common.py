@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from gossipgrad.comm.base import Communicator, ReduceOp, WaitContext, allreduce_
+from gossipgrad.engine.factory import make_distributed
 from gossipgrad.engine.straggler import Straggler
 from gossipgrad.settings import settings
 
@@ -74,8 +75,6 @@ class Trainer:
 
     def __init__(self, comm: Communicator, strategy: str, width: int, layers: int,
                  **kw: Any) -> None:
-        from gossipgrad.engine.factory import make_distributed
-
         self.model = make_stack(width, layers)
         self.opt = make_distributed(torch.optim.SGD(self.model.parameters(), lr=1e-3),
                                     self.model, comm, strategy=strategy, **kw)

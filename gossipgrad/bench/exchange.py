@@ -93,6 +93,8 @@ def measure_size(comm: Communicator, nbytes: int, bucket_bytes: int, reps: int, 
                  cprofile: int = 0) -> dict[str, Any]:
     """Median seconds of each method for one model size; with ``cprofile`` > 0 also the top
     functions (by own time) of ``exchange_mix`` in the training thread of rank 0."""
+    # Lazy: importing comm.mpi initialises MPI, and the CLI imports this module in every
+    # process, also without a launcher.
     from gossipgrad.comm.mpi import raw_sendrecv_seconds
 
     numel = max(1, nbytes // 4)
@@ -181,7 +183,7 @@ def run_exchange(comm: Communicator, sizes_mb: list[float], bucket_mb: float = 2
     finally:
         for t in threads.values():
             t.close()
-    from gossipgrad.comm.mpi import library_version
+    from gossipgrad.comm.mpi import library_version  # lazy: initialises MPI (see above)
 
     return {"bench": "exchange", "size": comm.size, "reps": reps, "warmup": warmup,
             "bucket_mb": bucket_mb, "limit_ratio": 1.0, "results": results,

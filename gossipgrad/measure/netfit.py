@@ -2,7 +2,7 @@
 
     mpiexec -n 2 gossipgrad netfit --out network.json
 
-Three sweeps (:mod:`gossipgrad.comm.sweeps`) over message sizes, powers of two from
+Three sweeps (:mod:`gossipgrad.measure.sweeps`) over message sizes, powers of two from
 ``min_bytes`` up to ``max_bytes``, each size ``reps`` times after one warm-up, the median
 kept (``stat="min"`` keeps the fastest rep instead: robust when other processes compete for
 the CPUs and deschedule a spinning rank for a scheduler tick, as on a busy shared machine;
@@ -18,7 +18,8 @@ optimistic on a shared network):
 A sweep stops growing the message after the first size whose kept time exceeds
 ``max_message_s``, so slow (emulated) links stay quick to measure. Only raw buffers move,
 through the :class:`~gossipgrad.comm.base.Communicator` protocol; the times are the
-transport's, without the runtime's polling back-off (see :mod:`gossipgrad.comm.sweeps`).
+transport's, without the runtime's polling back-off (see
+:mod:`gossipgrad.measure.sweeps`).
 
 Collective: every rank calls :func:`measure_network` and gets the same :class:`NetfitResult`
 (each rep's time is the maximum over ranks; ranks outside the pair contribute 0).
@@ -26,7 +27,6 @@ Collective: every rank calls :func:`measure_network` and gets the same :class:`N
 
 from __future__ import annotations
 
-import hashlib
 import os
 import socket
 from collections.abc import Callable, Sequence
@@ -35,11 +35,13 @@ from typing import Any
 
 import numpy as np
 
-from gossipgrad.comm import sweeps
 from gossipgrad.comm.base import Communicator, allreduce_
-from gossipgrad.comm.sweeps import STATS, Sweep, message_sizes
+from gossipgrad.comm.hosts import host_id
+from gossipgrad.measure import sweeps
+from gossipgrad.measure.sweeps import STATS, Sweep, message_sizes
 from gossipgrad.plan.formats import AllreduceFit, NetworkFit
 from gossipgrad.plan.host import HostShare
+from gossipgrad.runtime import host_share
 
 KIB, MIB = 1 << 10, 1 << 20
 DEFAULT_MIN_BYTES = 4 * KIB
@@ -92,10 +94,10 @@ class NetfitResult:
 
 
 def host_ids(comm: Communicator) -> np.ndarray:
-    """A hash of every rank's host name, indexed by rank (one allreduce of raw int64s)."""
-    digest = hashlib.sha256(socket.gethostname().encode()).digest()
+    """Every rank's :func:`~gossipgrad.comm.hosts.host_id`, indexed by rank (one allreduce
+    of raw int64s)."""
     ids = np.zeros(comm.size, dtype=np.int64)
-    ids[comm.rank] = int.from_bytes(digest[:7], "little")
+    ids[comm.rank] = host_id()
     return allreduce_(comm, ids)
 
 
@@ -176,8 +178,6 @@ def measure_network(
     if ar is not None and ar.fit is not None:
         ar_fit = AllreduceFit(ar.fit.alpha_s, ar.fit.beta_s_per_byte, ar.fit.r2, size=comm.size)
     label = describe_source(comm.size, peer, same_host, len(set(hosts)), source)
-    from gossipgrad.runtime import host_share
-
     host = HostShare(*host_share(comm))
     return NetfitResult(
         NetworkFit(pp.fit, ar_fit, label, host),
