@@ -27,7 +27,6 @@ Collective: every rank calls :func:`measure_network` and gets the same :class:`N
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from gossipgrad.measure.sweeps import STATS, Sweep, message_sizes
 from gossipgrad.plan.formats import AllreduceFit, NetworkFit
 from gossipgrad.plan.host import HostShare
 from gossipgrad.runtime import host_share
+from gossipgrad.settings import settings
 
 KIB, MIB = 1 << 10, 1 << 20
 DEFAULT_MIN_BYTES = 4 * KIB
@@ -138,14 +138,7 @@ def measure_network(
     Raises ``ValueError`` for bad arguments (the same on every rank) and ``CommTimeout``
     when a partner does not answer within ``comm.timeout`` seconds.
     """
-    if comm.size < 2:
-        raise ValueError("a network fit needs >= 2 ranks: mpiexec -n 2 gossipgrad netfit")
-    if reps < 1:
-        raise ValueError(f"reps must be >= 1, got {reps}")
-    if stat not in STATS:
-        raise ValueError(f"stat must be one of {', '.join(STATS)}, got {stat!r}")
-    if not max_message_s > 0:
-        raise ValueError(f"max_message_s must be > 0, got {max_message_s}")
+    _check_arguments(comm, reps, stat, max_message_s)
     hosts = host_ids(comm).tolist()
     same_host = len(set(hosts)) == 1
     if max_bytes is None:
@@ -161,19 +154,11 @@ def measure_network(
     buf = np.zeros(sizes[-1], dtype=np.uint8)
     pp = sweep(sweeps.pingpong(comm, buf, peer))
     if pp.fit is None:
-        times = ", ".join(
-            f"{n}: {t * 1e6:.1f} us" for n, t in zip(pp.nbytes, pp.seconds, strict=True)
-        )
-        raise ValueError(
-            f"ping-pong between ranks 0 and {peer}: {pp.problem} (measured {times}; "
-            "other processes competing for the CPUs or the network can do this: "
-            "rerun on an idle machine, with more reps, or with stat 'min')"
-        )
+        raise ValueError(_unfit_message(pp, peer))
     ex = sweep(sweeps.exchange(comm, buf, np.zeros_like(buf), peer)) if exchange else None
     del buf
-    ar = None
-    if allreduce:
-        ar = sweep(sweeps.allreduce(comm, np.zeros(sizes[-1] // 4, dtype=np.float32)))
+    ar = sweep(sweeps.allreduce(comm, np.zeros(sizes[-1] // 4, dtype=np.float32))) \
+        if allreduce else None
     ar_fit = None
     if ar is not None and ar.fit is not None:
         ar_fit = AllreduceFit(ar.fit.alpha_s, ar.fit.beta_s_per_byte, ar.fit.r2, size=comm.size)
@@ -185,6 +170,25 @@ def measure_network(
     )
 
 
+def _check_arguments(comm: Communicator, reps: int, stat: str, max_message_s: float) -> None:
+    """ValueError (the same on every rank) for arguments no fit can use."""
+    if comm.size < 2:
+        raise ValueError("a network fit needs >= 2 ranks: mpiexec -n 2 gossipgrad netfit")
+    if reps < 1:
+        raise ValueError(f"reps must be >= 1, got {reps}")
+    if stat not in STATS:
+        raise ValueError(f"stat must be one of {', '.join(STATS)}, got {stat!r}")
+    if not max_message_s > 0:
+        raise ValueError(f"max_message_s must be > 0, got {max_message_s}")
+
+
+def _unfit_message(pp: Sweep, peer: int) -> str:
+    times = ", ".join(f"{n}: {t * 1e6:.1f} us" for n, t in zip(pp.nbytes, pp.seconds, strict=True))
+    return (f"ping-pong between ranks 0 and {peer}: {pp.problem} (measured {times}; "
+            "other processes competing for the CPUs or the network can do this: "
+            "rerun on an idle machine, with more reps, or with stat 'min')")
+
+
 def describe_source(size: int, peer: int, same_host: bool, hosts: int, extra: str = "") -> str:
     """``netfit on HOST: ranks 0<->1 on one host, 2 ranks on 1 host(s)[, emulated ...]``."""
     where = "one host" if same_host else "different hosts"
@@ -192,10 +196,10 @@ def describe_source(size: int, peer: int, same_host: bool, hosts: int, extra: st
         f"netfit on {socket.gethostname()}: ranks 0<->{peer} on {where}, "
         f"{size} ranks on {hosts} host(s)"
     ]
-    rate = os.environ.get("GOSSIPGRAD_EMU_RATE")
-    if rate:
-        delay = os.environ.get("GOSSIPGRAD_INJECT_DELAY_MS")
-        parts.append(f"emulated link rate {rate}" + (f", delay {delay} ms" if delay else ""))
+    env = settings()
+    if env.emu_rate:
+        delay = f", delay {env.inject_delay_ms:g} ms" if env.inject_delay_ms else ""
+        parts.append(f"emulated link rate {env.emu_rate}{delay}")
     if extra:
         parts.append(extra)
     return ", ".join(parts)
