@@ -1,4 +1,6 @@
-"""The model registry: name -> constructor. torchvision models are imported on demand."""
+"""The model registry (name -> constructor) and the facts about the models: input shapes,
+default class counts, which get the ImageNet recipe. torchvision models are imported on
+demand."""
 
 from __future__ import annotations
 
@@ -52,6 +54,26 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
     "googlenet": _torchvision("googlenet"),
 }
 
+#: Models built for digits-sized inputs (:data:`DIGITS_SHAPE`, 10 classes); the others are
+#: torchvision's ImageNet models (3 x image_size^2, 1000 classes).
+SMALL_MODELS = ("mlp", "cnn")
+DIGITS_SHAPE = (1, 8, 8)
+
+
+def input_shape(arch: str, image_size: int) -> tuple[int, ...]:
+    """Sample shape: digits' 1x8x8 for mlp/cnn, 3 x image_size^2 for torchvision models.
+
+    >>> input_shape("mlp", 224), input_shape("resnet18", 64)
+    ((1, 8, 8), (3, 64, 64))
+    """
+    return DIGITS_SHAPE if arch in SMALL_MODELS else (3, image_size, image_size)
+
+
+def default_classes(arch: str) -> int:
+    """Output classes when none are given: 10 for mlp/cnn (digits), 1000 for the
+    torchvision models (ImageNet-1k)."""
+    return 10 if arch in SMALL_MODELS else 1000
+
 
 def build_model(name: str, in_shape: tuple[int, ...], classes: int, hidden: int = 0) -> nn.Module:
     """Construct ``name``; ``hidden`` (width) applies to mlp/cnn, 0 keeps their default."""
@@ -59,7 +81,7 @@ def build_model(name: str, in_shape: tuple[int, ...], classes: int, hidden: int 
         raise ValueError(f"unknown model {name!r}; choose one of: {', '.join(MODELS)}")
     if hidden < 0:
         raise ValueError(f"--hidden must be >= 0, got {hidden}")
-    if hidden and name in ("mlp", "cnn"):
+    if hidden and name in SMALL_MODELS:
         return MODELS[name](in_shape, classes, hidden)
     return MODELS[name](in_shape, classes)
 

@@ -28,11 +28,10 @@ survives the switch. MPICH is forced off shared memory and onto TCP over eth0 (s
     MPIR_CVAR_CH4_NETMOD=ucx     the pip mpich wheel has ucx and ofi; pin the one configured
     UCX_TLS=tcp,self             no UCX shared-memory/cma transports
     UCX_NET_DEVICES=eth0         not `lo`, whose 127.0.0.1 is a different host in each rank
-    UCX_RNDV_SCHEME=get_zcopy    the receiver pulls large messages; with UCX's default scheme
-                                 a 2-rank 8 MiB Sendrecv at 1gbit on the loaded 2-core host
-                                 (load ~12) ran at 53 MB/s per direction, half duplex, against
-                                 116 MB/s with get_zcopy; when the host is quiet both reach
-                                 110-120 MB/s (scripts/mpi_probe.py duplex; docs/benchmarks.md)
+    UCX_RNDV_SCHEME=get_zcopy    the receiver pulls large messages; UCX's default rendezvous
+                                 over TCP can fall to half duplex on a loaded host
+                                 (`scripts/mpi_probe.py duplex` measures both schemes;
+                                 docs/validation/benchmarks.md has the record)
 
 Every namespace is removed on exit, error, SIGINT/SIGTERM/SIGHUP (try/finally, signal
 handlers and atexit); `cleanup` removes those left by runs whose process is gone (a SIGKILL).

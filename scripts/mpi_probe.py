@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Transport probes behind docs/benchmarks.md: duplex rate and how polling drives progress.
+"""Transport probes: duplex rate and how polling drives progress (docs/validation/benchmarks.md).
 
     python scripts/emucluster.py run -n 2 --rate 1gbit -- python scripts/mpi_probe.py duplex
     python scripts/emucluster.py run -n 2 --rate 1gbit -- python scripts/mpi_probe.py poll

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -115,3 +116,62 @@ def test_window_keeps_at_most_that_many_on_the_wire_in_submission_order():
         assert max(n for _, n in mine) <= 1, mine  # at most 1 other in flight: window 2
     with pytest.raises(ValueError, match="window"):
         CommThread(None, 1, window=0)
+
+
+@pytest.mark.timeout(60)
+def test_a_wait_past_its_deadline_names_rank_step_peer_and_tag():
+    """Window 1: bucket 1 goes on the wire only when bucket 0 completes, late, so the wait
+    for it expires (after timeout + 1 s) before the bucket's own deadline (timeout after it
+    was posted): the wait's message must still name the peer, step and tag it waits for."""
+    timeout = 4.0
+
+    def body(comm):
+        thread = CommThread(GossipExchange(comm, Schedule(2)), timeout, window=1)
+        bufs = [torch.zeros(4), torch.zeros(4)]
+        try:
+            if comm.rank == 0:
+                for i, b in enumerate(bufs):
+                    thread.submit(i, lambda b=b, i=i: thread.exchange.start(
+                        b, i, 0, Tag.GRAD_BUCKET + i), eager=True)
+                t0 = time.monotonic()
+                with pytest.raises(CommTimeout, match=r"rank 0, step 0: peer 1 sent nothing "
+                                                      r".*\(tag GRAD_BUCKET_1\)"):
+                    thread.wait(1)
+                assert time.monotonic() - t0 < timeout + 1.0 + 2.0
+            else:  # answers bucket 0 halfway into the deadline, never bucket 1
+                time.sleep(timeout / 2 + 0.5)
+                ex = thread.exchange
+                ex.finish(ex.start(bufs[0], 0, 0, Tag.GRAD_BUCKET))
+        finally:
+            thread.close()
+
+    run_ranks(2, body, timeout=40)
+
+
+@pytest.mark.timeout(60)
+def test_close_raises_naming_the_rank_when_the_thread_does_not_end():
+    entered, release = threading.Event(), threading.Event()
+
+    class Stuck(GossipExchange):
+        def start(self, buf, index, step, tag):
+            return Pending(buf)  # nothing to wait for: finished by the thread at once
+
+        def finish(self, pending: Pending) -> None:
+            entered.set()
+            release.wait(30)  # stands for an MPI call that never returns
+
+    def body(comm):
+        if comm.rank == 0:
+            return
+        thread = CommThread(Stuck(comm, Schedule(2)), timeout=0.5)
+        try:
+            thread.submit(0, lambda: thread.exchange.start(torch.zeros(4), 0, 0, 0))
+            assert entered.wait(10), "the thread never ran finish"
+            with pytest.raises(RuntimeError, match=r"rank 1: communication thread "
+                                                   r".* did not stop within 5.5 s"):
+                thread.close()
+        finally:
+            release.set()
+            thread.close()
+
+    run_ranks(2, body, timeout=40)

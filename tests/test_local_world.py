@@ -17,7 +17,15 @@ from multirank import checks
 @pytest.mark.parametrize("size", [1, 2, 3, 4, 5, 8])
 @pytest.mark.parametrize("check", checks.ALL, ids=lambda c: c.__name__)
 def test_check_in_process(size, check):
-    run_ranks(size, check, timeout=60, comm_timeout=20)
+    """Passes, fails, or is skipped exactly where checks.SKIPPED_AT says the check does not
+    apply (every rank raises NotApplicable alike; run_ranks re-raises it here)."""
+    try:
+        run_ranks(size, check, timeout=60, comm_timeout=20)
+    except checks.NotApplicable as exc:
+        assert checks.skipped_at(check, size), f"{check.__name__} skipped on {size} ranks: {exc}"
+        pytest.skip(f"{check.__name__} on {size} ranks: {exc}")
+    assert not checks.skipped_at(check, size), \
+        f"{check.__name__} ran on {size} ranks, where SKIPPED_AT says it does not apply"
 
 
 @pytest.mark.timeout(60)

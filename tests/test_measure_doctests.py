@@ -1,4 +1,5 @@
-"""The examples in the measuring modules' docstrings run and give what they show."""
+"""The examples in the docstrings of the measuring modules and of the model facts run and
+give what they show."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ import pytest
 
 
 @pytest.mark.parametrize(
-    "name", ["gossipgrad.engine.profiler", "gossipgrad.comm.sweeps", "gossipgrad.comm.netfit"]
+    "name",
+    [
+        "gossipgrad.measure.profiler",
+        "gossipgrad.measure.sweeps",
+        "gossipgrad.measure.netfit",
+        "gossipgrad.models",
+    ],
 )
 def test_docstring_examples(name: str):
     result = doctest.testmod(importlib.import_module(name))

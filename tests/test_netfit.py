@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from gossipgrad.cli import main
-from gossipgrad.comm import netfit, sweeps
 from gossipgrad.comm.local import run_ranks
+from gossipgrad.measure import netfit, sweeps
 from gossipgrad.plan.formats import NetworkFit
 
 ALPHA, BETA = 4e-6, 1 / 5e9

@@ -26,4 +26,4 @@ def test_docstring_examples(name: str):
     module = importlib.import_module(f"gossipgrad.plan.{name}")
     result = doctest.testmod(module)
     assert result.failed == 0
-    assert result.attempted > 0 or name == "convergence"
+    assert result.attempted > 0, f"gossipgrad.plan.{name} has no docstring examples"

@@ -11,6 +11,7 @@ import pytest
 from launch import mpiexec, run
 
 pytestmark = pytest.mark.timeout(300)
+PLAN_VALIDATE = [sys.executable, "-m", "gossipgrad", "bench", "plan-validate"]
 
 
 def _finite(value: object) -> bool:
@@ -19,7 +20,7 @@ def _finite(value: object) -> bool:
 
 def test_plan_validate_smoke(tmp_path):
     out = tmp_path / "pv.json"
-    cmd = [mpiexec(), "-n", "2", sys.executable, "-m", "gossipgrad.bench.plan_validate",
+    cmd = [mpiexec(), "-n", "2", *PLAN_VALIDATE,
            "--hidden", "32", "--bucket-mb", "1", "--only-overlap", "--steps", "3",
            "--warmup", "1", "--profile-steps", "3", "--net-max-mb", "1",
            "--net-reps", "3", "--passes", "2", "--calibrate-steps", "2", "--out", str(out)]
@@ -68,7 +69,7 @@ def test_plan_validate_smoke(tmp_path):
     assert _finite(report["summary_uncalibrated"]["mape_pct"])
     assert _finite(report["summary_spare_core"]["mape_pct"])
 
-    merged = run([sys.executable, "-m", "gossipgrad.bench.plan_validate", "--merge", str(out),
+    merged = run([*PLAN_VALIDATE, "--merge", str(out),
                   "--merge", str(out)], timeout=60)
     assert merged.returncode == 0, merged.stderr
     m = json.loads(merged.stdout)
@@ -82,7 +83,7 @@ def test_plan_validate_at_two_sizes_in_one_launch(tmp_path):
     size 3 on all; one report scores both, with the regret taken per size. (Messages up to
     1 MiB: with 3 ranks on 2 cores, 64 KiB ping-pongs are all latency and jitter, and the
     fit's bandwidth can come out negative.)"""
-    cmd = [mpiexec(), "-n", "3", sys.executable, "-m", "gossipgrad.bench.plan_validate",
+    cmd = [mpiexec(), "-n", "3", *PLAN_VALIDATE,
            "--hidden", "16", "--bucket-mb", "1", "--only-overlap", "--strategies", "gossip",
            "--steps", "2", "--warmup", "1", "--profile-steps", "2", "--net-max-mb", "1",
            "--net-reps", "3", "--calibrate-pairs", "1", "--passes", "1", "--calibrate-steps", "2",
@@ -101,7 +102,7 @@ def test_plan_validate_at_two_sizes_in_one_launch(tmp_path):
 
 
 def test_plan_validate_refuses_a_size_above_the_launch():
-    proc = run([mpiexec(), "-n", "2", sys.executable, "-m", "gossipgrad.bench.plan_validate",
+    proc = run([mpiexec(), "-n", "2", *PLAN_VALIDATE,
                 "--sizes", "2,4"], timeout=60)
     assert proc.returncode != 0
     assert "each size must be in 2..2" in proc.stderr, proc.stderr[-2000:]
@@ -111,7 +112,7 @@ def test_a_failure_on_the_smaller_size_ends_the_whole_launch():
     """--sizes 2,3 with an unknown --arch: ranks 0-1 fail inside the size-2 run while rank 2
     waits for them in a collective (for up to an hour). The failure must end every rank at
     once, non-zero, naming the cause."""
-    proc = run([mpiexec(), "-n", "3", sys.executable, "-m", "gossipgrad.bench.plan_validate",
+    proc = run([mpiexec(), "-n", "3", *PLAN_VALIDATE,
                 "--arch", "nosuch", "--sizes", "2,3"], timeout=90)
     assert proc.returncode != 0
     assert "unknown model 'nosuch'" in proc.stderr, proc.stderr[-2000:]

@@ -13,7 +13,7 @@ import torch
 from click.testing import CliRunner
 
 from gossipgrad.cli import main
-from gossipgrad.engine.profiler import layout_profile, profile_arch, profile_step
+from gossipgrad.measure.profiler import layout_profile, profile_arch, profile_step
 from gossipgrad.models import build_model
 from gossipgrad.plan.formats import Profile
 

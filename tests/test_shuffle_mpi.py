@@ -11,13 +11,19 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.mpi
+
 ROOT = Path(__file__).resolve().parents[1]
 CHECK = ROOT / "tests" / "mpi" / "shuffle_check.py"
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
 
 
-def launch(n: int, *args: str, timeout: float = 240) -> dict:
-    """Run the check on ``n`` ranks; kill the whole launch (mpiexec and ranks) at the deadline."""
+def launch(n: int, rounds: int, *args: str, timeout: float = 240) -> dict:
+    """Run the check on ``n`` ranks for ``rounds`` rounds; kill the whole launch (mpiexec and
+    ranks) at the deadline. Besides the script's own checks (nothing lost or duplicated),
+    holds its report to: every rank applied ``rounds`` rounds, and every rank ends holding
+    samples that started on another rank."""
+    args = ("--rounds", str(rounds), *args)
     if not MPIEXEC.exists():
         pytest.skip(f"no mpiexec next to {sys.executable}; install mpich (pip) in this venv")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
@@ -35,22 +41,23 @@ def launch(n: int, *args: str, timeout: float = 240) -> dict:
     assert proc.returncode == 0, f"mpiexec -n {n} exited {proc.returncode}:\n{out}\n{err[-4000:]}"
     result = json.loads(out.strip().splitlines()[-1])
     assert result["ok"] and result["size"] == n
+    assert result["rounds_done_min"] == result["rounds_done_max"] == rounds, result
+    assert result["foreign_min"] > 0, f"some rank holds only its own samples: {result}"
     return result
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("n", [7, 2])
 def test_thousand_rounds_under_mpiexec(n: int) -> None:
-    result = launch(n, "--rounds", "1000")
-    assert result["rounds"] == 1000 and result["mode"] == "thread"
+    assert launch(n, 1000)["mode"] == "thread"
 
 
 @pytest.mark.timeout(300)
 def test_bytes_payloads_under_mpiexec() -> None:
-    launch(3, "--kind", "bytes", "--rounds", "300")
+    launch(3, 300, "--kind", "bytes")
 
 
 @pytest.mark.timeout(300)
 def test_inline_mode_when_mpi_serialises_calls(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GOSSIPGRAD_MPI_THREAD_LEVEL", "serialized")
-    assert launch(3, "--rounds", "200")["mode"] == "inline"
+    assert launch(3, 200)["mode"] == "inline"

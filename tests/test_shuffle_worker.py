@@ -14,6 +14,7 @@ import torch
 
 from gossipgrad.comm.base import Tag
 from gossipgrad.comm.local import run_ranks
+from gossipgrad.runtime import _RankFormatter
 from gossipgrad.shuffle import ShardDataset, ShardStore, ShuffleError, ShuffleWorker
 
 SHARD = 10
@@ -277,8 +278,12 @@ def test_arguments_and_mode_resolution(caplog) -> None:
 
     with caplog.at_level(logging.INFO, logger="gossipgrad.shuffle.worker"):
         run_ranks(2, body, timeout=20)
-    assert any("inline mode" in r.getMessage() and "[r0/2]" in r.getMessage()
-               for r in caplog.records)
+    inline = [r for r in caplog.records if "inline mode" in r.getMessage()]
+    assert inline, [r.getMessage() for r in caplog.records]
+    # the rank prefix is the log formatter's, once, not the message's own as well
+    line = _RankFormatter(0, 2).format(inline[0])
+    assert line.startswith("[r0/2] INFO gossipgrad.shuffle.worker: shuffle: inline mode"), line
+    assert line.count("[r") == 1, line
 
 
 @pytest.mark.timeout(30)

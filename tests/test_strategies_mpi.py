@@ -162,7 +162,7 @@ import torch, gossipgrad
 from gossipgrad.engine.factory import make_distributed
 comm = gossipgrad.init(timeout=20)
 model = torch.nn.Linear(4, 2)
-opt = make_distributed("ddp", torch.optim.SGD(model.parameters(), lr=0.1), model, comm)
+opt = make_distributed(torch.optim.SGD(model.parameters(), lr=0.1), model, comm, strategy="ddp")
 opt.zero_grad()
 opt.module_for_forward(torch.randn(3, 4)).sum().backward()
 opt.step()  # through the wrapper: fine

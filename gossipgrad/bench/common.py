@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from gossipgrad.comm.base import Communicator, ReduceOp, WaitContext, allreduce_
+from gossipgrad.engine.factory import make_distributed
 from gossipgrad.engine.straggler import Straggler
 from gossipgrad.settings import settings
 
@@ -96,8 +97,6 @@ class Trainer:
 
     def __init__(self, comm: Communicator, strategy: str, width: int, layers: int,
                  dims: tuple[int, ...] | None = None, **kw: Any) -> None:
-        from gossipgrad.engine.factory import make_distributed
-
         self.model = make_fc_head(dims) if dims else make_stack(width, layers)
         self.opt = make_distributed(torch.optim.SGD(self.model.parameters(), lr=1e-3),
                                     self.model, comm, strategy=strategy, **kw)

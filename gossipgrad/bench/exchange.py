@@ -93,11 +93,39 @@ def measure_size(comm: Communicator, nbytes: int, bucket_bytes: int, reps: int, 
                  cprofile: int = 0) -> dict[str, Any]:
     """Median seconds of each method for one model size; with ``cprofile`` > 0 also the top
     functions (by own time) of ``exchange_mix`` in the training thread of rank 0."""
+    numel = max(1, nbytes // 4)
+    profiler = cProfile.Profile() if cprofile and comm.rank == 0 else None
+    run, n_buckets = _methods(comm, numel, bucket_bytes, threads, schedule, profiler)
+    times, profile = _time_methods(comm, run, reps, warmup, schedule,
+                                   threads["exchange_mix"].exchange.spent)
+    worst = {m: max_over_ranks(comm, times[m]) for m in METHODS}
+    med = {m: median(worst[m]) for m in METHODS}
+    paired = {m: median([x / r for x, r in zip(worst[m], worst["raw"], strict=True)])
+              for m in ("exchange", "exchange_mix")}
+    extra = {"cprofile": top_functions(profiler, cprofile, warmup + reps)} if profiler else {}
+    return {"size_mb": rounded(nbytes / 2**20), "bytes": numel * 4, "buckets": n_buckets,
+            **extra,
+            **{f"{m}_s": rounded(med[m]) for m in METHODS},
+            "ratio": rounded(med["exchange"] / med["raw"], 4),
+            "ratio_mix": rounded(med["exchange_mix"] / med["raw"], 4),
+            "ratio_paired": rounded(paired["exchange"], 4),
+            "ratio_mix_paired": rounded(paired["exchange_mix"], 4),
+            "profile_s": {k: rounded(median(max_over_ranks(comm, v)))
+                          for k, v in profile.items()},
+            "raw_gbit_per_s": rounded(numel * 4 * 8 / med["raw"] / 1e9, 4),
+            "exchange_gbit_per_s": rounded(numel * 4 * 8 / med["exchange"] / 1e9, 4)}
+
+
+def _methods(comm: Communicator, numel: int, bucket_bytes: int, threads: dict[str, CommThread],
+             schedule: Schedule, profiler: cProfile.Profile | None,
+             ) -> tuple[dict[str, Callable[[int], None]], int]:
+    """One step of each method on a random model of ``numel`` floats (``exchange_mix``
+    under ``profiler`` when given), and the number of buckets."""
+    # Lazy: importing comm.mpi initialises MPI, and the CLI imports this module in every
+    # process, also without a launcher.
     from gossipgrad.comm.mpi import raw_sendrecv_seconds
 
-    numel = max(1, nbytes // 4)
-    gen = torch.Generator().manual_seed(comm.rank)
-    flat = torch.randn(numel, generator=gen)
+    flat = torch.randn(numel, generator=torch.Generator().manual_seed(comm.rank))
     recv = torch.empty_like(flat)
     buckets = split_buckets(flat, bucket_bytes)
 
@@ -105,30 +133,30 @@ def measure_size(comm: Communicator, nbytes: int, bucket_bytes: int, reps: int, 
         peers = schedule.peers(comm.rank, step)
         raw_sendrecv_seconds(comm, flat, peers.dst, recv, peers.src, Tag.PINGPONG)
 
-    run: dict[str, Callable[[int], None]] = {
-        "raw": raw,
-        "exchange": lambda step: exchange_buckets(threads["exchange"], buckets, step),
-        "exchange_mix": lambda step: exchange_buckets(threads["exchange_mix"], buckets, step),
-    }
-    profiler = cProfile.Profile() if cprofile and comm.rank == 0 else None
-    if profiler is not None:
-        plain = run["exchange_mix"]
-
-        def profiled(step: int) -> None:
+    def mixed(step: int) -> None:
+        if profiler is not None:
             profiler.enable()
-            try:
-                plain(step)
-            finally:
+        try:
+            exchange_buckets(threads["exchange_mix"], buckets, step)
+        finally:
+            if profiler is not None:
                 profiler.disable()
 
-        run["exchange_mix"] = profiled
+    return {"raw": raw, "exchange": lambda step: exchange_buckets(threads["exchange"], buckets,
+                                                                   step),
+            "exchange_mix": mixed}, len(buckets)
+
+
+def _time_methods(comm: Communicator, run: dict[str, Callable[[int], None]], reps: int,
+                  warmup: int, schedule: Schedule, spent: dict[str, float],
+                  ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Seconds of each method per timed rep (methods in rotating order, so none always goes
+    first), and ``exchange_mix``'s post and mix seconds per rep."""
     times: dict[str, list[float]] = {m: [] for m in METHODS}
-    spent = threads["exchange_mix"].exchange.spent
     profile: dict[str, list[float]] = {"post": [], "mix": []}
     for rep in range(warmup + reps):
         schedule.peers(comm.rank, rep)  # the cycle's permutation (~60 us, once per cycle)
-        order = METHODS[rep % 3:] + METHODS[:rep % 3]  # rotate: no method always goes first
-        for m in order:
+        for m in METHODS[rep % 3:] + METHODS[:rep % 3]:
             before = dict(spent)
             t = timed(comm, lambda m=m, rep=rep: run[m](rep))
             if rep >= warmup:
@@ -136,22 +164,7 @@ def measure_size(comm: Communicator, nbytes: int, bucket_bytes: int, reps: int, 
                 if m == "exchange_mix":
                     for k in profile:
                         profile[k].append(spent[k] - before[k])
-    worst = {m: max_over_ranks(comm, times[m]) for m in METHODS}
-    med = {m: median(worst[m]) for m in METHODS}
-    paired = {m: median([x / r for x, r in zip(worst[m], worst["raw"], strict=True)])
-              for m in ("exchange", "exchange_mix")}
-    extra = {"cprofile": top_functions(profiler, cprofile, warmup + reps)} if profiler else {}
-    return {"size_mb": rounded(nbytes / 2**20), "bytes": numel * 4, "buckets": len(buckets),
-            **extra,
-            **{f"{m}_s": rounded(med[m]) for m in METHODS},
-            "ratio": rounded(med["exchange"] / med["raw"], 4),
-            "ratio_mix": rounded(med["exchange_mix"] / med["raw"], 4),
-            "ratio_paired": rounded(paired["exchange"], 4),
-            "ratio_mix_paired": rounded(paired["exchange_mix"], 4),
-            "profile_s": {"post": rounded(median(max_over_ranks(comm, profile["post"]))),
-                          "mix": rounded(median(max_over_ranks(comm, profile["mix"])))},
-            "raw_gbit_per_s": rounded(numel * 4 * 8 / med["raw"] / 1e9, 4),
-            "exchange_gbit_per_s": rounded(numel * 4 * 8 / med["exchange"] / 1e9, 4)}
+    return times, profile
 
 
 def top_functions(profiler: cProfile.Profile, n: int, calls: int) -> list[dict[str, Any]]:
@@ -181,7 +194,7 @@ def run_exchange(comm: Communicator, sizes_mb: list[float], bucket_mb: float = 2
     finally:
         for t in threads.values():
             t.close()
-    from gossipgrad.comm.mpi import library_version
+    from gossipgrad.comm.mpi import library_version  # lazy: initialises MPI (see above)
 
     return {"bench": "exchange", "size": comm.size, "reps": reps, "warmup": warmup,
             "bucket_mb": bucket_mb, "limit_ratio": 1.0, "results": results,

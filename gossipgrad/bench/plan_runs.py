@@ -10,6 +10,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import torch
+
+from gossipgrad.comm.base import ReduceOp, allreduce_
+from gossipgrad.engine.distributed import DistributedOptimizer
+from gossipgrad.models import build_model, default_classes, input_shape
+
 
 @dataclass(frozen=True)
 class Config:
@@ -45,10 +52,6 @@ def default_configs(strategies: Sequence[str], buckets: Sequence[float],
 
 def _slowest(comm: Any, values: list[float]) -> list[float]:
     """Element-wise max over ranks."""
-    import numpy as np
-
-    from gossipgrad.comm.base import ReduceOp, allreduce_
-
     buf = np.asarray(values, dtype=np.float64)
     allreduce_(comm, buf, ReduceOp.MAX)
     return buf.tolist()
@@ -57,14 +60,8 @@ def _slowest(comm: Any, values: list[float]) -> list[float]:
 def run_config(comm: Any, cfg: Config, arch: str, hidden: int, batch_size: int,
                steps: int, warmup: int) -> dict[str, Any]:
     """Train ``cfg`` for ``warmup + steps`` steps; per-step time of the slowest rank."""
-    import torch
-
-    from gossipgrad.engine.distributed import DistributedOptimizer
-    from gossipgrad.engine.profiler import SMALL_MODELS, input_shape
-    from gossipgrad.models import build_model
-
     shape = input_shape(arch, 224)
-    classes = 10 if arch in SMALL_MODELS else 1000
+    classes = default_classes(arch)
     torch.manual_seed(0)
     model = build_model(arch, shape, classes, hidden)
     g = torch.Generator().manual_seed(1 + comm.rank)

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gossipgrad.plan.validate import summarize
+
 TARGETS = {"mape_pct": 10.0, "worst_abs_pct": 25.0, "kendall_tau": 0.8, "regret": 1.10}
 
 
@@ -24,8 +26,6 @@ def score(rows: Sequence[dict[str, Any]], launches: Sequence[dict[str, Any]],
           key: str = "predicted_s") -> dict[str, Any]:
     """Validation metrics of ``rows[key]`` plus a compute-vs-communication error split
     (the split always uses ``predicted_exposed_comm_s``)."""
-    from gossipgrad.plan.validate import summarize
-
     obs = [((r["config"], _group(r)), r[key], r["measured_s"]) for r in rows]
     s = summarize(obs).to_json()
     # Error split: compute term (profile vs measured local step, per launch) vs the rest.

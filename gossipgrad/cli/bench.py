@@ -2,6 +2,8 @@
 
     mpiexec -n 2 gossipgrad bench exchange --sizes-mb 1,100
     mpiexec -n 2 gossipgrad bench overlap --comm-fraction 0.5
+    mpiexec -n 4 gossipgrad bench shuffle --steps 300 --reps 3
+    mpiexec -n 2 gossipgrad bench plan-validate --arch mlp --hidden 1024 --out pv-2.json
     python scripts/emucluster.py run -n 8 --rate 1gbit -- gossipgrad bench strategies --png s.png
 
 See docs/benchmarks.md for what each measures and the numbers they produced.
@@ -9,11 +11,23 @@ See docs/benchmarks.md for what each measures and the numbers they produced.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
 
 import click
+import torch
+
+from gossipgrad.bench import shuffle_cost
+from gossipgrad.bench.common import emit, parse_sizes_mb
+from gossipgrad.bench.exchange import run_exchange
+from gossipgrad.bench.overlap import run_overlap
+from gossipgrad.bench.strategies import markdown_table, plot_png, run_strategies
+from gossipgrad.cli.plan_validate import plan_validate
+from gossipgrad.engine.config import TrainConfig
+from gossipgrad.options import ShuffleOptions
+from gossipgrad.runtime import call_or_abort, init
 
 log = logging.getLogger("gossipgrad")
 
@@ -27,11 +41,6 @@ _WARMUP = click.option("--warmup", type=click.IntRange(0), default=2, show_defau
 
 def _run(comm_timeout: float, body: Callable[[Any], dict[str, Any]]) -> None:
     """Start the world, run ``body(comm)``, print its record on rank 0; abort on failure."""
-    import torch
-
-    from gossipgrad.bench.common import emit
-    from gossipgrad.runtime import call_or_abort, init
-
     torch.set_num_threads(1)
     comm = init(comm_timeout)
     try:
@@ -59,9 +68,6 @@ def bench() -> None:
 def exchange(sizes_mb: str, bucket_mb: float, cprofile: int, reps: int, warmup: int,
              comm_timeout: float) -> None:
     """gossipgrad's bucketed exchange (comm thread) vs one raw MPI Sendrecv of the same bytes."""
-    from gossipgrad.bench.common import parse_sizes_mb
-    from gossipgrad.bench.exchange import run_exchange
-
     try:
         sizes = parse_sizes_mb(sizes_mb)
     except ValueError as exc:
@@ -94,8 +100,6 @@ def overlap(width: int, layers: int, mix: str, comm_fraction: float, batch: int,
             bucket_mb: float, staleness: int, steps: int, reps: int,
             comm_timeout: float) -> None:
     """Step time: compute only vs blocking exchange vs overlapped exchange."""
-    from gossipgrad.bench.overlap import run_overlap
-
     if bucket_mb <= 0:
         raise click.BadParameter(f"must be > 0, got {bucket_mb}", param_hint="--bucket-mb")
     _run(comm_timeout, lambda comm: run_overlap(comm, width, layers, mix, comm_fraction, batch,
@@ -143,8 +147,6 @@ def strategies(strategies: str, width: int, layers: int, model: str, dims: str, 
                staleness: int, steps: int, reps: int, warmup: int, png: str | None,
                markdown: str | None, comm_timeout: float) -> None:
     """gossip vs allreduce vs local on the same model, ranks and links, in one launch."""
-    from gossipgrad.bench.strategies import markdown_table, plot_png, run_strategies
-
     names = [s.strip() for s in strategies.split(",") if s.strip()]
     settings = tuple(f.strip() for f in factors.split(",") if f.strip())
     if bucket_mb <= 0:
@@ -168,13 +170,25 @@ def strategies(strategies: str, width: int, layers: int, model: str, dims: str, 
     _run(comm_timeout, body)
 
 
-def _register_more() -> None:
-    """Benchmarks that live with their feature: the shuffle's cost, the planner's accuracy."""
-    from gossipgrad.bench.plan_validate import plan_validate
-    from gossipgrad.bench.shuffle_cost import shuffle
+@bench.command("shuffle")
+@click.option("--steps", type=int, default=300, show_default=True, help="Steps per run.")
+@click.option("--reps", type=int, default=3, show_default=True, help="Runs of each setting.")
+@click.option("--samples", type=int, default=ShuffleOptions().shuffle_samples, show_default=True,
+              help="--shuffle-samples.")
+@click.option("--every", type=int, default=ShuffleOptions().shuffle_every, show_default=True,
+              help="--shuffle-every.")
+@click.option("--arch", default="mlp", show_default=True)
+@click.option("--hidden", type=int, default=0, show_default=True)
+def shuffle(steps: int, reps: int, samples: int, every: int, arch: str, hidden: int) -> None:
+    """Step time with the sample shuffle on vs off (JSON on rank 0)."""
+    comm = init()
+    logging.getLogger("gossipgrad").setLevel(logging.WARNING)
+    base = TrainConfig.from_flags(arch=arch, hidden=hidden, epochs=10_000, max_steps=steps,
+                                  shuffle_samples=samples, shuffle_every=every,
+                                  eval_every=10_000)
+    result = shuffle_cost.measure(comm, base, reps)
+    if comm.rank == 0:
+        click.echo(json.dumps(result))
 
-    bench.add_command(shuffle)
-    bench.add_command(plan_validate)
 
-
-_register_more()
+bench.add_command(plan_validate)

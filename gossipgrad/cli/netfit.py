@@ -3,7 +3,7 @@
     mpiexec -n 2 gossipgrad netfit --out network.json
     srun -N 2 --ntasks-per-node 1 gossipgrad netfit --out network.json
 
-Parses and validates, then calls :func:`gossipgrad.comm.netfit.measure_network` on every
+Parses and validates, then calls :func:`gossipgrad.measure.netfit.measure_network` on every
 rank; rank 0 writes the result and logs a summary.
 """
 
@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING
 
 import click
 
 from gossipgrad.cli.output import write_output
-
-if TYPE_CHECKING:
-    from gossipgrad.comm.netfit import NetfitResult
-    from gossipgrad.comm.sweeps import Sweep
+from gossipgrad.comm.base import CommError
+from gossipgrad.measure.netfit import NetfitResult, measure_network
+from gossipgrad.measure.sweeps import Sweep
+from gossipgrad.runtime import abort_job, init, launched_by_mpi
 
 log = logging.getLogger("gossipgrad")
 POOR_R2 = 0.9
@@ -107,10 +106,6 @@ def netfit(
 ) -> None:
     """Fit the network: ping-pong (alpha, beta) between two ranks and allreduce at the
     launched size. Run under mpiexec/srun with >= 2 ranks."""
-    from gossipgrad.comm.base import CommError
-    from gossipgrad.comm.netfit import measure_network
-    from gossipgrad.runtime import abort_job, init, launched_by_mpi
-
     if not launched_by_mpi():
         raise click.UsageError("netfit needs >= 2 ranks: mpiexec -n 2 gossipgrad netfit")
     comm = init(comm_timeout, verbose)
@@ -120,6 +115,7 @@ def netfit(
         )
     if peer is not None and peer >= comm.size:
         raise click.BadParameter(f"must be a rank < {comm.size}, got {peer}", param_hint="--peer")
+    # Lazy: importing comm.mpi initialises MPI, which only a launched job may do.
     from gossipgrad.comm.mpi import library_version
 
     try:

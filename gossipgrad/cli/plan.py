@@ -14,6 +14,8 @@ from typing import Any
 import click
 
 from gossipgrad.cli.output import write_output
+from gossipgrad.plan.model import parse_strategy
+from gossipgrad.plan.report import plan_report
 
 
 def _numbers(kind: Callable[[str], Any], option: str) -> Callable:
@@ -35,8 +37,6 @@ def _numbers(kind: Callable[[str], Any], option: str) -> Callable:
 
 def _factors(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> dict:
     """``("gossip=3.2", "allreduce=2")`` -> ``{"gossip": 3.2, "allreduce": 2.0}``."""
-    from gossipgrad.plan.model import parse_strategy
-
     out = {}
     for text in values:
         name, sep, number = text.partition("=")
@@ -214,8 +214,6 @@ def plan(
     """Predict step time and throughput per size, strategy, bucket size and staleness, and
     recommend one configuration per size. THROUGHPUT ONLY: it does not predict how many
     steps each configuration needs to reach an accuracy."""
-    from gossipgrad.plan.report import plan_report
-
     try:
         text = plan_report(
             profile_path,

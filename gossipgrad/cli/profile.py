@@ -3,7 +3,7 @@
     gossipgrad profile -a resnet50 -b 64 --out profile.json
     gossipgrad profile -a mlp --hidden 1024 --threads 1
 
-Parses and validates, then calls :func:`gossipgrad.engine.profiler.profile_arch`.
+Parses and validates, then calls :func:`gossipgrad.measure.profiler.profile_arch`.
 """
 
 from __future__ import annotations
@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 
 import click
+import torch
 
 from gossipgrad.cli.output import write_output
+from gossipgrad.measure.profiler import profile_arch
 from gossipgrad.models import MODELS
 
 
@@ -98,10 +100,6 @@ def profile(
 ) -> None:
     """Measure one rank's step (forward, backward, optimizer, per-parameter gradient ready
     times) with no communication; writes the planner's profile JSON."""
-    import torch
-
-    from gossipgrad.engine.profiler import profile_arch
-
     if threads:
         torch.set_num_threads(threads)
     if device == "auto":

@@ -134,7 +134,7 @@ def resolve_defaults(ctx: click.Context, flags: dict[str, Any]) -> dict[str, Any
 
 
 EPILOG = ("\b\nRuntime settings (environment only; docs/architecture.md):\n"
-          + table_text().replace("\n", "\n"))
+          + table_text())
 
 
 @click.command(epilog=EPILOG)

@@ -30,6 +30,7 @@ from gossipgrad.comm.base import (
 )
 from gossipgrad.comm.buffers import host_array
 from gossipgrad.comm.delay import DelayedPoster, DelayedRequest
+from gossipgrad.comm.hosts import host_id
 from gossipgrad.options import DEFAULT_TIMEOUT_S
 from gossipgrad.settings import settings
 
@@ -230,10 +231,8 @@ def _node_members(comm: Any = None) -> list[int]:
     Not ``MPI_COMM_TYPE_SHARED``: with ``MPIR_CVAR_NOLOCAL`` (the emulated cluster) MPICH
     puts every rank on a "node" of its own although they all share this host's cores.
     """
-    import hashlib
-
     comm = MPI.COMM_WORLD if comm is None else comm
-    mine = np.frombuffer(hashlib.sha256(processor_name().encode()).digest()[:8], dtype=np.int64)
+    mine = np.array([host_id(processor_name())], dtype=np.int64)
     every = np.empty(comm.Get_size(), dtype=np.int64)
     comm.Allgather(mine.copy(), every)
     return [r for r in range(comm.Get_size()) if every[r] == mine[0]]

@@ -18,7 +18,6 @@ one (in the emulated cluster, ``eth0`` in each rank's namespace). Linux only (``
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import socket
 import struct
@@ -26,6 +25,7 @@ import struct
 import numpy as np
 
 from gossipgrad.comm.base import Communicator, ReduceOp, allreduce_
+from gossipgrad.comm.hosts import host_id
 
 ADDRESS_BYTES = 256
 LOOPBACK = "127.0.0.1"
@@ -64,20 +64,11 @@ def share_address(comm: Communicator, address: tuple[str, int] | None,
     return decode_address(buf)
 
 
-def host_identity() -> int:
-    """A 63-bit hash of this host name and network namespace (ranks in different
-    namespaces of one machine, as in the emulated cluster, do not share loopback)."""
-    try:
-        netns = os.stat("/proc/self/ns/net").st_ino
-    except OSError:
-        netns = 0
-    digest = hashlib.sha256(f"{socket.gethostname()}|{netns}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") >> 1
-
-
 def same_host(comm: Communicator) -> bool:
-    """True when every rank has the same :func:`host_identity`. Collective."""
-    mine = host_identity()
+    """True when every rank has the same host name and network namespace (``host_id`` with
+    ``netns``: ranks in different namespaces of one machine, as in the emulated cluster, do
+    not share loopback). Collective."""
+    mine = host_id(netns=True)
     lo = allreduce_(comm, np.array([mine], dtype=np.int64), ReduceOp.MIN)[0]
     hi = allreduce_(comm, np.array([mine], dtype=np.int64), ReduceOp.MAX)[0]
     return bool(lo == hi == mine)

@@ -111,8 +111,7 @@ class CommThread:
                 if self._poll():
                     continue
                 if time.monotonic() > deadline:  # each request also has its own deadline
-                    raise CommTimeout(f"bucket exchange {key} did not finish within "
-                                      f"{self.timeout:g} s")
+                    raise CommTimeout(self._describe_stall(key))
                 backoff.sleep()
         finally:
             self._waiters -= 1
@@ -120,9 +119,38 @@ class CommThread:
             raise self._error
 
     def close(self) -> None:
+        """Stop the thread once nothing is in flight or queued; raise RuntimeError naming
+        the rank if it has not ended within ``timeout`` + 5 s (each exchange on the wire
+        ends by its deadline, so a live thread then is stuck)."""
         self._closing = True
         self._work.set()
-        self._thread.join(timeout=5)
+        limit = self.timeout + 5.0
+        self._thread.join(timeout=limit)
+        if self._thread.is_alive():
+            raise RuntimeError(
+                f"rank {self.exchange.comm.rank}: communication thread {self._thread.name!r} "
+                f"did not stop within {limit:g} s of close() ({len(self._inflight)} bucket "
+                f"exchange(s) in flight, {len(self._queued)} queued); it may be stuck in an "
+                "MPI call: end the job")
+
+    def _describe_stall(self, key: int) -> str:
+        """Why the wait for bucket ``key`` expired: its first unfinished request's context
+        (rank, step, peer, tag) while it is on the wire, else this rank and the bucket."""
+        rank = self.exchange.comm.rank
+        if self._lock.acquire(timeout=1.0):  # only the lock holder may test a request
+            try:
+                for k, pending, _ in self._inflight:
+                    waiting = [r for r in pending.requests if not r.test()] if k == key else []
+                    ctx = getattr(waiting[0], "ctx", None) if waiting else None
+                    if ctx is not None:
+                        return ctx.describe(rank, self.timeout)
+            finally:
+                self._lock.release()
+        where = ("queued, not yet posted" if any(k == key for k, _ in self._queued)
+                 else "posted, not yet mixed")
+        return (f"rank {rank}: bucket exchange {key} did not finish within {self.timeout:g} s "
+                f"({where}); is every rank alive and at the same step? raise --comm-timeout "
+                "if the network is slow")
 
     def _room(self) -> bool:
         return self.window is None or len(self._inflight) < self.window

@@ -59,7 +59,7 @@ log = logging.getLogger(__name__)
 PARAM_WINDOW = 2
 """Parameter buckets on the wire at once (``CommThread`` window). Posted all at once they
 interleave on the connection and the first layer's bucket arrives last; in forward order
-two at a time, each arrives as early as the link allows (docs/benchmarks.md)."""
+two at a time, each arrives as early as the link allows."""
 
 
 class DistributedOptimizer(WrappedOptimizer):

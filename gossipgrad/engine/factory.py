@@ -26,6 +26,10 @@ def make_distributed(optimizer: torch.optim.Optimizer, model: torch.nn.Module,
                      stager: Stager | None = None, **overrides: Any) -> Any:
     """The distributed optimizer for ``options.strategy`` (keyword arguments override the
     options' fields). Collective: every rank calls it with the same options."""
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"make_distributed(optimizer, model, comm, options=None, **overrides) "
+                        f"takes a torch.optim optimizer first, got {optimizer!r}; pass the "
+                        "strategy as strategy=... or in ExchangeOptions")
     opts = exchange_options(options, overrides)
     # Lazy: each library is loaded only when its strategy is chosen.
     if opts.strategy is Strategy.HOROVOD:

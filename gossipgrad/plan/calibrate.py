@@ -1,11 +1,11 @@
 """In-step calibration: scale the profile and the exchange model to what a training step
 measures on this host, from runs taken *before* (and apart from) the ones being predicted.
 
-Two measured gaps motivate it (docs/planner.md, "Contention term"): the profile's
-``F + B + O`` runs faster than the compute-only training loop (hooks, the bucket views, the
-other ranks computing on the same cores), and a blocking exchange inside a step costs more
-than the ping-pong fit says (the average's arithmetic, polling, the peer's jitter). Both are
-measured directly:
+Two measured gaps motivate it (docs/validation/planner.md, "Contention term"): the
+profile's ``F + B + O`` runs faster than the compute-only training loop (hooks, the bucket
+views, the other ranks computing on the same cores), and a blocking exchange inside a step
+costs more than the ping-pong fit says (the average's arithmetic, polling, the peer's
+jitter). Both are measured directly:
 
 - ``compute_factor = measured compute-only step / (F + B + O)``: every phase and every
   bucket's ready time is multiplied by it (:func:`scale_profile`);

@@ -56,7 +56,18 @@ def _num(value: Any) -> float | None:
 
 
 def parse_records(lines: Iterable[str]) -> tuple[dict[str, list[_Run]], list[str]]:
-    """Group accuracy records into runs per strategy; return (runs, problems)."""
+    """Group accuracy records into runs per strategy; return (runs, problems).
+
+    >>> runs, problems = parse_records([
+    ...     '{"step": 100, "test_accuracy": 0.9}',
+    ...     'not json',
+    ...     '{"event": "summary", "strategy": "gossip", "steps": 200, "test_accuracy": 0.96}',
+    ... ])
+    >>> [(s, r.points, r.summary_steps) for s, rs in runs.items() for r in rs]
+    [('gossip', [(100, 0.9)], 200)]
+    >>> problems
+    ['line 2: not JSON, skipped']
+    """
     runs: dict[str, list[_Run]] = {}
     problems: list[str] = []
     open_runs: dict[str | None, _Run] = {}  # runs without a summary yet; None: no strategy
@@ -111,7 +122,18 @@ def _run_steps(run: _Run, target: float) -> tuple[int | None, bool, float | None
 
 
 def steps_to_target(lines: Iterable[str], target: float) -> ConvergenceReport:
-    """Steps each strategy needed to reach ``target`` test accuracy (best over its runs)."""
+    """Steps each strategy needed to reach ``target`` test accuracy (best over its runs).
+
+    >>> report = steps_to_target([
+    ...     '{"step": 100, "test_accuracy": 0.91}',
+    ...     '{"step": 200, "test_accuracy": 0.96}',
+    ...     '{"event": "summary", "strategy": "gossip", "steps": 300, "test_accuracy": 0.97}',
+    ...     '{"event": "summary", "strategy": "allreduce", "steps": 300, "test_accuracy": 0.955}',
+    ...     '{"event": "summary", "strategy": "local", "steps": 300, "test_accuracy": 0.9}',
+    ... ], target=0.95)
+    >>> [(r.strategy, r.steps_to_target, r.upper_bound) for r in report.rows]
+    [('allreduce', 300, True), ('gossip', 200, False), ('local', None, False)]
+    """
     if not math.isfinite(target):
         raise ValueError(f"target must be a finite accuracy, got {target!r}")
     runs, problems = parse_records(lines)
@@ -143,6 +165,17 @@ def read_metrics(path: str | Path, target: float) -> ConvergenceReport:
 
 
 def render_convergence(report: ConvergenceReport) -> str:
+    """A markdown table of ``report``, labelled as measured.
+
+    >>> print(render_convergence(steps_to_target([
+    ...     '{"event": "summary", "strategy": "gossip", "steps": 300, "test_accuracy": 0.97}',
+    ... ], target=0.95)))
+    Measured steps to test accuracy >= 0.95 (MEASURED, not predicted):
+    <BLANKLINE>
+    | strategy | steps to target | best accuracy | runs | note |
+    |---|---|---|---|---|
+    | gossip | <= 300 | 0.97 | 1 |  |
+    """
     lines = [
         f"Measured steps to test accuracy >= {report.target:g} (MEASURED, not predicted):",
         "",

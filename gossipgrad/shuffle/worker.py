@@ -129,8 +129,8 @@ class ShuffleWorker:
             and serialised else "rounds overlap compute on a background thread" \
             if chosen is ShuffleMode.THREAD else "asked for"
         log.log(logging.INFO if self.rank == 0 else logging.DEBUG,
-                "[r%d/%d] shuffle: %s mode (%s); %s, every %d steps", self.rank, self.size,
-                chosen.value, why, self.plan, self.every)
+                "shuffle: %s mode (%s); %s, every %d steps", chosen.value, why, self.plan,
+                self.every)
         return chosen
 
     def __repr__(self) -> str:
@@ -261,8 +261,8 @@ class ShuffleWorker:
                 while self._job is None and not self._exit:
                     self._cond.wait(0.2)
                     if not threading.main_thread().is_alive():
-                        log.warning("[r%d/%d] shuffle worker was never stopped; call stop() "
-                                    "or use it as a context manager", self.rank, self.size)
+                        log.warning("shuffle worker was never stopped; call stop() or use "
+                                    "it as a context manager")
                         return
                 if self._job is None:
                     return

@@ -4,8 +4,11 @@ Every rank starts with ``--shard`` samples (ids rank*shard .. , payload filled w
 runs one shuffle round per step. Every ``--check-every`` steps (while the shuffle thread is
 talking on its own communicator) and at the end, each rank adds 1 at the index of every
 sample id it holds in a counts vector; an allreduce must give all ones: nothing lost, nothing
-duplicated. Payloads and labels must still match their ids. Rank 0 prints one JSON line with
-the measured rounds per second. Any failure aborts every rank with a non-zero exit code.
+duplicated. Payloads and labels must still match their ids. At the end every rank's worker
+must have applied ``--rounds`` rounds, and (on 2+ ranks, with samples to swap) every rank must
+hold samples that started on another rank: the shuffle moved data, not just kept it. Rank 0
+prints one JSON line with the rounds done and foreign samples it measured (over all ranks)
+and the rounds per second. Any failure aborts every rank with a non-zero exit code.
 """
 
 from __future__ import annotations
@@ -56,6 +59,23 @@ def check(comm: MpiCommunicator, store: ShardStore, total: int, where: str) -> N
         raise AssertionError(f"rank {comm.rank}, {where}: payloads do not match ids")
 
 
+def check_moved(comm: MpiCommunicator, store: ShardStore, shard: int, rounds_done: int,
+                rounds: int, samples: int) -> dict:
+    """Every rank applied ``rounds`` rounds; on 2+ ranks, every rank holds samples from
+    other ranks' shards (ids outside its own). Returns the figures over all ranks."""
+    if rounds_done != rounds:
+        raise AssertionError(f"rank {comm.rank}: the worker applied {rounds_done} rounds, "
+                             f"not {rounds}")
+    foreign = int(np.count_nonzero(store.read_all().ids // shard != comm.rank))
+    if comm.size > 1 and samples > 0 and rounds > 0 and foreign == 0:
+        raise AssertionError(f"rank {comm.rank}: after {rounds} rounds it holds only its own "
+                             "samples; nothing moved")
+    low = allreduce_(comm, np.array([rounds_done, -rounds_done, foreign]), ReduceOp.MIN)
+    total = allreduce_(comm, np.array([foreign]), ReduceOp.SUM)
+    return {"rounds_done_min": int(low[0]), "rounds_done_max": int(-low[1]),
+            "foreign_min": int(low[2]), "foreign_total": int(total[0])}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=1000)
@@ -87,10 +107,12 @@ def main() -> None:
                     check(comm, store, total, f"step {step}")
         elapsed = np.array([time.perf_counter() - t0])
         check(comm, store, total, "end")
+        moved = check_moved(comm, store, args.shard, worker.rounds_done, args.rounds,
+                            args.samples)
         allreduce_(comm, elapsed, ReduceOp.MAX)
         if comm.rank == 0:
             print(json.dumps({"check": "shuffle", "ok": True, "size": comm.size,
-                              "kind": args.kind, "mode": mode, "rounds": args.rounds,
+                              "kind": args.kind, "mode": mode, "rounds": args.rounds, **moved,
                               "samples": args.samples, "dim": args.dim,
                               "seconds": round(float(elapsed[0]), 3),
                               "rounds_per_s": round(args.rounds / float(elapsed[0]), 1),

@@ -1,6 +1,6 @@
 """Timed message sweeps over a Communicator: ping-pong, simultaneous exchange, allreduce.
 
-The measuring half of ``gossipgrad netfit`` (:mod:`gossipgrad.comm.netfit` chooses what to
+The measuring half of ``gossipgrad netfit`` (:mod:`gossipgrad.measure.netfit` chooses what to
 measure and labels the result). Each size is run once to warm up, then ``reps`` times; the
 kept statistic is the median (or, with ``stat="min"``, the fastest rep). Waits spin on
 ``Request.test()`` up to the communicator's deadline, so the times are the transport's, not

@@ -2,7 +2,7 @@
 
     mpiexec -n 2 gossipgrad netfit --out network.json
 
-Three sweeps (:mod:`gossipgrad.comm.sweeps`) over message sizes, powers of two from
+Three sweeps (:mod:`gossipgrad.measure.sweeps`) over message sizes, powers of two from
 ``min_bytes`` up to ``max_bytes``, each size ``reps`` times after one warm-up, the median
 kept (``stat="min"`` keeps the fastest rep instead: robust when other processes compete for
 the CPUs and deschedule a spinning rank for a scheduler tick, as on a busy shared machine;
@@ -18,7 +18,8 @@ optimistic on a shared network):
 A sweep stops growing the message after the first size whose kept time exceeds
 ``max_message_s``, so slow (emulated) links stay quick to measure. Only raw buffers move,
 through the :class:`~gossipgrad.comm.base.Communicator` protocol; the times are the
-transport's, without the runtime's polling back-off (see :mod:`gossipgrad.comm.sweeps`).
+transport's, without the runtime's polling back-off (see
+:mod:`gossipgrad.measure.sweeps`).
 
 Collective: every rank calls :func:`measure_network` and gets the same :class:`NetfitResult`
 (each rep's time is the maximum over ranks; ranks outside the pair contribute 0).
@@ -26,8 +27,6 @@ Collective: every rank calls :func:`measure_network` and gets the same :class:`N
 
 from __future__ import annotations
 
-import hashlib
-import os
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,11 +34,14 @@ from typing import Any
 
 import numpy as np
 
-from gossipgrad.comm import sweeps
 from gossipgrad.comm.base import Communicator, allreduce_
-from gossipgrad.comm.sweeps import STATS, Sweep, message_sizes
+from gossipgrad.comm.hosts import host_id
+from gossipgrad.measure import sweeps
+from gossipgrad.measure.sweeps import STATS, Sweep, message_sizes
 from gossipgrad.plan.formats import AllreduceFit, NetworkFit
 from gossipgrad.plan.host import HostShare
+from gossipgrad.runtime import host_share
+from gossipgrad.settings import settings
 
 KIB, MIB = 1 << 10, 1 << 20
 DEFAULT_MIN_BYTES = 4 * KIB
@@ -92,10 +94,10 @@ class NetfitResult:
 
 
 def host_ids(comm: Communicator) -> np.ndarray:
-    """A hash of every rank's host name, indexed by rank (one allreduce of raw int64s)."""
-    digest = hashlib.sha256(socket.gethostname().encode()).digest()
+    """Every rank's :func:`~gossipgrad.comm.hosts.host_id`, indexed by rank (one allreduce
+    of raw int64s)."""
     ids = np.zeros(comm.size, dtype=np.int64)
-    ids[comm.rank] = int.from_bytes(digest[:7], "little")
+    ids[comm.rank] = host_id()
     return allreduce_(comm, ids)
 
 
@@ -136,14 +138,7 @@ def measure_network(
     Raises ``ValueError`` for bad arguments (the same on every rank) and ``CommTimeout``
     when a partner does not answer within ``comm.timeout`` seconds.
     """
-    if comm.size < 2:
-        raise ValueError("a network fit needs >= 2 ranks: mpiexec -n 2 gossipgrad netfit")
-    if reps < 1:
-        raise ValueError(f"reps must be >= 1, got {reps}")
-    if stat not in STATS:
-        raise ValueError(f"stat must be one of {', '.join(STATS)}, got {stat!r}")
-    if not max_message_s > 0:
-        raise ValueError(f"max_message_s must be > 0, got {max_message_s}")
+    _check_arguments(comm, reps, stat, max_message_s)
     hosts = host_ids(comm).tolist()
     same_host = len(set(hosts)) == 1
     if max_bytes is None:
@@ -159,30 +154,39 @@ def measure_network(
     buf = np.zeros(sizes[-1], dtype=np.uint8)
     pp = sweep(sweeps.pingpong(comm, buf, peer))
     if pp.fit is None:
-        times = ", ".join(
-            f"{n}: {t * 1e6:.1f} us" for n, t in zip(pp.nbytes, pp.seconds, strict=True)
-        )
-        raise ValueError(
-            f"ping-pong between ranks 0 and {peer}: {pp.problem} (measured {times}; "
-            "other processes competing for the CPUs or the network can do this: "
-            "rerun on an idle machine, with more reps, or with stat 'min')"
-        )
+        raise ValueError(_unfit_message(pp, peer))
     ex = sweep(sweeps.exchange(comm, buf, np.zeros_like(buf), peer)) if exchange else None
     del buf
-    ar = None
-    if allreduce:
-        ar = sweep(sweeps.allreduce(comm, np.zeros(sizes[-1] // 4, dtype=np.float32)))
+    ar = sweep(sweeps.allreduce(comm, np.zeros(sizes[-1] // 4, dtype=np.float32))) \
+        if allreduce else None
     ar_fit = None
     if ar is not None and ar.fit is not None:
         ar_fit = AllreduceFit(ar.fit.alpha_s, ar.fit.beta_s_per_byte, ar.fit.r2, size=comm.size)
     label = describe_source(comm.size, peer, same_host, len(set(hosts)), source)
-    from gossipgrad.runtime import host_share
-
     host = HostShare(*host_share(comm))
     return NetfitResult(
         NetworkFit(pp.fit, ar_fit, label, host),
         peer, same_host, len(set(hosts)), reps, stat, pp, ex, ar,
     )
+
+
+def _check_arguments(comm: Communicator, reps: int, stat: str, max_message_s: float) -> None:
+    """ValueError (the same on every rank) for arguments no fit can use."""
+    if comm.size < 2:
+        raise ValueError("a network fit needs >= 2 ranks: mpiexec -n 2 gossipgrad netfit")
+    if reps < 1:
+        raise ValueError(f"reps must be >= 1, got {reps}")
+    if stat not in STATS:
+        raise ValueError(f"stat must be one of {', '.join(STATS)}, got {stat!r}")
+    if not max_message_s > 0:
+        raise ValueError(f"max_message_s must be > 0, got {max_message_s}")
+
+
+def _unfit_message(pp: Sweep, peer: int) -> str:
+    times = ", ".join(f"{n}: {t * 1e6:.1f} us" for n, t in zip(pp.nbytes, pp.seconds, strict=True))
+    return (f"ping-pong between ranks 0 and {peer}: {pp.problem} (measured {times}; "
+            "other processes competing for the CPUs or the network can do this: "
+            "rerun on an idle machine, with more reps, or with stat 'min')")
 
 
 def describe_source(size: int, peer: int, same_host: bool, hosts: int, extra: str = "") -> str:
@@ -192,10 +196,10 @@ def describe_source(size: int, peer: int, same_host: bool, hosts: int, extra: st
         f"netfit on {socket.gethostname()}: ranks 0<->{peer} on {where}, "
         f"{size} ranks on {hosts} host(s)"
     ]
-    rate = os.environ.get("GOSSIPGRAD_EMU_RATE")
-    if rate:
-        delay = os.environ.get("GOSSIPGRAD_INJECT_DELAY_MS")
-        parts.append(f"emulated link rate {rate}" + (f", delay {delay} ms" if delay else ""))
+    env = settings()
+    if env.emu_rate:
+        delay = f", delay {env.inject_delay_ms:g} ms" if env.inject_delay_ms else ""
+        parts.append(f"emulated link rate {env.emu_rate}{delay}")
     if extra:
         parts.append(extra)
     return ", ".join(parts)

@@ -29,6 +29,7 @@ allocated memory; on CPU ``memory_bytes`` is omitted.
 
 from __future__ import annotations
 
+import json
 import platform
 import statistics
 import time
@@ -40,11 +41,16 @@ from typing import Any
 import torch
 
 from gossipgrad.engine.buckets import BucketLayout
-from gossipgrad.models import MODELS, build_model, loss_fn
+from gossipgrad.models import (
+    MODELS,
+    SMALL_MODELS,
+    build_model,
+    default_classes,
+    input_shape,
+    loss_fn,
+)
 from gossipgrad.plan.formats import Bucket, Profile
 
-DIGITS_SHAPE = (1, 8, 8)
-SMALL_MODELS = ("mlp", "cnn")  # built for digits-sized inputs
 DEFAULT_STEPS = 20
 DEFAULT_WARMUP = 5
 
@@ -92,8 +98,6 @@ class StepProfile:
         return out
 
     def save(self, path: str | Path) -> None:
-        import json
-
         Path(path).write_text(json.dumps(self.to_json(), indent=2) + "\n")
 
 
@@ -239,11 +243,6 @@ def layout_profile(result: StepProfile, model: torch.nn.Module, cap_bytes: int) 
     return result.profile.with_buckets(sorted(buckets, key=lambda b: (b.ready_s, b.index)))
 
 
-def input_shape(arch: str, image_size: int) -> tuple[int, ...]:
-    """Sample shape: digits' 1x8x8 for mlp/cnn, 3 x image_size^2 for torchvision models."""
-    return DIGITS_SHAPE if arch in SMALL_MODELS else (3, image_size, image_size)
-
-
 def profile_arch(
     arch: str,
     *,
@@ -272,7 +271,7 @@ def profile_arch(
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"--device {device}: CUDA is not available here; use --device cpu")
-    classes = classes or (10 if arch in SMALL_MODELS else 1000)
+    classes = classes or default_classes(arch)
     shape = input_shape(arch, image_size)
     torch.manual_seed(seed)
     model = build_model(arch, shape, classes, hidden).to(dev)
