@@ -156,3 +156,28 @@ def test_train_cli_refuses_a_bad_combination_in_one_line():
     assert result.output.strip().splitlines()[-1] == (
         "Error: --sufficient-factors on needs --mix grad (--mix param averages parameters, "
         "which have no factors); pass --mix grad, or --sufficient-factors auto or off")
+
+
+def test_a_layer_called_with_a_keyword_input_is_captured_too():
+    def body(comm, factors):
+        model = torch.nn.Linear(5, 3)
+        init = torch.Generator().manual_seed(0)  # private: the thread world shares torch's RNG
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(torch.randn(p.shape, generator=init))
+        opt = DistributedOptimizer(_sgd(model), model, comm, mix="grad", overlap=False,
+                                   sufficient_factors=factors)
+        gen = torch.Generator().manual_seed(comm.rank)
+        try:
+            for _ in range(2):
+                opt.zero_grad()
+                model(input=torch.randn(4, 5, generator=gen)).square().sum().backward()
+                opt.step()
+            return model.weight.detach().clone(), opt.factor_table
+        finally:
+            opt.close()
+
+    on, off = run_ranks(3, body, "on"), run_ranks(3, body, "off")
+    assert on[0][1][0]["form"] == "factors" and on[0][1][0]["rows"] == 4
+    for (a, _), (b, _) in zip(on, off, strict=True):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-7)

@@ -42,13 +42,15 @@ class FactorLayer:
     def weight(self) -> torch.nn.Parameter:
         return self.module.weight
 
-    def capture(self, module: torch.nn.Module, args: tuple, output: torch.Tensor) -> None:
-        """Forward hook: keep X; hook the output for dY (only when a backward can follow)."""
+    def capture(self, module: torch.nn.Module, args: tuple, kwargs: dict[str, Any],
+                output: torch.Tensor) -> None:
+        """Forward hook (``with_kwargs=True``): keep X; hook the output for dY (only when a
+        backward can follow)."""
         if not torch.is_grad_enabled() or not isinstance(output, torch.Tensor) \
                 or not output.requires_grad:
             return
-        pair: list[torch.Tensor | None] = [args[0].detach().reshape(-1, self.module.in_features),
-                                           None]
+        x = args[0] if args else kwargs["input"]
+        pair: list[torch.Tensor | None] = [x.detach().reshape(-1, self.module.in_features), None]
         self.pairs.append(pair)
 
         def keep(grad: torch.Tensor) -> None:

@@ -103,7 +103,8 @@ class FactorPath:
         self._thread: Any = None
         self._step: Callable[[], int] = lambda: 0
         for layer in self.layers:
-            layer.hooks.append(layer.module.register_forward_hook(layer.capture))
+            layer.hooks.append(layer.module.register_forward_hook(layer.capture,
+                                                                 with_kwargs=True))
             layer.grad()  # a tensor of its own from the start: zeroed in place, never None
 
     def _use(self, layers: list[FactorLayer]) -> None:
