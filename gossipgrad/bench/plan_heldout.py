@@ -40,7 +40,7 @@ import numpy as np
 
 from gossipgrad.bench.plan_predict import Inputs, Workload, measure_inputs
 from gossipgrad.bench.plan_runs import Config, confirm_regret, run_passes
-from gossipgrad.bench.plan_score import combine, score
+from gossipgrad.bench.plan_score import blocking_score, combine, score
 from gossipgrad.bench.plan_validate import (
     IDLE_WAIT_S,
     compute_check,
@@ -157,7 +157,8 @@ def held_out_report(size: int, link: str, host: HostShare, cal: FrozenCalibratio
                     work: Workload, passes: int, inputs: Inputs, local: dict[str, Any],
                     rows: list[dict[str, Any]], confirm: dict[str, Any]) -> dict[str, Any]:
     """One held-out size's report: its rows and its scores (``summary``: the frozen
-    calibration's predictions; ``summary_host_share``, ``summary_spare_core``)."""
+    calibration's predictions; ``summary_host_share``, ``summary_spare_core`` and its
+    ``_blocking`` subset)."""
     report = {
         "benchmark": "plan-validate", "held_out": True, "size": size, "link": link,
         "arch": work.arch, "hidden": work.hidden, "batch_size": work.batch_size,
@@ -173,6 +174,7 @@ def held_out_report(size: int, link: str, host: HostShare, cal: FrozenCalibratio
     for name, key in (("summary_host_share", "predicted_host_share_s"),
                       ("summary_spare_core", "predicted_spare_core_s")):
         report[name] = score(rows, [report], key=key)
+    report["summary_spare_core_blocking"] = blocking_score(rows, [report])
     return report
 
 

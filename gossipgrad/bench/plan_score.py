@@ -70,6 +70,15 @@ def score(rows: Sequence[dict[str, Any]], launches: Sequence[dict[str, Any]],
     return s
 
 
+def blocking_score(rows: Sequence[dict[str, Any]], launches: Sequence[dict[str, Any]],
+                   key: str = "predicted_spare_core_s") -> dict[str, Any] | None:
+    """:func:`score` of ``key`` over the configurations without overlap (blocking, or
+    ``mix=param``), where the model's spare-core assumption changes nothing: there the
+    nothing-fitted model is the profile plus the network fit alone. None with fewer than 2."""
+    subset = [r for r in rows if not r.get("overlap", True) or r.get("mix") == "param"]
+    return score(subset, launches, key=key) if len(subset) >= 2 else None
+
+
 def merge(paths: Sequence[str]) -> dict[str, Any]:
     """Score several launches' reports together (per-size summaries kept). A report of
     several sizes (``--sizes``) counts as its launches; each launch and its rows get a
@@ -193,7 +202,8 @@ def print_summary(report: dict[str, Any], launches: Sequence[dict[str, Any]]) ->
               file=sys.stderr)
     for name, what in (("summary", "calibrated, in-sample"),
                        ("summary_uncalibrated", "host term fitted, in-sample"),
-                       ("summary_spare_core", "nothing fitted")):
+                       ("summary_spare_core", "nothing fitted"),
+                       ("summary_spare_core_blocking", "nothing fitted, without overlap")):
         s = report.get(name)
         if s is not None:
             print(f'{name} ({what}): MAPE {s["mape_pct"]:.1f}%  worst '

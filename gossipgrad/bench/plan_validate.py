@@ -34,7 +34,8 @@ One launch, all on every rank (collective); steps 1, 3 and 4 are in
    predicted with ``overlap=False``. A config's prediction is the mean over passes. Each
    row also carries ``predicted_uncalibrated_s`` (the profile and fit as measured, with the
    host term; scored in ``summary_uncalibrated``) and ``predicted_spare_core_s`` (neither
-   calibration nor contention term, ``host=None``; ``summary_spare_core``). The
+   calibration nor contention term, ``host=None``; ``summary_spare_core``, and over the
+   configurations without overlap alone, ``summary_spare_core_blocking``). The
    compute-only row, predicted as the calibrated ``F + B + O``, is the compute term's
    error (``compute_check``);
 5. the regret is re-measured (:func:`~gossipgrad.bench.plan_runs.confirm_regret`): the
@@ -72,7 +73,7 @@ from gossipgrad.bench.plan_runs import (
     run_config,
     run_passes,
 )
-from gossipgrad.bench.plan_score import combine, score
+from gossipgrad.bench.plan_score import blocking_score, combine, score
 from gossipgrad.plan import Profile
 
 
@@ -135,6 +136,7 @@ def assemble_report(size: int, work: Workload, passes: int, inputs: Inputs,
     report["summary"] = score(rows, [report])
     report["summary_uncalibrated"] = score(rows, [report], key="predicted_uncalibrated_s")
     report["summary_spare_core"] = score(rows, [report], key="predicted_spare_core_s")
+    report["summary_spare_core_blocking"] = blocking_score(rows, [report])
     return report
 
 
