@@ -100,7 +100,8 @@ def test_a_predicted_size_above_the_launch_is_refused():
 PROBE = """
 from gossipgrad import runtime
 comm = runtime.init()
-print(f"rank={comm.rank} share={runtime.host_share(comm)}", flush=True)
+print(f"rank={comm.rank} share={runtime.host_share(comm)} own={runtime.usable_cores()}",
+      flush=True)
 """
 
 
@@ -114,3 +115,4 @@ def test_ranks_bound_one_per_core_count_the_cores_of_all_of_them():
         shares = re.findall(r"share=\((\d+), (\d+)\)", proc.stdout)
         cores = len(os.sched_getaffinity(0)) if not bind else 2
         assert shares == [(str(cores), "2")] * 2, (bind, proc.stdout)
+        assert re.findall(r"own=(\d+)", proc.stdout) == [str(cores if not bind else 1)] * 2

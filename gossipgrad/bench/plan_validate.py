@@ -75,6 +75,7 @@ from gossipgrad.bench.plan_runs import (
 )
 from gossipgrad.bench.plan_score import blocking_score, combine, score
 from gossipgrad.plan import Profile
+from gossipgrad.runtime import usable_cores
 
 
 def config_rows(configs: Sequence[Config], measured: Sequence[dict[str, Any]],
@@ -127,7 +128,7 @@ def assemble_report(size: int, work: Workload, passes: int, inputs: Inputs,
                     "param_bytes": p.param_bytes},
         "network": {**inputs.fit.network.to_json(), "duplex": inputs.duplex},
         "host": {**host.to_json(), "cores_per_rank": host.cores_per_rank,
-                 "spare_core": host.spare_core},
+                 "spare_core": host.spare_core, "rank0_cores": usable_cores()},
         "calibration": calibration.to_json(),
         "compute_check": compute_check(p, local),
         "configs": rows,
