@@ -13,7 +13,10 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
-from gossipgrad.comm.base import CommError, Communicator, WaitPolicy
+import numpy as np
+
+from gossipgrad.comm.base import CommError, Communicator, WaitPolicy, allreduce_
+from gossipgrad.comm.hosts import host_id
 from gossipgrad.options import DEFAULT_TIMEOUT_S
 from gossipgrad.settings import Settings, settings
 
@@ -95,16 +98,38 @@ def wait_policy(cores: int, per_node: int, env: Settings) -> WaitPolicy:
 
 
 def host_share(comm: Communicator) -> tuple[int, int]:
-    """(cores this rank may run on, ranks on this node): what :func:`init` divides, and
-    what the planner needs to know whether a communication thread has a core of its own."""
-    return usable_cores(), _ranks_on_node(comm)
+    """(cores the ranks of ``comm`` on this node may run on together, ranks on this node):
+    what the planner needs to know whether a communication thread has a core of its own.
+    Unbound ranks all see the node's cores; ranks bound one per core (``mpiexec -bind-to
+    core``) see one each, and the node has as many as their union. Collective."""
+    return node_cores(comm), _ranks_on_node(comm)
+
+
+def node_cores(comm: Communicator) -> int:
+    """The union of the affinity sets (``os.sched_getaffinity``) of the ranks of ``comm``
+    on this rank's host, found by one allreduce of raw int64s (host id, one flag per CPU).
+    Collective; 1 rank: :func:`usable_cores`."""
+    if comm.size == 1:
+        return usable_cores()
+    cpus = _affinity()
+    table = np.zeros((comm.size, 1 + max(max(cpus) + 1, os.cpu_count() or 1)), np.int64)
+    table[comm.rank, 0] = host_id()
+    table[comm.rank, 1 + np.array(sorted(cpus))] = 1
+    allreduce_(comm, table)
+    mine = table[:, 0] == table[comm.rank, 0]
+    return int((table[mine, 1:].sum(axis=0) > 0).sum()) or 1
 
 
 def usable_cores() -> int:
+    return len(_affinity()) or 1
+
+
+def _affinity() -> set[int]:
+    """The CPUs this process may run on (all of them where the OS does not tell)."""
     try:
-        return len(os.sched_getaffinity(0)) or 1
+        return set(os.sched_getaffinity(0)) or {0}
     except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+        return set(range(os.cpu_count() or 1))
 
 
 def _ranks_on_node(comm: Communicator) -> int:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gossipgrad.comm.base import CommError, CommTimeout
-from gossipgrad.comm.local import run_ranks
+from gossipgrad.comm.local import allreduce_, run_ranks
 from gossipgrad.comm.staging import Stager
 
 from multirank import checks
@@ -107,3 +107,25 @@ def test_bcast_and_barrier():
         return x.tolist()
 
     assert run_ranks(4, body, timeout=10) == [[2.0] * 3] * 4
+
+
+@pytest.mark.timeout(30)
+def test_split_gives_each_color_its_own_ranks_and_traffic():
+    """As MPI_Comm_split: ranks 0, 2, 4 and 1, 3 form two groups numbered in rank order;
+    None joins none; collectives and messages stay within a group."""
+    def body(comm):
+        sub = comm.split(None if comm.rank == 5 else comm.rank % 2)
+        if sub is None:
+            return None
+        total = float(allreduce_(sub, np.array([float(comm.rank)]))[0])
+        if sub.rank == 0:
+            sub.isend(np.array([10.0 + comm.rank]), 1, 3)
+        got = np.zeros(1)
+        if sub.rank == 1:
+            sub.irecv(got, 0, 3).wait(5)
+        sub.free()
+        return (sub.rank, sub.size, total, got[0])
+
+    assert run_ranks(6, body, timeout=10) == [
+        (0, 3, 6.0, 0.0), (0, 2, 4.0, 0.0), (1, 3, 6.0, 10.0), (1, 2, 4.0, 11.0),
+        (2, 3, 6.0, 0.0), None]

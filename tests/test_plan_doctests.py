@@ -11,6 +11,7 @@ MODULES = [
     "convergence",
     "fit",
     "formats",
+    "heldout",
     "host",
     "memory",
     "model",

@@ -125,3 +125,17 @@ def test_merge_expands_multi_size_reports_and_keeps_each_files_sizes_apart(tmp_p
     assert per["0:loop.json:2"]["regret"] == 1.0
     assert per["1:emu.json:2"]["regret"] == pytest.approx(1.2)  # 6 / 5, not mixed with loop
     assert m["summary"]["regret"] == pytest.approx(1.2)
+
+
+def test_blocking_score_keeps_only_the_configurations_without_overlap():
+    from gossipgrad.bench.plan_score import blocking_score
+
+    rows = [{**_row("a", 2, 1.0, 2.0), "overlap": True, "mix": "grad"},
+            {**_row("b", 2, 1.0, 1.0), "overlap": False, "mix": "grad"},
+            {**_row("c", 2, 2.2, 2.0), "overlap": False, "mix": "param"}]
+    for r in rows:
+        r["predicted_spare_core_s"] = r["predicted_s"]
+    launch = {"size": 2, "compute_check": {"predicted_s": 1.0, "measured_s": 1.0}}
+    s = blocking_score(rows, [launch])
+    assert s["n"] == 2 and s["mape_pct"] == pytest.approx(5.0)  # 0 % and 10 %, not a's 50 %
+    assert blocking_score(rows[:2], [launch]) is None

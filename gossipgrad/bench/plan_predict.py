@@ -116,12 +116,13 @@ class PassCalibration:
     """``before_pass`` of :func:`~gossipgrad.bench.plan_runs.run_passes`: before pass ``p``,
     ``pairs`` calibration rounds per strategy, fitted together with every round so far (the
     compute factor from this pass's rounds only); returns that pass's predictor. Keeps the
-    rounds (``runs``) and each pass's fit (``fits``). Collective."""
+    rounds (``runs``, each tagged with the size and ``link``) and each pass's fit
+    (``fits``). Collective."""
 
     def __init__(self, comm: Any, inputs: Inputs, work: Workload, pairs: int,
-                 steps: int) -> None:
+                 steps: int, link: str = "") -> None:
         self.comm, self.inputs, self.work = comm, inputs, work
-        self.pairs, self.steps = pairs, steps
+        self.pairs, self.steps, self.link = pairs, steps, link
         self.runs: list[dict[str, Any]] = []
         self.fits: list[dict[str, Any]] = []
 
@@ -130,6 +131,8 @@ class PassCalibration:
         new = calibration_rounds(self.comm, i.strategies, i.cap_mb, self.pairs, w.arch,
                                  w.hidden, w.batch_size, self.steps, w.warmup,
                                  first_round=p * self.pairs)
+        # Each round says where it was measured: a frozen calibration takes only its own.
+        new = [{**r, "size": self.comm.size, "link": self.link} for r in new]
         self.runs.extend(new)
         cal = fit_in_step(self.runs, new, i.cal_profile, i.exchange_s)
         self.fits.append(cal)

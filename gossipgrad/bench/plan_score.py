@@ -70,6 +70,15 @@ def score(rows: Sequence[dict[str, Any]], launches: Sequence[dict[str, Any]],
     return s
 
 
+def blocking_score(rows: Sequence[dict[str, Any]], launches: Sequence[dict[str, Any]],
+                   key: str = "predicted_spare_core_s") -> dict[str, Any] | None:
+    """:func:`score` of ``key`` over the configurations without overlap (blocking, or
+    ``mix=param``), where the model's spare-core assumption changes nothing: there the
+    nothing-fitted model is the profile plus the network fit alone. None with fewer than 2."""
+    subset = [r for r in rows if not r.get("overlap", True) or r.get("mix") == "param"]
+    return score(subset, launches, key=key) if len(subset) >= 2 else None
+
+
 def merge(paths: Sequence[str]) -> dict[str, Any]:
     """Score several launches' reports together (per-size summaries kept). A report of
     several sizes (``--sizes``) counts as its launches; each launch and its rows get a
@@ -86,19 +95,72 @@ def merge(paths: Sequence[str]) -> dict[str, Any]:
 
 
 def combine(launches: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """One report scoring the configurations of several reports (one per size) together."""
-    rows = [r for lc in launches for r in lc["configs"]]
-    return {"benchmark": "plan-validate",
-            "sizes": sorted({lc["size"] for lc in launches}),
-            "per_launch": [{"size": lc["size"], "group": _group(lc),
-                            "source": lc["network"].get("source"),
-                            "compute_check": lc["compute_check"], "summary": lc["summary"]}
-                           for lc in launches],
-            "configs": rows, "summary": score(rows, launches),
-            **{name: score(rows, launches, key=key)
-               for name, key in (("summary_uncalibrated", "predicted_uncalibrated_s"),
-                                 ("summary_spare_core", "predicted_spare_core_s"))
-               if all(key in r for r in rows)}}
+    """One report scoring the configurations of several reports (one per size) together:
+    ``summary`` over the in-sample ones, the ``oos_*`` keys (:func:`oos_scores`) over the
+    held-out ones (``held_out``: predicted from a calibration frozen at another size or
+    link)."""
+    fitted = [lc for lc in launches if not lc.get("held_out")]
+    held = [lc for lc in launches if lc.get("held_out")]
+    rows = [r for lc in fitted for r in lc["configs"]]
+    out: dict[str, Any] = {
+        "benchmark": "plan-validate",
+        "sizes": sorted({lc["size"] for lc in launches}),
+        "per_launch": [{"size": lc["size"], "group": _group(lc),
+                        "source": lc["network"].get("source"),
+                        **({"held_out": True, "link": lc.get("link")}
+                           if lc.get("held_out") else {}),
+                        "compute_check": lc["compute_check"], "summary": lc["summary"]}
+                       for lc in launches],
+        "configs": rows + [r for lc in held for r in lc["configs"]]}
+    if fitted:
+        out["summary"] = score(rows, fitted)
+        out.update({name: score(rows, fitted, key=key)
+                    for name, key in (("summary_uncalibrated", "predicted_uncalibrated_s"),
+                                      ("summary_spare_core", "predicted_spare_core_s"))
+                    if all(key in r for r in rows)})
+    if held:
+        out.update(oos_scores(held))
+    return out
+
+
+OOS_TARGETS = {"oos_mape_pct": 15.0, "oos_worst_pct": 35.0, "oos_tau_min": 0.7,
+               "oos_regret": 1.10}
+
+
+def oos_scores(launches: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The held-out scores of ``launches`` (each one size on one link, scored in its own
+    ``summary``): ``oos_mape_pct`` and ``oos_worst_pct`` over all their configurations,
+    ``oos_tau_min`` the smallest Kendall tau within one launch (None where none is
+    defined), ``oos_regret`` the largest (re-measured) regret; and the same four for the
+    models with nothing fitted to a run (``summary_oos_host_share``,
+    ``summary_oos_spare_core``)."""
+    def four(key: str, per: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        rows = [r for lc in launches for r in lc["configs"]]
+        s = summarize([((r["config"], _group(r)), r[key], r["measured_s"]) for r in rows])
+        taus = [p["kendall_tau"] for p in per if p["kendall_tau"] is not None]
+        return {"n": s.n, "mape_pct": s.mape_pct, "worst_pct": s.worst_abs_pct,
+                "tau_min": min(taus) if taus else None,
+                "regret": max(p["regret"] for p in per)}
+
+    own = four("predicted_s", [lc["summary"] for lc in launches])
+    out: dict[str, Any] = {f"oos_{k}": v for k, v in own.items()}
+    out["oos_per_size"] = {str(_group(lc)): {
+        "link": lc.get("link"), "calibrated_at": lc.get("calibrated_at"),
+        **{k: lc["summary"][k] for k in ("n", "mape_pct", "worst_abs_pct", "kendall_tau",
+                                         "regret")},
+        "chosen": lc["confirm"]["chosen"], "best": lc["confirm"]["best"]} for lc in launches}
+    out["oos_targets"] = OOS_TARGETS
+    tau = out["oos_tau_min"]
+    out["oos_meets_targets"] = bool(
+        out["oos_mape_pct"] <= OOS_TARGETS["oos_mape_pct"]
+        and out["oos_worst_pct"] <= OOS_TARGETS["oos_worst_pct"]
+        and tau is not None and tau >= OOS_TARGETS["oos_tau_min"]
+        and out["oos_regret"] <= OOS_TARGETS["oos_regret"])
+    for name, key in (("summary_oos_host_share", "predicted_host_share_s"),
+                      ("summary_oos_spare_core", "predicted_spare_core_s")):
+        if all(key in r for lc in launches for r in lc["configs"]):
+            out[name] = four(key, [score(lc["configs"], [lc], key=key) for lc in launches])
+    return out
 
 
 def markdown_table(report: dict[str, Any]) -> str:
@@ -124,6 +186,13 @@ def print_summary(report: dict[str, Any], launches: Sequence[dict[str, Any]]) ->
               f'meas {1e3 * r["measured_s"]:8.2f} ms  '
               f'(spare-core pred {1e3 * r["predicted_spare_core_s"]:8.2f} ms)', file=sys.stderr)
     for lc in launches:
+        if lc.get("held_out"):
+            at, h = lc["calibrated_at"], lc["host"]
+            print(f'size {lc["size"]} on {lc["link"]}: held out, predicted from the '
+                  f'calibration at size {at["size"]} on {at["link"]}; {h["cores"]} cores, '
+                  f'{h["ranks_per_host"]} ranks on the host (share x{h["share_ratio"]:.2f})',
+                  file=sys.stderr)
+            continue
         h, c = lc["host"], lc["calibration"]
         print(f'size {lc["size"]}: {h["cores"]} cores, {h["ranks_per_host"]} ranks on the '
               f'host, spare core {h["spare_core"]}, overlap {1e6 * h.get("overlap_s", 0):.0f} '
@@ -131,8 +200,20 @@ def print_summary(report: dict[str, Any], launches: Sequence[dict[str, Any]]) ->
               f'calibration: compute x{c["compute_factor"]:.3f}, exchange '
               + ", ".join(f"{k} x{v:.2f}" for k, v in c["exchange_factor"].items()),
               file=sys.stderr)
-    for name in ("summary", "summary_uncalibrated", "summary_spare_core"):
+    for name, what in (("summary", "calibrated, in-sample"),
+                       ("summary_uncalibrated", "host term fitted, in-sample"),
+                       ("summary_spare_core", "nothing fitted"),
+                       ("summary_spare_core_blocking", "nothing fitted, without overlap")):
         s = report.get(name)
         if s is not None:
-            print(f'{name}: MAPE {s["mape_pct"]:.1f}%  worst {s["worst_abs_pct"]:.1f}%  '
-                  f'tau {s["kendall_tau"]}  regret {s["regret"]:.3f}', file=sys.stderr)
+            print(f'{name} ({what}): MAPE {s["mape_pct"]:.1f}%  worst '
+                  f'{s["worst_abs_pct"]:.1f}%  tau {s["kendall_tau"]}  regret '
+                  f'{s["regret"]:.3f}', file=sys.stderr)
+    if "oos_mape_pct" in report:
+        held = {"oos (held out)": {k[4:]: v for k, v in report.items() if k.startswith("oos_")},
+                **{f"{n[8:]} (held out)": report[n] for n in ("summary_oos_host_share",
+                                                              "summary_oos_spare_core")
+                   if n in report}}
+        for name, s in held.items():
+            print(f'{name}: MAPE {s["mape_pct"]:.1f}%  worst {s["worst_pct"]:.1f}%  tau min '
+                  f'{s["tau_min"]}  regret {s["regret"]:.3f}', file=sys.stderr)

@@ -34,7 +34,8 @@ One launch, all on every rank (collective); steps 1, 3 and 4 are in
    predicted with ``overlap=False``. A config's prediction is the mean over passes. Each
    row also carries ``predicted_uncalibrated_s`` (the profile and fit as measured, with the
    host term; scored in ``summary_uncalibrated``) and ``predicted_spare_core_s`` (neither
-   calibration nor contention term, ``host=None``; ``summary_spare_core``). The
+   calibration nor contention term, ``host=None``; ``summary_spare_core``, and over the
+   configurations without overlap alone, ``summary_spare_core_blocking``). The
    compute-only row, predicted as the calibrated ``F + B + O``, is the compute term's
    error (``compute_check``);
 5. the regret is re-measured (:func:`~gossipgrad.bench.plan_runs.confirm_regret`): the
@@ -53,7 +54,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -72,8 +73,9 @@ from gossipgrad.bench.plan_runs import (
     run_config,
     run_passes,
 )
-from gossipgrad.bench.plan_score import combine, score
+from gossipgrad.bench.plan_score import blocking_score, combine, score
 from gossipgrad.plan import Profile
+from gossipgrad.runtime import usable_cores
 
 
 def config_rows(configs: Sequence[Config], measured: Sequence[dict[str, Any]],
@@ -126,7 +128,7 @@ def assemble_report(size: int, work: Workload, passes: int, inputs: Inputs,
                     "param_bytes": p.param_bytes},
         "network": {**inputs.fit.network.to_json(), "duplex": inputs.duplex},
         "host": {**host.to_json(), "cores_per_rank": host.cores_per_rank,
-                 "spare_core": host.spare_core},
+                 "spare_core": host.spare_core, "rank0_cores": usable_cores()},
         "calibration": calibration.to_json(),
         "compute_check": compute_check(p, local),
         "configs": rows,
@@ -135,29 +137,51 @@ def assemble_report(size: int, work: Workload, passes: int, inputs: Inputs,
     report["summary"] = score(rows, [report])
     report["summary_uncalibrated"] = score(rows, [report], key="predicted_uncalibrated_s")
     report["summary_spare_core"] = score(rows, [report], key="predicted_spare_core_s")
+    report["summary_spare_core_blocking"] = blocking_score(rows, [report])
     return report
 
 
-def measure(comm: Any, *, arch: str = "mlp", hidden: int = 1024, batch_size: int = 32,
-            configs: Sequence[Config], steps: int = 20, warmup: int = 5,
-            profile_steps: int = 20, net_max_mb: float = 16.0, net_reps: int = 5,
-            calibrate_allreduce: bool = False, calibrate_mb: float | None = None,
-            calibrate_pairs: int = 2, calibrate_steps: int | None = None,
-            confirm_rounds: int = 3, passes: int = 1) -> dict[str, Any]:
+@dataclass(frozen=True)
+class InSample:
+    """What :func:`measure_in_sample` measured: the report, the inputs (profile, fit, host)
+    and the calibration rounds (which a held-out launch freezes)."""
+
+    report: dict[str, Any]
+    inputs: Inputs
+    calibration: PassCalibration
+
+
+def measure(comm: Any, **kw: Any) -> dict[str, Any]:
     """Profile, fit, run and predict every config (collective). Returns rank 0's report
-    (other ranks get the same dict; only rank 0 should print it)."""
+    (other ranks get the same dict; only rank 0 should print it). ``kw``: those of
+    :func:`measure_in_sample`."""
+    return measure_in_sample(comm, **kw).report
+
+
+def measure_in_sample(comm: Any, *, arch: str = "mlp", hidden: int = 1024,
+                      batch_size: int = 32, configs: Sequence[Config], steps: int = 20,
+                      warmup: int = 5, profile_steps: int = 20, net_max_mb: float = 16.0,
+                      net_reps: int = 5, calibrate_allreduce: bool = False,
+                      calibrate_mb: float | None = None, calibrate_pairs: int = 2,
+                      calibrate_steps: int | None = None, confirm_rounds: int = 3,
+                      passes: int = 1, link: str = "") -> InSample:
+    """:func:`measure`, keeping its inputs and calibration. ``link`` labels the calibration
+    rounds (with the size) for :class:`~gossipgrad.plan.heldout.FrozenCalibration`.
+    Collective."""
     work = Workload(arch, hidden, batch_size, steps, warmup)
     inputs = measure_inputs(comm, configs, arch=arch, hidden=hidden, batch_size=batch_size,
                             profile_steps=profile_steps, net_max_mb=net_max_mb,
                             net_reps=net_reps, calibrate_allreduce=calibrate_allreduce,
                             calibrate_mb=calibrate_mb)
-    calibration = PassCalibration(comm, inputs, work, calibrate_pairs, calibrate_steps or steps)
+    calibration = PassCalibration(comm, inputs, work, calibrate_pairs, calibrate_steps or steps,
+                                  link=link)
     # The compute-only configuration goes first in every pass, like any other.
     local, *measured = run_passes(comm, [Config("local", 25.0), *configs], passes, arch,
                                   hidden, batch_size, steps, warmup, before_pass=calibration)
     rows = config_rows(configs, measured, local, inputs, comm.size)
     confirm = confirm_choice(comm, rows, configs, confirm_rounds, work)
-    return assemble_report(comm.size, work, passes, inputs, calibration, local, rows, confirm)
+    report = assemble_report(comm.size, work, passes, inputs, calibration, local, rows, confirm)
+    return InSample(report, inputs, calibration)
 
 
 IDLE_WAIT_S = 3600.0

@@ -141,8 +141,9 @@ class _Reduce:
 class LocalCommunicator:
     """One rank's view of a :class:`LocalWorld`. Thread-safe."""
 
-    def __init__(self, world: LocalWorld, rank: int, ctx: tuple) -> None:
-        self.world, self.rank, self.size, self.ctx = world, rank, world.size, ctx
+    def __init__(self, world: LocalWorld, rank: int, ctx: tuple, size: int | None = None) -> None:
+        self.world, self.rank, self.ctx = world, rank, ctx
+        self.size = world.size if size is None else size
         self.timeout = world.timeout
         self.policy = WaitPolicy()  # waits block on the world's condition; no polling
         self._seq = 0
@@ -220,7 +221,27 @@ class LocalCommunicator:
         with self._lock:
             self._dups += 1
             ctx = (*self.ctx, self._dups)
-        return LocalCommunicator(self.world, self.rank, ctx)
+        return LocalCommunicator(self.world, self.rank, ctx, self.size)
+
+    def split(self, color: int | None) -> LocalCommunicator | None:
+        """The ranks that pass the same ``color`` (an int >= 0), in rank order, as a
+        communicator of their own; None on ranks that pass None. Collective, as MPI's."""
+        colors = np.full(self.size, -1, dtype=np.int64)
+        if color is not None:
+            if color < 0:
+                raise ValueError(f"rank {self.rank}: split color must be >= 0 or None")
+            colors[self.rank] = color
+        allreduce_(self, colors, ReduceOp.MAX)
+        with self._lock:
+            self._dups += 1
+            ctx = (*self.ctx, "split", self._dups, color)
+        if color is None:
+            return None
+        members = [r for r in range(self.size) if colors[r] == color]
+        return LocalCommunicator(self.world, members.index(self.rank), ctx, len(members))
+
+    def free(self) -> None:
+        """Nothing to release in-process (MPI's sub-communicators need it)."""
 
     def abort(self, code: int = 1) -> None:
         self.world.fail(f"rank {self.rank} called abort({code})")
