@@ -53,8 +53,10 @@ def init(timeout: float = DEFAULT_TIMEOUT_S, verbose: bool = False) -> Communica
         from gossipgrad.comm.mpi import MpiCommunicator, node_size, thread_multiple
 
         per_node = node_size()
+        # Ranks bound one per core each see one core: the node's are their union.
+        together = node_cores(MpiCommunicator(timeout=timeout, delay_s=0.0))
         comm: Communicator = MpiCommunicator(timeout=timeout,
-                                             policy=wait_policy(cores, per_node, env))
+                                             policy=wait_policy(together, per_node, env))
         setup_logging(comm.rank, comm.size, verbose)
         if not thread_multiple():
             log.warning("MPI granted less than MPI_THREAD_MULTIPLE: MPI calls from the "
@@ -62,7 +64,7 @@ def init(timeout: float = DEFAULT_TIMEOUT_S, verbose: bool = False) -> Communica
     else:
         from gossipgrad.comm.local import LocalWorld
 
-        per_node = 1
+        per_node, together = 1, cores
         comm = LocalWorld(1, timeout=timeout).communicators()[0]
         setup_logging(0, 1, verbose)
     import torch
@@ -70,7 +72,7 @@ def init(timeout: float = DEFAULT_TIMEOUT_S, verbose: bool = False) -> Communica
     torch.set_num_threads(torch_threads(cores, per_node, env))
     if comm.rank == 0 and comm.policy.spin_s == 0.0 and env.wait_spin_s is None:
         log.info("%d ranks share %d cores: waits yield the CPU instead of spinning "
-                 "(GOSSIPGRAD_WAIT_SPIN_S overrides)", per_node, cores)
+                 "(GOSSIPGRAD_WAIT_SPIN_S overrides)", per_node, together)
     return comm
 
 
