@@ -27,7 +27,9 @@ behind the next forward. Parameters must therefore be read through their own mod
 ``overlap=False``. Overlapped and blocking exchange give bit-identical results.
 Staleness 1 completes the exchange posted at step t at step t+1 and applies the mixing
 correction ``(peer's - own) / 2`` computed from step t's values, which keeps the mean over
-ranks exact.
+ranks exact. ``max_lag=S`` (S >= 1) lets frames lag up to S steps and a slow rank skip
+compute to catch up (:mod:`gossipgrad.engine.lagged`; call ``behind()`` before the forward
+and ``skip_step()`` instead of ``step()`` when it is True).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import torch
 
 from gossipgrad.comm.base import Communicator, Tag
 from gossipgrad.comm.exchange import Exchange, Pending, make_exchange
+from gossipgrad.comm.lagged import HEADER_BYTES
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.comm.staging import Stager
 from gossipgrad.engine.buckets import BucketLayout
@@ -49,6 +52,7 @@ from gossipgrad.engine.consensus import (
     consensus_distance,
     verify_identical,
 )
+from gossipgrad.engine.lagged import LaggedMixer
 from gossipgrad.engine.wrapped import WrappedOptimizer
 from gossipgrad.options import ExchangeOptions, Mix, Strategy, exchange_options
 
@@ -101,7 +105,10 @@ class DistributedOptimizer(WrappedOptimizer):
                                                 copy_send=False)
         self.communicates = comm.size > 1 and self.strategy is not Strategy.LOCAL
         self._collective = self.strategy is Strategy.ALLREDUCE  # posted in order, by the caller
-        self.overlap = opts.overlap and self.communicates
+        lagged = opts.max_lag > 0 and self.communicates
+        self.lagged = LaggedMixer(comm, self.schedule, self.layout, self.mix, opts.max_lag,
+                                  self.staleness, poll=opts.overlap) if lagged else None
+        self.overlap = opts.overlap and self.communicates and not lagged  # lag: its own poller
         # A window only where a forward waits for buckets in order (and the order is fixed).
         window = PARAM_WINDOW if self.mix is Mix.PARAM and self.staleness == 0 else None
         self._thread = CommThread(self.exchange, comm.timeout, window) if self.overlap else None
@@ -138,6 +145,10 @@ class DistributedOptimizer(WrappedOptimizer):
             raise RuntimeError("gradients were detached from their buckets (was "
                                "zero_grad(set_to_none=True) called on the inner optimizer?); "
                                "call zero_grad() on the DistributedOptimizer instead")
+        if self.lagged is not None:
+            loss = self.lagged.step_(self.step_count, self.optimizer, closure, computed=True)
+            self._advance()
+            return loss
         if self.mix is Mix.GRAD:
             self._mix_buckets([b.grads for b in self.layout.buckets], Tag.GRAD_BUCKET)
             loss = self.optimizer.step(closure)
@@ -148,10 +159,28 @@ class DistributedOptimizer(WrappedOptimizer):
         else:
             loss = self.optimizer.step(closure)
             self._mix_buckets([b.values for b in self.layout.buckets], Tag.PARAM_BUCKET)
+        self._advance()
+        return loss
+
+    def _advance(self) -> None:
         self.step_count += 1
         if self.sync_every and self.step_count % self.sync_every == 0:
             self.synchronize()
-        return loss
+
+    def behind(self) -> bool:
+        """True when a peer is far enough ahead that this rank should skip this step's
+        forward and backward and call :meth:`skip_step` (``max_lag >= 1`` only)."""
+        return self.lagged is not None and self.lagged.behind(self.step_count)
+
+    def skip_step(self) -> None:
+        """This step's exchange without a gradient of this rank's (after :meth:`behind`):
+        param mix sends and mixes without an optimizer step; grad mix applies the halves of
+        the peers' gradients that have arrived."""
+        if self.lagged is None:
+            raise RuntimeError("skip_step() needs max_lag >= 1 (--max-lag)")
+        self.zero_grad()
+        self.lagged.step_(self.step_count, self.optimizer, None, computed=False)
+        self._advance()
 
     def _grad_ready(self, p: torch.Tensor) -> None:
         b = self._bucket_of[id(p)]
@@ -248,7 +277,12 @@ class DistributedOptimizer(WrappedOptimizer):
     # -- whole-model operations -------------------------------------------------------
     def drain(self) -> None:
         """Complete any exchange still in flight: an overlapped parameter exchange is
-        applied; a staleness-1 exchange is completed without applying it."""
+        applied; a staleness-1 exchange is completed without applying it; lagged frames
+        are applied (grad mix: the halves still owed, with one optimizer step)."""
+        if self.lagged is not None:
+            if self.lagged.drain_(self.step_count):
+                self.optimizer.step()
+            return
         self.wait_parameters()
         for key, pending, _ in self._stale:
             self._complete_stale(key, pending)  # mixed, never applied
@@ -257,6 +291,9 @@ class DistributedOptimizer(WrappedOptimizer):
     def synchronize(self) -> None:
         """Global average of parameters and floating buffers: one consensus model."""
         self.drain()
+        if self.lagged is not None:
+            self.lagged.average_(self.model)  # the push-sum weights' exact mean
+            return
         average_parameters_(self.model, self.comm)
 
     def consensus_distance(self) -> float:
@@ -266,11 +303,14 @@ class DistributedOptimizer(WrappedOptimizer):
     def bytes_sent_per_step(self) -> float:
         if not self.communicates:
             return 0.0
-        return sum(self.exchange.bytes_sent(b.nbytes) for b in self.layout.buckets)
+        extra = HEADER_BYTES if self.lagged is not None else 0
+        return sum(self.exchange.bytes_sent(b.nbytes) + extra for b in self.layout.buckets)
 
     def close(self) -> None:
         """Complete everything in flight (no message is left unmatched), stop the thread."""
         self.drain()
+        if self.lagged is not None:
+            self.lagged.close(self.step_count)
         for h in self._hooks:
             h.remove()
         self._hooks = []
