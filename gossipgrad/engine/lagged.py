@@ -39,9 +39,10 @@ import logging
 import time
 from typing import Any
 
+import numpy as np
 import torch
 
-from gossipgrad.comm.base import Communicator, Tag
+from gossipgrad.comm.base import Communicator, Tag, allreduce_
 from gossipgrad.comm.lagged import LagLink, Poller
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.engine.buckets import BucketLayout
@@ -211,3 +212,25 @@ class LaggedMixer:
         seconds they waited; the most steps ahead a peer was seen."""
         return {"lag_waits": self.waits, "lag_wait_seconds": self.wait_s,
                 "max_peer_ahead": self.max_ahead}
+
+
+def skip_summary(comm: Communicator, opt: Any, skipped_steps: int, samples_skipped: int,
+                 samples_scheduled: int) -> dict[str, Any]:
+    """Collective: what catching up cost, for the run's summary (identical on every rank):
+    steps and samples skipped per rank and summed, the share of scheduled samples that was
+    computed, and each rank's waits for a frame ``max_lag`` steps old."""
+    lag = getattr(opt, "lagged", None)
+    stats = lag.stats() if lag is not None else {"lag_waits": 0, "lag_wait_seconds": 0.0}
+    per_rank = np.zeros((4, comm.size), dtype=np.float64)
+    per_rank[:, comm.rank] = (skipped_steps, samples_skipped, stats["lag_waits"],
+                              stats["lag_wait_seconds"])
+    if comm.size > 1:
+        allreduce_(comm, per_rank, what="run summary")
+    total = comm.size * samples_scheduled
+    return {"skipped_steps": int(per_rank[0].sum()),
+            "samples_skipped": int(per_rank[1].sum()),
+            "skipped_steps_per_rank": [int(v) for v in per_rank[0]],
+            "samples_skipped_per_rank": [int(v) for v in per_rank[1]],
+            "computed_fraction": 1.0 - per_rank[1].sum() / total if total else 1.0,
+            "lag_waits_per_rank": [int(v) for v in per_rank[2]],
+            "lag_wait_seconds_per_rank": [round(float(v), 3) for v in per_rank[3]]}
