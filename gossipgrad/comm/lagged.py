@@ -264,23 +264,35 @@ class LagLink:
 
 class Poller:
     """A thread that keeps a link's frames moving while the training thread computes (MPI
-    moves data only inside MPI calls): tests them, backing off up to ``max_pause_s``."""
+    moves data only inside MPI calls): tests them, backing off up to ``max_pause_s``.
+    :meth:`pause` parks it (after a drain nothing can arrive until this rank posts again);
+    :meth:`resume` wakes it."""
 
     def __init__(self, link: LagLink, max_pause_s: float, name: str = "gossipgrad-lag") -> None:
         self.link = link
-        self._stop = threading.Event()
+        self._stop = False
+        self._active = threading.Event()
+        self._active.set()
         self._pause = max_pause_s
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         backoff = Backoff(0.0, self._pause)
-        while not self._stop.is_set():
+        while not self._stop:
+            self._active.wait()
             if self.link.poll():
                 backoff.reset()
             else:
                 backoff.sleep()
 
+    def pause(self) -> None:
+        self._active.clear()
+
+    def resume(self) -> None:
+        self._active.set()
+
     def close(self) -> None:
-        self._stop.set()
+        self._stop = True
+        self._active.set()
         self._thread.join(timeout=5)

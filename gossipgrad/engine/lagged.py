@@ -98,6 +98,7 @@ class LaggedMixer:
     def behind(self, step: int) -> bool:
         """True if a peer is at least ``ceil(S / 2)`` steps ahead of ``step``: skip this
         step's compute to catch up. Never blocks."""
+        self._resume()
         ahead = self.link.ahead(step, self.least_ahead)
         self.max_ahead = max(self.max_ahead, ahead)
         return ahead >= self.least_ahead
@@ -128,6 +129,7 @@ class LaggedMixer:
     def mix_params_(self, step: int) -> None:
         """After the optimizer step (or none, on a skipped step): send (z, w/2), keep w/2,
         add what has arrived, and wait for step ``step - S`` if it has not."""
+        self._resume()
         half = self.weight / 2
         self.link.post(step, lambda i, f: f.payload.copy_(self.layout.buckets[i].values), half)
         self.weight = half
@@ -137,11 +139,16 @@ class LaggedMixer:
         """Before the optimizer step: send this step's gradients (weight 0 on a skipped
         step: nothing to add), keep half, add the halves of the peers' that have arrived,
         and wait for step ``step - S`` if it has not."""
+        self._resume()
         buckets = self.layout.buckets
         self.link.post(step, lambda i, f: f.payload.copy_(buckets[i].grads), float(computed))
         for b in buckets:
             b.grads.mul_(0.5)
         self._take(step)
+
+    def _resume(self) -> None:
+        if self.poller is not None:
+            self.poller.resume()
 
     def _take(self, step: int) -> None:
         """Mix what has arrived for steps <= step - staleness; wait for step - S first if
@@ -177,6 +184,8 @@ class LaggedMixer:
         if self.link.closed:
             return False
         self.link.wait(steps_done - 1)
+        if self.poller is not None:  # nothing can arrive before this rank posts again
+            self.poller.pause()
         if self.mix is Mix.GRAD:
             for b in self.layout.buckets:
                 b.grads.zero_()
