@@ -72,6 +72,7 @@ class Run:
         self.speed = Throughput(cfg.data.batch_size * comm.size)
         self.last: dict[str, Any] = {}
         self.comm_s = 0.0
+        self.eval_s = 0.0  # evaluations (global averages: waits for the slowest rank too)
         self.straggler = Straggler(comm.rank)
         self.skipped_steps = self.samples_skipped = self.samples_scheduled = 0  # --max-lag
         self.agreement: PeriodicAgreement | None = None
@@ -188,12 +189,14 @@ class Run:
                              img_s=f"{rec['samples_per_s']:.0f}")
 
     def evaluate(self, step: int) -> None:
+        t0 = time.perf_counter()
         with self.speed.paused():
             distance = self.opt.consensus_distance()
             self.opt.synchronize()
             self.last = {"event": "eval", "step": step, "epoch": step / self.spe,
                          "consensus_distance": distance,
                          **evaluate(self.model, self.source, self.comm, self.device)}
+        self.eval_s += time.perf_counter() - t0
         self.metrics.write(self.last)
         line = (f"step {step} (epoch {step / self.spe:.2f}): top1 {100 * self.last['top1']:.2f}% "
                 f"top5 {100 * self.last['top5']:.2f}% loss {self.last['test_loss']:.4f} "
@@ -276,6 +279,7 @@ class Run:
                    "dataset": self.source.name, "batch_size": cfg.data.batch_size,
                    "bytes_sent_per_step": self.opt.bytes_sent_per_step(),
                    "model_bytes": self.opt.layout.nbytes, "comm_seconds": self.comm_s,
+                   "eval_seconds": self.eval_s,
                    "wall_seconds": self.speed.wall(), "images_per_s": ips,
                    "samples_per_s": ips, "skipped_corrupt": skipped, "stopped": stopped,
                    "checkpoint": (ckpt.checkpoint_path(cfg.run.run_dir, saved) if saved >= 0
