@@ -106,15 +106,16 @@ def check_lagged_grad_halves_applied_once(comm) -> None:
     synchronize() (which applies the halves still owed) the mean is the closed form."""
     if comm.size == 1:
         return
-    for max_lag, overlap in ((2, True), (3, False)):
-        model, opt = _lagged(comm, "grad", max_lag, overlap=overlap)
+    for max_lag, staleness, overlap in ((2, 0, True), (3, 0, False), (2, 1, True)):
+        model, opt = _lagged(comm, "grad", max_lag, staleness, overlap=overlap)
         try:
             computed = _run_slow(comm, opt, model, slow_rank=comm.size - 1, pause_s=0.02)
             _lag_was_exercised(comm, opt)
             opt.synchronize()
             for p, want in zip(model.parameters(), _expected_mean(comm, computed), strict=True):
                 err = float((p.detach() - want).abs().max())
-                assert err < 1e-9, f"rank {comm.rank} max_lag {max_lag}: mean off by {err}"
+                assert err < 1e-9, (f"rank {comm.rank} max_lag {max_lag} staleness "
+                                    f"{staleness}: mean off by {err}")
         finally:
             opt.close()
 
