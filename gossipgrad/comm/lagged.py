@@ -7,8 +7,8 @@ far behind it is (:meth:`LagLink.ahead`). Nothing is mixed here: the caller take
 frames that have arrived (:meth:`LagLink.arrived`) and must wait only for the frames of
 step ``t - max_lag`` (:meth:`LagLink.wait`), which is the lag bound.
 
-A frame is 24 header bytes (float64: the push-sum weight, the step, flags) followed by the
-bucket's bytes, in host memory::
+A frame is 32 header bytes (float64: the push-sum weight, the step, flags, the sender's
+compute pace) followed by the bucket's bytes, in host memory::
 
     link = LagLink(comm.dup(), schedule, [(nbytes, torch.float32)], [Tag.PARAM_BUCKET],
                    max_lag=2, lookahead=2)
@@ -37,15 +37,16 @@ from gossipgrad.comm.base import Backoff, CommTimeout, Communicator, Request, Wa
 from gossipgrad.comm.buffers import host_array
 from gossipgrad.comm.schedule import Schedule
 
-HEADER_BYTES = 24
-"""float64 weight, float64 step, float64 flags."""
+HEADER_BYTES = 32
+"""float64 weight, step, flags and pace (the sender's seconds of compute per step; 0: not
+known)."""
 
 END = 1
 """Flag of a closing frame: it matches a receive posted ahead and carries nothing."""
 
 
 class Frame:
-    """One message buffer in host memory: ``header`` (3 x float64) then ``payload``."""
+    """One message buffer in host memory: ``header`` (4 x float64) then ``payload``."""
 
     def __init__(self, nbytes: int, dtype: torch.dtype) -> None:
         self.raw = torch.zeros(HEADER_BYTES + nbytes, dtype=torch.uint8)
@@ -67,8 +68,13 @@ class Frame:
     def flags(self) -> int:
         return int(self.header[2])
 
-    def stamp(self, weight: float, step: int, flags: int = 0) -> None:
-        self.header[0], self.header[1], self.header[2] = weight, float(step), float(flags)
+    @property
+    def pace(self) -> float:
+        return float(self.header[3])
+
+    def stamp(self, weight: float, step: int, flags: int = 0, pace: float = 0.0) -> None:
+        self.header[0], self.header[1] = weight, float(step)
+        self.header[2], self.header[3] = float(flags), pace
 
     def test(self) -> bool:
         """True once the frame's request completed (call under the link's lock)."""
@@ -131,20 +137,22 @@ class LagLink:
                 self.recvs.append((step, frames))
         self.posted_to = max(self.posted_to, upto)
 
-    def post(self, step: int, fill: Any, weight: float, flags: int = 0) -> None:
+    def post(self, step: int, fill: Any, weight: float, flags: int = 0,
+             pace: float = 0.0) -> None:
         """Send step ``step``'s frames to ``dst(step)``: ``fill(i, frame)`` writes bucket
-        i's payload; the header gets ``weight``, ``step`` and ``flags``. Receives are then
-        posted up to ``step + 1 + lookahead`` (what :meth:`ahead` looks at next step)."""
+        i's payload; the header gets ``weight``, ``step``, ``flags`` and ``pace``. Receives
+        are then posted up to ``step + 1 + lookahead`` (what :meth:`ahead` looks at next
+        step)."""
         self.ensure_receives(step + 1 + self.lookahead, first=step)
-        self._send(step, fill, weight, flags)
+        self._send(step, fill, weight, flags, pace)
 
-    def _send(self, step: int, fill: Any, weight: float, flags: int) -> None:
+    def _send(self, step: int, fill: Any, weight: float, flags: int, pace: float = 0.0) -> None:
         dst = self.schedule.peers(self.comm.rank, step).dst
         frames = self._frames(self._free_sends)
         for i, (f, tag) in enumerate(zip(frames, self.tags, strict=True)):
             if fill is not None:
                 fill(i, f)
-            f.stamp(weight, step, flags)
+            f.stamp(weight, step, flags, pace)
             f.request = self.comm.isend(f.wire, dst, tag,
                                         WaitContext("received nothing", dst, tag, step))
         with self.lock:

@@ -25,9 +25,13 @@ not linear in the gradient); the consensus distance is measured at every evaluat
 
 Catching up: receives are posted S steps ahead. If, before its compute, a rank sees that
 the frames of step ``t + k`` have already arrived for some k >= ceil(S / 2), a peer is k
-steps ahead: :meth:`LaggedMixer.behind` says so and the caller skips this step's forward
-and backward (``DistributedOptimizer.skip_step``), so a slow rank computes fewer samples
-instead of holding the others back. What that cost is counted by the caller.
+steps ahead; if this rank's compute is also slower than its peers' (each frame carries its
+sender's pace, the moving average of the seconds from ``behind()`` to ``step()``; slower
+means by more than :data:`PACE_MARGIN`), :meth:`LaggedMixer.behind` says so and the caller
+skips this step's forward and backward (``DistributedOptimizer.skip_step``), so a slow rank
+computes fewer samples instead of holding the others back. A rank that is only behind (a
+pause, not a slower pace) keeps computing: the lag bound, not a skipped batch, absorbs it.
+What skipping cost is counted by the caller.
 
 Results depend on timing (which frames have arrived when), so runs with S >= 1 are not
 bit-reproducible; S = 0 (the default) is lockstep and unchanged.
@@ -50,6 +54,13 @@ from gossipgrad.engine.consensus import average_parameters_
 from gossipgrad.options import Mix
 
 log = logging.getLogger(__name__)
+
+
+PACE_MARGIN = 1.1
+"""A rank skips only when its compute pace is more than this many times its peers'."""
+
+PACE_SMOOTHING = 0.2
+"""Weight of the newest sample in the moving averages of compute pace."""
 
 
 def skip_threshold(max_lag: int) -> int:
@@ -93,15 +104,23 @@ class LaggedMixer:
         self.waits = 0  # steps that had to wait for a frame of step t - S
         self.wait_s = 0.0
         self.max_ahead = 0  # the most steps ahead a peer was seen
+        self.pace: float | None = None  # seconds from behind() to step(), moving average
+        self.peer_pace: float | None = None  # the same, of the frames' senders
+        self._computing_since: float | None = None
 
     # -- the step ----------------------------------------------------------------------
     def behind(self, step: int) -> bool:
-        """True if a peer is at least ``ceil(S / 2)`` steps ahead of ``step``: skip this
-        step's compute to catch up. Never blocks."""
+        """True if a peer is at least ``ceil(S / 2)`` steps ahead of ``step`` and this
+        rank's compute is slower than its peers' (or either pace is not known yet): skip
+        this step's compute to catch up. Never blocks; starts timing the compute."""
         self._resume()
         ahead = self.link.ahead(step, self.least_ahead)
         self.max_ahead = max(self.max_ahead, ahead)
-        return ahead >= self.least_ahead
+        slower = (self.pace is None or self.peer_pace is None
+                  or self.pace > PACE_MARGIN * self.peer_pace)
+        skip = ahead >= self.least_ahead and slower
+        self._computing_since = None if skip else time.perf_counter()
+        return skip
 
     def step_(self, step: int, optimizer: torch.optim.Optimizer, closure: Any = None,
               computed: bool = True) -> Any:
@@ -109,6 +128,9 @@ class LaggedMixer:
         (param: update, then send; grad: send, then update with the mixed halves). Without a
         gradient of this rank's (``computed=False``), param mix takes no update."""
         loss = None
+        if computed and self._computing_since is not None:
+            self.pace = _smooth(self.pace, time.perf_counter() - self._computing_since)
+        self._computing_since = None
         if self.mix is Mix.GRAD:
             self.mix_grads_(step, computed)
             loss = optimizer.step(closure)
@@ -131,7 +153,8 @@ class LaggedMixer:
         add what has arrived, and wait for step ``step - S`` if it has not."""
         self._resume()
         half = self.weight / 2
-        self.link.post(step, lambda i, f: f.payload.copy_(self.layout.buckets[i].values), half)
+        self.link.post(step, lambda i, f: f.payload.copy_(self.layout.buckets[i].values), half,
+                       pace=self.pace or 0.0)
         self.weight = half
         self._take(step)
 
@@ -141,7 +164,8 @@ class LaggedMixer:
         and wait for step ``step - S`` if it has not."""
         self._resume()
         buckets = self.layout.buckets
-        self.link.post(step, lambda i, f: f.payload.copy_(buckets[i].grads), float(computed))
+        self.link.post(step, lambda i, f: f.payload.copy_(buckets[i].grads), float(computed),
+                       pace=self.pace or 0.0)
         for b in buckets:
             b.grads.mul_(0.5)
         self._take(step)
@@ -164,6 +188,8 @@ class LaggedMixer:
             self.link.release(frames)
 
     def _apply(self, frames: list) -> None:
+        if frames[0].pace > 0:
+            self.peer_pace = _smooth(self.peer_pace, frames[0].pace)
         for b, f in zip(self.layout.buckets, frames, strict=True):
             w = f.weight
             if w == 0.0:
@@ -221,6 +247,10 @@ class LaggedMixer:
         seconds they waited; the most steps ahead a peer was seen."""
         return {"lag_waits": self.waits, "lag_wait_seconds": self.wait_s,
                 "max_peer_ahead": self.max_ahead}
+
+
+def _smooth(average: float | None, sample: float) -> float:
+    return sample if average is None else (1 - PACE_SMOOTHING) * average + PACE_SMOOTHING * sample
 
 
 def skip_summary(comm: Communicator, opt: Any, skipped_steps: int, samples_skipped: int,

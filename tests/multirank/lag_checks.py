@@ -153,6 +153,48 @@ def check_fast_rank_waits_only_past_the_bound(comm) -> None:
         opt.close()
 
 
+def check_only_a_slower_rank_skips(comm) -> None:
+    """Rank 1 computes fastest, then pauses outside its compute: it is behind but not
+    slower, so ``behind()`` is False (the lag bound absorbs a pause). Then its compute
+    becomes 5x the others': now it skips to catch up."""
+    if comm.size == 1:
+        return
+    model, opt = _lagged(comm, "param", 2)
+
+    def compute(pause: float) -> None:
+        opt.zero_grad()
+        time.sleep(pause)
+        for p in model.parameters():
+            p.grad.add_(_grad(comm.rank, p))
+        opt.step()
+
+    try:
+        for _ in range(6):  # paces known everywhere: rank 1's the shortest
+            opt.behind()
+            compute(0.0 if comm.rank == 1 else 0.02)
+        if comm.rank == 1:
+            time.sleep(1.0)  # descheduled, say: the others reach the bound meanwhile
+            lag = opt.lagged
+            assert lag.link.ahead(opt.step_count, lag.least_ahead) >= lag.least_ahead
+            assert not opt.behind(), f"skips although not slower: {lag.pace} {lag.peer_pace}"
+            compute(0.0)
+        else:
+            opt.behind()
+            compute(0.02)
+        skipped = 0
+        for _ in range(16):
+            if opt.behind():
+                opt.skip_step()
+                skipped += 1
+            else:
+                compute(0.1 if comm.rank == 1 else 0.02)
+        if comm.rank == 1:
+            assert skipped >= 1, f"rank 1 is 5x slower and never skipped: {opt.lagged.pace}"
+        opt.synchronize()
+    finally:
+        opt.close()
+
+
 def check_close_leaves_nothing_unmatched(comm) -> None:
     """After close() every receive posted ahead has been matched by an END frame: on the
     in-process world no message is left in a mailbox and no receive is left unmatched (and
@@ -173,4 +215,5 @@ def check_close_leaves_nothing_unmatched(comm) -> None:
 
 
 ALL = [check_lagged_param_mean_is_exact, check_lagged_grad_halves_applied_once,
-       check_fast_rank_waits_only_past_the_bound, check_close_leaves_nothing_unmatched]
+       check_fast_rank_waits_only_past_the_bound, check_only_a_slower_rank_skips,
+       check_close_leaves_nothing_unmatched]
