@@ -44,6 +44,12 @@ class Strategy(enum.StrEnum):
         """True where a library (Horovod, DDP) runs the exchange: allreduce every step."""
         return self in (Strategy.HOROVOD, Strategy.DDP)
 
+    @property
+    def collective(self) -> bool:
+        """True where every rank joins every step's exchange (an allreduce), so no rank can
+        run ahead of another: ``--max-lag`` cannot apply."""
+        return self in (Strategy.ALLREDUCE, Strategy.HOROVOD, Strategy.DDP)
+
     def bytes_sent(self, nbytes: float, size: int) -> float:
         """Bytes one rank sends per step to exchange ``nbytes`` of model.
 
@@ -78,7 +84,7 @@ class SufficientFactors(enum.StrEnum):
     ON = "on"  # factors for every eligible Linear layer
     OFF = "off"  # never: every gradient travels in the buckets
 
-    def check(self, strategy: Strategy, mix: Mix, staleness: int) -> None:
+    def check(self, strategy: Strategy, mix: Mix, staleness: int, max_lag: int = 0) -> None:
         """ValueError unless ``on`` can take effect with these options; ``auto`` and
         ``off`` are always accepted (``auto`` sends no factors where none can go).
 
@@ -101,6 +107,10 @@ class SufficientFactors(enum.StrEnum):
             raise ValueError("--sufficient-factors on needs --staleness 0 (a stale exchange "
                              "is applied as a correction of the gradient buckets); pass "
                              "--staleness 0, or --sufficient-factors auto or off")
+        if max_lag:
+            raise ValueError("--sufficient-factors on needs --max-lag 0 (a lagged frame "
+                             "carries whole buckets); pass --max-lag 0, or "
+                             "--sufficient-factors auto or off")
 
 
 class Topology(enum.StrEnum):
@@ -191,7 +201,10 @@ class ExchangeOptions(_Options):
         bucket_mb: the largest bucket in MiB (> 0).
         overlap: run bucket exchanges on the communication thread, behind compute.
         max_lag: how many steps a message may be behind the step that mixes it (0:
-            lockstep); a rank waits only for a peer more than ``max_lag`` steps behind.
+            lockstep); a rank waits only for a peer more than ``max_lag`` steps behind
+            (``engine.lagged``). Refused with the collective strategies. With
+            ``staleness`` 1 as well, a message is mixed no earlier than the step after it
+            was sent and no later than ``max_lag`` steps after.
         seed: the shared seed of the schedule's per-cycle rotation.
         rotate: re-permute the schedule's numbering every cycle.
         sufficient_factors: send Linear layers' weight gradients as their factors
@@ -225,7 +238,11 @@ class ExchangeOptions(_Options):
                              "for a stale allreduce)")
         at_least(self.sync_every, 0, "--sync-every")
         at_least(self.max_lag, 0, "--max-lag")
-        self.sufficient_factors.check(self.strategy, self.mix, self.staleness)
+        self.sufficient_factors.check(self.strategy, self.mix, self.staleness, self.max_lag)
+        if self.max_lag and self.strategy.collective:
+            raise ValueError(f"--max-lag {self.max_lag} is not available with --strategy "
+                             f"{self.strategy}: its allreduce waits for every rank at every "
+                             "step; use --strategy gossip, or --max-lag 0")
         bucket_cap_bytes(self.bucket_mb)
 
     @property

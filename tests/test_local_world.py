@@ -71,6 +71,24 @@ def test_deadline_message_names_rank_peer_step_and_tag():
 
 
 @pytest.mark.timeout(30)
+def test_receives_match_in_posting_order_like_mpi():
+    """Two receives from one source with one tag take the messages in the order the
+    receives were posted, whichever is tested first (MPI's non-overtaking rule)."""
+    def body(comm):
+        if comm.rank == 0:
+            comm.isend(np.array([1.0]), 1, 4)
+            comm.isend(np.array([2.0]), 1, 4)
+            return None
+        first, second = np.zeros(1), np.zeros(1)
+        r1, r2 = comm.irecv(first, 0, 4), comm.irecv(second, 0, 4)
+        r2.wait(5)
+        r1.wait(5)
+        return first[0], second[0]
+
+    assert run_ranks(2, body, timeout=10)[1] == (1.0, 2.0)
+
+
+@pytest.mark.timeout(30)
 def test_message_size_mismatch_is_an_error():
     def body(comm):
         if comm.rank == 0:

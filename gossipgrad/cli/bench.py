@@ -5,6 +5,7 @@
     mpiexec -n 4 gossipgrad bench shuffle --steps 300 --reps 3
     mpiexec -n 2 gossipgrad bench plan-validate --arch mlp --hidden 1024 --out pv-2.json
     python scripts/emucluster.py run -n 8 --rate 1gbit -- gossipgrad bench strategies --png s.png
+    mpiexec -n 8 gossipgrad bench stragglers --markdown stragglers.md
 
 See docs/benchmarks.md for what each measures and the numbers they produced.
 """
@@ -189,6 +190,55 @@ def shuffle(steps: int, reps: int, samples: int, every: int, arch: str, hidden: 
     result = shuffle_cost.measure(comm, base, reps)
     if comm.rank == 0:
         click.echo(json.dumps(result))
+
+
+@bench.command()
+@click.option("--contenders", default="gossip:0,gossip:2,gossip:4,allreduce,ddp",
+              show_default=True,
+              help="Comma-separated strategies; gossip:S is gossip with --max-lag S.")
+@click.option("--slow", default=None, metavar="RANK:FACTOR",
+              help="The slow rank and how many times as long its compute takes "
+                   "(default: GOSSIPGRAD_INJECT_SLOW, else the last rank at 2).")
+@click.option("--width", type=click.IntRange(1), default=512, show_default=True)
+@click.option("--layers", type=click.IntRange(1), default=4, show_default=True)
+@click.option("--batch", type=click.IntRange(1), default=64, show_default=True,
+              help="Samples per rank per step.")
+@click.option("--bucket-mb", type=float, default=25.0, show_default=True)
+@click.option("--steps", type=click.IntRange(1), default=40, show_default=True,
+              help="Steps per block.")
+@click.option("--reps", type=click.IntRange(1), default=3, show_default=True,
+              help="Timed blocks per contender and condition (the median is reported).")
+@click.option("--warmup", type=click.IntRange(0), default=1, show_default=True,
+              help="Untimed blocks per contender and condition first.")
+@click.option("--markdown", type=click.Path(dir_okay=False), default=None,
+              help="Write a Markdown table here (rank 0).")
+@_TIMEOUT
+def stragglers(contenders: str, slow: str | None, width: int, layers: int, batch: int,
+               bucket_mb: float, steps: int, reps: int, warmup: int, markdown: str | None,
+               comm_timeout: float) -> None:
+    """Samples/s of the whole job with one slow rank vs without, per strategy."""
+    from gossipgrad.bench.stragglers import (
+        markdown_table,
+        parse_contenders,
+        parse_slow,
+        run_stragglers,
+    )
+    from gossipgrad.settings import settings
+
+    try:
+        names = parse_contenders(contenders)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+    def body(comm: Any) -> dict[str, Any]:
+        record = run_stragglers(comm, names, parse_slow(slow, comm.size, settings()), width,
+                                layers, batch, steps, reps, warmup, bucket_mb)
+        if comm.rank == 0 and markdown:
+            with open(markdown, "w", encoding="utf-8") as f:
+                f.write(markdown_table(record))
+        return record
+
+    _run(comm_timeout, body)
 
 
 bench.add_command(plan_validate)

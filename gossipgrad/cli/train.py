@@ -80,7 +80,8 @@ OPTIONS = [
     _opt("--bucket-mb", type=float, default=D.bucket_mb),
     _opt("--overlap/--no-overlap", default=D.overlap, help="Exchange during backward."),
     _opt("--max-lag", type=int, default=D.max_lag,
-         help="Steps a peer's message may lag the step that mixes it (0 = lockstep)."),
+         help="Steps a peer's message may lag the step that mixes it (0 = lockstep); a "
+              "rank behind its peers skips compute to catch up. Gossip only."),
     _opt("--sufficient-factors", type=_choices(SufficientFactors), default=D.sufficient_factors,
          help="Send Linear layers' gradients as their factors (inputs, output gradients): "
               "auto when fewer bytes; needs --mix grad and gossip or allreduce."),

@@ -72,6 +72,7 @@ class Tag(enum.IntEnum):
     CONFIG_CHECK = 1
     PARAM_BROADCAST = 2
     PINGPONG = 3
+    ARRIVAL_PROBE = 4
     SHUFFLE_META = 10
     SHUFFLE_DATA = 11
     GRAD_BUCKET = 1000
@@ -191,9 +192,14 @@ def poll(test: Callable[[], bool], timeout: float, fail: Callable[[], BaseExcept
         backoff.sleep()
 
 
-def allreduce_(comm: Communicator, buf: Any, op: ReduceOp = ReduceOp.SUM) -> Any:
-    """Blocking in-place allreduce with the communicator's deadline; returns ``buf``."""
-    comm.iallreduce_(buf, op).wait(comm.timeout)
+def allreduce_(comm: Communicator, buf: Any, op: ReduceOp = ReduceOp.SUM, *,
+               what: str = "", step: int | None = None) -> Any:
+    """Blocking in-place allreduce with the communicator's deadline; returns ``buf``. On
+    the deadline the CommTimeout names the ranks that did not arrive (``comm.arrival``);
+    ``what`` and ``step`` say which collective it was."""
+    from gossipgrad.comm.arrival import wait_collective  # it imports this module
+
+    wait_collective(comm, comm.iallreduce_(buf, op), what or f"allreduce({ReduceOp(op)})", step)
     return buf
 
 

@@ -50,11 +50,19 @@ class LocalWorld:
         self.timeout = timeout
         self.cond = threading.Condition()
         self.mail: dict[tuple, deque[np.ndarray]] = defaultdict(deque)
+        self.posted: dict[tuple, deque[_Recv]] = defaultdict(deque)  # receives not yet matched
         self.collectives: dict[tuple, _Collective] = {}
         self.failure: str | None = None
 
     def communicators(self) -> list[LocalCommunicator]:
         return [LocalCommunicator(self, r, ctx=(0,)) for r in range(self.size)]
+
+    def match(self, key: tuple) -> None:
+        """Pair messages with posted receives in posting order, as MPI does (a message
+        matches the earliest posted receive from its source with its tag). Under the lock."""
+        posted, mail = self.posted.get(key), self.mail.get(key)
+        while posted and mail:
+            posted.popleft().deliver(mail.popleft())
 
     def fail(self, message: str) -> None:
         with self.cond:
@@ -94,15 +102,19 @@ class _Done:
 class _Recv:
     def __init__(self, comm: LocalCommunicator, key: tuple, out: np.ndarray, ctx: WaitContext):
         self.comm, self.key, self.out, self.ctx, self.done = comm, key, out, ctx, False
+        self.error: CommError | None = None
+
+    def deliver(self, msg: np.ndarray) -> None:  # called under the world lock
+        if msg.nbytes != self.out.nbytes:
+            self.error = CommError(f"rank {self.comm.rank}: message of {msg.nbytes} bytes from "
+                                   f"rank {self.key[1]} into a {self.out.nbytes}-byte buffer")
+        else:
+            self.out.view(np.uint8).reshape(-1)[:] = msg.view(np.uint8).reshape(-1)
+        self.done = True
 
     def _take(self) -> bool:  # called under the world lock
-        if not self.done and self.comm.world.mail[self.key]:
-            msg = self.comm.world.mail[self.key].popleft()
-            if msg.nbytes != self.out.nbytes:
-                raise CommError(f"rank {self.comm.rank}: message of {msg.nbytes} bytes from rank "
-                                f"{self.key[1]} into a {self.out.nbytes}-byte buffer")
-            self.out.view(np.uint8).reshape(-1)[:] = msg.view(np.uint8).reshape(-1)
-            self.done = True
+        if self.error is not None:
+            raise self.error
         return self.done
 
     def test(self) -> bool:
@@ -160,15 +172,21 @@ class LocalCommunicator:
     def isend(self, buf: Any, dst: int, tag: int, ctx: WaitContext | None = None) -> _Done:
         self._check_peer(dst)
         msg = host_array(buf).copy()
+        key = (self.ctx, self.rank, dst, tag)
         with self.world.cond:
-            self.world.mail[(self.ctx, self.rank, dst, tag)].append(msg)
+            self.world.mail[key].append(msg)
+            self.world.match(key)
             self.world.cond.notify_all()
         return _Done()
 
     def irecv(self, buf: Any, src: int, tag: int, ctx: WaitContext | None = None) -> _Recv:
         self._check_peer(src)
-        return _Recv(self, (self.ctx, src, self.rank, tag), host_array(buf),
-                     ctx or WaitContext("sent nothing", src, tag))
+        key = (self.ctx, src, self.rank, tag)
+        recv = _Recv(self, key, host_array(buf), ctx or WaitContext("sent nothing", src, tag))
+        with self.world.cond:
+            self.world.posted[key].append(recv)
+            self.world.match(key)
+        return recv
 
     def _collective(self, contribution: np.ndarray, out: np.ndarray, combine, name: str):
         with self._lock:

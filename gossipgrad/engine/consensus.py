@@ -73,7 +73,7 @@ def average_parameters_(model: torch.nn.Module, comm: Communicator) -> None:
         return
     tensors = model_tensors(model)
     flat = _flat(tensors)
-    allreduce_(comm, flat).div_(comm.size)
+    allreduce_(comm, flat, what="consensus average").div_(comm.size)
     _unflat_(tensors, flat)
 
 
@@ -92,8 +92,8 @@ def consensus_distance(model: torch.nn.Module, comm: Communicator) -> float:
     if comm.size == 1:
         return 0.0
     x = _flat([p.data for p in model.parameters()])
-    mean = allreduce_(comm, x.clone()).div_(comm.size)
+    mean = allreduce_(comm, x.clone(), what="consensus distance").div_(comm.size)
     dist = torch.tensor([float(torch.sum((x - mean) ** 2))], dtype=torch.float64)
-    allreduce_(comm, dist).div_(comm.size)
+    allreduce_(comm, dist, what="consensus distance").div_(comm.size)
     denom = float(torch.sum(mean ** 2))
     return float(dist[0]) / denom if denom > 0 else float(dist[0])

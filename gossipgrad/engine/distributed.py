@@ -29,6 +29,9 @@ Staleness 1 completes the exchange posted at step t at step t+1 and applies the 
 correction ``(peer's - own) / 2`` computed from step t's values, which keeps the mean over
 ranks exact. With ``mix="grad"`` (staleness 0) Linear layers' weight gradients may travel
 as sufficient factors, ``sufficient_factors="auto"`` (:mod:`gossipgrad.engine.factors`).
+``max_lag=S`` (S >= 1) lets frames lag up to S steps and a slow rank skip
+compute to catch up (:mod:`gossipgrad.engine.lagged`; call ``behind()`` before the forward
+and ``skip_step()`` instead of ``step()`` when it is True).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import torch
 
 from gossipgrad.comm.base import Communicator, Tag
 from gossipgrad.comm.exchange import Exchange, Pending, make_exchange
+from gossipgrad.comm.lagged import HEADER_BYTES
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.comm.staging import Stager
 from gossipgrad.engine.buckets import BucketLayout
@@ -51,6 +55,7 @@ from gossipgrad.engine.consensus import (
     verify_identical,
 )
 from gossipgrad.engine.factors import Router, make_factor_path
+from gossipgrad.engine.lagged import LaggedMixer
 from gossipgrad.engine.wrapped import WrappedOptimizer
 from gossipgrad.options import ExchangeOptions, Mix, Strategy, exchange_options
 
@@ -103,7 +108,10 @@ class DistributedOptimizer(WrappedOptimizer):
                                                 copy_send=False)
         self.communicates = comm.size > 1 and self.strategy is not Strategy.LOCAL
         self._collective = self.strategy is Strategy.ALLREDUCE  # posted in order, by the caller
-        self.overlap = opts.overlap and self.communicates
+        lagged = opts.max_lag > 0 and self.communicates
+        self.lagged = LaggedMixer(comm, self.schedule, self.layout, self.mix, opts.max_lag,
+                                  self.staleness, poll=opts.overlap) if lagged else None
+        self.overlap = opts.overlap and self.communicates and not lagged  # lag: its own poller
         # A window only where a forward waits for buckets in order (and the order is fixed).
         window = PARAM_WINDOW if self.mix is Mix.PARAM and self.staleness == 0 else None
         finisher = Router(self.exchange, self.factors.exchange) if self.factors else self.exchange
@@ -155,6 +163,10 @@ class DistributedOptimizer(WrappedOptimizer):
             raise RuntimeError("gradients were detached from their buckets (was "
                                "zero_grad(set_to_none=True) called on the inner optimizer?); "
                                "call zero_grad() on the DistributedOptimizer instead")
+        if self.lagged is not None:
+            loss = self.lagged.step_(self.step_count, self.optimizer, closure, computed=True)
+            self._advance()
+            return loss
         if self.mix is Mix.GRAD:
             if self.factors:
                 self.factors.post_all()  # those no backward hook has posted
@@ -171,10 +183,28 @@ class DistributedOptimizer(WrappedOptimizer):
         else:
             loss = self.optimizer.step(closure)
             self._mix_buckets([b.values for b in self.layout.buckets], Tag.PARAM_BUCKET)
+        self._advance()
+        return loss
+
+    def _advance(self) -> None:
         self.step_count += 1
         if self.sync_every and self.step_count % self.sync_every == 0:
             self.synchronize()
-        return loss
+
+    def behind(self) -> bool:
+        """True when a peer is far enough ahead that this rank should skip this step's
+        forward and backward and call :meth:`skip_step` (``max_lag >= 1`` only)."""
+        return self.lagged is not None and self.lagged.behind(self.step_count)
+
+    def skip_step(self) -> None:
+        """This step's exchange without a gradient of this rank's (after :meth:`behind`):
+        param mix sends and mixes without an optimizer step; grad mix applies the halves of
+        the peers' gradients that have arrived."""
+        if self.lagged is None:
+            raise RuntimeError("skip_step() needs max_lag >= 1 (--max-lag)")
+        self.zero_grad()
+        self.lagged.step_(self.step_count, self.optimizer, None, computed=False)
+        self._advance()
 
     def _grad_ready(self, p: torch.Tensor) -> None:
         b = self._bucket_of.get(id(p))
@@ -273,7 +303,12 @@ class DistributedOptimizer(WrappedOptimizer):
     # -- whole-model operations -------------------------------------------------------
     def drain(self) -> None:
         """Complete any exchange still in flight: an overlapped parameter exchange is
-        applied; a staleness-1 exchange is completed without applying it."""
+        applied; a staleness-1 exchange is completed without applying it; lagged frames
+        are applied (grad mix: the halves still owed, with one optimizer step)."""
+        if self.lagged is not None:
+            if self.lagged.drain_(self.step_count):
+                self.optimizer.step()
+            return
         self.wait_parameters()
         for key, pending, _ in self._stale:
             self._complete_stale(key, pending)  # mixed, never applied
@@ -282,6 +317,9 @@ class DistributedOptimizer(WrappedOptimizer):
     def synchronize(self) -> None:
         """Global average of parameters and floating buffers: one consensus model."""
         self.drain()
+        if self.lagged is not None:
+            self.lagged.average_(self.model)  # the push-sum weights' exact mean
+            return
         average_parameters_(self.model, self.comm)
 
     def consensus_distance(self) -> float:
@@ -292,7 +330,9 @@ class DistributedOptimizer(WrappedOptimizer):
         if not self.communicates:
             return 0.0
         factors = self.factors.bytes_sent() if self.factors else 0.0
-        return factors + sum(self.exchange.bytes_sent(b.nbytes) for b in self.layout.buckets)
+        extra = HEADER_BYTES if self.lagged is not None else 0
+        return factors + sum(self.exchange.bytes_sent(b.nbytes) + extra
+                             for b in self.layout.buckets)
 
     @property
     def factor_table(self) -> list[dict[str, Any]] | None:
@@ -303,6 +343,8 @@ class DistributedOptimizer(WrappedOptimizer):
     def close(self) -> None:
         """Complete everything in flight (no message is left unmatched), stop the thread."""
         self.drain()
+        if self.lagged is not None:
+            self.lagged.close(self.step_count)
         for h in self._hooks:
             h.remove()
         self._hooks = []

@@ -40,7 +40,7 @@ def evaluate(model: torch.nn.Module, source: DataSource, comm: Communicator,
                        len(y)]
     finally:
         model.train()
-    allreduce_(comm, totals, ReduceOp.SUM)
+    allreduce_(comm, totals, ReduceOp.SUM, what="evaluation")
     top1, top5, loss, count = (float(v) for v in totals)
     n = max(1.0, count)
     return {"top1": top1 / n, "top5": top5 / n, "test_accuracy": top1 / n,

@@ -69,6 +69,8 @@ def why_not(opts: ExchangeOptions, size: int) -> str | None:
         return "--mix param averages parameters, which have no factors"
     if opts.staleness:
         return "--staleness 1 applies the exchange as a correction of the buckets"
+    if opts.max_lag:
+        return "--max-lag sends whole buckets in lagged frames"
     if size == 1:
         return "one rank exchanges nothing"
     return None

@@ -21,8 +21,14 @@ from gossipgrad.engine.config import TrainConfig
 from gossipgrad.engine.consensus import agree, verify_identical
 from gossipgrad.engine.distributed import DistributedOptimizer
 from gossipgrad.engine.evaluation import evaluate
+from gossipgrad.engine.lagged import skip_summary
 from gossipgrad.engine.metrics import MetricsWriter, Progress, Throughput
-from gossipgrad.engine.signals import StopSignals, signal_name
+from gossipgrad.engine.signals import (
+    PeriodicAgreement,
+    StopSignals,
+    agreement_period,
+    signal_name,
+)
 from gossipgrad.engine.straggler import Straggler
 from gossipgrad.models import logits, loss_fn
 from gossipgrad.options import OptimOptions
@@ -66,7 +72,10 @@ class Run:
         self.speed = Throughput(cfg.data.batch_size * comm.size)
         self.last: dict[str, Any] = {}
         self.comm_s = 0.0
+        self.eval_s = 0.0  # evaluations (global averages: waits for the slowest rank too)
         self.straggler = Straggler(comm.rank)
+        self.skipped_steps = self.samples_skipped = self.samples_scheduled = 0  # --max-lag
+        self.agreement: PeriodicAgreement | None = None
         self.progress: Progress | None = None
         self.factors_written = False
         self.model_bytes = sum(p.numel() * p.element_size() for p in model.parameters()
@@ -109,7 +118,9 @@ class Run:
     def loop(self, start: int, stop: StopSignals) -> dict[str, Any]:
         cfg, step, progress = self.cfg, start, self.progress
         window = {"loss": 0.0, "correct": 0.0, "n": 0, "t": time.perf_counter()}
-        if stop.agreed():  # signalled during start-up: nothing new to save
+        # --max-lag: no per-step barrier; every rank still stops at the same step
+        self.agreement = PeriodicAgreement(stop, agreement_period(cfg.exchange.max_lag))
+        if stop.agreed(step):  # signalled during start-up: nothing new to save
             progress.write(f"{signal_name(stop.stopped)} during start-up: stopping at step {step}")
             return self.finish(start, step, signal_name(stop.stopped))
         for epoch in range(step // self.spe, cfg.optim.epochs):
@@ -122,7 +133,7 @@ class Run:
                 if step % cfg.run.print_freq == 0 or step == self.total:
                     self.log_window(window, step, epoch)
                 progress.update(1)
-                if stop.agreed():
+                if self.agreement.agreed(step):
                     break
                 if cfg.run.checkpoint_every and step % cfg.run.checkpoint_every == 0:
                     self.checkpoint(step)
@@ -145,10 +156,15 @@ class Run:
         torch.manual_seed(step_seed(self.cfg.seed, self.comm.rank, step))
         for g in self.opt.param_groups:
             g["lr"] = lr_at(self.cfg.optim, self.base_lr, step, self.total, self.spe)
+        skip = self.opt.behind()  # --max-lag: a peer is ahead; catch up without computing
         x = x.to(self.device, non_blocking=True)
         y = y.to(self.device, non_blocking=True)
         self.opt.zero_grad()
-        if len(y):
+        self.samples_scheduled += len(y)
+        if skip:
+            self.skipped_steps += 1
+            self.samples_skipped += len(y)
+        elif len(y):
             with self.straggler.compute():
                 out = self.opt.module_for_forward(x)  # DDP's wrapper under --strategy ddp
                 loss = loss_fn(out, y)
@@ -157,7 +173,8 @@ class Run:
             window["correct"] += float((logits(out).argmax(1) == y).sum())
             window["n"] += len(y)
         t0 = time.perf_counter()
-        self.opt.step()  # also with an empty batch: every rank takes part in every exchange
+        # also with an empty batch or a skipped step: every rank takes part in every exchange
+        self.opt.skip_step() if skip else self.opt.step()
         self.comm_s += time.perf_counter() - t0
         self.record_factors(step)
         if self.shuffle is not None:
@@ -183,12 +200,14 @@ class Run:
                              img_s=f"{rec['samples_per_s']:.0f}")
 
     def evaluate(self, step: int) -> None:
+        t0 = time.perf_counter()
         with self.speed.paused():
             distance = self.opt.consensus_distance()
             self.opt.synchronize()
             self.last = {"event": "eval", "step": step, "epoch": step / self.spe,
                          "consensus_distance": distance,
                          **evaluate(self.model, self.source, self.comm, self.device)}
+        self.eval_s += time.perf_counter() - t0
         self.metrics.write(self.last)
         line = (f"step {step} (epoch {step / self.spe:.2f}): top1 {100 * self.last['top1']:.2f}% "
                 f"top5 {100 * self.last['top5']:.2f}% loss {self.last['test_loss']:.4f} "
@@ -252,24 +271,31 @@ class Run:
         return step
 
     def finish(self, start: int, step: int, stopped: str | None) -> dict[str, Any]:
+        if self.agreement is not None:
+            self.agreement.close()
+        lag = skip_summary(self.comm, self.opt, self.skipped_steps, self.samples_skipped,
+                           self.samples_scheduled)
         skipped = int(allreduce_(self.comm, np.array([self.source.skipped], dtype=np.int64),
                                  ReduceOp.SUM)[0])
-        cfg, last, ips = self.cfg, self.last, self.speed.images_per_s()
+        cfg, last = self.cfg, self.last
+        ips = self.speed.images_per_s() * lag["computed_fraction"]  # samples computed
         saved = self.saver.last_step if self.saver is not None else -1
         ex = cfg.exchange
         summary = {"event": "summary", "top1": last.get("top1"), "top5": last.get("top5"),
                    "test_accuracy": last.get("test_accuracy"), "test_loss": last.get("test_loss"),
                    "steps": step, "start_step": start, "size": self.comm.size,
                    "strategy": ex.strategy.value, "topology": self.opt.schedule.topology.value,
-                   "mix": ex.mix.value, "staleness": ex.staleness, "arch": cfg.arch,
+                   "mix": ex.mix.value, "staleness": ex.staleness, "max_lag": ex.max_lag,
+                   "arch": cfg.arch,
                    "dataset": self.source.name, "batch_size": cfg.data.batch_size,
                    "bytes_sent_per_step": self.opt.bytes_sent_per_step(),
                    "model_bytes": self.model_bytes, "comm_seconds": self.comm_s,
+                   "eval_seconds": self.eval_s,
                    "wall_seconds": self.speed.wall(), "images_per_s": ips,
                    "samples_per_s": ips, "skipped_corrupt": skipped, "stopped": stopped,
                    "checkpoint": (ckpt.checkpoint_path(cfg.run.run_dir, saved) if saved >= 0
                                   else None),
-                   "consensus_distance": last.get("consensus_distance")}
+                   "consensus_distance": last.get("consensus_distance"), **lag}
         self.metrics.write(summary)
         if self.comm.rank == 0 and ips:
             log.info("throughput: %.1f images/s (%.1f per rank) over %d timed steps", ips,

@@ -10,6 +10,12 @@ Signals reach ranks at different times, or only some ranks. Every rank calls
 communicator of its own (so it never interleaves with gradient collectives). Every rank gets
 the same answer at the same step, so all of them stop, and checkpoint, at that step.
 
+That allreduce is a barrier at every step. With ``--max-lag S`` ranks may be S steps apart,
+so :class:`PeriodicAgreement` runs it every :func:`agreement_period` steps instead, posted
+at step m K and completed at step (m + 1) K (no rank waits unless another is more than K
+steps behind); every rank still learns the answer at the same step and stops there. A stop
+then takes effect within 2 K steps.
+
     stop = StopSignals(comm)
     for step in ...:
         train_step()
@@ -28,7 +34,8 @@ from types import FrameType
 
 import numpy as np
 
-from gossipgrad.comm.base import Communicator, ReduceOp
+from gossipgrad.comm.arrival import wait_collective
+from gossipgrad.comm.base import Communicator, ReduceOp, Request
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
@@ -54,17 +61,19 @@ class StopSignals:
         if not self.received:
             self.received = signum
 
-    def agreed(self) -> int:
+    def agreed(self, step: int | None = None) -> int:
         """Collective: the largest signal number any rank has received (0: carry on).
 
-        Once non-zero it stays non-zero (``stopped``), also if called again.
+        Once non-zero it stays non-zero (``stopped``), also if called again. ``step`` only
+        goes into a timeout's message.
         """
         if not self.stopped:
             flag = np.array([self.received], dtype=np.int64)
-            # A collective cannot tell who is missing; the point-to-point wait of a hung
-            # rank's partner can. Waiting a little longer here lets that one fire first
-            # and end the job with a message naming the rank.
-            self.comm.iallreduce_(flag, ReduceOp.MAX).wait(self.comm.timeout + AGREEMENT_GRACE_S)
+            # The point-to-point wait of a hung rank's partner names it with its tag; waiting
+            # a little longer here lets that one fire first. This one's timeout names the
+            # ranks that did not arrive (comm.arrival).
+            wait_collective(self.comm, self.comm.iallreduce_(flag, ReduceOp.MAX),
+                            "stop agreement", step, self.comm.timeout + AGREEMENT_GRACE_S)
             self.stopped = int(flag[0])
         return self.stopped
 
@@ -72,6 +81,60 @@ class StopSignals:
         for s, previous in self._previous.items():
             signal.signal(s, previous)
         self._previous = {}
+
+
+def agreement_period(max_lag: int) -> int:
+    """Steps between stop agreements: 1 in lockstep (``--max-lag 0``), else 4 (S + 1).
+
+        >>> agreement_period(0), agreement_period(2)
+        (1, 12)
+    """
+    return 1 if max_lag == 0 else 4 * (max_lag + 1)
+
+
+class PeriodicAgreement:
+    """The stop agreement of ``signals`` every ``period`` steps, pipelined (``period`` 1:
+    every step, blocking, as :meth:`StopSignals.agreed`).
+
+    Call :meth:`agreed` after every step with the number of steps done, on every rank; at
+    a multiple of ``period`` it completes the agreement posted one period earlier (every
+    rank gets its answer at the same step) and posts the next. :meth:`close` completes the
+    one still in flight at the end of a run.
+    """
+
+    def __init__(self, signals: StopSignals, period: int) -> None:
+        if period < 1:
+            raise ValueError(f"period must be >= 1, got {period}")
+        self.signals, self.period = signals, period
+        self._pending: tuple[np.ndarray, Request, int] | None = None
+
+    def agreed(self, step: int) -> int:
+        """The agreed signal number (0: carry on), identical on every rank at ``step``."""
+        sig = self.signals
+        if self.period == 1 or sig.comm.size == 1:
+            return sig.agreed(step)
+        if sig.stopped or step % self.period:
+            return sig.stopped
+        if self._complete():
+            return sig.stopped
+        flag = np.array([sig.received], dtype=np.int64)
+        self._pending = (flag, sig.comm.iallreduce_(flag, ReduceOp.MAX), step)
+        return 0
+
+    def _complete(self) -> int:
+        if self._pending is None:
+            return 0
+        flag, request, posted = self._pending
+        self._pending = None
+        wait_collective(self.signals.comm, request, "stop agreement", posted,
+                        self.signals.comm.timeout + AGREEMENT_GRACE_S)
+        self.signals.stopped = int(flag[0])
+        return self.signals.stopped
+
+    def close(self) -> None:
+        """Complete the agreement in flight (every rank posted it); its answer comes too
+        late to matter."""
+        self._complete()
 
 
 def signal_name(signum: int) -> str:

@@ -71,6 +71,10 @@ class AllreduceAdapter(WrappedOptimizer):
         self.step_count += 1
         return loss
 
+    def behind(self) -> bool:
+        """Never: every rank joins every step's allreduce (no ``--max-lag``)."""
+        return False
+
     # -- whole-model operations -------------------------------------------------------
     def drain(self) -> None:
         """Nothing is left in flight between steps."""
