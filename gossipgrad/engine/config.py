@@ -28,6 +28,7 @@ from gossipgrad.models import MODELS
 from gossipgrad.options import (
     DataOptions,
     ExchangeOptions,
+    OnFailure,
     OptimOptions,
     RunOptions,
     ShuffleOptions,
@@ -78,6 +79,9 @@ class TrainConfig:
             raise ValueError(f"unknown model {self.arch!r} (--arch); choose one of: "
                              f"{', '.join(MODELS)}")
         at_least(self.hidden, 0, "--hidden")
+        if self.run.on_failure is OnFailure.CONTINUE and self.exchange.strategy.library:
+            raise ValueError(f"--on-failure continue needs --strategy gossip, allreduce or "
+                             f"local: {self.exchange.strategy} cannot shrink its communicator")
 
     @classmethod
     def from_flags(cls, **flags: Any) -> TrainConfig:
