@@ -107,14 +107,15 @@ class PeerFailed(CommError):
 
 
 def failure_of(exc: BaseException | None) -> PeerFailed | None:
-    """The :class:`PeerFailed` that ``exc`` is or was raised from (a shuffle round or an
-    autograd hook wraps it), else None."""
+    """The :class:`PeerFailed` that ``exc`` is, or was raised from (``raise ... from``: a
+    shuffle round wraps it), else None. An error merely raised while handling a death is not
+    one."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, PeerFailed):
             return exc
         seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
+        exc = exc.__cause__
     return None
 
 

@@ -244,10 +244,7 @@ class MpiCommunicator:
     def shrink(self) -> MpiCommunicator:
         """Collective over the survivors (every rank calls it after :meth:`revoke`): their
         communicator, ranks in the old order; ``parent_ranks`` maps new ranks to old."""
-        ctx = WaitContext("shrink")
-        with self.failures(ctx), self.lock:
-            comm, req = self._comm.Ishrink()
-        MpiRequest(self, req, ctx, None).wait(self.timeout)
+        comm = self._shrink_within_deadline()
         comm.Set_errhandler(MPI.ERRORS_RETURN)
         out = MpiCommunicator(comm, self.timeout, self.policy, self.delay_s, self._poster)
         parents = np.empty(out.size, dtype=np.int64)
@@ -257,6 +254,27 @@ class MpiCommunicator:
         MpiRequest(out, req, ctx, parents).wait(self.timeout)
         out.parent_ranks = tuple(int(r) for r in parents)
         return out
+
+    def _shrink_within_deadline(self) -> Any:
+        """``MPI_Comm_shrink`` on a helper thread, given up on after the deadline (Open MPI
+        5.0's ``Ishrink`` fails with MPI_ERR_INTERN; ULFM needs THREAD_MULTIPLE anyway)."""
+        done: dict[str, Any] = {}
+
+        def shrink() -> None:
+            try:
+                with self.failures(WaitContext("shrink")):
+                    done["comm"] = self._comm.Shrink()
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+                done["error"] = exc
+
+        helper = threading.Thread(target=shrink, name="gossipgrad-shrink", daemon=True)
+        helper.start()
+        helper.join(self.timeout)
+        if helper.is_alive():
+            raise CommTimeout(WaitContext("shrink").describe(self.rank, self.timeout))
+        if "error" in done:
+            raise done["error"]
+        return done["comm"]
 
     def die(self) -> None:
         """SIGKILL this process (the failure tests' rank death)."""

@@ -157,10 +157,21 @@ class ImageFolderSource:
         self.skipped = 0
         self.steps_per_epoch = len(self.shard) // batch_size
 
+    def regroup(self, rank: int, size: int, epoch: int) -> None:
+        """The survivors after a failure: validation is split over ``size`` ranks at once;
+        from ``epoch`` on, training reads the strided share ``rank, rank + size, ...`` of
+        the whole file list (the dead rank's files included), still ``steps_per_epoch``
+        batches, so an epoch draws a fresh random subset of the larger share."""
+        self.val_share = strided_indices(len(self.val), rank, size)
+        self._regrouped = (epoch, strided_indices(len(self.train), rank, size), rank)
+
     def train_batches(self, epoch: int, start: int = 0) -> Iterator[tuple[torch.Tensor, ...]]:
         """Batches ``start, start + 1, ...`` of ``epoch`` for this rank."""
-        order = self.shard[np.random.default_rng([self.seed + self.rank, epoch])
-                           .permutation(len(self.shard))]
+        shard, rank = self.shard, self.rank
+        regrouped = getattr(self, "_regrouped", None)
+        if regrouped is not None and epoch >= regrouped[0]:
+            shard, rank = regrouped[1], regrouped[2]
+        order = shard[np.random.default_rng([self.seed + rank, epoch]).permutation(len(shard))]
         b = self.batch_size
         keys = [[(int(i), epoch) for i in order[k * b:(k + 1) * b]]
                 for k in range(start, self.steps_per_epoch)]

@@ -86,10 +86,9 @@ class DistributedOptimizer(WrappedOptimizer):
         if opts.strategy.library:
             raise ValueError(f"--strategy {opts.strategy} runs through its library adapter: "
                              "build it with gossipgrad.engine.factory.make_distributed")
-        self.optimizer, self.model, self.comm, self.options = optimizer, model, comm, opts
+        self.optimizer, self.model, self.options = optimizer, model, opts
         self.strategy, self.mix = opts.strategy, opts.mix
         self.staleness, self.sync_every = opts.staleness, opts.sync_every
-        self.schedule = Schedule(comm.size, opts.topology, opts.seed, opts.rotate)
         self.step_count = 0
         self.layout = BucketLayout(list(model.parameters()), opts.bucket_cap_bytes)
         broadcast_parameters_(model, comm)
@@ -97,14 +96,10 @@ class DistributedOptimizer(WrappedOptimizer):
         self.layout.bind_grads_()
         if self.mix is Mix.PARAM:
             self.layout.bind_params_()
-        self.exchange: Exchange = make_exchange(self.strategy, comm, self.schedule, stager,
-                                                copy_send=False)
-        self.communicates = comm.size > 1 and self.strategy is not Strategy.LOCAL
+        self._stager = stager
         self._collective = self.strategy is Strategy.ALLREDUCE  # posted in order, by the caller
-        self.overlap = opts.overlap and self.communicates
-        # A window only where a forward waits for buckets in order (and the order is fixed).
-        window = PARAM_WINDOW if self.mix is Mix.PARAM and self.staleness == 0 else None
-        self._thread = CommThread(self.exchange, comm.timeout, window) if self.overlap else None
+        self._thread: CommThread | None = None
+        self._connect(comm)
         self._ready = [0] * len(self.layout.buckets)
         self._submitted = [False] * len(self.layout.buckets)
         self._stale: list[tuple[int, Pending | None, torch.Tensor]] = []  # key, pending, target
@@ -117,6 +112,43 @@ class DistributedOptimizer(WrappedOptimizer):
                            for p in model.parameters() if p.requires_grad]
         elif self.overlap and self.staleness == 0:
             self._hooks = self._install_forward_waits(model)
+
+    def _connect(self, comm: Communicator) -> None:
+        """Everything that depends on the ranks: schedule, exchange, communication thread."""
+        opts = self.options
+        self.comm = comm
+        self.schedule = Schedule(comm.size, opts.topology, opts.seed, opts.rotate)
+        self.exchange: Exchange = make_exchange(self.strategy, comm, self.schedule,
+                                                self._stager, copy_send=False)
+        self.communicates = comm.size > 1 and self.strategy is not Strategy.LOCAL
+        self.overlap = opts.overlap and self.communicates
+        # A window only where a forward waits for buckets in order (and the order is fixed).
+        window = PARAM_WINDOW if self.mix is Mix.PARAM and self.staleness == 0 else None
+        self._thread = CommThread(self.exchange, comm.timeout, window) if self.overlap else None
+
+    # -- membership changes (engine/membership.py) -----------------------------------
+    def abandon(self) -> None:
+        """After a rank died: stop the communication thread and forget every exchange in
+        flight (their communicator is revoked; nothing of them is applied). Parameters keep
+        their values, each bucket either mixed or its own; call :meth:`rejoin_` next."""
+        if self._thread is not None:
+            self._thread.close()
+            self._thread = None
+        self._params_inflight.clear()
+        self._stale = []
+        self._submitted = [False] * len(self.layout.buckets)
+
+    def rejoin_(self, comm: Communicator, step: int) -> None:
+        """Continue on ``comm`` (the survivors) at ``step`` (agreed: the schedule's position
+        must be the same on every rank): a schedule for its size (dissemination when that
+        is not a power of two, under ``auto``), a new exchange and thread. No communication;
+        the caller follows with a global average."""
+        self.step_count = step
+        self._connect(comm)
+        if not self.overlap:  # e.g. one rank left: no hook may post an exchange
+            for h in self._hooks:
+                h.remove()
+            self._hooks = []
 
     # -- the step --------------------------------------------------------------------
     @property
