@@ -156,6 +156,7 @@ class ImageFolderSource:
         self.skip_corrupt, self.pin_memory = skip_corrupt, pin_memory
         self.skipped = 0
         self.steps_per_epoch = len(self.shard) // batch_size
+        self._regrouped: tuple[int, np.ndarray, int] | None = None  # see regroup
 
     def regroup(self, rank: int, size: int, epoch: int) -> None:
         """The survivors after a failure: validation is split over ``size`` ranks at once;
@@ -168,9 +169,8 @@ class ImageFolderSource:
     def train_batches(self, epoch: int, start: int = 0) -> Iterator[tuple[torch.Tensor, ...]]:
         """Batches ``start, start + 1, ...`` of ``epoch`` for this rank."""
         shard, rank = self.shard, self.rank
-        regrouped = getattr(self, "_regrouped", None)
-        if regrouped is not None and epoch >= regrouped[0]:
-            shard, rank = regrouped[1], regrouped[2]
+        if self._regrouped is not None and epoch >= self._regrouped[0]:
+            _, shard, rank = self._regrouped
         order = shard[np.random.default_rng([self.seed + rank, epoch]).permutation(len(shard))]
         b = self.batch_size
         keys = [[(int(i), epoch) for i in order[k * b:(k + 1) * b]]

@@ -20,7 +20,8 @@ steps instead of the job:
    continue from one model.
 
 Nothing is silently lost: each failure is logged on the new rank 0 and kept for the summary
-(launch rank, step resumed from, steps redone, seconds from detection to training again), and
+(launch rank, step resumed from, steps redone, seconds from detection to training again and
+the wall-clock time it did, ``resumed_at``), and
 the summary counts the in-memory samples gone with dead ranks and those a half-finished
 shuffle round left on two ranks. A failure during recovery starts it again on what is left.
 """
@@ -112,10 +113,11 @@ class Membership:
         run.step, run.closed = step, closed
         lost, twice = self._count_samples(run, new)
         snap.consensus_(run.opt, new)  # one model: the survivors' average
-        seconds = float(allreduce_(new, np.array([time.perf_counter() - detected]),
-                                   ReduceOp.MAX)[0])
+        seconds, resumed_at = allreduce_(new, np.array([time.perf_counter() - detected,
+                                                         time.time()]), ReduceOp.MAX)
         record = {"ranks": dead, "step": step, "size": new.size, "steps_redone": reached - step,
-                  "samples_lost": lost, "seconds": round(seconds, 3)}
+                  "samples_lost": lost, "seconds": round(float(seconds), 3),
+                  "resumed_at": round(float(resumed_at), 3)}
         self.failures += [{"rank": r, **record} for r in dead]
         if new.rank == 0:
             log.warning("launch rank%s %s died; %d survivors renumbered (launch rank -> rank) "
