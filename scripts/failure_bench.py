@@ -51,7 +51,8 @@ def launch(ranks: int, kills: str, flags: list[str], timeout: float, workdir: st
                                         if f["rank"] in deaths else None)}
                 for f in summary.get("failures", [])]
     return {"kills": kills or None, "exit_code": res.returncode,
-            "wall_s": round(time.time() - t0, 1), "steps": summary.get("steps"), "epochs": _epochs(records),
+            "wall_s": round(time.time() - t0, 1), "steps": summary.get("steps"),
+            "epochs": _epochs(records),
             "size_final": summary.get("size_final"), "test_accuracy": summary.get("top1"),
             "samples_lost": summary.get("samples_lost"), "failures": failures,
             "left_running": _left_running(metrics),
