@@ -98,22 +98,23 @@ def test_rank_killed_during_a_shuffle_round_costs_its_shard_only(tmp_path: Path)
 
 @pytest.mark.timeout(DEADLINE + 60)
 def test_rank_0_killed_while_writing_a_checkpoint_leaves_no_torn_file(tmp_path: Path) -> None:
-    """Rank 0 dies with the main file of step 4's checkpoint written to its .tmp name: no
-    complete checkpoint of step 4 appears until the survivors (new rank 0: launch rank 1)
-    write it again; every checkpoint on disk loads; the job finishes."""
+    """Rank 0 dies with half of step 32's main checkpoint file written: no ckpt-32 ever
+    appears (its .tmp is pruned), the survivors (new rank 0: launch rank 1) write step 33's,
+    and every checkpoint on disk loads."""
     run_dir = tmp_path / "run"
     res, metrics = _train(tmp_path, ["--on-failure", "continue", "--run-dir", str(run_dir),
-                                     "--checkpoint-every", "4"],
-                          GOSSIPGRAD_INJECT_KILL="0:4:checkpoint")
+                                     "--checkpoint-every", "16"],
+                          GOSSIPGRAD_INJECT_KILL="0:32:checkpoint")
     s = _survived(res, metrics, dead=0)
-    assert "dies at step 4 (checkpoint)" in res.stderr
+    assert "dies at step 32 (checkpoint)" in res.stderr
     files = sorted(p.name for p in run_dir.iterdir())
     assert not [f for f in files if f.endswith(".tmp")], files
     mains = [f for f in files if re.fullmatch(r"ckpt-\d+\.pt", f)]
-    assert mains and s["checkpoint"].endswith(mains[-1]) and f"ckpt-{STEPS:09d}.pt" in mains
+    assert mains == ["ckpt-000000022.pt", "ckpt-000000033.pt"], files  # the newest two
     for name in mains:
         state = torch.load(run_dir / name, map_location="cpu", weights_only=True)
         assert state["step"] == int(name[5:14]), name
+    assert s["checkpoint"].endswith(mains[-1])
     assert torch.load(run_dir / mains[-1], weights_only=True)["compat"]["size"] == 3
 
 

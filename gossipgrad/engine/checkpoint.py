@@ -85,9 +85,11 @@ def locate(resume: str | None, run_dir: str | None) -> str | None:
     return resume
 
 
-def write_atomic(obj: Any, path: str, before_rename: Callable[[], None] | None = None) -> int:
+def write_atomic(obj: Any, path: str, before_rename: Callable[[str], None] | None = None
+                 ) -> int:
     """``torch.save`` to ``path.tmp``, fsync, rename over ``path``; returns bytes written.
-    ``before_rename`` runs between the two (the failure tests kill a rank there)."""
+    ``before_rename(tmp)`` runs between the two (the failure tests tear the file there and
+    kill the rank)."""
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
         torch.save(obj, f)
@@ -95,7 +97,7 @@ def write_atomic(obj: Any, path: str, before_rename: Callable[[], None] | None =
         os.fsync(f.fileno())
         size = f.tell()
     if before_rename is not None:
-        before_rename()
+        before_rename(tmp)
     os.replace(tmp, path)
     fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
     try:
@@ -162,7 +164,7 @@ class Checkpointer:
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
         self.run_dir, self.comm, self.keep = run_dir, comm, keep
-        self.before_rename: Callable[[], None] | None = None  # see write_atomic
+        self.before_rename: Callable[[str], None] | None = None  # see write_atomic
         self.last_step = -1
         self.last_bytes, self.last_seconds = 0, 0.0
         if comm.rank == 0:

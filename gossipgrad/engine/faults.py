@@ -7,8 +7,8 @@ killer would) at step STEP, at one of these points:
 - ``shuffle``: right after the step started a shuffle round (pick a STEP that is a multiple
   of ``--shuffle-every``), so the round is on the wire when the rank dies;
 - ``eval``: in an evaluation at STEP, after the global average, before the scores are summed;
-- ``checkpoint``: in the checkpoint of STEP, when this rank's file is written to its
-  ``.tmp`` name but not yet renamed (rank 0 writes the main file).
+- ``checkpoint``: in the checkpoint of STEP, while writing this rank's file (rank 0's: the
+  main file): it dies with half of the file written to its ``.tmp`` name.
 
 Several kills are separated by commas (``2:40,5:200``). RANK is the rank at launch, also after
 survivors were renumbered. Unset, nothing happens.
@@ -20,6 +20,7 @@ survivors were renumbered. Unset, nothing happens.
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 from gossipgrad.comm.base import Communicator
@@ -48,3 +49,10 @@ class KillSwitch:
         for h in logging.getLogger("gossipgrad").handlers:
             h.flush()
         comm.die()  # type: ignore[attr-defined]
+
+    def tear(self, path: str, step: int, comm: Communicator) -> None:
+        """Cut ``path`` (a checkpoint being written) to half its length, then die as
+        :meth:`at` ``("checkpoint", step)`` does: a rank killed mid-write."""
+        if self.armed("checkpoint", step):
+            os.truncate(path, os.path.getsize(path) // 2)
+        self.at("checkpoint", step, comm)

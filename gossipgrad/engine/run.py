@@ -239,7 +239,7 @@ class Run:
             state = snap.snapshot(self.model, self.opt, step, self.spe, ckpt.cpu(meta),
                                   self.states) if self.comm.rank == 0 else {}
             if self.faults.armed("checkpoint", step):
-                self.saver.before_rename = lambda: self.faults.at("checkpoint", step, self.comm)
+                self.saver.before_rename = lambda tmp: self.faults.tear(tmp, step, self.comm)
             path = self.saver.save(step, state, self.rank_states)
         if self.comm.rank == 0:
             log.info("checkpoint %s: %.1f MB in %.2f s%s", path, self.saver.last_bytes / 1e6,
