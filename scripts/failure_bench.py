@@ -44,7 +44,7 @@ def launch(ranks: int, kills: str, flags: list[str], timeout: float, workdir: st
     records = [json.loads(x) for x in open(metrics, encoding="utf-8")] if os.path.exists(
         metrics) else []
     summary = next((r for r in records if r.get("event") == "summary"), {})
-    deaths = {int(m[1]): float(m[4]) for m in KILLED.findall(res.stderr)}
+    deaths = {int(rank): float(at) for rank, _, _, at in KILLED.findall(res.stderr)}
     failures = [{"rank": f["rank"], "step": f["step"], "steps_redone": f["steps_redone"],
                  "samples_lost": f["samples_lost"], "detected_to_training_s": f["seconds"],
                  "kill_to_training_s": (round(f["resumed_at"] - deaths[f["rank"]], 3)
@@ -86,13 +86,27 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=20)
     ap.add_argument("--comm-timeout", type=float, default=60.0)
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per launch")
+    ap.add_argument("--workdir", default=None,
+                    help="keep each run's metrics here (default: a temporary directory)")
+    ap.add_argument("--reference-top1", type=float, default=None,
+                    help="skip the run without failure and compare with this top-1 (from an "
+                         "earlier run of the same command; accuracy is deterministic per seed "
+                         "and size)")
     args = ap.parse_args()
     if not os.path.exists(os.path.join(VENV, "mpiexec")):
         sys.exit(f"no Open MPI venv in {VENV}: run bash scripts/test.sh (it builds .venv-ompi)")
     flags = ["--epochs", str(args.epochs), "--comm-timeout", str(args.comm_timeout)]
-    with tempfile.TemporaryDirectory() as workdir:
-        runs = [launch(args.ranks, k, flags, args.timeout, workdir)
-                for k in ["", *(args.kills or ["3:52", "2:27,6:77"])]]
+    kills = args.kills or ["3:52", "2:27,6:77"]
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = args.workdir or tmp
+        os.makedirs(workdir, exist_ok=True)
+        if args.reference_top1 is None:
+            runs = [launch(args.ranks, "", flags, args.timeout, workdir)]
+        else:
+            runs = [{"kills": None, "test_accuracy": args.reference_top1, "given": True}]
+        for k in kills:
+            runs.append(launch(args.ranks, k, flags, args.timeout, workdir))
+            print(json.dumps(runs[-1]), file=sys.stderr, flush=True)  # partial results
     ref = runs[0]
     budget = args.comm_timeout + 5.0
     for r in runs[1:]:
