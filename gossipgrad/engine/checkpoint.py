@@ -34,6 +34,7 @@ import logging
 import os
 import re
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -84,14 +85,19 @@ def locate(resume: str | None, run_dir: str | None) -> str | None:
     return resume
 
 
-def write_atomic(obj: Any, path: str) -> int:
-    """``torch.save`` to ``path.tmp``, fsync, rename over ``path``; returns bytes written."""
+def write_atomic(obj: Any, path: str, before_rename: Callable[[str], None] | None = None
+                 ) -> int:
+    """``torch.save`` to ``path.tmp``, fsync, rename over ``path``; returns bytes written.
+    ``before_rename(tmp)`` runs between the two (the failure tests tear the file there and
+    kill the rank)."""
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
         torch.save(obj, f)
         f.flush()
         os.fsync(f.fileno())
         size = f.tell()
+    if before_rename is not None:
+        before_rename(tmp)
     os.replace(tmp, path)
     fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
     try:
@@ -158,6 +164,7 @@ class Checkpointer:
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
         self.run_dir, self.comm, self.keep = run_dir, comm, keep
+        self.before_rename: Callable[[str], None] | None = None  # see write_atomic
         self.last_step = -1
         self.last_bytes, self.last_seconds = 0, 0.0
         if comm.rank == 0:
@@ -176,10 +183,11 @@ class Checkpointer:
         if rank_states:
             state = {**state, "rank_states": sorted(rank_states)}
             mine = {k: cpu(v.state_dict()) for k, v in rank_states.items()}
-            nbytes += self._all_ok(lambda: write_atomic(mine, rank_path(path, self.comm.rank)),
-                                   f"its part of checkpoint {path}")
-        nbytes += self._all_ok(lambda: write_atomic(state, path) if self.comm.rank == 0 else 0,
-                               f"checkpoint {path}")
+            hook = self.before_rename if self.comm.rank else None  # rank 0's: the main file
+            nbytes += self._all_ok(lambda: write_atomic(mine, rank_path(path, self.comm.rank),
+                                                        hook), f"its part of checkpoint {path}")
+        nbytes += self._all_ok(lambda: write_atomic(state, path, self.before_rename)
+                               if self.comm.rank == 0 else 0, f"checkpoint {path}")
         if self.comm.rank == 0:
             self._prune(step)
         self.last_step, self.last_bytes = step, nbytes

@@ -28,9 +28,11 @@ from gossipgrad.models import MODELS
 from gossipgrad.options import (
     DataOptions,
     ExchangeOptions,
+    OnFailure,
     OptimOptions,
     RunOptions,
     ShuffleOptions,
+    SufficientFactors,
     at_least,
 )
 
@@ -78,6 +80,16 @@ class TrainConfig:
             raise ValueError(f"unknown model {self.arch!r} (--arch); choose one of: "
                              f"{', '.join(MODELS)}")
         at_least(self.hidden, 0, "--hidden")
+        if self.run.on_failure is OnFailure.CONTINUE and self.exchange.strategy.library:
+            raise ValueError(f"--on-failure continue needs --strategy gossip, allreduce or "
+                             f"local: {self.exchange.strategy} cannot shrink its communicator")
+        if self.run.on_failure is OnFailure.CONTINUE and self.exchange.max_lag:
+            raise ValueError("--on-failure continue needs --max-lag 0: a lagged mixer cannot "
+                             "follow a membership change yet")
+        if (self.run.on_failure is OnFailure.CONTINUE
+                and self.exchange.sufficient_factors is SufficientFactors.ON):
+            raise ValueError("--on-failure continue needs --sufficient-factors auto or off "
+                             "(auto sends none when ranks may die)")
 
     @classmethod
     def from_flags(cls, **flags: Any) -> TrainConfig:

@@ -94,30 +94,20 @@ class DistributedOptimizer(WrappedOptimizer):
         if opts.strategy.library:
             raise ValueError(f"--strategy {opts.strategy} runs through its library adapter: "
                              "build it with gossipgrad.engine.factory.make_distributed")
-        self.optimizer, self.model, self.comm, self.options = optimizer, model, comm, opts
+        self.optimizer, self.model, self.options = optimizer, model, opts
         self.strategy, self.mix = opts.strategy, opts.mix
         self.staleness, self.sync_every = opts.staleness, opts.sync_every
-        self.schedule = Schedule(comm.size, opts.topology, opts.seed, opts.rotate)
         self.step_count = 0
         broadcast_parameters_(model, comm)
         verify_identical(model, comm)
-        # Linear weights that may go as sufficient factors (engine/factors.py) get no bucket.
-        self.factors = make_factor_path(model, comm, opts, self.schedule, stager)
-        self._bind_layout(self.factors.weight_ids if self.factors else frozenset())
-        self.exchange: Exchange = make_exchange(self.strategy, comm, self.schedule, stager,
-                                                copy_send=False)
-        self.communicates = comm.size > 1 and self.strategy is not Strategy.LOCAL
+        self._stager = stager
         self._collective = self.strategy is Strategy.ALLREDUCE  # posted in order, by the caller
-        lagged = opts.max_lag > 0 and self.communicates
-        self.lagged = LaggedMixer(comm, self.schedule, self.layout, self.mix, opts.max_lag,
-                                  self.staleness, poll=opts.overlap) if lagged else None
-        self.overlap = opts.overlap and self.communicates and not lagged  # lag: its own poller
-        # A window only where a forward waits for buckets in order (and the order is fixed).
-        window = PARAM_WINDOW if self.mix is Mix.PARAM and self.staleness == 0 else None
-        finisher = Router(self.exchange, self.factors.exchange) if self.factors else self.exchange
-        self._thread = CommThread(finisher, comm.timeout, window) if self.overlap else None
-        if self.factors:
-            self.factors.bind(self._thread, lambda: self.step_count)
+        self._thread: CommThread | None = None
+        # Linear weights that may go as sufficient factors (engine/factors.py) get no bucket.
+        self.factors = make_factor_path(model, comm, opts, Schedule(comm.size, opts.topology,
+                                        opts.seed, opts.rotate), stager)
+        self._bind_layout(self.factors.weight_ids if self.factors else frozenset())
+        self._connect(comm)
         self._stale: list[tuple[int, Pending | None, torch.Tensor]] = []  # key, pending, target
         self._stale_bufs: list[tuple[torch.Tensor, torch.Tensor]] = []  # (sent -> mixed, own)
         self._params_inflight: set[int] = set()
@@ -140,6 +130,54 @@ class DistributedOptimizer(WrappedOptimizer):
         self._bucket_of = {id(p): b.index for b in self.layout.buckets for p in b.params}
         self._ready = [0] * len(self.layout.buckets)
         self._submitted = [False] * len(self.layout.buckets)
+
+    def _connect(self, comm: Communicator) -> None:
+        """Everything that depends on the ranks: schedule, exchange, lagged mixer,
+        communication thread."""
+        opts = self.options
+        self.comm = comm
+        self.schedule = Schedule(comm.size, opts.topology, opts.seed, opts.rotate)
+        self.exchange: Exchange = make_exchange(self.strategy, comm, self.schedule,
+                                                self._stager, copy_send=False)
+        self.communicates = comm.size > 1 and self.strategy is not Strategy.LOCAL
+        lagged = opts.max_lag > 0 and self.communicates
+        self.lagged = LaggedMixer(comm, self.schedule, self.layout, self.mix, opts.max_lag,
+                                  self.staleness, poll=opts.overlap) if lagged else None
+        self.overlap = opts.overlap and self.communicates and not lagged  # lag: its own poller
+        # A window only where a forward waits for buckets in order (and the order is fixed).
+        window = PARAM_WINDOW if self.mix is Mix.PARAM and self.staleness == 0 else None
+        finisher = Router(self.exchange, self.factors.exchange) if self.factors else self.exchange
+        self._thread = CommThread(finisher, comm.timeout, window) if self.overlap else None
+        if self.factors:
+            self.factors.bind(self._thread, lambda: self.step_count)
+
+    # -- membership changes (engine/membership.py) -----------------------------------
+    def abandon(self) -> None:
+        """After a rank died: stop the communication thread and forget every exchange in
+        flight (their communicator is revoked; nothing of them is applied). Parameters keep
+        their values, each bucket either mixed or its own; call :meth:`rejoin_` next."""
+        if self._thread is not None:
+            self._thread.close()
+            self._thread = None
+        self._params_inflight.clear()
+        self._stale = []
+        self._submitted = [False] * len(self.layout.buckets)
+
+    def rejoin_(self, comm: Communicator, step: int) -> None:
+        """Continue on ``comm`` (the survivors) at ``step`` (agreed: the schedule's position
+        must be the same on every rank): a schedule for its size (dissemination when that
+        is not a power of two, under ``auto``), a new exchange and thread. No communication;
+        the caller follows with a global average. Sufficient factors and a lagged mixer
+        cannot follow a membership change (``--on-failure continue`` refuses them)."""
+        if self.factors is not None or self.lagged is not None:
+            raise RuntimeError("a membership change needs --sufficient-factors off and "
+                               "--max-lag 0")
+        self.step_count = step
+        self._connect(comm)
+        if not self.overlap:  # e.g. one rank left: no hook may post an exchange
+            for h in self._hooks:
+                h.remove()
+            self._hooks = []
 
     # -- the step --------------------------------------------------------------------
     @property

@@ -12,13 +12,23 @@ from typing import Any
 
 
 class MetricsWriter:
-    """Appends one JSON object per line to ``path`` (rank 0 only; others write nothing)."""
+    """Appends one JSON object per line to ``path`` (rank 0 only; others write nothing).
 
-    def __init__(self, path: str | None, rank: int) -> None:
+    ``append``: continue a file another rank 0 wrote (the survivors' new rank 0 after the
+    old one died); a last line it left unfinished is cut off (a record never half-read).
+    """
+
+    def __init__(self, path: str | None, rank: int, append: bool = False) -> None:
         self._file = None
         if path and rank == 0:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            self._file = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+            if append:
+                _cut_torn_line(path)
+            self._file = open(path, "a" if append else "w", encoding="utf-8")  # noqa: SIM115
+
+    @property
+    def active(self) -> bool:
+        return self._file is not None
 
     def write(self, record: dict[str, Any]) -> None:
         if self._file is not None:
@@ -29,6 +39,17 @@ class MetricsWriter:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def _cut_torn_line(path: str) -> None:
+    """Truncate ``path`` after its last newline (no-op for a missing or whole file)."""
+    try:
+        with open(path, "rb+") as f:
+            data = f.read()
+            if data and not data.endswith(b"\n"):
+                f.truncate(data.rfind(b"\n") + 1)
+    except FileNotFoundError:
+        pass
 
 
 class Progress:

@@ -21,7 +21,9 @@ from gossipgrad.engine.config import TrainConfig
 from gossipgrad.engine.consensus import agree, verify_identical
 from gossipgrad.engine.distributed import DistributedOptimizer
 from gossipgrad.engine.evaluation import evaluate
+from gossipgrad.engine.faults import KillSwitch
 from gossipgrad.engine.lagged import skip_summary
+from gossipgrad.engine.membership import Membership
 from gossipgrad.engine.metrics import MetricsWriter, Progress, Throughput
 from gossipgrad.engine.signals import (
     PeriodicAgreement,
@@ -58,7 +60,8 @@ class Run:
     def __init__(self, cfg: TrainConfig, comm: Communicator, model: torch.nn.Module,
                  opt: DistributedOptimizer, source: DataSource, device: torch.device,
                  base_lr: float, states: dict, rank_states: dict,
-                 shuffle: ShuffleWorker | None = None) -> None:
+                 shuffle: ShuffleWorker | None = None,
+                 membership: Membership | None = None) -> None:
         self.cfg, self.comm, self.model, self.opt, self.source = cfg, comm, model, opt, source
         self.device, self.base_lr = device, base_lr
         self.states, self.rank_states = states, rank_states
@@ -68,6 +71,7 @@ class Run:
         if cfg.optim.max_steps:
             self.total = min(self.total, cfg.optim.max_steps)
         self.saver = ckpt.Checkpointer(cfg.run.run_dir, comm) if cfg.run.run_dir else None
+        self.launch_size = comm.size
         self.metrics = MetricsWriter(cfg.run.metrics_out, comm.rank)
         self.speed = Throughput(cfg.data.batch_size * comm.size)
         self.last: dict[str, Any] = {}
@@ -76,6 +80,9 @@ class Run:
         self.straggler = Straggler(comm.rank)
         self.skipped_steps = self.samples_skipped = self.samples_scheduled = 0  # --max-lag
         self.agreement: PeriodicAgreement | None = None
+        self.faults = KillSwitch(comm.rank)
+        self.membership = membership  # None: a dead rank ends the job (--on-failure abort)
+        self.step = self.closed = -1  # steps completed, last epoch evaluated + checkpointed
         self.progress: Progress | None = None
         self.factors_written = False
         self.model_bytes = sum(p.numel() * p.element_size() for p in model.parameters()
@@ -116,23 +123,47 @@ class Run:
             self.metrics.close()
 
     def loop(self, start: int, stop: StopSignals) -> dict[str, Any]:
-        cfg, step, progress = self.cfg, start, self.progress
-        window = {"loss": 0.0, "correct": 0.0, "n": 0, "t": time.perf_counter()}
         # --max-lag: no per-step barrier; every rank still stops at the same step
-        self.agreement = PeriodicAgreement(stop, agreement_period(cfg.exchange.max_lag))
-        if stop.agreed(step):  # signalled during start-up: nothing new to save
-            progress.write(f"{signal_name(stop.stopped)} during start-up: stopping at step {step}")
-            return self.finish(start, step, signal_name(stop.stopped))
-        for epoch in range(step // self.spe, cfg.optim.epochs):
-            for x, y in self.source.train_batches(epoch, step - epoch * self.spe):
+        self.agreement = PeriodicAgreement(stop, agreement_period(self.cfg.exchange.max_lag))
+        if stop.agreed(start):  # signalled during start-up: nothing new to save
+            self.progress.write(f"{signal_name(stop.stopped)} during start-up: stopping at step "
+                                f"{start}")
+            return self.finish(start, start, signal_name(stop.stopped))
+        step, self.step, self.closed = start, start, start // self.spe - 1
+        if self.membership is not None:
+            self.membership.start(self)
+        while True:
+            try:
+                return self.epochs(start, step, stop)
+            except Exception as exc:
+                if self.membership is None:
+                    raise
+                step = self.membership.recover(self, stop, exc)  # re-raises all but a death
+
+    def first_epoch(self, step: int) -> int:
+        """The epoch to go on with after ``step`` completed steps: the last batch's epoch
+        while it is not closed (evaluated, checkpointed), else the next; past the end when
+        all is done. Resuming after a failure may land on either side of an epoch's end."""
+        current = (step - 1) // self.spe if step > 0 else 0
+        if step >= self.total and self.closed >= current:
+            return self.cfg.optim.epochs
+        return current if step > 0 and self.closed < current else step // self.spe
+
+    def epochs(self, start: int, step: int, stop: StopSignals) -> dict[str, Any]:
+        cfg, progress = self.cfg, self.progress
+        window = {"loss": 0.0, "correct": 0.0, "n": 0, "t": time.perf_counter()}
+        for epoch in range(self.first_epoch(step), cfg.optim.epochs):
+            begin = max(0, step - epoch * self.spe)
+            batches = self.source.train_batches(epoch, begin) if begin < self.spe else ()
+            for x, y in batches:
                 if step >= self.total:
                     break
                 self.train_step(x, y, step, window)
-                step += 1
+                step = self.step = step + 1
                 self.speed.tick()
                 if step % cfg.run.print_freq == 0 or step == self.total:
                     self.log_window(window, step, epoch)
-                progress.update(1)
+                self.progress.update(1)
                 if self.agreement.agreed(step):
                     break
                 if cfg.run.checkpoint_every and step % cfg.run.checkpoint_every == 0:
@@ -146,6 +177,7 @@ class Run:
             if (epoch + 1) % cfg.run.eval_every == 0 or last_epoch:
                 self.evaluate(step)
             self.checkpoint(step)
+            self.closed = epoch
             if step >= self.total:
                 break
         if not self.last:
@@ -153,6 +185,7 @@ class Run:
         return self.finish(start, step, None)
 
     def train_step(self, x: torch.Tensor, y: torch.Tensor, step: int, window: dict) -> None:
+        self.faults.at("step", step, self.comm)
         torch.manual_seed(step_seed(self.cfg.seed, self.comm.rank, step))
         for g in self.opt.param_groups:
             g["lr"] = lr_at(self.cfg.optim, self.base_lr, step, self.total, self.spe)
@@ -179,6 +212,7 @@ class Run:
         self.record_factors(step)
         if self.shuffle is not None:
             self.shuffle.on_step(step)
+            self.faults.at("shuffle", step, self.comm)
 
     def record_factors(self, step: int) -> None:
         """Write the sufficient-factor decision table once, after the step that made it."""
@@ -204,6 +238,7 @@ class Run:
         with self.speed.paused():
             distance = self.opt.consensus_distance()
             self.opt.synchronize()
+            self.faults.at("eval", step, self.comm)
             self.last = {"event": "eval", "step": step, "epoch": step / self.spe,
                          "consensus_distance": distance,
                          **evaluate(self.model, self.source, self.comm, self.device)}
@@ -233,6 +268,8 @@ class Run:
                     "last_eval": {k: v for k, v in self.last.items() if k != "event"}}
             state = snap.snapshot(self.model, self.opt, step, self.spe, ckpt.cpu(meta),
                                   self.states) if self.comm.rank == 0 else {}
+            if self.faults.armed("checkpoint", step):
+                self.saver.before_rename = lambda tmp: self.faults.tear(tmp, step, self.comm)
             path = self.saver.save(step, state, self.rank_states)
         if self.comm.rank == 0:
             log.info("checkpoint %s: %.1f MB in %.2f s%s", path, self.saver.last_bytes / 1e6,
@@ -295,7 +332,9 @@ class Run:
                    "samples_per_s": ips, "skipped_corrupt": skipped, "stopped": stopped,
                    "checkpoint": (ckpt.checkpoint_path(cfg.run.run_dir, saved) if saved >= 0
                                   else None),
-                   "consensus_distance": last.get("consensus_distance"), **lag}
+                   "consensus_distance": last.get("consensus_distance"), **lag,
+                   "size_launch": self.launch_size, "size_final": self.comm.size,
+                   **(self.membership.summary() if self.membership is not None else {})}
         self.metrics.write(summary)
         if self.comm.rank == 0 and ips:
             log.info("throughput: %.1f images/s (%.1f per rank) over %d timed steps", ips,

@@ -77,6 +77,11 @@ class StopSignals:
             self.stopped = int(flag[0])
         return self.stopped
 
+    def rejoin(self, comm: Communicator) -> None:
+        """Agree on ``comm`` from now on (the survivors, after a rank died); a signal
+        already received is kept. Collective over ``comm`` (it is duplicated)."""
+        self.comm = comm.dup() if comm.size > 1 else comm
+
     def close(self) -> None:
         for s, previous in self._previous.items():
             signal.signal(s, previous)

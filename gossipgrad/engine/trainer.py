@@ -17,6 +17,7 @@ step, with a checkpoint there.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -30,9 +31,11 @@ from gossipgrad.engine import checkpoint as ckpt
 from gossipgrad.engine.config import TrainConfig
 from gossipgrad.engine.consensus import agree
 from gossipgrad.engine.factory import make_distributed
+from gossipgrad.engine.membership import Membership, check_support
 from gossipgrad.engine.run import Run
 from gossipgrad.engine.signals import StopSignals
 from gossipgrad.models import build_model
+from gossipgrad.options import OnFailure, SufficientFactors
 from gossipgrad.shuffle import ShuffleWorker
 
 log = logging.getLogger(__name__)
@@ -56,6 +59,7 @@ def train(cfg: TrainConfig, comm: Communicator, device: torch.device | str = "cp
     shuffle as ``{"shuffle": worker}``) are saved in every checkpoint and restored on resume.
     """
     cfg.check_size(comm.size)
+    check_support(cfg.run.on_failure, comm)
     device = torch.device(device)
     torch.manual_seed(cfg.seed)
     stop = StopSignals(comm)  # first: SIGUSR1's default action would end the rank
@@ -74,19 +78,27 @@ def _setup_and_run(cfg: TrainConfig, comm: Communicator, device: torch.device,
     base_lr = cfg.optim.lr * (comm.size if cfg.optim.scale_lr else 1)
     sgd = torch.optim.SGD(model.parameters(), lr=base_lr, momentum=cfg.optim.momentum,
                           weight_decay=cfg.optim.weight_decay)
-    opt = make_distributed(sgd, model, comm, cfg.exchange, stager=stager)
-    shuffle = None
+    exchange = cfg.exchange
+    if cfg.run.on_failure is OnFailure.CONTINUE:  # factor paths cannot follow a shrink
+        exchange = dataclasses.replace(exchange, sufficient_factors=SufficientFactors.OFF)
+    opt = make_distributed(sgd, model, comm, exchange, stager=stager)
+    run = shuffle = None
     try:
         check_agreement(cfg, comm, opt.schedule)
         shuffle = make_shuffle(cfg, source, comm)
         if shuffle is not None:
             rank_states = {**rank_states, "shuffle": shuffle}
-        result = Run(cfg, comm, model, opt, source, device, base_lr, states, rank_states,
-                     shuffle).run(stop)
-        if shuffle is not None:
-            shuffle.stop()
+        membership = None
+        if cfg.run.on_failure is OnFailure.CONTINUE and comm.size > 1:
+            membership = Membership(comm, lambda c: make_shuffle(cfg, source, c))
+        run = Run(cfg, comm, model, opt, source, device, base_lr, states, rank_states,
+                  shuffle, membership)
+        result = run.run(stop)
+        if run.shuffle is not None:  # the survivors' worker after a failure
+            run.shuffle.stop()
         return result
     finally:
+        shuffle = run.shuffle if run is not None else shuffle
         if shuffle is not None:
             shuffle.stop(cancel=True)  # no-op after a clean stop; abandons a failed run's round
         opt.close()
