@@ -119,6 +119,21 @@ class CommThread:
         if self._error is not None:
             raise self._error
 
+    def done(self, key: int) -> bool:
+        """True once exchange ``key`` (submitted since the last wait for it) has finished;
+        never blocks; re-raises the thread's error, if any."""
+        if self._error is not None:
+            raise self._error
+        return self._done[key].is_set()
+
+    def poll(self) -> bool:
+        """Drive progress once from the caller's thread (what :meth:`wait` does while it
+        blocks), for a caller that waits on a condition of its own; True if anything
+        happened. Re-raises the thread's error."""
+        if self._error is not None:
+            raise self._error
+        return self._poll()
+
     def close(self) -> None:
         self._closing = True
         self._work.set()
