@@ -4,9 +4,10 @@
                            ExchangeOptions(strategy="ddp", bucket_mb=25))
     out = opt.module_for_forward(x)   # DDP's wrapper for ddp, the model otherwise
 
-gossip, allreduce and local are :class:`DistributedOptimizer`; horovod and ddp are engine
-adapters with the same interface (:mod:`gossipgrad.engine.adapters`), imported only when
-chosen, so neither Horovod nor torch.distributed is loaded for the others.
+gossip, allreduce and local are :class:`DistributedOptimizer`; ps is
+:class:`gossipgrad.engine.ps.ParameterServerOptimizer`; horovod and ddp are engine adapters
+with the same interface (:mod:`gossipgrad.engine.adapters`), imported only when chosen, so
+neither Horovod nor torch.distributed is loaded for the others.
 """
 
 from __future__ import annotations
@@ -36,4 +37,8 @@ def make_distributed(optimizer: torch.optim.Optimizer, model: torch.nn.Module,
         from gossipgrad.engine.adapters.ddp import DdpAdapter
 
         return DdpAdapter(optimizer, model, comm, opts)
+    if opts.strategy is Strategy.PS:
+        from gossipgrad.engine.ps import ParameterServerOptimizer
+
+        return ParameterServerOptimizer(optimizer, model, comm, opts, stager=stager)
     return DistributedOptimizer(optimizer, model, comm, opts, stager=stager)

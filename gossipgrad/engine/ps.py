@@ -1,0 +1,397 @@
+"""``--strategy ps``: a sharded parameter server colocated with the workers, with a
+stale-synchronous slack (GeePS; Cui et al. 2016).
+
+    mpiexec -n 4 gossipgrad train --strategy ps                 # synchronous (max-lag 0)
+    mpiexec -n 8 gossipgrad train --strategy ps --max-lag 2     # up to 2 steps stale
+
+    opt = gossipgrad.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model,
+                                          comm, strategy="ps", max_lag=0)
+    # ... the usual zero_grad / forward / backward / opt.step() loop
+
+Every rank is a worker and serves the buckets it owns (:mod:`gossipgrad.engine.shards`:
+bucket-aligned, balanced by bytes). Per step t and bucket b:
+
+- backward: as soon as b's gradients are ready, the worker pushes them to b's owner
+  (``Isend``, overlapped with the rest of backward, from a post-accumulate-grad hook);
+- ``step()``: the owner adds its own gradient; when every push of step t has arrived it sums
+  them (in rank order), divides by size, steps b's optimizer on its master copy (state only
+  there) and sends the parameters back (:class:`gossipgrad.engine.ps_server.ShardServer`);
+- next forward: a pre-hook on the first module that uses b waits until the rank's copy of b
+  is recent enough: server clock >= t + 1 - max_lag (``max_lag`` 0: exactly the update of
+  step t, which makes it allreduce-SGD on the mean gradient).
+
+Bytes per step: every bucket's gradient once to its owner and its parameters once to each
+other rank, a mean over ranks of 2 (size - 1) / size of the model (ring allreduce's).
+
+Memory per rank, beyond the model and its gradients: master copies and optimizer state of
+the owned buckets (about 1/size of the model each), and per owned bucket ``max_lag + 2``
+push slots of ``size`` gradients; with ``max_lag`` > 0 also ``max_lag + 1`` send and receive
+buffers per other bucket (a fast rank's pushes and pulls stay in flight while it runs ahead).
+
+With ``max_lag`` > 0 a rank computes on whatever recent version has arrived, so results
+depend on timing; with 0 they do not. Parameters must be read through their own module's
+forward (as with gossip's overlapped ``mix="param"``), or pass ``overlap=False``, which waits
+for every bucket at the end of ``step()`` (bit-identical results).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from typing import Any
+
+import torch
+
+from gossipgrad.comm.base import Backoff, CommTimeout, Communicator, Tag, WaitContext
+from gossipgrad.comm.exchange import Exchange, Pending
+from gossipgrad.comm.schedule import Schedule
+from gossipgrad.comm.staging import Stager
+from gossipgrad.engine.buckets import BucketLayout
+from gossipgrad.engine.commthread import CommThread
+from gossipgrad.engine.consensus import (
+    average_buffers_,
+    broadcast_parameters_,
+    consensus_distance,
+    verify_identical,
+)
+from gossipgrad.engine.offload import HostOffloadOptimizer
+from gossipgrad.engine.ps_server import (
+    PULL_RECV,
+    PUSH_RECV,
+    PUSH_SEND,
+    DensePush,
+    ShardServer,
+    hyperparameters,
+    request_key,
+)
+from gossipgrad.engine.shards import assign_owners, bytes_sent_by_rank, ps_bucket_cap
+from gossipgrad.engine.wrapped import WrappedOptimizer
+from gossipgrad.options import ExchangeOptions, Strategy, exchange_options
+
+log = logging.getLogger(__name__)
+
+
+class ParameterServerOptimizer(WrappedOptimizer):
+    """DistributedOptimizer's interface for ``strategy="ps"`` (build it through
+    ``DistributedOptimizer(..., strategy="ps")`` or ``make_distributed``).
+
+    Args:
+        optimizer: a ``torch.optim`` optimizer over ``model``'s parameters, without state;
+            each owner builds ``type(optimizer)(groups, **optimizer.defaults)`` over its
+            buckets (a :class:`HostOffloadOptimizer` puts those in host memory). Its
+            ``param_groups`` stay the ones to set the learning rate on: a step's update
+            uses the values they hold when its owner calls ``step()``.
+        model: parameters are broadcast from rank 0 and verified; gradients and values
+            become views into buckets.
+        comm: the communicator.
+        options: strategy ps; ``max_lag`` (slack), ``bucket_mb`` (at most 1/size of the model
+            is used, see :func:`ps_bucket_cap`), ``overlap``; topology, seed and rotate only
+            build ``schedule`` (checked for agreement, never used for messages).
+        stager: how device tensors reach MPI (default: direct on CPU).
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer | HostOffloadOptimizer,
+                 model: torch.nn.Module, comm: Communicator, options: ExchangeOptions | None = None,
+                 *, stager: Stager | None = None, push: DensePush | None = None,
+                 **overrides: Any) -> None:
+        opts = exchange_options(options, overrides)
+        if opts.strategy is not Strategy.PS:
+            raise ValueError(f"ParameterServerOptimizer is --strategy ps, got {opts.strategy}")
+        host = isinstance(optimizer, HostOffloadOptimizer)
+        base = optimizer.original if host else optimizer
+        if base.state:
+            raise ValueError("--strategy ps needs an optimizer that has not stepped yet")
+        self.optimizer, self.model, self.comm, self.options = base, model, comm, opts
+        self.strategy, self.mix, self.staleness, self.sync_every = opts.strategy, opts.mix, 0, 0
+        self.max_lag = opts.max_lag
+        self.schedule = Schedule(comm.size, opts.topology, opts.seed, opts.rotate)
+        self.step_count = 0
+        params = list(model.parameters())
+        nbytes = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
+        self.layout = BucketLayout(params, ps_bucket_cap(nbytes, comm.size, opts.bucket_cap_bytes))
+        broadcast_parameters_(model, comm)
+        verify_identical(model, comm)
+        self.layout.bind_grads_()
+        self.layout.bind_params_()
+        self.owners = assign_owners([b.nbytes for b in self.layout.buckets], comm.size)
+        self.stager = stager or Stager(cuda_aware=False)
+        self.communicates = comm.size > 1
+        self.overlap = opts.overlap and self.communicates
+        self._thread = (CommThread(Exchange(comm, self.stager), comm.timeout, name="gossipgrad-ps")
+                        if self.communicates else None)
+        device = params[0].device
+        server_device = torch.device("cpu") if host else device
+        self.push = push or DensePush()
+        owned = [b for b in self.layout.buckets if self.owners[b.index] == comm.rank]
+        self.server = ShardServer(owned, base, comm, self._thread, self.stager, self.max_lag,
+                                  server_device, pin=host and device.type == "cuda",
+                                  push=self.push)
+        self.rank_states = {"ps": self.server}  # the trainer checkpoints each rank's shard
+        self._setup_worker()
+        self._broken = False
+        self._hooks: list[Any] = []
+        if self.overlap:
+            self._bucket_of = {id(p): b.index for b in self.layout.buckets for p in b.params}
+            self._hooks = [p.register_post_accumulate_grad_hook(self._grad_ready)
+                           for b in self.layout.buckets for p in b.params]
+            self._hooks += self._install_forward_waits(model)
+        if comm.rank == 0:
+            mine = sum(b.nbytes for b in owned)
+            log.info("ps: %d buckets over %d ranks (rank 0 serves %.2f MB of %.2f MB), "
+                     "max-lag %d", len(self.layout.buckets), comm.size, mine / 1e6,
+                     self.layout.nbytes / 1e6, self.max_lag)
+
+    def _setup_worker(self) -> None:
+        """Per bucket: the version in the model, the pulls posted, send/receive rings."""
+        nb, ring = len(self.layout.buckets), self.max_lag + 1
+        self._have = [self.step_count] * nb
+        self._pulls: list[deque[tuple[int, int]]] = [deque() for _ in range(nb)]
+        self._fresh = [False] * nb
+        self._ready = [0] * nb
+        self._pushed = [False] * nb
+        self._push_used: set[int] = set()  # keys of push sends ever posted
+        self._pull_bufs: list[list[torch.Tensor]] = []
+        self._push_bufs: list[list[torch.Tensor]] = []
+        for b in self.layout.buckets:
+            theirs = self.owners[b.index] != self.comm.rank
+            staged = self.stager.staging(b.values)
+            direct = self.max_lag == 0 and not staged
+            pulls = [b.values] if direct else [self.stager.empty_like(b.values)
+                                               for _ in range(ring)]
+            pushes = [] if direct else [self.stager.empty_like(b.grads) for _ in range(ring)]
+            self._pull_bufs.append(pulls if theirs else [])
+            self._push_bufs.append(pushes if theirs else [])
+
+    # -- the step --------------------------------------------------------------------
+    @property
+    def module_for_forward(self) -> torch.nn.Module:
+        return self.model
+
+    def zero_grad(self, set_to_none: bool = False) -> None:
+        """Zero the gradient buckets (after the last step's pushes have left them) and post
+        this step's push receives of the owned buckets; ``set_to_none`` is ignored."""
+        direct = [k for k in (request_key(PUSH_SEND, b.index, 0) for b in self.layout.buckets
+                              if not self._push_bufs[b.index]) if k in self._push_used]
+        self._wait(lambda: all(self._thread.done(k) for k in direct),
+                   lambda: f"the gradient pushes of step {self.step_count - 1} did not complete")
+        for b in self.layout.buckets:
+            b.grads.zero_()
+        self.server.open(self.step_count)
+        self._ready = [0] * len(self.layout.buckets)
+        self._pushed = [False] * len(self.layout.buckets)
+
+    def step(self, closure: Any = None) -> Any:
+        """Push what backward has not pushed, hand this rank's gradients and learning rate
+        to its own shard, post the pulls of the next version; returns the closure's loss."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if not self.layout.grads_bound():
+            raise RuntimeError("gradients were detached from their buckets (was "
+                               "zero_grad(set_to_none=True) called on the inner optimizer?); "
+                               "call zero_grad() on the DistributedOptimizer instead")
+        t = self.step_count
+        for b in self.layout.buckets:
+            if not self._pushed[b.index]:
+                self._push(b.index, t)
+        self.server.contribute(t, [hyperparameters(g) for g in self.optimizer.param_groups])
+        for b in self.layout.buckets:  # frees the ring slot the next pull goes into
+            self._refresh(b.index, t - self.max_lag)
+            if self._pull_bufs[b.index]:
+                self._post_pull(b.index, t + 1)
+        self.step_count = t + 1
+        self._fresh = [False] * len(self.layout.buckets)
+        self.server.service()
+        if not self.overlap:
+            for b in self.layout.buckets:
+                self._refresh(b.index, self.step_count - self.max_lag)
+        return loss
+
+    def _grad_ready(self, p: torch.Tensor) -> None:
+        b = self._bucket_of[id(p)]
+        self._ready[b] += 1
+        if self._ready[b] == len(self.layout.buckets[b].params):
+            self._push(b, self.step_count)
+
+    def _push(self, index: int, step: int) -> None:
+        """Send bucket ``index``'s gradient of ``step`` to its owner (nothing if that is us)."""
+        self._pushed[index] = True
+        owner = self.owners[index]
+        if owner == self.comm.rank:
+            return
+        bucket = self.layout.buckets[index]
+        payload = self.push.payload(bucket, bucket.grads)
+        ring = self._push_bufs[index]
+        slot = step % len(ring) if ring else 0
+        key = request_key(PUSH_SEND, index, slot)
+        if ring:
+            if key in self._push_used:
+                self._wait(lambda: self._thread.done(key),
+                           lambda: f"the push of bucket {index} of step {step - len(ring)} "
+                                   f"to rank {owner} did not complete")
+            ring[slot].copy_(payload)
+            payload = ring[slot]
+        else:
+            self.stager.ready(payload)
+        self._push_used.add(key)
+        tag = Tag.PS_PUSH + index
+        ctx = WaitContext("received nothing", owner, tag, step)
+        self._thread.submit(key, lambda: Pending(payload, [self.comm.isend(
+            payload, owner, tag, ctx)]), eager=not payload.is_cuda)
+
+    def _post_pull(self, index: int, version: int) -> None:
+        bufs = self._pull_bufs[index]
+        slot = version % len(bufs)
+        buf, owner, tag = bufs[slot], self.owners[index], Tag.PS_PULL + index
+        ctx = WaitContext("sent nothing", owner, tag, version - 1)
+        self._thread.submit(request_key(PULL_RECV, index, slot), lambda: Pending(
+            buf, [self.comm.irecv(buf, owner, tag, ctx)]), eager=not buf.is_cuda)
+        self._pulls[index].append((version, slot))
+
+    # -- bringing a bucket up to date --------------------------------------------------
+    def _install_forward_waits(self, model: torch.nn.Module) -> list[Any]:
+        """A forward pre-hook on every module that owns parameters: before its first use in
+        a step, bring each of its buckets to clock >= step - max_lag."""
+        hooks = []
+        for module in model.modules():
+            own = sorted({self._bucket_of[id(p)] for p in module.parameters(recurse=False)
+                          if id(p) in self._bucket_of})
+            if own:
+                hooks.append(module.register_forward_pre_hook(
+                    lambda _m, _args, own=own: self._before_use(own)))
+        return hooks
+
+    def _before_use(self, buckets: list[int]) -> None:
+        self.server.service()
+        for b in buckets:
+            if not self._fresh[b]:
+                self._refresh(b, self.step_count - self.max_lag)
+                self._fresh[b] = True
+
+    def _take(self, index: int) -> None:
+        """Copy the newest version that has arrived (or the own master) into the model."""
+        if self.owners[index] == self.comm.rank:
+            ob = self.server.owned[index]
+            if ob.version > self._have[index]:
+                with torch.no_grad():
+                    self.layout.buckets[index].values.copy_(ob.master)
+                self._have[index] = ob.version
+            return
+        pulls, newest = self._pulls[index], None
+        while pulls and self._thread.done(request_key(PULL_RECV, index, pulls[0][1])):
+            newest = pulls.popleft()
+        if newest is None:
+            return
+        values, buf = self.layout.buckets[index].values, self._pull_bufs[index][newest[1]]
+        if buf is not values:
+            values.copy_(self.stager.incoming(buf, values))
+        self._have[index] = newest[0]
+
+    def _refresh(self, index: int, need: int) -> None:
+        """Bring bucket ``index`` in the model to server clock >= ``need`` (waiting, while
+        serving this rank's own shard, if it has not arrived)."""
+        self._take(index)
+        if self._have[index] >= need:
+            return
+        self._wait(lambda: self._take(index) or self._have[index] >= need,
+                   lambda: self._stuck(index, need))
+
+    def _wait(self, ready: Any, what: Any) -> None:
+        """Poll (and serve the owned shard) until ``ready()``; CommTimeout after the
+        communicator's deadline, with ``what()`` in the message."""
+        if ready():
+            return
+        deadline = time.monotonic() + self.comm.timeout
+        policy = self.comm.policy
+        backoff = Backoff(policy.spin_for_this_thread(), policy.max_pause_s)
+        try:
+            while True:
+                moved = self._thread.poll() if self._thread is not None else False
+                moved = self.server.service() or moved
+                if ready():
+                    return
+                if time.monotonic() > deadline:
+                    raise CommTimeout(f"rank {self.comm.rank}, step {self.step_count}: {what()} "
+                                      f"within {self.comm.timeout:g} s; raise --comm-timeout "
+                                      "if the network is slow")
+                if not moved:
+                    backoff.sleep()
+        except BaseException:
+            self._broken = True
+            raise
+
+    def _stuck(self, index: int, need: int) -> str:
+        owner = self.owners[index]
+        if owner != self.comm.rank:
+            return (f"bucket {index}'s parameters of clock {need} did not arrive from its owner, "
+                    f"rank {owner} (tag PS_PULL_{index}); is rank {owner} alive?")
+        missing = [s for s in range(self.comm.size) if s != self.comm.rank and not
+                   self._thread.done(request_key(PUSH_RECV, index, self.server.owned[index].version
+                                                 % self.server.nslots, s))]
+        return (f"the gradients of bucket {index} for step {self.server.owned[index].version} "
+                f"did not arrive from rank(s) {missing} (tag PS_PUSH_{index}); are they alive?")
+
+    # -- whole-model operations -------------------------------------------------------
+    def drain(self) -> None:
+        """Collective: complete every update up to this step and bring every bucket to it;
+        afterwards nothing is in flight and all ranks hold the same parameters."""
+        for b in self.layout.buckets:
+            self._refresh(b.index, self.step_count)
+        self._wait(self._quiet, lambda: "the last parameter and gradient sends did not complete")
+
+    def _quiet(self) -> bool:
+        if self._thread is None:
+            return True
+        return self.server.quiet() and all(self._thread.done(k) for k in self._push_used)
+
+    def synchronize(self) -> None:
+        """Drain, then average floating buffers (BatchNorm statistics, which ps does not
+        share) and check that parameters and buffers are identical on every rank."""
+        self.drain()
+        average_buffers_(self.model, self.comm)
+        verify_identical(self.model, self.comm,
+                         when=f"at step {self.step_count} under --strategy ps")
+
+    def consensus_distance(self) -> float:
+        """Measured after a drain: 0.0 when every rank holds the server's parameters."""
+        self.drain()
+        return consensus_distance(self.model, self.comm)
+
+    def bytes_sent_per_step(self) -> float:
+        """The mean over ranks (ring allreduce's 2 (size-1)/size of the model)."""
+        return Strategy.PS.bytes_sent(self.layout.nbytes, self.comm.size)
+
+    def bytes_sent_by_rank(self) -> list[int]:
+        """What each rank sends per step (it depends on how much the rank owns)."""
+        return bytes_sent_by_rank([b.nbytes for b in self.layout.buckets], self.owners,
+                                  self.comm.size)
+
+    def close(self) -> None:
+        """Drain (unless a wait already failed), remove the hooks, stop the thread."""
+        try:
+            if not self._broken:
+                self.drain()
+        finally:
+            for h in self._hooks:
+                h.remove()
+            self._hooks = []
+            if self._thread is not None:
+                self._thread.close()
+                self._thread = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's view: the user optimizer's groups, the step, and this rank's shard
+        (optimizer state of the buckets it owns). Call :meth:`synchronize` first on every
+        rank for a state at one step."""
+        return {**super().state_dict(), "ps": self.server.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Load a state; the model must already hold the parameters of ``state["step"]``
+        (they become the masters). ``state["ps"]``, if there, is this rank's shard."""
+        super().load_state_dict(state)
+        self.server.reset_(self.step_count)
+        self._setup_worker()
+        if "ps" in state:
+            self.server.load_state_dict(state["ps"])
