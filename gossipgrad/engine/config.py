@@ -28,9 +28,11 @@ from gossipgrad.models import MODELS
 from gossipgrad.options import (
     DataOptions,
     ExchangeOptions,
+    Offload,
     OptimOptions,
     RunOptions,
     ShuffleOptions,
+    Strategy,
     at_least,
 )
 
@@ -78,6 +80,9 @@ class TrainConfig:
             raise ValueError(f"unknown model {self.arch!r} (--arch); choose one of: "
                              f"{', '.join(MODELS)}")
         at_least(self.hidden, 0, "--hidden")
+        if Offload.OPTIMIZER in self.run.offload and self.exchange.strategy is Strategy.HOROVOD:
+            raise ValueError("--offload optimizer is not available with --strategy horovod: "
+                             "Horovod wraps the optimizer's class itself; drop one of them")
 
     @classmethod
     def from_flags(cls, **flags: Any) -> TrainConfig:

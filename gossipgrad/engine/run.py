@@ -22,10 +22,11 @@ from gossipgrad.engine.consensus import agree, verify_identical
 from gossipgrad.engine.distributed import DistributedOptimizer
 from gossipgrad.engine.evaluation import evaluate
 from gossipgrad.engine.metrics import MetricsWriter, Progress, Throughput
+from gossipgrad.engine.offload import ActivationOffload, offloading
 from gossipgrad.engine.signals import StopSignals, signal_name
 from gossipgrad.engine.straggler import Straggler
 from gossipgrad.models import logits, loss_fn
-from gossipgrad.options import OptimOptions
+from gossipgrad.options import Offload, OptimOptions
 from gossipgrad.shuffle import ShuffleWorker
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,8 @@ class Run:
         self.last: dict[str, Any] = {}
         self.comm_s = 0.0
         self.straggler = Straggler(comm.rank)
+        self.offload = (ActivationOffload(model, device) if Offload.ACTIVATIONS in cfg.run.offload
+                        else None)
         self.progress: Progress | None = None
 
     def compat(self) -> dict[str, Any]:
@@ -146,7 +149,7 @@ class Run:
         y = y.to(self.device, non_blocking=True)
         self.opt.zero_grad()
         if len(y):
-            with self.straggler.compute():
+            with self.straggler.compute(), offloading(self.offload):
                 out = self.opt.module_for_forward(x)  # DDP's wrapper under --strategy ddp
                 loss = loss_fn(out, y)
                 loss.backward()

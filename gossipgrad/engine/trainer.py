@@ -30,9 +30,11 @@ from gossipgrad.engine import checkpoint as ckpt
 from gossipgrad.engine.config import TrainConfig
 from gossipgrad.engine.consensus import agree
 from gossipgrad.engine.factory import make_distributed
+from gossipgrad.engine.offload import HostOffloadOptimizer
 from gossipgrad.engine.run import Run
 from gossipgrad.engine.signals import StopSignals
 from gossipgrad.models import build_model
+from gossipgrad.options import Offload
 from gossipgrad.shuffle import ShuffleWorker
 
 log = logging.getLogger(__name__)
@@ -74,7 +76,10 @@ def _setup_and_run(cfg: TrainConfig, comm: Communicator, device: torch.device,
     base_lr = cfg.optim.lr * (comm.size if cfg.optim.scale_lr else 1)
     sgd = torch.optim.SGD(model.parameters(), lr=base_lr, momentum=cfg.optim.momentum,
                           weight_decay=cfg.optim.weight_decay)
+    if Offload.OPTIMIZER in cfg.run.offload:
+        sgd = HostOffloadOptimizer(sgd)
     opt = make_distributed(sgd, model, comm, cfg.exchange, stager=stager)
+    rank_states = {**rank_states, **getattr(opt, "rank_states", {})}  # ps: each rank's shard
     shuffle = None
     try:
         check_agreement(cfg, comm, opt.schedule)
