@@ -99,3 +99,25 @@ def test_bcast_and_barrier():
         return x.tolist()
 
     assert run_ranks(4, body, timeout=10) == [[2.0] * 3] * 4
+
+
+@pytest.mark.timeout(30)
+def test_receives_match_messages_in_the_order_they_were_posted():
+    """As in MPI: two receives from one source with one tag get the messages in posting
+    order, even when the second is tested first (ps keeps several steps' pushes posted)."""
+    def body(comm):
+        if comm.rank == 1:
+            first, second = np.zeros(1), np.zeros(1)
+            r1, r2 = comm.irecv(first, 0, 7), comm.irecv(second, 0, 7)
+            comm.barrier()
+            comm.barrier()
+            r2.wait(10)
+            r1.wait(10)
+            return first[0], second[0]
+        comm.barrier()
+        comm.isend(np.array([1.0]), 1, 7)
+        comm.isend(np.array([2.0]), 1, 7)
+        comm.barrier()
+        return None
+
+    assert run_ranks(2, body, timeout=20)[1] == (1.0, 2.0)

@@ -50,6 +50,7 @@ class LocalWorld:
         self.timeout = timeout
         self.cond = threading.Condition()
         self.mail: dict[tuple, deque[np.ndarray]] = defaultdict(deque)
+        self.posted: dict[tuple, deque[_Recv]] = defaultdict(deque)  # receives not yet matched
         self.collectives: dict[tuple, _Collective] = {}
         self.failure: str | None = None
 
@@ -92,18 +93,26 @@ class _Done:
 
 
 class _Recv:
+    """A posted receive. As in MPI, receives with the same source and tag match messages in
+    the order they were posted, whichever of them is tested first."""
+
     def __init__(self, comm: LocalCommunicator, key: tuple, out: np.ndarray, ctx: WaitContext):
         self.comm, self.key, self.out, self.ctx, self.done = comm, key, out, ctx, False
+        with comm.world.cond:
+            comm.world.posted[key].append(self)
 
     def _take(self) -> bool:  # called under the world lock
-        if not self.done and self.comm.world.mail[self.key]:
-            msg = self.comm.world.mail[self.key].popleft()
-            if msg.nbytes != self.out.nbytes:
-                raise CommError(f"rank {self.comm.rank}: message of {msg.nbytes} bytes from rank "
-                                f"{self.key[1]} into a {self.out.nbytes}-byte buffer")
-            self.out.view(np.uint8).reshape(-1)[:] = msg.view(np.uint8).reshape(-1)
-            self.done = True
+        mail, posted = self.comm.world.mail[self.key], self.comm.world.posted[self.key]
+        while mail and posted:
+            posted.popleft()._fill(mail.popleft())
         return self.done
+
+    def _fill(self, msg: np.ndarray) -> None:
+        if msg.nbytes != self.out.nbytes:
+            raise CommError(f"rank {self.comm.rank}: message of {msg.nbytes} bytes from rank "
+                            f"{self.key[1]} into a {self.out.nbytes}-byte buffer")
+        self.out.view(np.uint8).reshape(-1)[:] = msg.view(np.uint8).reshape(-1)
+        self.done = True
 
     def test(self) -> bool:
         with self.comm.world.cond:
