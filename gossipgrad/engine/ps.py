@@ -163,6 +163,12 @@ class ParameterServerOptimizer(WrappedOptimizer):
             self._pull_bufs.append(pulls if theirs else [])
             self._push_bufs.append(pushes if theirs else [])
 
+    @property
+    def parameter_clocks(self) -> list[int]:
+        """Per bucket, the server clock (updates applied) of the values in the model now.
+        During step t's forward every bucket used so far is at >= t - max_lag."""
+        return list(self._have)
+
     # -- the step --------------------------------------------------------------------
     @property
     def module_for_forward(self) -> torch.nn.Module:
