@@ -18,9 +18,10 @@ from gossipgrad.engine.offload import HostOffloadOptimizer
 from gossipgrad.engine.ps import ParameterServerOptimizer
 
 
-def _model() -> torch.nn.Module:
-    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 16),
-                                torch.nn.Tanh(), torch.nn.Linear(16, 3))
+def _model(width: int = 16) -> torch.nn.Module:
+    model = torch.nn.Sequential(torch.nn.Linear(6, width), torch.nn.Tanh(),
+                                torch.nn.Linear(width, width), torch.nn.Tanh(),
+                                torch.nn.Linear(width, 3))
     init = torch.Generator().manual_seed(0)  # private: the thread world shares torch's RNG
     with torch.no_grad():
         for p in model.parameters():
@@ -29,13 +30,14 @@ def _model() -> torch.nn.Module:
 
 
 def _run(comm, strategy: str = "ps", steps: int = 8, slow_s: float = 0.0, start: int = 0,
-         state: dict | None = None, offload: bool = False, **kw) -> dict:
+         state: dict | None = None, offload: bool = False, width: int = 16,
+         bucket_mb: float = 0.0005, **kw) -> dict:
     """Train ``steps`` steps (batches of steps ``start``..); returns per-step losses, the
     parameter clocks seen by each forward, the final parameters and the state to resume."""
-    model = _model()
+    model = _model(width)
     sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
     opt = DistributedOptimizer(HostOffloadOptimizer(sgd) if offload else sgd, model, comm,
-                               strategy=strategy, bucket_mb=0.0005, seed=3, **kw)
+                               strategy=strategy, bucket_mb=bucket_mb, seed=3, **kw)
     if state is not None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
@@ -82,6 +84,17 @@ def check_ps_lag0_equals_allreduce(comm) -> None:
     torch.testing.assert_close(ps["w"], ar["w"], rtol=1e-5, atol=1e-6)
     assert ps["clocks"] == list(range(8)), ps["clocks"]  # step t computed on clock t
     assert _identical_on_every_rank(comm, ps["w"])
+
+
+def check_ps_large_buckets_equal_allreduce(comm) -> None:
+    """Buckets of ~0.6 MB (MPI's rendezvous protocol, not eager) and max_lag 1 with them:
+    lag 0 still matches allreduce-SGD and lag 1 ends with identical ranks."""
+    ps = _run(comm, "ps", steps=4, width=384, bucket_mb=1.0)
+    ar = _run(comm, "allreduce", steps=4, width=384, bucket_mb=1.0, mix="grad")
+    assert max(b.nbytes for b in ps["opt"].layout.buckets) > 512 * 1024
+    torch.testing.assert_close(ps["w"], ar["w"], rtol=1e-5, atol=1e-6)
+    lag1 = _run(comm, "ps", steps=4, width=384, bucket_mb=1.0, max_lag=1)
+    assert _identical_on_every_rank(comm, lag1["w"])
 
 
 def check_ps_overlap_is_bit_identical(comm) -> None:
@@ -137,6 +150,7 @@ def check_ps_resume_is_exact(comm) -> None:
     assert rest["losses"] == straight["losses"][6:]
 
 
-ALL = [check_ps_lag0_equals_allreduce, check_ps_overlap_is_bit_identical,
+ALL = [check_ps_lag0_equals_allreduce, check_ps_large_buckets_equal_allreduce,
+       check_ps_overlap_is_bit_identical,
        check_ps_bytes_are_ring_allreduce, check_ps_lag_is_bounded_and_used,
        check_ps_resume_is_exact]
