@@ -33,6 +33,8 @@ from typing import Any
 
 import torch
 
+from gossipgrad.options import Offload
+
 log = logging.getLogger(__name__)
 
 MIN_BYTES = 64 * 1024
@@ -127,7 +129,7 @@ class ActivationOffload:
             if packed.ready is not None:
                 torch.cuda.current_stream(self.device).wait_event(packed.ready)
             out = packed.host.to(packed.device, non_blocking=self.cuda)
-        if self.cuda and packed.index > 0:
+        if self.cuda and 0 < packed.index <= len(self._packed):
             self._prefetch(self._packed[packed.index - 1])
         return out
 
@@ -238,3 +240,26 @@ class HostOffloadOptimizer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.inner.load_state_dict(state)
+
+
+class Offloads:
+    """What ``--offload`` builds for one model: the activation offload (or None) and the
+    optimizer (wrapped in :class:`HostOffloadOptimizer` for ``optimizer``), and a report
+    of what moved to host memory."""
+
+    def __init__(self, model: torch.nn.Module, device: torch.device | str,
+                 what: tuple[str, ...], optimizer: torch.optim.Optimizer) -> None:
+        self.what = tuple(what)
+        self.activations = (ActivationOffload(model, device) if Offload.ACTIVATIONS in what
+                            else None)
+        self.optimizer: Any = (HostOffloadOptimizer(optimizer) if Offload.OPTIMIZER in what
+                               else optimizer)
+
+    def report(self) -> dict[str, Any]:
+        """``what``, the last step's activation bytes moved to host, the optimizer's host
+        bytes (parameter and gradient copies plus state)."""
+        act, opt = self.activations, self.optimizer
+        return {"what": list(self.what),
+                "activation_bytes_to_host_per_step": act.last_bytes if act is not None else 0,
+                "optimizer_host_bytes": (opt.host_bytes if isinstance(opt, HostOffloadOptimizer)
+                                         else 0)}

@@ -261,7 +261,9 @@ class Run:
                    "samples_per_s": ips, "skipped_corrupt": skipped, "stopped": stopped,
                    "checkpoint": (ckpt.checkpoint_path(cfg.run.run_dir, saved) if saved >= 0
                                   else None),
-                   "consensus_distance": last.get("consensus_distance")}
+                   "consensus_distance": last.get("consensus_distance"),
+                   "offload": list(cfg.run.offload), "activation_bytes_to_host_per_step":
+                   self.offload.last_bytes if self.offload is not None else 0}
         self.metrics.write(summary)
         if self.comm.rank == 0 and ips:
             log.info("throughput: %.1f images/s (%.1f per rank) over %d timed steps", ips,
