@@ -155,9 +155,11 @@ def _register_more() -> None:
     """Benchmarks that live with their feature: the shuffle's cost, the planner's accuracy."""
     from gossipgrad.bench.plan_validate import plan_validate
     from gossipgrad.bench.shuffle_cost import shuffle
+    from gossipgrad.cli.bench_ps import ps_lag
 
     bench.add_command(shuffle)
     bench.add_command(plan_validate)
+    bench.add_command(ps_lag)
 
 
 _register_more()
