@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from gossipgrad.bench.ps_lag import parse_slow
 from gossipgrad.cli import main
 
-from launch import gossipgrad
+from launch import REPO, gossipgrad
 
 
 def _record(out) -> dict:
@@ -70,3 +70,26 @@ def test_strategies_bench_takes_ps_and_counts_ring_bytes():
     # 2 buckets for 3 ranks: the ranks send unequal amounts; their mean is the ring figure
     assert ps["posted_bytes_per_step"] == pytest.approx(ps["theory_bytes_per_step"], abs=0.1)
     assert _positive(ps["step_s"]) and _positive(rows["allreduce"]["step_s"])
+
+
+def test_compare_losses_reports_the_largest_per_step_difference(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    def write(name, losses, acc):
+        path = tmp_path / name
+        recs = [{"event": "log", "step": i + 1, "loss": x} for i, x in enumerate(losses)]
+        recs.append({"event": "summary", "test_accuracy": acc, "strategy": name[:-6]})
+        path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+        return str(path)
+
+    a = write("ps.jsonl", [2.0, 1.5, 1.25], 0.9)
+    b = write("allreduce.jsonl", [2.0, 1.5 + 3e-7, 1.25], 0.91)
+    script = os.path.join(REPO, "scripts", "compare_losses.py")
+    out = subprocess.run([sys.executable, script, a, b], text=True, capture_output=True,
+                         check=True, timeout=60)
+    rec = json.loads(out.stdout)
+    assert rec["steps"] == 3 and rec["at_step"] == 2
+    assert rec["max_abs_diff"] == pytest.approx(3e-7)
+    assert rec["test_accuracy"] == [0.9, 0.91] and rec["strategy"] == ["ps", "allreduce"]
