@@ -101,6 +101,7 @@ class ActivationOffload:
         packed = _Packed(host, t.device, len(self._packed))
         if self.cuda:
             self._side.wait_stream(torch.cuda.current_stream(self.device))
+            t.record_stream(self._side)  # its memory is not reused before the copy has run
             with torch.cuda.stream(self._side):
                 host.copy_(t, non_blocking=True)
                 packed.ready = torch.cuda.Event()

@@ -239,8 +239,7 @@ class ParameterServerOptimizer(WrappedOptimizer):
                                    f"to rank {owner} did not complete")
             ring[slot].copy_(payload)
             payload = ring[slot]
-        else:
-            self.stager.ready(payload)
+        self.stager.ready(payload)  # a device buffer goes to MPI after the kernels that fill it
         self._push_used.add(key)
         tag = Tag.PS_PUSH + index
         ctx = WaitContext("received nothing", owner, tag, step)

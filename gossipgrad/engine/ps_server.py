@@ -234,6 +234,7 @@ class ShardServer:
         buf = ob.master
         if self.stager.staging(buf):
             buf = self.stager.outgoing(buf, self._staged, ob.index)
+        self.stager.ready(buf)  # a device master goes to MPI after the update's kernels
         tag = Tag.PS_PULL + ob.index
         ob.sending = []
         for dst in range(self.comm.size):
