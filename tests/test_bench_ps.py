@@ -47,11 +47,15 @@ def test_slow_names_the_flag_and_the_ranks_there_are():
 
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
-def test_ps_lag_reports_each_lag_with_and_without_the_straggler():
+@pytest.mark.parametrize("rotate", [False, True])
+def test_ps_lag_reports_each_lag_with_and_without_the_straggler(rotate):
     rec = _record(gossipgrad(3, ["bench", "ps-lag", "--lags", "0,1", "--slow", "2:2",
                                  "--width", "64", "--layers", "2", "--steps", "3", "--reps",
-                                 "1", "--warmup", "0"], timeout=280))
+                                 "1", "--warmup", "0", *(["--rotate"] if rotate else [])],
+                             timeout=280))
     assert rec["bench"] == "ps-lag" and rec["size"] == 3 and rec["slow"] == [2, 2.0]
+    assert rec["rotate"] is rotate and (_positive(rec["compute_s"]) if rotate
+                                        else rec["compute_s"] is None)
     assert [(r["max_lag"], r["straggler"]) for r in rec["results"]] == [
         (0, False), (0, True), (1, False), (1, True)]
     assert all(_positive(r["step_s"]) and _positive(r["samples_per_s"]) for r in rec["results"])

@@ -7,6 +7,13 @@ steps run in rotating order over (lag, straggler off/on), ``--warmup`` untimed r
 then ``--reps`` timed ones. With the straggler on, rank RANK's forward and backward take
 FACTOR times as long (:class:`gossipgrad.engine.straggler.Straggler`, the mechanism of
 ``GOSSIPGRAD_INJECT_SLOW``), on every step or, with ``--slow-every N``, on one step in N.
+That mechanism stretches the measured forward and backward, which include the waits of
+forward pre-hooks for parameters, so a slow rank that also waits slows down further.
+
+``--rotate``: the slowness moves between ranks instead, rank ``t mod size`` is slow at
+step t, by a fixed pause of (FACTOR - 1) x the model's local compute time (measured once
+before, without communication; MAX over ranks). Every rank is then as fast as the others on
+average, the case a slack is for; a rank that is slower on average bounds every lag.
 
 A block is timed from a barrier to the end of a drain (every update applied, every rank at
 the same clock), so a lag's head start is paid for inside the block; ``step_s`` is the
@@ -22,7 +29,17 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from gossipgrad.bench.common import Trainer, finite, link_info, max_over_ranks, median, rounded
+import torch
+
+from gossipgrad.bench.common import (
+    Trainer,
+    finite,
+    link_info,
+    make_stack,
+    max_over_ranks,
+    median,
+    rounded,
+)
 from gossipgrad.comm.base import Communicator
 from gossipgrad.engine.straggler import Straggler
 from gossipgrad.settings import Settings
@@ -42,6 +59,35 @@ class Intermittent:
             yield
 
 
+class Rotating:
+    """Slow on this rank's turn: a pause of ``pause_s`` before step t's compute when
+    ``t mod size == rank``."""
+
+    def __init__(self, rank: int, size: int, pause_s: float) -> None:
+        self.rank, self.size, self.pause_s, self.steps = rank, size, pause_s, 0
+
+    @contextlib.contextmanager
+    def compute(self) -> Iterator[None]:
+        if self.steps % self.size == self.rank:
+            time.sleep(self.pause_s)
+        self.steps += 1
+        yield
+
+
+def local_compute_s(comm: Communicator, width: int, layers: int, batch: int) -> float:
+    """Median forward + backward seconds of the bench model without communication (3 timed
+    after 1 untimed), MAX over ranks."""
+    model = make_stack(width, layers)
+    x = torch.randn(batch, width, generator=torch.Generator().manual_seed(1))
+    times = []
+    for i in range(4):
+        t0 = time.perf_counter()
+        model(x).square().mean().backward()
+        if i:
+            times.append(time.perf_counter() - t0)
+    return max_over_ranks(comm, [median(times)])[0]
+
+
 def parse_slow(text: str, size: int) -> tuple[int, float]:
     """``--slow RANK:FACTOR`` -> (rank, factor); ValueError naming the flag."""
     try:
@@ -57,7 +103,8 @@ def parse_slow(text: str, size: int) -> tuple[int, float]:
 
 def run_ps_lag(comm: Communicator, lags: list[int], slow: tuple[int, float], slow_every: int = 1,
                width: int = 512, layers: int = 4, batch: int = 8, bucket_mb: float = 25.0,
-               steps: int = 10, reps: int = 3, warmup: int = 1) -> dict[str, Any]:
+               steps: int = 10, reps: int = 3, warmup: int = 1,
+               rotate: bool = False) -> dict[str, Any]:
     """The whole benchmark; returns the JSON record (the same on every rank)."""
     if not lags or len(set(lags)) != len(lags) or min(lags) < 0:
         raise ValueError(f"--lags {lags}: name each lag (>= 0) once, e.g. 0,2")
@@ -66,11 +113,13 @@ def run_ps_lag(comm: Communicator, lags: list[int], slow: tuple[int, float], slo
     env = Settings(inject_slow=slow)
     trainers, slowed = {}, {}
     fast = Straggler(comm.rank, env=Settings())
+    compute_s = local_compute_s(comm, width, layers, batch) if rotate else None
     try:
         for lag in lags:
             trainers[lag] = Trainer(comm, "ps", width, layers, bucket_mb=bucket_mb, max_lag=lag)
             trainers[lag].set_batch(batch)
-            slowed[lag] = Intermittent(Straggler(comm.rank, env=env), slow_every)
+            slowed[lag] = (Rotating(comm.rank, comm.size, (slow[1] - 1) * compute_s) if rotate
+                           else Intermittent(Straggler(comm.rank, env=env), slow_every))
         configs = [(lag, on) for lag in lags for on in (False, True)]
         times: dict[tuple[int, bool], list[float]] = {c: [] for c in configs}
         for rep in range(warmup + reps):
@@ -93,6 +142,7 @@ def run_ps_lag(comm: Communicator, lags: list[int], slow: tuple[int, float], slo
     base = lags[0]
     return {"bench": "ps-lag", "size": comm.size, "width": width, "layers": layers,
             "batch": batch, "bucket_mb": bucket_mb, "slow": list(slow), "slow_every": slow_every,
+            "rotate": rotate, "compute_s": finite(compute_s) if rotate else None,
             "steps": steps, "reps": reps, "warmup": warmup, "results": rows,
             "relative": {str(lag): finite(rate[(lag, True)] / rate[(lag, False)])
                          for lag in lags},

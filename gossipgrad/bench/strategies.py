@@ -17,8 +17,8 @@ untimed blocks each, then ``--reps`` timed blocks of ``--steps`` steps. Per stra
 - ``posted_bytes_per_step``: bytes a rank handed to ``isend``/``iallreduce``, the mean over
   ranks (counted by wrapping the communicator; an allreduce buffer counts once, whatever
   MPI sends for it; under ps a rank sends more the more of the model it serves);
-- ``wire_bytes_per_step``: bytes the rank's ``eth0`` transmitted (``/proc/net/dev``), in
-  the emulated cluster only: the real traffic, TCP/IP headers included;
+- ``wire_bytes_per_step``: bytes a rank's ``eth0`` transmitted (``/proc/net/dev``), the mean
+  over ranks, in the emulated cluster only: the real traffic, TCP/IP headers included;
 - ``theory_bytes_per_step``: the model's bytes for gossip, ``2 (size - 1) / size`` of them
   for allreduce (ring / reduce-scatter + allgather) and ps (gradients to each bucket's owner,
   parameters back), 0 for local.
@@ -184,7 +184,7 @@ def summarize(comm: Communicator, c: Contender, batch: int) -> dict[str, Any]:
     step_s = median(max_over_ranks(comm, c.times))
     theory = float(c.trainer.opt.bytes_sent_per_step())
     posted = median(mean_over_ranks(comm, c.posted))
-    wire = median(c.wire) if c.wire else None
+    wire = median(mean_over_ranks(comm, c.wire)) if c.wire else None
     phases = {k: rounded(median(max_over_ranks(comm, v)), 4) for k, v in c.phases.items()
               if k != "total"}
     return {"strategy": c.name, "staleness": c.staleness, "step_s": rounded(step_s),

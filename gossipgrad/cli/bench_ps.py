@@ -18,6 +18,9 @@ import click
                    "straggler is on.")
 @click.option("--slow-every", type=click.IntRange(1), default=1, show_default=True,
               help="The straggler is slow on one step in N (1: every step).")
+@click.option("--rotate", is_flag=True,
+              help="The slowness moves: rank t mod size is slow at step t, by (FACTOR - 1) x "
+                   "the local compute time (RANK of --slow is ignored).")
 @click.option("--width", type=click.IntRange(1), default=512, show_default=True)
 @click.option("--layers", type=click.IntRange(1), default=4, show_default=True)
 @click.option("--batch", type=click.IntRange(1), default=8, show_default=True,
@@ -29,8 +32,9 @@ import click
               help="Timed rounds over every (lag, straggler) pair (the median is reported).")
 @click.option("--warmup", type=click.IntRange(0), default=1, show_default=True)
 @click.option("--comm-timeout", type=float, default=120.0, show_default=True)
-def ps_lag(lags: str, slow: str, slow_every: int, width: int, layers: int, batch: int,
-           bucket_mb: float, steps: int, reps: int, warmup: int, comm_timeout: float) -> None:
+def ps_lag(lags: str, slow: str, slow_every: int, rotate: bool, width: int, layers: int,
+           batch: int, bucket_mb: float, steps: int, reps: int, warmup: int,
+           comm_timeout: float) -> None:
     """ps throughput with and without a slow rank, for each --max-lag, in one launch."""
     from gossipgrad.bench.ps_lag import parse_slow, run_ps_lag
     from gossipgrad.cli.bench import _run
@@ -45,6 +49,6 @@ def ps_lag(lags: str, slow: str, slow_every: int, width: int, layers: int, batch
 
     def body(comm: Any) -> dict[str, Any]:
         return run_ps_lag(comm, lag_list, parse_slow(slow, comm.size), slow_every, width,
-                          layers, batch, bucket_mb, steps, reps, warmup)
+                          layers, batch, bucket_mb, steps, reps, warmup, rotate)
 
     _run(comm_timeout, body)
