@@ -37,14 +37,12 @@ for every bucket at the end of ``step()`` (bit-identical results).
 from __future__ import annotations
 
 import logging
-import time
-from collections import deque
 from typing import Any
 
 import torch
 
-from gossipgrad.comm.base import Backoff, CommTimeout, Communicator, Tag, WaitContext
-from gossipgrad.comm.exchange import Exchange, Pending
+from gossipgrad.comm.base import Communicator
+from gossipgrad.comm.exchange import Exchange
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.comm.staging import Stager
 from gossipgrad.engine.buckets import BucketLayout
@@ -56,15 +54,8 @@ from gossipgrad.engine.consensus import (
     verify_identical,
 )
 from gossipgrad.engine.offload import HostOffloadOptimizer
-from gossipgrad.engine.ps_server import (
-    PULL_RECV,
-    PUSH_RECV,
-    PUSH_SEND,
-    DensePush,
-    ShardServer,
-    hyperparameters,
-    request_key,
-)
+from gossipgrad.engine.ps_server import DensePush, ShardServer, hyperparameters
+from gossipgrad.engine.ps_worker import ShardWorker
 from gossipgrad.engine.shards import assign_owners, bytes_sent_by_rank, ps_bucket_cap
 from gossipgrad.engine.wrapped import WrappedOptimizer
 from gossipgrad.options import ExchangeOptions, Strategy, exchange_options
@@ -89,6 +80,8 @@ class ParameterServerOptimizer(WrappedOptimizer):
             is used, see :func:`ps_bucket_cap`), ``overlap``; topology, seed and rotate only
             build ``schedule`` (checked for agreement, never used for messages).
         stager: how device tensors reach MPI (default: direct on CPU).
+        push: what a worker sends per bucket and how the owner reduces it (default
+            :class:`DensePush`, the gradient); the plug for another encoding.
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer | HostOffloadOptimizer,
@@ -128,8 +121,10 @@ class ParameterServerOptimizer(WrappedOptimizer):
                                   server_device, pin=host and device.type == "cuda",
                                   push=self.push)
         self.rank_states = {"ps": self.server}  # the trainer checkpoints each rank's shard
-        self._setup_worker()
-        self._broken = False
+        self.worker = ShardWorker(self.layout, self.owners, self.server, comm, self._thread,
+                                  self.stager, self.max_lag, self.push)
+        nb = len(self.layout.buckets)
+        self._fresh, self._ready, self._pushed = [False] * nb, [0] * nb, [False] * nb
         self._hooks: list[Any] = []
         if self.overlap:
             self._bucket_of = {id(p): b.index for b in self.layout.buckets for p in b.params}
@@ -139,35 +134,14 @@ class ParameterServerOptimizer(WrappedOptimizer):
         if comm.rank == 0:
             mine = sum(b.nbytes for b in owned)
             log.info("ps: %d buckets over %d ranks (rank 0 serves %.2f MB of %.2f MB), "
-                     "max-lag %d", len(self.layout.buckets), comm.size, mine / 1e6,
-                     self.layout.nbytes / 1e6, self.max_lag)
-
-    def _setup_worker(self) -> None:
-        """Per bucket: the version in the model, the pulls posted, send/receive rings."""
-        nb, ring = len(self.layout.buckets), self.max_lag + 1
-        self._have = [self.step_count] * nb
-        self._pulls: list[deque[tuple[int, int]]] = [deque() for _ in range(nb)]
-        self._fresh = [False] * nb
-        self._ready = [0] * nb
-        self._pushed = [False] * nb
-        self._push_used: set[int] = set()  # keys of push sends ever posted
-        self._pull_bufs: list[list[torch.Tensor]] = []
-        self._push_bufs: list[list[torch.Tensor]] = []
-        for b in self.layout.buckets:
-            theirs = self.owners[b.index] != self.comm.rank
-            staged = self.stager.staging(b.values)
-            direct = self.max_lag == 0 and not staged
-            pulls = [b.values] if direct else [self.stager.empty_like(b.values)
-                                               for _ in range(ring)]
-            pushes = [] if direct else [self.stager.empty_like(b.grads) for _ in range(ring)]
-            self._pull_bufs.append(pulls if theirs else [])
-            self._push_bufs.append(pushes if theirs else [])
+                     "max-lag %d", nb, comm.size, mine / 1e6, self.layout.nbytes / 1e6,
+                     self.max_lag)
 
     @property
     def parameter_clocks(self) -> list[int]:
         """Per bucket, the server clock (updates applied) of the values in the model now.
         During step t's forward every bucket used so far is at >= t - max_lag."""
-        return list(self._have)
+        return list(self.worker.have)
 
     # -- the step --------------------------------------------------------------------
     @property
@@ -177,10 +151,7 @@ class ParameterServerOptimizer(WrappedOptimizer):
     def zero_grad(self, set_to_none: bool = False) -> None:
         """Zero the gradient buckets (after the last step's pushes have left them) and post
         this step's push receives of the owned buckets; ``set_to_none`` is ignored."""
-        direct = [k for k in (request_key(PUSH_SEND, b.index, 0) for b in self.layout.buckets
-                              if not self._push_bufs[b.index]) if k in self._push_used]
-        self._wait(lambda: all(self._thread.done(k) for k in direct),
-                   lambda: f"the gradient pushes of step {self.step_count - 1} did not complete")
+        self.worker.wait_direct_pushes()
         for b in self.layout.buckets:
             b.grads.zero_()
         self.server.open(self.step_count)
@@ -198,64 +169,33 @@ class ParameterServerOptimizer(WrappedOptimizer):
             raise RuntimeError("gradients were detached from their buckets (was "
                                "zero_grad(set_to_none=True) called on the inner optimizer?); "
                                "call zero_grad() on the DistributedOptimizer instead")
-        t = self.step_count
+        t, worker = self.step_count, self.worker
         for b in self.layout.buckets:
             if not self._pushed[b.index]:
-                self._push(b.index, t)
+                self._push(b.index)
         self.server.contribute(t, [hyperparameters(g) for g in self.optimizer.param_groups])
         for b in self.layout.buckets:  # frees the ring slot the next pull goes into
-            self._refresh(b.index, t - self.max_lag)
-            if self._pull_bufs[b.index]:
-                self._post_pull(b.index, t + 1)
-        self.step_count = t + 1
+            worker.refresh(b.index, t - self.max_lag)
+            if worker.pull_bufs[b.index]:
+                worker.post_pull(b.index, t + 1)
+        self.step_count = worker.step = t + 1
         self._fresh = [False] * len(self.layout.buckets)
         self.server.service()
         if not self.overlap:
             for b in self.layout.buckets:
-                self._refresh(b.index, self.step_count - self.max_lag)
+                worker.refresh(b.index, self.step_count - self.max_lag)
         return loss
+
+    def _push(self, index: int) -> None:
+        self._pushed[index] = True
+        self.worker.push_(index, self.step_count)
 
     def _grad_ready(self, p: torch.Tensor) -> None:
         b = self._bucket_of[id(p)]
         self._ready[b] += 1
         if self._ready[b] == len(self.layout.buckets[b].params):
-            self._push(b, self.step_count)
+            self._push(b)
 
-    def _push(self, index: int, step: int) -> None:
-        """Send bucket ``index``'s gradient of ``step`` to its owner (nothing if that is us)."""
-        self._pushed[index] = True
-        owner = self.owners[index]
-        if owner == self.comm.rank:
-            return
-        bucket = self.layout.buckets[index]
-        payload = self.push.payload(bucket, bucket.grads)
-        ring = self._push_bufs[index]
-        slot = step % len(ring) if ring else 0
-        key = request_key(PUSH_SEND, index, slot)
-        if ring:
-            if key in self._push_used:
-                self._wait(lambda: self._thread.done(key),
-                           lambda: f"the push of bucket {index} of step {step - len(ring)} "
-                                   f"to rank {owner} did not complete")
-            ring[slot].copy_(payload)
-            payload = ring[slot]
-        self.stager.ready(payload)  # a device buffer goes to MPI after the kernels that fill it
-        self._push_used.add(key)
-        tag = Tag.PS_PUSH + index
-        ctx = WaitContext("received nothing", owner, tag, step)
-        self._thread.submit(key, lambda: Pending(payload, [self.comm.isend(
-            payload, owner, tag, ctx)]), eager=not payload.is_cuda)
-
-    def _post_pull(self, index: int, version: int) -> None:
-        bufs = self._pull_bufs[index]
-        slot = version % len(bufs)
-        buf, owner, tag = bufs[slot], self.owners[index], Tag.PS_PULL + index
-        ctx = WaitContext("sent nothing", owner, tag, version - 1)
-        self._thread.submit(request_key(PULL_RECV, index, slot), lambda: Pending(
-            buf, [self.comm.irecv(buf, owner, tag, ctx)]), eager=not buf.is_cuda)
-        self._pulls[index].append((version, slot))
-
-    # -- bringing a bucket up to date --------------------------------------------------
     def _install_forward_waits(self, model: torch.nn.Module) -> list[Any]:
         """A forward pre-hook on every module that owns parameters: before its first use in
         a step, bring each of its buckets to clock >= step - max_lag."""
@@ -272,84 +212,17 @@ class ParameterServerOptimizer(WrappedOptimizer):
         self.server.service()
         for b in buckets:
             if not self._fresh[b]:
-                self._refresh(b, self.step_count - self.max_lag)
+                self.worker.refresh(b, self.step_count - self.max_lag)
                 self._fresh[b] = True
-
-    def _take(self, index: int) -> None:
-        """Copy the newest version that has arrived (or the own master) into the model."""
-        if self.owners[index] == self.comm.rank:
-            ob = self.server.owned[index]
-            if ob.version > self._have[index]:
-                with torch.no_grad():
-                    self.layout.buckets[index].values.copy_(ob.master)
-                self._have[index] = ob.version
-            return
-        pulls, newest = self._pulls[index], None
-        while pulls and self._thread.done(request_key(PULL_RECV, index, pulls[0][1])):
-            newest = pulls.popleft()
-        if newest is None:
-            return
-        values, buf = self.layout.buckets[index].values, self._pull_bufs[index][newest[1]]
-        if buf is not values:
-            values.copy_(self.stager.incoming(buf, values))
-        self._have[index] = newest[0]
-
-    def _refresh(self, index: int, need: int) -> None:
-        """Bring bucket ``index`` in the model to server clock >= ``need`` (waiting, while
-        serving this rank's own shard, if it has not arrived)."""
-        self._take(index)
-        if self._have[index] >= need:
-            return
-        self._wait(lambda: self._take(index) or self._have[index] >= need,
-                   lambda: self._stuck(index, need))
-
-    def _wait(self, ready: Any, what: Any) -> None:
-        """Poll (and serve the owned shard) until ``ready()``; CommTimeout after the
-        communicator's deadline, with ``what()`` in the message."""
-        if ready():
-            return
-        deadline = time.monotonic() + self.comm.timeout
-        policy = self.comm.policy
-        backoff = Backoff(policy.spin_for_this_thread(), policy.max_pause_s)
-        try:
-            while True:
-                moved = self._thread.poll() if self._thread is not None else False
-                moved = self.server.service() or moved
-                if ready():
-                    return
-                if time.monotonic() > deadline:
-                    raise CommTimeout(f"rank {self.comm.rank}, step {self.step_count}: {what()} "
-                                      f"within {self.comm.timeout:g} s; raise --comm-timeout "
-                                      "if the network is slow")
-                if not moved:
-                    backoff.sleep()
-        except BaseException:
-            self._broken = True
-            raise
-
-    def _stuck(self, index: int, need: int) -> str:
-        owner = self.owners[index]
-        if owner != self.comm.rank:
-            return (f"bucket {index}'s parameters of clock {need} did not arrive from its owner, "
-                    f"rank {owner} (tag PS_PULL_{index}); is rank {owner} alive?")
-        missing = [s for s in range(self.comm.size) if s != self.comm.rank and not
-                   self._thread.done(request_key(PUSH_RECV, index, self.server.owned[index].version
-                                                 % self.server.nslots, s))]
-        return (f"the gradients of bucket {index} for step {self.server.owned[index].version} "
-                f"did not arrive from rank(s) {missing} (tag PS_PUSH_{index}); are they alive?")
 
     # -- whole-model operations -------------------------------------------------------
     def drain(self) -> None:
         """Collective: complete every update up to this step and bring every bucket to it;
         afterwards nothing is in flight and all ranks hold the same parameters."""
         for b in self.layout.buckets:
-            self._refresh(b.index, self.step_count)
-        self._wait(self._quiet, lambda: "the last parameter and gradient sends did not complete")
-
-    def _quiet(self) -> bool:
-        if self._thread is None:
-            return True
-        return self.server.quiet() and all(self._thread.done(k) for k in self._push_used)
+            self.worker.refresh(b.index, self.step_count)
+        self.worker.wait(self.worker.quiet,
+                         lambda: "the last parameter and gradient sends did not complete")
 
     def synchronize(self) -> None:
         """Drain, then average floating buffers (BatchNorm statistics, which ps does not
@@ -376,7 +249,7 @@ class ParameterServerOptimizer(WrappedOptimizer):
     def close(self) -> None:
         """Drain (unless a wait already failed), remove the hooks, stop the thread."""
         try:
-            if not self._broken:
+            if not self.worker.broken:
                 self.drain()
         finally:
             for h in self._hooks:
@@ -397,6 +270,7 @@ class ParameterServerOptimizer(WrappedOptimizer):
         (they become the masters). ``state["ps"]``, if there, is this rank's shard."""
         super().load_state_dict(state)
         self.server.reset_(self.step_count)
-        self._setup_worker()
+        self.worker.reset(self.step_count)
+        self.worker.step = self.step_count
         if "ps" in state:
             self.server.load_state_dict(state["ps"])
