@@ -37,6 +37,7 @@ for every bucket at the end of ``step()`` (bit-identical results).
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 import torch
@@ -111,8 +112,11 @@ class ParameterServerOptimizer(WrappedOptimizer):
         self.stager = stager or Stager(cuda_aware=False)
         self.communicates = comm.size > 1
         self.overlap = opts.overlap and self.communicates
-        self._thread = (CommThread(Exchange(comm, self.stager), comm.timeout, name="gossipgrad-ps")
-                        if self.communicates else None)
+        # The waits (ps_worker) have the deadline, from when a rank needs the data, and say
+        # which peers it waits for; a request's own, from when it was posted (pushes are
+        # posted a step ahead), is only the backstop.
+        self._thread = (CommThread(Exchange(comm, self.stager), 2 * comm.timeout,
+                                   name="gossipgrad-ps") if self.communicates else None)
         device = params[0].device
         server_device = torch.device("cpu") if host else device
         self.push = push or DensePush()
@@ -222,7 +226,8 @@ class ParameterServerOptimizer(WrappedOptimizer):
         for b in self.layout.buckets:
             self.worker.refresh(b.index, self.step_count)
         self.worker.wait(self.worker.quiet,
-                         lambda: "the last parameter and gradient sends did not complete")
+                         lambda: "the last parameter and gradient sends have not completed; "
+                                 "is every rank alive?")
 
     def synchronize(self) -> None:
         """Drain, then average floating buffers (BatchNorm statistics, which ps does not
@@ -247,9 +252,15 @@ class ParameterServerOptimizer(WrappedOptimizer):
                                   self.comm.size)
 
     def close(self) -> None:
-        """Drain (unless a wait already failed), remove the hooks, stop the thread."""
+        """Drain, remove the hooks, stop the thread. When the job is failing (a wait here
+        failed, or close is called while an exception is on its way out, as from the
+        trainer's ``finally``) nothing is waited for: the messages still outstanding and
+        their peers are logged instead (the failure itself may be a collective's, which
+        cannot say which rank is missing)."""
         try:
-            if not self.worker.broken:
+            if self.worker.broken or sys.exc_info()[0] is not None:
+                self.worker.report_outstanding()
+            else:
                 self.drain()
         finally:
             for h in self._hooks:

@@ -20,6 +20,7 @@ it waited for. Only the training thread calls these methods.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
@@ -39,6 +40,8 @@ from gossipgrad.engine.ps_server import (
     ShardServer,
     request_key,
 )
+
+log = logging.getLogger(__name__)
 
 
 class ShardWorker:
@@ -93,7 +96,8 @@ class ShardWorker:
             if key in self.used:
                 self.wait(lambda: self.thread.done(key),
                           lambda: f"the push of bucket {index} of step {step - len(ring)} "
-                                  f"to rank {owner} did not complete")
+                                  f"to rank {owner} has not completed (tag PS_PUSH_{index}); "
+                                  f"is rank {owner} alive?")
             ring[slot].copy_(payload)
             payload = ring[slot]
         self.stager.ready(payload)  # a device buffer goes to MPI after the kernels filling it
@@ -105,10 +109,15 @@ class ShardWorker:
 
     def wait_direct_pushes(self) -> None:
         """Before the gradient buckets are zeroed: pushes sent from them have completed."""
-        direct = [k for k in (request_key(PUSH_SEND, b.index, 0) for b in self.layout.buckets
-                              if not self.push_bufs[b.index]) if k in self.used]
-        self.wait(lambda: all(self.thread.done(k) for k in direct),
-                  lambda: f"the gradient pushes of step {self.step - 1} did not complete")
+        direct = {b.index: request_key(PUSH_SEND, b.index, 0) for b in self.layout.buckets
+                  if not self.push_bufs[b.index]}
+        direct = {b: k for b, k in direct.items() if k in self.used}
+        self.wait(lambda: all(self.thread.done(k) for k in direct.values()),
+                  lambda: "the gradient pushes of step {} to rank(s) {} have not completed "
+                          "(tags {}); are they alive?".format(
+                              self.step - 1, sorted({self.owners[b] for b, k in direct.items()
+                                                     if not self.thread.done(k)}),
+                              ", ".join(f"PS_PUSH_{b}" for b in direct)))
 
     def post_pull(self, index: int, version: int) -> None:
         """Post the receive of bucket ``index``'s parameters of clock ``version`` (a bucket
@@ -151,7 +160,8 @@ class ShardWorker:
 
     def wait(self, ready: Callable[[], bool], what: Callable[[], str]) -> None:
         """Poll (and serve the owned shard) until ``ready()``; CommTimeout after the
-        communicator's deadline, with ``what()`` in the message."""
+        communicator's deadline: "rank R, step S: <what()> for T s; <hint> ..." where
+        ``what()`` ends with its question after a semicolon."""
         if ready():
             return
         deadline = time.monotonic() + self.comm.timeout
@@ -164,8 +174,9 @@ class ShardWorker:
                 if ready():
                     return
                 if time.monotonic() > deadline:
-                    raise CommTimeout(f"rank {self.comm.rank}, step {self.step}: {what()} "
-                                      f"within {self.comm.timeout:g} s; raise --comm-timeout "
+                    said, _, hint = what().partition("; ")
+                    raise CommTimeout(f"rank {self.comm.rank}, step {self.step}: {said} for "
+                                      f"{self.comm.timeout:g} s; {hint} raise --comm-timeout "
                                       "if the network is slow")
                 if not moved:
                     backoff.sleep()
@@ -178,14 +189,55 @@ class ShardWorker:
         return self.thread is None or (self.server.quiet() and
                                        all(self.thread.done(k) for k in self.used))
 
+    def outstanding(self) -> tuple[dict[int, set[str]], dict[int, set[str]]]:
+        """What this rank still waits for (never waits): per peer, the tags of the gradient
+        pushes missing for the oldest pending update of each owned bucket (the update that
+        holds everything up), and of the parameter pulls not yet arrived."""
+        grads: dict[int, set[str]] = {}
+        params: dict[int, set[str]] = {}
+        if self.thread is None:
+            return grads, params
+        for index, ob in self.server.owned.items():
+            slot = ob.slots[ob.version % self.server.nslots]
+            if slot.step != ob.version:
+                continue
+            for src in range(self.comm.size):
+                key = request_key(PUSH_RECV, index, ob.version % self.server.nslots, src)
+                if src != self.comm.rank and not self.thread.done(key):
+                    grads.setdefault(src, set()).add(f"PS_PUSH_{index}")
+        for index, pulls in enumerate(self.pulls):
+            if any(not self.thread.done(request_key(PULL_RECV, index, slot))
+                   for _, slot in pulls):
+                params.setdefault(self.owners[index], set()).add(f"PS_PULL_{index}")
+        return grads, params
+
+    def report_outstanding(self) -> None:
+        """Log (an error) which peers this rank still waits for, and for what."""
+        try:
+            grads, params = self.outstanding()
+        except Exception as exc:  # noqa: BLE001 - the thread's own error names its peer
+            log.error("rank %d, step %d: ps stopped with its communication thread failed: %s",
+                      self.comm.rank, self.step, exc)
+            return
+
+        def listed(found: dict[int, set[str]]) -> str:
+            tags = ", ".join(sorted({t for ts in found.values() for t in ts}))
+            return f"rank(s) {sorted(found)} (tags {tags})"
+
+        parts = ([f"gradients from {listed(grads)}"] if grads else []) + (
+            [f"parameters from {listed(params)}"] if params else [])
+        if parts:
+            log.error("rank %d, step %d: ps stopped waiting for %s; is every one of them "
+                      "alive?", self.comm.rank, self.step, " and ".join(parts))
+
     def _stuck(self, index: int, need: int) -> str:
         owner = self.owners[index]
         if owner != self.comm.rank:
-            return (f"bucket {index}'s parameters of clock {need} did not arrive from its owner, "
-                    f"rank {owner} (tag PS_PULL_{index}); is rank {owner} alive?")
+            return (f"bucket {index}'s parameters of clock {need} have not arrived from its "
+                    f"owner, rank {owner} (tag PS_PULL_{index}); is rank {owner} alive?")
         ob = self.server.owned[index]
         key = lambda s: request_key(PUSH_RECV, index, ob.version % self.server.nslots, s)  # noqa: E731
         missing = [s for s in range(self.comm.size)
                    if s != self.comm.rank and not self.thread.done(key(s))]
-        return (f"the gradients of bucket {index} for step {ob.version} did not arrive from "
+        return (f"the gradients of bucket {index} for step {ob.version} have not arrived from "
                 f"rank(s) {missing} (tag PS_PUSH_{index}); are they alive?")
