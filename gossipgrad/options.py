@@ -38,6 +38,7 @@ class Strategy(enum.StrEnum):
     LOCAL = "local"  # no communication: the lower bound on step time
     HOROVOD = "horovod"  # horovod.torch's DistributedOptimizer
     DDP = "ddp"  # torch DistributedDataParallel
+    PS = "ps"  # a sharded parameter server colocated with the workers (engine/ps.py)
 
     @property
     def library(self) -> bool:
@@ -55,10 +56,15 @@ class Strategy(enum.StrEnum):
 
         Gossip sends the bucket once to its one peer; the allreduce family is counted as a
         ring allreduce, 2 (size - 1) / size x nbytes (MPI or a library may pick another
-        algorithm: recursive doubling sends log2(size) x).
+        algorithm: recursive doubling sends log2(size) x). ps pushes each bucket's gradient
+        to its owner and the owner sends the parameters back to the size - 1 others: the
+        same 2 (size - 1) / size x nbytes, as a mean over ranks (a rank that owns more than
+        1/size of the model sends more than that, one that owns less sends less).
 
             >>> Strategy.ALLREDUCE.bytes_sent(100, 4), Strategy.GOSSIP.bytes_sent(100, 4)
             (150.0, 100.0)
+            >>> Strategy.PS.bytes_sent(100, 4)
+            150.0
         """
         if size < 1:
             raise ValueError(f"size must be >= 1, got {size}")
@@ -134,6 +140,25 @@ class OnFailure(enum.StrEnum):
 
     ABORT = "abort"  # end the job on every rank with a non-zero code
     CONTINUE = "continue"  # revoke, shrink, agree, continue (needs an MPI with ULFM)
+class Offload(enum.StrEnum):
+    """What moves from device memory to (pinned) host memory (``--offload``)."""
+
+    ACTIVATIONS = "activations"  # tensors saved for backward, copied back for it
+    OPTIMIZER = "optimizer"  # optimizer state, and the update that reads it
+
+
+def parse_offload(value: str | tuple[str, ...] | list[str] | None) -> tuple[str, ...]:
+    """``--offload``: ``"optimizer,activations"`` -> ``('activations', 'optimizer')``.
+
+    Accepts a comma-separated string (``""`` or ``"none"``: nothing) or a sequence of names;
+    returns them sorted and once each, as plain strings (they go into checkpoints).
+
+        >>> parse_offload("optimizer,activations"), parse_offload("none")
+        (('activations', 'optimizer'), ())
+    """
+    items = value.split(",") if isinstance(value, str) else list(value or ())
+    names = {str(i).strip() for i in items} - {"", "none"}
+    return tuple(sorted(choice(Offload, n, "--offload").value for n in names))
 
 
 class Device(enum.StrEnum):
@@ -212,6 +237,8 @@ class ExchangeOptions(_Options):
             (``engine.lagged``). Refused with the collective strategies. With
             ``staleness`` 1 as well, a message is mixed no earlier than the step after it
             was sent and no later than ``max_lag`` steps after.
+            With ``strategy="ps"``: the stale-synchronous slack, a rank may compute step t
+            on parameters of server clock >= t - max_lag.
         seed: the shared seed of the schedule's per-cycle rotation.
         rotate: re-permute the schedule's numbering every cycle.
         sufficient_factors: send Linear layers' weight gradients as their factors
@@ -251,6 +278,21 @@ class ExchangeOptions(_Options):
                              f"{self.strategy}: its allreduce waits for every rank at every "
                              "step; use --strategy gossip, or --max-lag 0")
         bucket_cap_bytes(self.bucket_mb)
+        if self.strategy is Strategy.PS:
+            self._check_ps()
+
+    def _check_ps(self) -> None:
+        """ps pushes gradients to their owner and pulls parameters back every step; its
+        slack is ``--max-lag``. Options that only mean something to gossip are refused."""
+        if self.staleness:
+            raise ValueError("--staleness 1 is not available with --strategy ps: its slack is "
+                             "--max-lag S (compute on parameters up to S steps old)")
+        if self.mix is not Mix.PARAM:
+            raise ValueError(f"--mix {self.mix} does not apply to --strategy ps: it pushes "
+                             "gradients to their owner and pulls parameters back; drop --mix")
+        if self.sync_every:
+            raise ValueError("--sync-every does not apply to --strategy ps: every rank computes "
+                             "on the server's parameters, there is nothing to average; drop it")
 
     @property
     def bucket_cap_bytes(self) -> int:
@@ -357,7 +399,9 @@ class OptimOptions(_Options):
 
 @dataclass(frozen=True)
 class RunOptions(_Options):
-    """Everything around the steps: deadlines, evaluation, logging, checkpoints, device."""
+    """Everything around the steps: deadlines, evaluation, logging, checkpoints, device, and
+    what is offloaded to host memory (``offload``: names of :class:`Offload`, see
+    :func:`parse_offload`)."""
 
     comm_timeout: float = DEFAULT_TIMEOUT_S
     eval_every: int = 1
@@ -370,10 +414,12 @@ class RunOptions(_Options):
     evaluate: bool = False
     device: Device = Device.AUTO
     on_failure: OnFailure = OnFailure.ABORT
+    offload: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self._set("device", choice(Device, self.device, "--device"))
         self._set("on_failure", choice(OnFailure, self.on_failure, "--on-failure"))
+        self._set("offload", parse_offload(self.offload))
         at_least(self.comm_timeout, 0, "--comm-timeout", strict=True)
         at_least(self.eval_every, 0, "--eval-every", strict=True)
         at_least(self.print_freq, 0, "--print-freq", strict=True)

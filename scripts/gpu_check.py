@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One-shot GPU check: CUDA-aware detection, GPU gossip exchange, GPU training throughput.
+"""One-shot GPU check: CUDA-aware detection, GPU gossip exchange, training throughput, offload.
 
     python scripts/gpu_check.py                  # prints one JSON object; exit 1 on a failure
     python scripts/gpu_check.py --steps 20 --batch 64 --exchange-mb 64
@@ -14,6 +14,9 @@ What it runs (the driver itself never initialises MPI; it launches the checks):
 3. ``throughput`` (one process): ResNet-50 on synthetic 224x224 images, ``--batch`` per
    step, ``--steps`` timed steps after warm-up, plain and through DistributedOptimizer
    (strategy local), images/s.
+4. ``offload`` (one process): the same model's peak device memory and images/s with
+   ``--offload`` none, activations, optimizer and both (GeePS-style memory management), and
+   each one's peak relative to none; the first step's loss must be the same in all four.
 
 Without a CUDA device everything is skipped with a clear reason and the exit code is 0. The
 workers also run on CPU (``_exchange --device cpu`` forces the staging path onto host
@@ -59,12 +62,14 @@ def plan(cuda: dict[str, Any], cuda_aware: bool | None) -> dict[str, str | None]
     """Which checks run: check name -> None (run) or the reason it is skipped."""
     if not cuda.get("available"):
         reason = f"skipped: {cuda.get('reason', 'no CUDA device')}"
-        return {"detect": reason, "staging": reason, "direct": reason, "throughput": reason}
+        return {"detect": reason, "staging": reason, "direct": reason, "throughput": reason,
+                "offload": reason}
     direct = None if cuda_aware else (
         "skipped: the MPI library is not CUDA-aware (no 'cuda' in mpi_memory_alloc_kinds); "
         "device tensors go through pinned host buffers. Set GOSSIPGRAD_CUDA_AWARE=1 to force "
         "the direct path with a CUDA-aware MPI")
-    return {"detect": None, "staging": None, "direct": direct, "throughput": None}
+    return {"detect": None, "staging": None, "direct": direct, "throughput": None,
+            "offload": None}
 
 
 def _mpiexec() -> str:
@@ -111,7 +116,10 @@ def run_checks(args: argparse.Namespace) -> dict[str, Any]:
             args.timeout)
     report["throughput"] = _launch(0, ["_throughput", "--batch", str(args.batch), "--steps",
                                        str(args.steps), "--arch", args.arch], args.timeout)
-    parts = [report["detect"], report["throughput"], *report["exchange"].values()]
+    report["offload"] = _launch(0, ["_offload", "--batch", str(args.batch), "--steps",
+                                    str(args.steps), "--arch", args.arch], args.timeout)
+    parts = [report["detect"], report["throughput"], report["offload"],
+             *report["exchange"].values()]
     report["ok"] = all(p.get("ok", False) or p.get("skipped", False) for p in parts)
     return report
 
@@ -212,6 +220,64 @@ def worker_throughput(arch: str, batch: int, steps: int, device: str = "cuda") -
     return out
 
 
+OFFLOAD_MODES = ("none", "activations", "optimizer", "activations,optimizer")
+
+
+def worker_offload(arch: str, batch: int, steps: int, device: str = "cuda",
+                   image_size: int = 224) -> dict[str, Any]:
+    """Peak device memory and images/s of ``arch`` with each ``--offload`` mode (one model
+    per mode, the same weights and batch); ratios to ``none``. On a CPU peak memory is None."""
+    import torch
+
+    from gossipgrad.engine.offload import Offloads, offloading
+    from gossipgrad.models import build_model
+
+    dev = torch.device(device)
+    cuda = dev.type == "cuda"
+    x = torch.randn(batch, 3, image_size, image_size, generator=torch.Generator().manual_seed(0))
+    y = torch.randint(0, 1000, (batch,), generator=torch.Generator().manual_seed(1))
+    x, y = x.to(dev), y.to(dev)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    modes: dict[str, Any] = {}
+    for mode in OFFLOAD_MODES:
+        torch.manual_seed(0)
+        model = build_model(arch, (3, image_size, image_size), 1000).to(dev)
+        what = () if mode == "none" else tuple(mode.split(","))
+        plan = Offloads(model, dev, what, torch.optim.SGD(model.parameters(), lr=0.1,
+                                                          momentum=0.9))
+        if cuda:
+            sync()
+            torch.cuda.reset_peak_memory_stats(dev)
+        first = None
+        for i in range(2 + steps):
+            if i == 2:
+                sync()
+                t0 = time.perf_counter()
+            plan.optimizer.zero_grad()
+            with offloading(plan.activations):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+                loss.backward()
+            plan.optimizer.step()
+            first = float(loss.detach()) if first is None else first
+        sync()
+        seconds = (time.perf_counter() - t0) / steps
+        modes[mode] = {"images_per_s": round(batch / seconds, 1), "first_loss": first,
+                       "peak_memory_bytes": torch.cuda.max_memory_allocated(dev) if cuda
+                       else None, **{k: v for k, v in plan.report().items() if k != "what"}}
+        del model, plan
+        if cuda:
+            torch.cuda.empty_cache()
+    base = modes["none"]
+    for rec in modes.values():
+        rec["images_per_s_vs_none"] = round(rec["images_per_s"] / base["images_per_s"], 3)
+        rec["peak_vs_none"] = (round(rec["peak_memory_bytes"] / base["peak_memory_bytes"], 3)
+                               if cuda else None)
+    same = all(abs(m["first_loss"] - base["first_loss"]) <= 1e-5 * abs(base["first_loss"])
+               for m in modes.values())
+    return {"ok": same, "same_first_loss": same, "arch": arch, "batch": batch, "steps": steps,
+            "image_size": image_size, "device": str(dev), "modes": modes}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -228,11 +294,14 @@ def main(argv: list[str] | None = None) -> int:
         worker.add_argument("--batch", type=int, default=64)
         worker.add_argument("--steps", type=int, default=10)
         worker.add_argument("--arch", default="resnet50")
+        worker.add_argument("--image-size", type=int, default=224)
         w = worker.parse_args(argv[1:])
         if argv[0] == "_detect":
             rec = worker_detect()
         elif argv[0] == "_exchange":
             rec = worker_exchange(w.path, w.device, w.mb)
+        elif argv[0] == "_offload":
+            rec = worker_offload(w.arch, w.batch, w.steps, w.device, w.image_size)
         else:
             rec = worker_throughput(w.arch, w.batch, w.steps, w.device)
         if rec.get("rank", 0) == 0:

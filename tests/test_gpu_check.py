@@ -40,9 +40,9 @@ def test_no_cuda_skips_everything_with_the_reason_and_launches_nothing(gpu_check
 def test_plan_runs_direct_only_when_cuda_aware(gpu_check):
     gpu = {"available": True}
     assert gpu_check.plan(gpu, True) == dict.fromkeys(
-        ("detect", "staging", "direct", "throughput"))
+        ("detect", "staging", "direct", "throughput", "offload"))
     todo = gpu_check.plan(gpu, False)
-    assert todo["staging"] is None and todo["throughput"] is None
+    assert todo["staging"] is None and todo["throughput"] is None and todo["offload"] is None
     assert "not CUDA-aware" in todo["direct"] and "GOSSIPGRAD_CUDA_AWARE=1" in todo["direct"]
     off = gpu_check.plan({"available": False, "reason": "CPU-only wheel"}, None)
     assert all("CPU-only wheel" in v for v in off.values())
@@ -61,12 +61,14 @@ def test_with_a_gpu_the_checks_are_launched_and_failures_set_the_exit_code(
         if args[0] == "_exchange":
             assert args[args.index("--device") + 1] == "cuda"
             return {"ok": staging_ok, "exact": staging_ok}
+        if args[0] == "_offload":
+            return {"ok": True, "modes": {}}
         return {"ok": True, "plain": {"images_per_s": 1.0}}
 
     monkeypatch.setattr(gpu_check, "_launch", fake_launch)
     assert gpu_check.main(["--steps", "2"]) == (0 if staging_ok else 1)
     report = json.loads(capsys.readouterr().out)
-    assert launched == [(1, "_detect"), (2, "_exchange"), (0, "_throughput")]
+    assert launched == [(1, "_detect"), (2, "_exchange"), (0, "_throughput"), (0, "_offload")]
     assert report["exchange"]["direct"]["skipped"] is True
     assert report["ok"] is staging_ok
 
@@ -81,3 +83,19 @@ def test_exchange_worker_is_exact_on_cpu(path):
     rec = json.loads(out.stdout.strip().splitlines()[-1])
     assert rec["ok"] and rec["exact"] and rec["buckets"] == 4 and rec["bytes"] == 2**20, rec
     assert rec["gbit_per_s"] > 0
+
+
+@pytest.mark.timeout(300)
+def test_offload_worker_on_cpu_reports_every_mode_with_the_same_first_loss():
+    out = run([sys.executable, str(SCRIPT), "_offload", "--device", "cpu", "--arch", "resnet18",
+               "--batch", "4", "--steps", "1", "--image-size", "32"], timeout=280)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rec = json.loads(out.stdout.strip().splitlines()[-1])
+    assert rec["ok"] and rec["same_first_loss"] and rec["device"] == "cpu", rec
+    modes = rec["modes"]
+    assert list(modes) == ["none", "activations", "optimizer", "activations,optimizer"]
+    assert modes["none"]["activation_bytes_to_host_per_step"] == 0
+    assert modes["activations"]["activation_bytes_to_host_per_step"] > 0
+    assert modes["optimizer"]["optimizer_host_bytes"] > 0
+    assert modes["none"]["peak_memory_bytes"] is None  # no device memory on a CPU
+    assert all(m["images_per_s"] > 0 for m in modes.values())

@@ -147,3 +147,24 @@ def test_split_gives_each_color_its_own_ranks_and_traffic():
     assert run_ranks(6, body, timeout=10) == [
         (0, 3, 6.0, 0.0), (0, 2, 4.0, 0.0), (1, 3, 6.0, 10.0), (1, 2, 4.0, 11.0),
         (2, 3, 6.0, 0.0), None]
+
+
+def test_receives_match_messages_in_the_order_they_were_posted():
+    """As in MPI: two receives from one source with one tag get the messages in posting
+    order, even when the second is tested first (ps keeps several steps' pushes posted)."""
+    def body(comm):
+        if comm.rank == 1:
+            first, second = np.zeros(1), np.zeros(1)
+            r1, r2 = comm.irecv(first, 0, 7), comm.irecv(second, 0, 7)
+            comm.barrier()
+            comm.barrier()
+            r2.wait(10)
+            r1.wait(10)
+            return first[0], second[0]
+        comm.barrier()
+        comm.isend(np.array([1.0]), 1, 7)
+        comm.isend(np.array([2.0]), 1, 7)
+        comm.barrier()
+        return None
+
+    assert run_ranks(2, body, timeout=20)[1] == (1.0, 2.0)

@@ -48,7 +48,7 @@ def test_factory_builds_distributed_optimizer_for_bucket_strategies(strategy):
 def test_factory_names_the_choices_for_an_unknown_strategy():
     model = torch.nn.Linear(4, 2)
     with pytest.raises(ValueError, match=r"unknown strategy 'nccl' \(--strategy\); choose one "
-                                         "of: gossip, allreduce, local, horovod, ddp"):
+                                         "of: gossip, allreduce, local, horovod, ddp, ps"):
         make_distributed(_sgd(model), model, _one_rank(), strategy="nccl")
 
 

@@ -14,12 +14,14 @@ untimed blocks each, then ``--reps`` timed blocks of ``--steps`` steps. Per stra
   waits of forward pre-hooks: overlapped parameter mixing), ``backward`` (with the hooks
   that post gradient buckets), ``optimizer`` (``step()``: waits for gradient buckets, the
   update, the posts or blocking exchange of parameter buckets);
-- ``posted_bytes_per_step``: bytes this rank handed to ``isend``/``iallreduce`` (counted by
-  wrapping the communicator; an allreduce buffer counts once, whatever MPI sends for it);
-- ``wire_bytes_per_step``: bytes the rank's ``eth0`` transmitted (``/proc/net/dev``), in
-  the emulated cluster only: the real traffic, TCP/IP headers included;
+- ``posted_bytes_per_step``: bytes a rank handed to ``isend``/``iallreduce``, the mean over
+  ranks (counted by wrapping the communicator; an allreduce buffer counts once, whatever
+  MPI sends for it; under ps a rank sends more the more of the model it serves);
+- ``wire_bytes_per_step``: bytes a rank's ``eth0`` transmitted (``/proc/net/dev``), the mean
+  over ranks, in the emulated cluster only: the real traffic, TCP/IP headers included;
 - ``theory_bytes_per_step``: the model's bytes for gossip, ``2 (size - 1) / size`` of them
-  for allreduce (ring / reduce-scatter + allgather), 0 for local.
+  for allreduce (ring / reduce-scatter + allgather) and ps (gradients to each bucket's owner,
+  parameters back), 0 for local.
 
 ``gossip_over_allreduce`` is the ratio of the two medians; ``..._paired`` the median over
 repetitions of the ratio of the two blocks run back to back in that repetition (less
@@ -47,6 +49,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from gossipgrad.bench.common import (
     PHASES,
     CountingCommunicator,
@@ -58,7 +62,7 @@ from gossipgrad.bench.common import (
     rounded,
     wire_tx_bytes,
 )
-from gossipgrad.comm.base import Communicator
+from gossipgrad.comm.base import Communicator, allreduce_
 from gossipgrad.options import FACTOR_STRATEGIES
 
 ALLREDUCE_FAMILY = ("allreduce", "horovod", "ddp")
@@ -84,6 +88,8 @@ def strategy_kwargs(name: str, mix: str, bucket_mb: float, overlap: bool,
               "staleness": staleness}
     elif name == "local":
         kw = {"mix": mix, "bucket_mb": bucket_mb}
+    elif name == "ps":  # pushes gradients, pulls parameters; synchronous (max-lag 0)
+        kw = {"bucket_mb": bucket_mb, "overlap": overlap}
     if name in FACTOR_NAMES:
         kw["sufficient_factors"] = factors
     return kw
@@ -240,12 +246,20 @@ def factor_ratios(on: dict[str, Any], off: dict[str, Any], t_on: tuple[int, list
             "theory_bytes": ratio("theory_bytes_per_step")}
 
 
+def mean_over_ranks(comm: Communicator, values: list[float]) -> list[float]:
+    """Element-wise mean over ranks (ps ranks send different amounts: what each owns)."""
+    arr = np.asarray(values, dtype=np.float64)
+    if comm.size > 1:
+        allreduce_(comm, arr)
+    return (arr / comm.size).tolist()
+
+
 def summarize(comm: Communicator, c: Contender, batch: int) -> dict[str, Any]:
-    """One row: medians over blocks (times MAX over ranks; bytes of this rank, rank 0's)."""
+    """One row: medians over blocks (times MAX over ranks; bytes the mean over ranks)."""
     step_s = median(max_over_ranks(comm, c.times))
     theory = float(c.trainer.opt.bytes_sent_per_step())
-    posted = median(c.posted)
-    wire = median(c.wire) if c.wire else None
+    posted = median(mean_over_ranks(comm, c.posted))
+    wire = median(mean_over_ranks(comm, c.wire)) if c.wire else None
     phases = {k: rounded(median(max_over_ranks(comm, v)), 4) for k, v in c.phases.items()
               if k != "total"}
     table = getattr(c.trainer.opt, "factor_table", None)

@@ -25,6 +25,7 @@ from gossipgrad.bench.common import emit, parse_sizes_mb
 from gossipgrad.bench.exchange import run_exchange
 from gossipgrad.bench.overlap import run_overlap
 from gossipgrad.bench.strategies import markdown_table, plot_png, run_strategies
+from gossipgrad.cli.bench_ps import ps_lag
 from gossipgrad.cli.plan_validate import plan_validate
 from gossipgrad.engine.config import TrainConfig
 from gossipgrad.options import ShuffleOptions
@@ -242,3 +243,4 @@ def stragglers(contenders: str, slow: str | None, width: int, layers: int, batch
 
 
 bench.add_command(plan_validate)
+bench.add_command(ps_lag)

@@ -2,6 +2,11 @@
 
     gossipgrad profile -a resnet50 -b 64 --out profile.json
     gossipgrad profile -a mlp --hidden 1024 --threads 1
+    gossipgrad profile -a resnet18 -b 32 --offload activations   # with and without
+
+With ``--offload`` the step is profiled twice, without and then with it; the profile written
+is the one with it, plus ``offload``: what moved to host memory and the peak device memory
+and step time of both (peak memory is ``null`` on a CPU, which has no device memory).
 
 Parses and validates, then calls :func:`gossipgrad.measure.profiler.profile_arch`.
 """
@@ -80,6 +85,12 @@ from gossipgrad.models import MODELS
 )
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
+    "--offload",
+    default="none",
+    show_default=True,
+    help="Also profile with activations and/or optimizer in host memory (compared with none).",
+)
+@click.option(
     "--out",
     type=click.Path(dir_okay=False),
     default=None,
@@ -96,26 +107,27 @@ def profile(
     warmup: int,
     threads: int,
     seed: int,
+    offload: str,
     out: str | None,
 ) -> None:
     """Measure one rank's step (forward, backward, optimizer, per-parameter gradient ready
     times) with no communication; writes the planner's profile JSON."""
+    from gossipgrad.options import parse_offload
+
+    try:
+        what = parse_offload(offload)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--offload") from exc
     if threads:
         torch.set_num_threads(threads)
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    kwargs = dict(batch_size=batch_size, hidden=hidden, image_size=image_size, classes=classes,
+                  device=device, steps=steps, warmup=warmup, seed=seed)
     try:
-        result = profile_arch(
-            arch,
-            batch_size=batch_size,
-            hidden=hidden,
-            image_size=image_size,
-            classes=classes,
-            device=device,
-            steps=steps,
-            warmup=warmup,
-            seed=seed,
-        )
+        result = profile_arch(arch, **kwargs)
+        if what:
+            result = _with_offload(result, profile_arch(arch, offload=what, **kwargs))
     except (ValueError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from exc
     write_output(json.dumps(result.to_json(), indent=2), out)
@@ -133,3 +145,21 @@ def profile(
             "(how the engine groups buckets); the profile lists them in backward order",
             err=True,
         )
+
+
+def _with_offload(without, with_):  # noqa: ANN001, ANN202 - StepProfile, imported lazily
+    """``with_`` whose ``offload`` also holds both runs' peak device memory and step time."""
+    import dataclasses
+
+    a, b = without.profile, with_.profile
+    report = {**with_.offload,
+              "peak_memory_bytes": {"without": a.memory_bytes, "with": b.memory_bytes},
+              "step_s": {"without": a.compute_s, "with": b.compute_s}}
+    moved = report["activation_bytes_to_host_per_step"] / 1e6
+    peak = ("no device memory on a CPU" if a.memory_bytes is None else
+            f"peak device memory {a.memory_bytes / 1e6:.1f} -> {b.memory_bytes / 1e6:.1f} MB")
+    click.echo(f"offload {','.join(report['what'])}: {moved:.1f} MB of saved activations to "
+               f"host per step, {report['optimizer_host_bytes'] / 1e6:.1f} MB of optimizer in "
+               f"host memory; {peak}; step {a.compute_s * 1e3:.1f} -> {b.compute_s * 1e3:.1f} ms",
+               err=True)
+    return dataclasses.replace(with_, offload=report)

@@ -72,7 +72,8 @@ OPTIONS = [
     _opt("--max-steps", type=int, default=D.max_steps, help="Stop after N steps (0 = no cap)."),
     _opt("--strategy", type=_choices(Strategy), default=D.strategy,
          help="gossip; allreduce or local (baselines); horovod (needs Horovod: "
-              "bash scripts/install-horovod.sh) or ddp (torch DistributedDataParallel)."),
+              "bash scripts/install-horovod.sh) or ddp (torch DistributedDataParallel); ps "
+              "(sharded parameter server, slack --max-lag)."),
     _opt("--topology", type=_choices(Topology), default=D.topology,
          help="auto: hypercube for power-of-two sizes, else dissemination."),
     _opt("--mix", type=_choices(Mix), default=D.mix, help="What is averaged with the peer."),
@@ -82,7 +83,8 @@ OPTIONS = [
     _opt("--overlap/--no-overlap", default=D.overlap, help="Exchange during backward."),
     _opt("--max-lag", type=int, default=D.max_lag,
          help="Steps a peer's message may lag the step that mixes it (0 = lockstep); a "
-              "rank behind its peers skips compute to catch up. Gossip only."),
+              "rank behind its peers skips compute to catch up (gossip); ps: compute on "
+              "parameters up to N steps old."),
     _opt("--sufficient-factors", type=_choices(SufficientFactors), default=D.sufficient_factors,
          help="Send Linear layers' gradients as their factors (inputs, output gradients): "
               "auto when fewer bytes; needs --mix grad and gossip or allreduce."),
@@ -105,6 +107,9 @@ OPTIONS = [
     _opt("-j", "--workers", type=int, default=D.workers, help="DataLoader workers per rank."),
     _opt("--device", type=_choices(Device), default=D.device,
          help="auto: cuda:<node-local rank> when CUDA is available, else cpu."),
+    _opt("--offload", default="none", show_default=True,
+         help="Move to host memory: activations (saved for backward), optimizer (state and "
+              "update), or activations,optimizer."),
     _opt("--run-dir", type=click.Path(file_okay=False), default=None,
          help="Checkpoints go here (ckpt-<step>.pt, newest two kept)."),
     _opt("--checkpoint-every", type=int, default=D.checkpoint_every,

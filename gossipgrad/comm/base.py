@@ -68,8 +68,10 @@ class Backoff:
 
 
 class Tag(enum.IntEnum):
-    """Every message tag used on the wire. Bucket tags are ``GRAD_BUCKET + bucket index``;
-    a Linear layer's sufficient factors (or its gradient matrix) ``FACTOR + layer index``."""
+    """Every message tag used on the wire. Bucket tags are ``GRAD_BUCKET + bucket index``
+    (likewise ``PARAM_BUCKET``, and ps's ``PS_PUSH``: a gradient to the bucket's owner, and
+    ``PS_PULL``: the owner's fresh parameters back to a worker); a Linear layer's sufficient
+    factors (or its gradient matrix) ``FACTOR + layer index``."""
 
     CONFIG_CHECK = 1
     PARAM_BROADCAST = 2
@@ -79,7 +81,9 @@ class Tag(enum.IntEnum):
     SHUFFLE_DATA = 11
     GRAD_BUCKET = 1000
     PARAM_BUCKET = 100_000
-    FACTOR = 300_000
+    PS_PUSH = 200_000
+    PS_PULL = 300_000
+    FACTOR = 400_000
 
 
 class ReduceOp(enum.StrEnum):
@@ -160,12 +164,10 @@ class WaitContext:
 
 
 def tag_name(tag: int) -> str:
-    if tag >= Tag.FACTOR:
-        return f"FACTOR_{tag - Tag.FACTOR}"
-    if tag >= Tag.PARAM_BUCKET:
-        return f"PARAM_BUCKET_{tag - Tag.PARAM_BUCKET}"
-    if tag >= Tag.GRAD_BUCKET:
-        return f"GRAD_BUCKET_{tag - Tag.GRAD_BUCKET}"
+    """``Tag.PS_PULL + 3`` -> ``"PS_PULL_3"``; a plain tag by its name."""
+    for base in (Tag.FACTOR, Tag.PS_PULL, Tag.PS_PUSH, Tag.PARAM_BUCKET, Tag.GRAD_BUCKET):
+        if tag >= base:
+            return f"{base.name}_{tag - base}"
     try:
         return Tag(tag).name
     except ValueError:

@@ -125,6 +125,9 @@ class _Done:
 
 
 class _Recv:
+    """A posted receive. As in MPI, receives with the same source and tag match messages in
+    the order they were posted, whichever of them is tested first."""
+
     def __init__(self, comm: LocalCommunicator, key: tuple, out: np.ndarray, ctx: WaitContext):
         self.comm, self.key, self.out, self.ctx, self.done = comm, key, out, ctx, False
         self.error: CommError | None = None

@@ -118,6 +118,21 @@ class CommThread:
         if self._error is not None:
             raise self._error
 
+    def done(self, key: int) -> bool:
+        """True once exchange ``key`` (submitted since the last wait for it) has finished;
+        never blocks; re-raises the thread's error, if any."""
+        if self._error is not None:
+            raise self._error
+        return self._done[key].is_set()
+
+    def poll(self) -> bool:
+        """Drive progress once from the caller's thread (what :meth:`wait` does while it
+        blocks), for a caller that waits on a condition of its own; True if anything
+        happened. Re-raises the thread's error."""
+        if self._error is not None:
+            raise self._error
+        return self._poll()
+
     def close(self) -> None:
         """Stop the thread once nothing is in flight or queued; raise RuntimeError naming
         the rank if it has not ended within ``timeout`` + 5 s (each exchange on the wire

@@ -28,10 +28,12 @@ from gossipgrad.models import MODELS
 from gossipgrad.options import (
     DataOptions,
     ExchangeOptions,
+    Offload,
     OnFailure,
     OptimOptions,
     RunOptions,
     ShuffleOptions,
+    Strategy,
     SufficientFactors,
     at_least,
 )
@@ -80,7 +82,8 @@ class TrainConfig:
             raise ValueError(f"unknown model {self.arch!r} (--arch); choose one of: "
                              f"{', '.join(MODELS)}")
         at_least(self.hidden, 0, "--hidden")
-        if self.run.on_failure is OnFailure.CONTINUE and self.exchange.strategy.library:
+        if self.run.on_failure is OnFailure.CONTINUE and (
+                self.exchange.strategy.library or self.exchange.strategy is Strategy.PS):
             raise ValueError(f"--on-failure continue needs --strategy gossip, allreduce or "
                              f"local: {self.exchange.strategy} cannot shrink its communicator")
         if self.run.on_failure is OnFailure.CONTINUE and self.exchange.max_lag:
@@ -90,6 +93,9 @@ class TrainConfig:
                 and self.exchange.sufficient_factors is SufficientFactors.ON):
             raise ValueError("--on-failure continue needs --sufficient-factors auto or off "
                              "(auto sends none when ranks may die)")
+        if Offload.OPTIMIZER in self.run.offload and self.exchange.strategy is Strategy.HOROVOD:
+            raise ValueError("--offload optimizer is not available with --strategy horovod: "
+                             "Horovod wraps the optimizer's class itself; drop one of them")
 
     @classmethod
     def from_flags(cls, **flags: Any) -> TrainConfig:

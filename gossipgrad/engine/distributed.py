@@ -76,7 +76,7 @@ class DistributedOptimizer(WrappedOptimizer):
             verified identical on construction).
         comm: the communicator (``gossipgrad.init()``).
         options: the exchange (:class:`gossipgrad.options.ExchangeOptions`: strategy
-            ``gossip``, ``allreduce`` or ``local``, topology, mix, staleness, sync_every,
+            ``gossip``, ``allreduce``, ``local`` or ``ps``, topology, mix, staleness, sync_every,
             bucket_mb, overlap, seed, rotate, sufficient_factors); keyword arguments
             override its fields, so
             ``DistributedOptimizer(opt, model, comm, strategy="allreduce")`` works too.
@@ -86,6 +86,19 @@ class DistributedOptimizer(WrappedOptimizer):
             while the next forward and backward run.
         stager: how device tensors reach MPI (default: direct on CPU).
     """
+
+    def __new__(cls, optimizer: torch.optim.Optimizer, model: torch.nn.Module,
+                comm: Communicator, options: ExchangeOptions | None = None, *,
+                stager: Stager | None = None, **overrides: Any) -> Any:
+        """``strategy="ps"`` builds :class:`gossipgrad.engine.ps.ParameterServerOptimizer`
+        (same interface, not a subclass); every other strategy this class."""
+        if cls is DistributedOptimizer and exchange_options(
+                options, overrides).strategy is Strategy.PS:
+            from gossipgrad.engine.ps import ParameterServerOptimizer
+
+            return ParameterServerOptimizer(optimizer, model, comm, options, stager=stager,
+                                            **overrides)
+        return super().__new__(cls)
 
     def __init__(self, optimizer: torch.optim.Optimizer, model: torch.nn.Module,
                  comm: Communicator, options: ExchangeOptions | None = None, *,

@@ -4,9 +4,10 @@
                            ExchangeOptions(strategy="ddp", bucket_mb=25))
     out = opt.module_for_forward(x)   # DDP's wrapper for ddp, the model otherwise
 
-gossip, allreduce and local are :class:`DistributedOptimizer`; horovod and ddp are engine
-adapters with the same interface (:mod:`gossipgrad.engine.adapters`), imported only when
-chosen, so neither Horovod nor torch.distributed is loaded for the others.
+gossip, allreduce and local are :class:`DistributedOptimizer`; ps is
+:class:`gossipgrad.engine.ps.ParameterServerOptimizer`; horovod and ddp are engine adapters
+with the same interface (:mod:`gossipgrad.engine.adapters`), imported only when chosen, so
+neither Horovod nor torch.distributed is loaded for the others.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ def make_distributed(optimizer: torch.optim.Optimizer, model: torch.nn.Module,
                      stager: Stager | None = None, **overrides: Any) -> Any:
     """The distributed optimizer for ``options.strategy`` (keyword arguments override the
     options' fields). Collective: every rank calls it with the same options."""
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(f"make_distributed(optimizer, model, comm, options=None, **overrides) "
-                        f"takes a torch.optim optimizer first, got {optimizer!r}; pass the "
-                        "strategy as strategy=... or in ExchangeOptions")
+    if not (hasattr(optimizer, "step") and hasattr(optimizer, "param_groups")):
+        raise TypeError("make_distributed(optimizer, model, comm, options=None, **overrides) "
+                        f"takes an optimizer (step, param_groups) first, got {optimizer!r}; "
+                        "pass the strategy as strategy=... or in ExchangeOptions")
     opts = exchange_options(options, overrides)
     # Lazy: each library is loaded only when its strategy is chosen.
     if opts.strategy is Strategy.HOROVOD:
@@ -40,4 +41,8 @@ def make_distributed(optimizer: torch.optim.Optimizer, model: torch.nn.Module,
         from gossipgrad.engine.adapters.ddp import DdpAdapter
 
         return DdpAdapter(optimizer, model, comm, opts)
+    if opts.strategy is Strategy.PS:
+        from gossipgrad.engine.ps import ParameterServerOptimizer
+
+        return ParameterServerOptimizer(optimizer, model, comm, opts, stager=stager)
     return DistributedOptimizer(optimizer, model, comm, opts, stager=stager)

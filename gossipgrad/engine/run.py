@@ -25,6 +25,7 @@ from gossipgrad.engine.faults import KillSwitch
 from gossipgrad.engine.lagged import skip_summary
 from gossipgrad.engine.membership import Membership
 from gossipgrad.engine.metrics import MetricsWriter, Progress, Throughput
+from gossipgrad.engine.offload import ActivationOffload, offloading
 from gossipgrad.engine.signals import (
     PeriodicAgreement,
     StopSignals,
@@ -33,7 +34,7 @@ from gossipgrad.engine.signals import (
 )
 from gossipgrad.engine.straggler import Straggler
 from gossipgrad.models import logits, loss_fn
-from gossipgrad.options import OptimOptions
+from gossipgrad.options import Offload, OptimOptions
 from gossipgrad.shuffle import ShuffleWorker
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,8 @@ class Run:
         self.faults = KillSwitch(comm.rank)
         self.membership = membership  # None: a dead rank ends the job (--on-failure abort)
         self.step = self.closed = -1  # steps completed, last epoch evaluated + checkpointed
+        self.offload = (ActivationOffload(model, device) if Offload.ACTIVATIONS in cfg.run.offload
+                        else None)
         self.progress: Progress | None = None
         self.factors_written = False
         self.model_bytes = sum(p.numel() * p.element_size() for p in model.parameters()
@@ -198,7 +201,7 @@ class Run:
             self.skipped_steps += 1
             self.samples_skipped += len(y)
         elif len(y):
-            with self.straggler.compute():
+            with self.straggler.compute(), offloading(self.offload):
                 out = self.opt.module_for_forward(x)  # DDP's wrapper under --strategy ddp
                 loss = loss_fn(out, y)
                 loss.backward()
@@ -334,7 +337,9 @@ class Run:
                                   else None),
                    "consensus_distance": last.get("consensus_distance"), **lag,
                    "size_launch": self.launch_size, "size_final": self.comm.size,
-                   **(self.membership.summary() if self.membership is not None else {})}
+                   **(self.membership.summary() if self.membership is not None else {}),
+                   "offload": list(cfg.run.offload), "activation_bytes_to_host_per_step":
+                   self.offload.last_bytes if self.offload is not None else 0}
         self.metrics.write(summary)
         if self.comm.rank == 0 and ips:
             log.info("throughput: %.1f images/s (%.1f per rank) over %d timed steps", ips,

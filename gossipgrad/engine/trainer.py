@@ -32,10 +32,11 @@ from gossipgrad.engine.config import TrainConfig
 from gossipgrad.engine.consensus import agree
 from gossipgrad.engine.factory import make_distributed
 from gossipgrad.engine.membership import Membership, check_support
+from gossipgrad.engine.offload import HostOffloadOptimizer
 from gossipgrad.engine.run import Run
 from gossipgrad.engine.signals import StopSignals
 from gossipgrad.models import build_model
-from gossipgrad.options import OnFailure, SufficientFactors
+from gossipgrad.options import Offload, OnFailure, SufficientFactors
 from gossipgrad.shuffle import ShuffleWorker
 
 log = logging.getLogger(__name__)
@@ -78,10 +79,13 @@ def _setup_and_run(cfg: TrainConfig, comm: Communicator, device: torch.device,
     base_lr = cfg.optim.lr * (comm.size if cfg.optim.scale_lr else 1)
     sgd = torch.optim.SGD(model.parameters(), lr=base_lr, momentum=cfg.optim.momentum,
                           weight_decay=cfg.optim.weight_decay)
+    if Offload.OPTIMIZER in cfg.run.offload:
+        sgd = HostOffloadOptimizer(sgd)
     exchange = cfg.exchange
     if cfg.run.on_failure is OnFailure.CONTINUE:  # factor paths cannot follow a shrink
         exchange = dataclasses.replace(exchange, sufficient_factors=SufficientFactors.OFF)
     opt = make_distributed(sgd, model, comm, exchange, stager=stager)
+    rank_states = {**rank_states, **getattr(opt, "rank_states", {})}  # ps: each rank's shard
     run = shuffle = None
     try:
         check_agreement(cfg, comm, opt.schedule)

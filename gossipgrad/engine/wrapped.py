@@ -25,3 +25,11 @@ class WrappedOptimizer:
     @property
     def param_groups(self) -> list[dict[str, Any]]:
         return self.optimizer.param_groups
+
+    def behind(self) -> bool:
+        """Whether to skip this step's compute to catch up (only gossip's ``--max-lag``
+        does; see ``DistributedOptimizer.behind``)."""
+        return False
+
+    def skip_step(self) -> None:
+        raise RuntimeError(f"{type(self).__name__} never skips a step (behind() is False)")

@@ -29,6 +29,7 @@ allocated memory; on CPU ``memory_bytes`` is omitted.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import platform
 import statistics
@@ -41,6 +42,7 @@ from typing import Any
 import torch
 
 from gossipgrad.engine.buckets import BucketLayout
+from gossipgrad.engine.offload import ActivationOffload, Offloads, offloading
 from gossipgrad.models import (
     MODELS,
     SMALL_MODELS,
@@ -82,6 +84,7 @@ class StepProfile:
     steps: int
     warmup: int
     layout_order: bool
+    offload: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The Profile document; each bucket also names its parameter (the planner ignores
@@ -95,6 +98,8 @@ class StepProfile:
             layout_order=self.layout_order,
             spread_s={k: list(v) for k, v in self.spread.items()},
         )
+        if self.offload is not None:
+            out["offload"] = self.offload
         return out
 
     def save(self, path: str | Path) -> None:
@@ -135,12 +140,14 @@ def profile_step(
     warmup: int = DEFAULT_WARMUP,
     label: str | None = None,
     device_name: str | None = None,
+    offload: ActivationOffload | None = None,
 ) -> StepProfile:
     """Time ``steps`` local training steps of ``model`` on the batch ``(x, y)``.
 
     ``model``, ``x`` and ``y`` must already be on one device. ``optimizer`` defaults to SGD
     (lr 0.01, momentum 0.9), the shape of ``gossipgrad train``'s. Modifies ``model`` in place
-    (it trains on the batch); hooks are removed before returning.
+    (it trains on the batch); hooks are removed before returning. ``offload`` moves the
+    tensors saved for backward to host memory (``--offload activations``).
     """
     if steps < 1 or warmup < 0:
         raise ValueError(f"steps must be >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
@@ -167,10 +174,11 @@ def profile_step(
             marks.clear()
             clock.sync()
             t = [clock.mark()]
-            out_loss = loss(model(x), y)
-            t.append(clock.mark())
-            out_loss.backward()
-            t.append(clock.mark())
+            with offloading(offload):
+                out_loss = loss(model(x), y)
+                t.append(clock.mark())
+                out_loss.backward()
+                t.append(clock.mark())
             opt.step()
             t.append(clock.mark())
             clock.sync()
@@ -254,11 +262,14 @@ def profile_arch(
     steps: int = DEFAULT_STEPS,
     warmup: int = DEFAULT_WARMUP,
     seed: int = 0,
+    offload: tuple[str, ...] = (),
 ) -> StepProfile:
     """Build ``arch`` from the model registry and profile it on one random batch.
 
     ``classes`` 0 means 10 for mlp/cnn (digits) and 1000 for torchvision models (ImageNet).
-    ``device`` is ``cpu``, ``cuda`` or ``cuda:N``.
+    ``device`` is ``cpu``, ``cuda`` or ``cuda:N``. ``offload`` (names of
+    :class:`gossipgrad.options.Offload`) profiles the step with them; the result's
+    ``offload`` says what moved to host memory.
     """
     if arch not in MODELS:
         raise ValueError(f"unknown model {arch!r} (--arch); choose one of: {', '.join(MODELS)}")
@@ -280,7 +291,11 @@ def profile_arch(
     y = torch.randint(0, classes, (batch_size,), generator=g).to(dev)
     label = arch + (f" (hidden {hidden})" if hidden and arch in SMALL_MODELS else "")
     label += f", input {'x'.join(map(str, shape))}"
-    return profile_step(model, x, y, steps=steps, warmup=warmup, label=label)
+    plan = Offloads(model, dev, offload, torch.optim.SGD(model.parameters(), lr=0.01,
+                                                         momentum=0.9))
+    result = profile_step(model, x, y, optimizer=plan.optimizer, steps=steps, warmup=warmup,
+                          label=label, offload=plan.activations)
+    return dataclasses.replace(result, offload=plan.report()) if offload else result
 
 
 def describe_device(device: torch.device) -> str:

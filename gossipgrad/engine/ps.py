@@ -1,0 +1,287 @@
+"""``--strategy ps``: a sharded parameter server colocated with the workers, with a
+stale-synchronous slack (GeePS; Cui et al. 2016).
+
+    mpiexec -n 4 gossipgrad train --strategy ps                 # synchronous (max-lag 0)
+    mpiexec -n 8 gossipgrad train --strategy ps --max-lag 2     # up to 2 steps stale
+
+    opt = gossipgrad.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model,
+                                          comm, strategy="ps", max_lag=0)
+    # ... the usual zero_grad / forward / backward / opt.step() loop
+
+Every rank is a worker and serves the buckets it owns (:mod:`gossipgrad.engine.shards`:
+bucket-aligned, balanced by bytes). Per step t and bucket b:
+
+- backward: as soon as b's gradients are ready, the worker pushes them to b's owner
+  (``Isend``, overlapped with the rest of backward, from a post-accumulate-grad hook);
+- ``step()``: the owner adds its own gradient; when every push of step t has arrived it sums
+  them (in rank order), divides by size, steps b's optimizer on its master copy (state only
+  there) and sends the parameters back (:class:`gossipgrad.engine.ps_server.ShardServer`);
+- next forward: a pre-hook on the first module that uses b waits until the rank's copy of b
+  is recent enough: server clock >= t + 1 - max_lag (``max_lag`` 0: exactly the update of
+  step t, which makes it allreduce-SGD on the mean gradient).
+
+Bytes per step: every bucket's gradient once to its owner and its parameters once to each
+other rank, a mean over ranks of 2 (size - 1) / size of the model (ring allreduce's).
+
+Memory per rank, beyond the model and its gradients: master copies and optimizer state of
+the owned buckets (about 1/size of the model each), and per owned bucket ``max_lag + 2``
+push slots of ``size`` gradients; with ``max_lag`` > 0 also ``max_lag + 1`` send and receive
+buffers per other bucket (a fast rank's pushes and pulls stay in flight while it runs ahead).
+
+With ``max_lag`` > 0 a rank computes on whatever recent version has arrived, so results
+depend on timing; with 0 they do not. Parameters must be read through their own module's
+forward (as with gossip's overlapped ``mix="param"``), or pass ``overlap=False``, which waits
+for every bucket at the end of ``step()`` (bit-identical results).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+import torch
+
+from gossipgrad.comm.base import Communicator
+from gossipgrad.comm.exchange import Exchange
+from gossipgrad.comm.schedule import Schedule
+from gossipgrad.comm.staging import Stager
+from gossipgrad.engine.buckets import BucketLayout
+from gossipgrad.engine.commthread import CommThread
+from gossipgrad.engine.consensus import (
+    average_buffers_,
+    broadcast_parameters_,
+    consensus_distance,
+    verify_identical,
+)
+from gossipgrad.engine.offload import HostOffloadOptimizer
+from gossipgrad.engine.ps_server import DensePush, ShardServer, hyperparameters
+from gossipgrad.engine.ps_worker import ShardWorker
+from gossipgrad.engine.shards import assign_owners, bytes_sent_by_rank, ps_bucket_cap
+from gossipgrad.engine.wrapped import WrappedOptimizer
+from gossipgrad.options import ExchangeOptions, Strategy, exchange_options
+
+log = logging.getLogger(__name__)
+
+
+class ParameterServerOptimizer(WrappedOptimizer):
+    """DistributedOptimizer's interface for ``strategy="ps"`` (build it through
+    ``DistributedOptimizer(..., strategy="ps")`` or ``make_distributed``).
+
+    Args:
+        optimizer: a ``torch.optim`` optimizer over ``model``'s parameters, without state;
+            each owner builds ``type(optimizer)(groups, **optimizer.defaults)`` over its
+            buckets (a :class:`HostOffloadOptimizer` puts those in host memory). Its
+            ``param_groups`` stay the ones to set the learning rate on: a step's update
+            uses the values they hold when its owner calls ``step()``.
+        model: parameters are broadcast from rank 0 and verified; gradients and values
+            become views into buckets.
+        comm: the communicator.
+        options: strategy ps; ``max_lag`` (slack), ``bucket_mb`` (at most 1/size of the model
+            is used, see :func:`ps_bucket_cap`), ``overlap``; topology, seed and rotate only
+            build ``schedule`` (checked for agreement, never used for messages).
+        stager: how device tensors reach MPI (default: direct on CPU).
+        push: what a worker sends per bucket and how the owner reduces it (default
+            :class:`DensePush`, the gradient); the plug for another encoding.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer | HostOffloadOptimizer,
+                 model: torch.nn.Module, comm: Communicator, options: ExchangeOptions | None = None,
+                 *, stager: Stager | None = None, push: DensePush | None = None,
+                 **overrides: Any) -> None:
+        opts = exchange_options(options, overrides)
+        if opts.strategy is not Strategy.PS:
+            raise ValueError(f"ParameterServerOptimizer is --strategy ps, got {opts.strategy}")
+        host = isinstance(optimizer, HostOffloadOptimizer)
+        base = optimizer.original if host else optimizer
+        if base.state:
+            raise ValueError("--strategy ps needs an optimizer that has not stepped yet")
+        self.optimizer, self.model, self.comm, self.options = base, model, comm, opts
+        self.strategy, self.mix, self.staleness, self.sync_every = opts.strategy, opts.mix, 0, 0
+        self.max_lag = opts.max_lag
+        self.schedule = Schedule(comm.size, opts.topology, opts.seed, opts.rotate)
+        self.step_count = 0
+        params = list(model.parameters())
+        nbytes = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
+        self.layout = BucketLayout(params, ps_bucket_cap(nbytes, comm.size, opts.bucket_cap_bytes))
+        broadcast_parameters_(model, comm)
+        verify_identical(model, comm)
+        self.layout.bind_grads_()
+        self.layout.bind_params_()
+        self.owners = assign_owners([b.nbytes for b in self.layout.buckets], comm.size)
+        self.stager = stager or Stager(cuda_aware=False)
+        self.communicates = comm.size > 1
+        self.overlap = opts.overlap and self.communicates
+        # The waits (ps_worker) have the deadline, from when a rank needs the data, and say
+        # which peers it waits for; a request's own, from when it was posted (pushes are
+        # posted a step ahead), is only the backstop.
+        self._thread = (CommThread(Exchange(comm, self.stager), 2 * comm.timeout,
+                                   name="gossipgrad-ps") if self.communicates else None)
+        device = params[0].device
+        server_device = torch.device("cpu") if host else device
+        self.push = push or DensePush()
+        owned = [b for b in self.layout.buckets if self.owners[b.index] == comm.rank]
+        self.server = ShardServer(owned, base, comm, self._thread, self.stager, self.max_lag,
+                                  server_device, pin=host and device.type == "cuda",
+                                  push=self.push)
+        self.rank_states = {"ps": self.server}  # the trainer checkpoints each rank's shard
+        self.worker = ShardWorker(self.layout, self.owners, self.server, comm, self._thread,
+                                  self.stager, self.max_lag, self.push)
+        nb = len(self.layout.buckets)
+        self._fresh, self._ready, self._pushed = [False] * nb, [0] * nb, [False] * nb
+        self._hooks: list[Any] = []
+        if self.overlap:
+            self._bucket_of = {id(p): b.index for b in self.layout.buckets for p in b.params}
+            self._hooks = [p.register_post_accumulate_grad_hook(self._grad_ready)
+                           for b in self.layout.buckets for p in b.params]
+            self._hooks += self._install_forward_waits(model)
+        if comm.rank == 0:
+            mine = sum(b.nbytes for b in owned)
+            log.info("ps: %d buckets over %d ranks (rank 0 serves %.2f MB of %.2f MB), "
+                     "max-lag %d", nb, comm.size, mine / 1e6, self.layout.nbytes / 1e6,
+                     self.max_lag)
+
+    @property
+    def parameter_clocks(self) -> list[int]:
+        """Per bucket, the server clock (updates applied) of the values in the model now.
+        During step t's forward every bucket used so far is at >= t - max_lag."""
+        return list(self.worker.have)
+
+    # -- the step --------------------------------------------------------------------
+    @property
+    def module_for_forward(self) -> torch.nn.Module:
+        return self.model
+
+    def zero_grad(self, set_to_none: bool = False) -> None:
+        """Zero the gradient buckets (after the last step's pushes have left them) and post
+        this step's push receives of the owned buckets; ``set_to_none`` is ignored."""
+        self.worker.wait_direct_pushes()
+        for b in self.layout.buckets:
+            b.grads.zero_()
+        self.server.open(self.step_count)
+        self._ready = [0] * len(self.layout.buckets)
+        self._pushed = [False] * len(self.layout.buckets)
+
+    def step(self, closure: Any = None) -> Any:
+        """Push what backward has not pushed, hand this rank's gradients and learning rate
+        to its own shard, post the pulls of the next version; returns the closure's loss."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if not self.layout.grads_bound():
+            raise RuntimeError("gradients were detached from their buckets (was "
+                               "zero_grad(set_to_none=True) called on the inner optimizer?); "
+                               "call zero_grad() on the DistributedOptimizer instead")
+        t, worker = self.step_count, self.worker
+        for b in self.layout.buckets:
+            if not self._pushed[b.index]:
+                self._push(b.index)
+        self.server.contribute(t, [hyperparameters(g) for g in self.optimizer.param_groups])
+        for b in self.layout.buckets:  # frees the ring slot the next pull goes into
+            worker.refresh(b.index, t - self.max_lag)
+            if worker.pull_bufs[b.index]:
+                worker.post_pull(b.index, t + 1)
+        self.step_count = worker.step = t + 1
+        self._fresh = [False] * len(self.layout.buckets)
+        self.server.service()
+        if not self.overlap:
+            for b in self.layout.buckets:
+                worker.refresh(b.index, self.step_count - self.max_lag)
+        return loss
+
+    def _push(self, index: int) -> None:
+        self._pushed[index] = True
+        self.worker.push_(index, self.step_count)
+
+    def _grad_ready(self, p: torch.Tensor) -> None:
+        b = self._bucket_of[id(p)]
+        self._ready[b] += 1
+        if self._ready[b] == len(self.layout.buckets[b].params):
+            self._push(b)
+
+    def _install_forward_waits(self, model: torch.nn.Module) -> list[Any]:
+        """A forward pre-hook on every module that owns parameters: before its first use in
+        a step, bring each of its buckets to clock >= step - max_lag."""
+        hooks = []
+        for module in model.modules():
+            own = sorted({self._bucket_of[id(p)] for p in module.parameters(recurse=False)
+                          if id(p) in self._bucket_of})
+            if own:
+                hooks.append(module.register_forward_pre_hook(
+                    lambda _m, _args, own=own: self._before_use(own)))
+        return hooks
+
+    def _before_use(self, buckets: list[int]) -> None:
+        self.server.service()
+        for b in buckets:
+            if not self._fresh[b]:
+                self.worker.refresh(b, self.step_count - self.max_lag)
+                self._fresh[b] = True
+
+    # -- whole-model operations -------------------------------------------------------
+    def drain(self) -> None:
+        """Collective: complete every update up to this step and bring every bucket to it;
+        afterwards nothing is in flight and all ranks hold the same parameters."""
+        for b in self.layout.buckets:
+            self.worker.refresh(b.index, self.step_count)
+        self.worker.wait(self.worker.quiet,
+                         lambda: "the last parameter and gradient sends have not completed; "
+                                 "is every rank alive?")
+
+    def synchronize(self) -> None:
+        """Drain, then average floating buffers (BatchNorm statistics, which ps does not
+        share) and check that parameters and buffers are identical on every rank."""
+        self.drain()
+        average_buffers_(self.model, self.comm)
+        verify_identical(self.model, self.comm,
+                         when=f"at step {self.step_count} under --strategy ps")
+
+    def consensus_distance(self) -> float:
+        """Measured after a drain: 0.0 when every rank holds the server's parameters."""
+        self.drain()
+        return consensus_distance(self.model, self.comm)
+
+    def bytes_sent_per_step(self) -> float:
+        """The mean over ranks (ring allreduce's 2 (size-1)/size of the model)."""
+        return Strategy.PS.bytes_sent(self.layout.nbytes, self.comm.size)
+
+    def bytes_sent_by_rank(self) -> list[int]:
+        """What each rank sends per step (it depends on how much the rank owns)."""
+        return bytes_sent_by_rank([b.nbytes for b in self.layout.buckets], self.owners,
+                                  self.comm.size)
+
+    def close(self) -> None:
+        """Drain, remove the hooks, stop the thread. When the job is failing (a wait here
+        failed, or close is called while an exception is on its way out, as from the
+        trainer's ``finally``) nothing is waited for: the messages still outstanding and
+        their peers are logged instead (the failure itself may be a collective's, which
+        cannot say which rank is missing)."""
+        try:
+            if self.worker.broken or sys.exc_info()[0] is not None:
+                self.worker.report_outstanding()
+            else:
+                self.drain()
+        finally:
+            for h in self._hooks:
+                h.remove()
+            self._hooks = []
+            if self._thread is not None:
+                self._thread.close()
+                self._thread = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's view: the user optimizer's groups, the step, and this rank's shard
+        (optimizer state of the buckets it owns). Call :meth:`synchronize` first on every
+        rank for a state at one step."""
+        return {**super().state_dict(), "ps": self.server.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Load a state; the model must already hold the parameters of ``state["step"]``
+        (they become the masters). ``state["ps"]``, if there, is this rank's shard."""
+        super().load_state_dict(state)
+        self.server.reset_(self.step_count)
+        self.worker.reset(self.step_count)
+        self.worker.step = self.step_count
+        if "ps" in state:
+            self.server.load_state_dict(state["ps"])

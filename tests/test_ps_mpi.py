@@ -1,0 +1,127 @@
+"""``--strategy ps`` under a real mpiexec: the multi-rank checks at sizes 1-8, the digits job,
+per-step agreement with allreduce-SGD, resume from a checkpoint, and a stopped rank."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from launch import REPO, env, gossipgrad, mpiexec, rank_pid, run
+from multirank import ps_checks
+
+pytestmark = pytest.mark.mpi
+
+
+@pytest.mark.timeout(420)
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 8])
+def test_ps_checks_under_mpiexec(size):
+    out = run([mpiexec(), "-n", str(size), sys.executable, "tests/multirank/run_ps_checks.py"],
+              timeout=400)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for check in ps_checks.ALL:
+        assert f"PASS {check.__name__} on {size} ranks\n" in out.stdout, out.stdout
+
+
+def _records(path) -> list[dict]:
+    return [json.loads(line) for line in open(path, encoding="utf-8")]
+
+
+def _train(tmp_path, size: int, name: str, *args: str, **extra: str) -> list[dict]:
+    out = tmp_path / f"{name}.jsonl"
+    res = gossipgrad(size, ["train", "--no-progress", "--print-freq", "1", "--metrics-out",
+                            str(out), *args], timeout=280, **extra)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return _records(out)
+
+
+def _summary(records: list[dict]) -> dict:
+    (s,) = [r for r in records if r.get("event") == "summary"]
+    return s
+
+
+def _losses(records: list[dict]) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in records if r.get("event") == "log"}
+
+
+@pytest.mark.timeout(600)
+def test_digits_on_four_ranks_reaches_95_percent_and_matches_allreduce_per_step(tmp_path):
+    ps = _train(tmp_path, 4, "ps", "--strategy", "ps")
+    ar = _train(tmp_path, 4, "ar", "--strategy", "allreduce", "--mix", "grad")
+    s = _summary(ps)
+    assert s["strategy"] == "ps" and s["size"] == 4 and s["steps"] == 220
+    assert s["test_accuracy"] >= 0.95, s
+    assert s["bytes_sent_per_step"] == pytest.approx(2 * 3 / 4 * s["model_bytes"])
+    assert [r["consensus_distance"] for r in ps if r.get("event") == "eval"] == [0.0] * 20
+    a, b = _losses(ps), _losses(ar)
+    assert sorted(a) == sorted(b) == list(range(1, 221))
+    worst = max(abs(a[t] - b[t]) for t in a)
+    assert worst <= 1e-5, f"per-step loss differs from allreduce-SGD by up to {worst}"
+
+
+@pytest.mark.timeout(600)
+def test_resume_from_a_checkpoint_continues_the_same_trajectory(tmp_path):
+    """3 ranks (odd): an uninterrupted 2-epoch run, and a run resumed from its epoch-1
+    checkpoint (each rank's shard from its own file) give the same losses afterwards."""
+    full = _train(tmp_path, 3, "full", "--strategy", "ps", "--epochs", "2", "--run-dir",
+                  str(tmp_path / "a"))
+    ckpts = sorted(p for p in os.listdir(tmp_path / "a") if p.endswith(".pt"))
+    first = next(p for p in ckpts if ".rank" not in p)
+    assert {f"{first[:-3]}.rank{r}.pt" for r in range(3)} <= set(ckpts), ckpts
+    resumed = _train(tmp_path, 3, "resumed", "--strategy", "ps", "--epochs", "2", "--resume",
+                     str(tmp_path / "a" / first), "--run-dir", str(tmp_path / "b"))
+    a, b = _losses(full), _losses(resumed)
+    start = _summary(resumed)["start_step"]
+    end = _summary(full)["steps"]
+    assert 0 < start < end and sorted(b) == list(range(start + 1, end + 1))
+    assert [a[t] for t in sorted(b)] == [b[t] for t in sorted(b)]
+    assert _summary(resumed)["test_loss"] == _summary(full)["test_loss"]
+
+
+@pytest.mark.timeout(600)
+def test_max_lag_two_with_a_slow_rank_trains_on_five_ranks(tmp_path):
+    s = _summary(_train(tmp_path, 5, "lag", "--strategy", "ps", "--max-lag", "2",
+                        GOSSIPGRAD_INJECT_SLOW="4:3"))
+    assert s["strategy"] == "ps" and s["size"] == 5
+    assert s["test_accuracy"] >= 0.93, s
+    assert s["consensus_distance"] == 0.0  # measured after the drain before evaluation
+
+
+@pytest.mark.timeout(150)
+def test_a_stopped_rank_ends_every_rank_with_a_message_naming_it(tmp_path):
+    """Rank 2 stops (SIGSTOP): a rank waiting for its push or pull names it and a ps tag,
+    and the whole job ends non-zero within the deadline."""
+    metrics = tmp_path / "m.jsonl"
+    cmd = [mpiexec(), "-n", "4", sys.executable, "-m", "gossipgrad", "train", "--strategy",
+           "ps", "--no-progress", "--epochs", "1000", "--comm-timeout", "5", "--metrics-out",
+           str(metrics), "--print-freq", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env(), cwd=REPO, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not (metrics.exists() and metrics.stat().st_size > 0):
+            assert time.monotonic() < deadline, "training never started"
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            time.sleep(0.2)
+        os.kill(rank_pid(proc.pid, rank=2), signal.SIGSTOP)
+        signalled = time.monotonic()
+        out, err = proc.communicate(timeout=60)
+        elapsed = time.monotonic() - signalled
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode != 0
+    assert elapsed <= 5 + 15, elapsed
+    # A rank waiting for rank 2's parameters names it; an owner names every rank whose push
+    # is missing (the others wait for rank 2 too, so they may not have pushed either); a
+    # rank that failed in a collective (the per-step stop agreement) lists the peers its ps
+    # messages still wait for.
+    assert re.search(r"rank \d, step \d+: .*(owner, rank 2|rank\(s\) \[[\d, ]*\b2\b[\d, ]*\])"
+                     r".*PS_(PUSH|PULL)_\d+", err), err[-3000:]
