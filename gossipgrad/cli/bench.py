@@ -24,6 +24,7 @@ from gossipgrad.bench.common import emit, parse_sizes_mb
 from gossipgrad.bench.exchange import run_exchange
 from gossipgrad.bench.overlap import run_overlap
 from gossipgrad.bench.strategies import markdown_table, plot_png, run_strategies
+from gossipgrad.cli.bench_tta import tta
 from gossipgrad.cli.plan_validate import plan_validate
 from gossipgrad.engine.config import TrainConfig
 from gossipgrad.options import ShuffleOptions
@@ -175,3 +176,4 @@ def shuffle(steps: int, reps: int, samples: int, every: int, arch: str, hidden: 
 
 
 bench.add_command(plan_validate)
+bench.add_command(tta)
