@@ -104,7 +104,9 @@ class DistributedOptimizer(WrappedOptimizer):
         self.overlap = opts.overlap and self.communicates
         # A window only where a forward waits for buckets in order (and the order is fixed).
         window = PARAM_WINDOW if self.mix is Mix.PARAM and self.staleness == 0 else None
-        self._thread = CommThread(self.exchange, comm.timeout, window) if self.overlap else None
+        block = comm.policy.block and not self._collective  # a collective posts under the lock
+        self._thread = (CommThread(self.exchange, comm.timeout, window, block=block)
+                        if self.overlap else None)
         self._ready = [0] * len(self.layout.buckets)
         self._submitted = [False] * len(self.layout.buckets)
         self._stale: list[tuple[int, Pending | None, torch.Tensor]] = []  # key, pending, target
