@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 import gossipgrad.bench.tta as tta_mod
-from gossipgrad.bench.tta import TtaOptions, link_bits_per_s, run_tta
-from gossipgrad.bench.tta_report import markdown_table, metrics_lines
+from gossipgrad.bench.tta import TtaOptions, run_tta
+from gossipgrad.bench.tta_report import link_bits_per_s, markdown_table, metrics_lines
 from gossipgrad.cli import main
 from gossipgrad.comm.local import run_ranks
 from gossipgrad.engine.config import TrainConfig
@@ -134,3 +134,23 @@ def test_bench_tta_under_mpiexec_writes_what_it_reports(tmp_path):
     assert sorted(md.read_text().splitlines()) == sorted(markdown_table(rec).splitlines())
     assert sorted(metrics.read_text().splitlines()) == sorted(metrics_lines(rec))
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.timeout(180)
+def test_a_blocking_gossip_contender_trains_the_same_model_beside_the_polling_one(monkeypatch):
+    built = []
+    real = tta_mod.make_distributed
+
+    def spy(*args, **kwargs):
+        opt = real(*args, **kwargs)
+        built.append((args[2].policy.block, opt._thread.block))
+        return opt
+
+    monkeypatch.setattr(tta_mod, "make_distributed", spy)
+    rec = race(TtaOptions(("gossip", "gossip@block"), target=1.0, steps=4, eval_every=2))
+    plain, block = rec["results"]["gossip"], rec["results"]["gossip@block"]
+    assert [p[1:] for p in plain["curve"]] == [p[1:] for p in block["curve"]]
+    assert plain["posted_bytes_per_step"] == block["posted_bytes_per_step"] > 0
+    assert sorted(set(built)) == [(False, False), (True, True)]  # 2 ranks x 2 contenders
+    with pytest.raises(ValueError, match="--strategies: unknown variant 'gossip@spin'"):
+        TtaOptions(("gossip@spin",))

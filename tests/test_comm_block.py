@@ -114,3 +114,16 @@ def test_the_setting_reaches_the_wait_policy():
     assert not wait_policy(2, 8, Settings.from_env({})).block
     with pytest.raises(ValueError, match="GOSSIPGRAD_COMM_WAIT='spin': expected poll or block"):
         Settings.from_env({"GOSSIPGRAD_COMM_WAIT": "spin"})
+
+
+@pytest.mark.timeout(120)
+def test_bench_strategies_runs_a_blocking_gossip_beside_the_polling_one():
+    from gossipgrad.bench.strategies import run_strategies
+
+    records = run_ranks(2, lambda comm: run_strategies(
+        comm, ["gossip", "gossip@block"], width=32, layers=2, batch=2, steps=2, reps=2),
+        timeout=100)
+    rows = {r["strategy"]: r for r in records[0]["results"]}
+    assert set(rows) == {"gossip", "gossip@block"}
+    for r in rows.values():
+        assert r["posted_bytes_per_step"] == 2 * (32 * 32 + 32) * 4 and r["step_s"] > 0

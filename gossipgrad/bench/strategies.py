@@ -25,6 +25,9 @@ untimed blocks each, then ``--reps`` timed blocks of ``--steps`` steps. Per stra
 repetitions of the ratio of the two blocks run back to back in that repetition (less
 sensitive to a machine whose load drifts during the run).
 
+A name may carry a variant: ``gossip@block`` is gossip whose communication thread waits in
+MPI instead of polling (``GOSSIPGRAD_COMM_WAIT=block``), so both run side by side.
+
 Gossip mixes ``--mix`` (default param); allreduce averages gradients during backward, as
 DDP and Horovod do. Both overlap (``--no-overlap`` turns it off for all); ``--staleness 1``
 applies to gossipgrad's own strategies (gossip, allreduce), whose rows say so.
@@ -48,6 +51,7 @@ from gossipgrad.bench.common import (
     max_over_ranks,
     median,
     rounded,
+    split_variant,
     wire_tx_bytes,
 )
 from gossipgrad.comm.base import Communicator
@@ -81,8 +85,9 @@ class Contender:
                  kw: dict[str, Any]) -> None:
         self.name = name
         self.staleness = int(kw.get("staleness", 0))
-        self.counter = CountingCommunicator(comm)
-        self.trainer = Trainer(self.counter, name, width, layers, **kw)
+        base, block = split_variant(name)
+        self.counter = CountingCommunicator(comm, block)
+        self.trainer = Trainer(self.counter, base, width, layers, **kw)
         self.trainer.set_batch(batch)
         self.times: list[float] = []
         self.phases: dict[str, list[float]] = {k: [] for k in PHASES}
@@ -130,7 +135,7 @@ def run_strategies(comm: Communicator, strategies: list[str], width: int = 1024,
         try:
             for n in names:  # one by one: those built are closed if a later one fails
                 contenders.append(Contender(comm, n, width, layers, batch, strategy_kwargs(
-                    n, mix, bucket_mb, overlap, staleness)))
+                    split_variant(n)[0], mix, bucket_mb, overlap, staleness)))
             for rep in range(warmup + reps):
                 k = rep % len(contenders)
                 for c in contenders[k:] + contenders[:k]:

@@ -39,13 +39,14 @@ import torch
 
 from gossipgrad.bench.common import (
     CountingCommunicator,
-    finite,
     link_info,
     max_over_ranks,
     rounded,
+    split_variant,
     wire_tx_bytes,
 )
 from gossipgrad.bench.strategies import ALLREDUCE_FAMILY, run_order, strategy_kwargs
+from gossipgrad.bench.tta_report import ratios
 from gossipgrad.comm.base import Communicator, ReduceOp, allreduce_
 from gossipgrad.data.sources import open_source
 from gossipgrad.engine.config import TrainConfig
@@ -65,7 +66,8 @@ class TtaOptions:
     """What ``bench tta`` runs besides the job itself; validated here, naming the flags.
 
     Args:
-        strategies: contenders, each named once (any name the engine factory knows).
+        strategies: contenders, each named once (any name the engine factory knows, with
+            an optional ``@block``/``@poll`` variant: :func:`bench.common.split_variant`).
         target: the test accuracy to reach (a fraction).
         steps: the step budget, also the length of the learning-rate schedule.
         eval_every: steps between evaluations (the resolution of ``steps_to_target``).
@@ -76,8 +78,8 @@ class TtaOptions:
 
     strategies: tuple[str, ...] = ("gossip", "allreduce", "ddp", "local")
     target: float = 0.9
-    steps: int = 300
-    eval_every: int = 5
+    steps: int = 200
+    eval_every: int = 2
     stop_at_target: bool = False
     time_limit_s: float = 0.0
 
@@ -85,6 +87,8 @@ class TtaOptions:
         names = list(self.strategies)
         if not names or len(set(names)) != len(names):
             raise ValueError(f"--strategies {','.join(names)!r}: name each strategy once")
+        for n in names:
+            split_variant(n)  # ValueError naming --strategies
         if not 0 < self.target <= 1:
             raise ValueError(f"--target must be an accuracy in (0, 1], got {self.target}")
         if self.steps < 1 or self.eval_every < 1:
@@ -99,6 +103,7 @@ class Contender:
 
     def __init__(self, comm: Communicator, cfg: TrainConfig, name: str, budget: int) -> None:
         self.name, self.cfg, self.comm, self.budget = name, cfg, comm, budget
+        self.strategy, block = split_variant(name)  # e.g. gossip@block: see bench.common
         self.source = open_source(cfg.data, rank=comm.rank, size=comm.size, seed=cfg.seed)
         torch.manual_seed(cfg.seed)  # the same initial weights for every contender
         self.model = self._build()
@@ -106,9 +111,10 @@ class Contender:
         sgd = torch.optim.SGD(self.model.parameters(), lr=cfg.optim.lr,
                               momentum=cfg.optim.momentum, weight_decay=cfg.optim.weight_decay)
         ex = cfg.exchange
-        kw = strategy_kwargs(name, ex.mix.value, ex.bucket_mb, ex.overlap)
-        self.counter = CountingCommunicator(comm)
-        self.opt = make_distributed(sgd, self.model, self.counter, ex, strategy=name, **kw)
+        kw = strategy_kwargs(self.strategy, ex.mix.value, ex.bucket_mb, ex.overlap)
+        self.counter = CountingCommunicator(comm, block)
+        self.opt = make_distributed(sgd, self.model, self.counter, ex, strategy=self.strategy,
+                                    **kw)
         self.shuffle = None
         try:
             self.shuffle = make_shuffle(cfg, self.source, comm)
@@ -170,7 +176,7 @@ class Contender:
         """Test accuracy of the consensus model (identical on every rank); off the clock."""
         t0 = time.perf_counter()
         model = self.model
-        if self.name not in ALLREDUCE_FAMILY:  # those keep identical parameters: no average
+        if self.strategy not in ALLREDUCE_FAMILY:  # identical parameters there: no average
             model = self.scratch
             with torch.no_grad():
                 for s, t in zip(model_tensors(model), model_tensors(self.model), strict=True):
@@ -212,7 +218,8 @@ def run_tta(comm: Communicator, cfg: TrainConfig, opts: TtaOptions) -> dict[str,
         contenders: list[Contender] = []
         try:
             for n in names:  # one by one: those built are closed if a later one fails
-                contenders.append(Contender(comm, cfg.replace(strategy=n), n, opts.steps))
+                cfg_n = cfg.replace(strategy=split_variant(n)[0])
+                contenders.append(Contender(comm, cfg_n, n, opts.steps))
             race(contenders, opts)
             for c in contenders:
                 rows[c.name] = summarize(comm, c, cfg, opts)
@@ -274,41 +281,3 @@ def summarize(comm: Communicator, c: Contender, cfg: TrainConfig,
         "curve": curve,
     }
 
-
-def ratios(record: dict[str, Any]) -> dict[str, Any]:
-    """Gossip against the others (seconds and steps to the target), and the job's
-    exchange-to-compute ratio: one model over the emulated link against ``local``'s step."""
-    rows, out = record["results"], {}
-    g = rows.get("gossip")
-    for other in ("allreduce", *[n for n in ALLREDUCE_FAMILY if n != "allreduce"], "local"):
-        o = rows.get(other)
-        if g is None or o is None:
-            continue
-        for key, short in (("seconds_to_target", "seconds"), ("steps_to_target", "steps")):
-            if g[key] is not None and o[key]:
-                out[f"gossip_over_{other}_{short}"] = finite(g[key] / o[key])
-    link = link_bits_per_s(record.get("emu_rate"))
-    local = rows.get("local")
-    if link and local and local["step_s"]:
-        wire_s = record["model_bytes"] * 8 / link
-        out["model_wire_s"] = rounded(wire_s, 4)
-        out["exchange_over_compute"] = finite(wire_s / local["step_s"])
-    return out
-
-
-def link_bits_per_s(rate: str | None) -> float | None:
-    """``"1gbit"`` -> 1e9 (tc's units: kbit, mbit, gbit, or bits); None when unknown.
-
-        >>> link_bits_per_s("1gbit"), link_bits_per_s("100mbit"), link_bits_per_s(None)
-        (1000000000.0, 100000000.0, None)
-    """
-    if not rate:
-        return None
-    text = rate.strip().lower()
-    for suffix, scale in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3), ("bit", 1.0)):
-        if text.endswith(suffix):
-            try:
-                return float(text[:-len(suffix)]) * scale
-            except ValueError:
-                return None
-    return None

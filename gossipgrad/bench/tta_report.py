@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gossipgrad.bench.common import finite, rounded, split_variant
+
 
 def markdown_table(record: dict[str, Any]) -> str:
     """One row per strategy (MB = 10^6 bytes; "-" where the target was not reached)."""
@@ -83,3 +85,50 @@ def plot_png(record: dict[str, Any], path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def ratios(record: dict[str, Any]) -> dict[str, Any]:
+    """Each gossip contender (``gossip``, ``gossip@block``) against every other strategy:
+    ``<gossip>_over_<other>_seconds`` and ``_steps`` to the target; and the job's
+    exchange-to-compute ratio, one model over the emulated link against ``local``'s step.
+
+        >>> rows = {"gossip": {"seconds_to_target": 3.0, "steps_to_target": 30},
+        ...         "ddp": {"seconds_to_target": 6.0, "steps_to_target": 25}}
+        >>> ratios({"results": rows, "model_bytes": 1})
+        {'gossip_over_ddp_seconds': 0.5, 'gossip_over_ddp_steps': 1.2}
+    """
+    rows, out = record["results"], {}
+    for g, gr in rows.items():
+        if split_variant(g)[0] != "gossip":
+            continue
+        for other, orow in rows.items():
+            if split_variant(other)[0] == "gossip":
+                continue
+            for key, short in (("seconds_to_target", "seconds"), ("steps_to_target", "steps")):
+                if gr[key] is not None and orow[key]:
+                    out[f"{g}_over_{other}_{short}"] = finite(gr[key] / orow[key])
+    link = link_bits_per_s(record.get("emu_rate"))
+    local = rows.get("local")
+    if link and local and local["step_s"]:
+        wire_s = record["model_bytes"] * 8 / link
+        out["model_wire_s"] = rounded(wire_s, 4)
+        out["exchange_over_compute"] = finite(wire_s / local["step_s"])
+    return out
+
+
+def link_bits_per_s(rate: str | None) -> float | None:
+    """``"1gbit"`` -> 1e9 (tc's units: kbit, mbit, gbit, or bits); None when unknown.
+
+        >>> link_bits_per_s("1gbit"), link_bits_per_s("100mbit"), link_bits_per_s(None)
+        (1000000000.0, 100000000.0, None)
+    """
+    if not rate:
+        return None
+    text = rate.strip().lower()
+    for suffix, scale in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3), ("bit", 1.0)):
+        if text.endswith(suffix):
+            try:
+                return float(text[:-len(suffix)]) * scale
+            except ValueError:
+                return None
+    return None
