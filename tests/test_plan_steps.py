@@ -50,9 +50,20 @@ def test_power_form_known_coefficients_give_known_predictions(a, b):
     assert fit.predict(8) == pytest.approx(a * 8 ** b)
 
 
+@pytest.mark.parametrize(("a", "b"), [(20.0, 24.0), (30.0, -10.0)])
+def test_batch_form_known_coefficients_give_known_predictions(a, b):
+    points = {p: a + b / p for p in (1, 2, 4)}
+    fit = fit_steps("allreduce", points, form="batch")
+    assert (fit.a, fit.b) == pytest.approx((a, b))
+    assert fit.predict(8) == pytest.approx(a + b / 8)
+    assert fit.predict(1024) == pytest.approx(a + b / 1024)  # the floor a, not below
+    assert fit.describe() == f"steps = {a:g} {'+' if b > 0 else '-'} {abs(b):g} / size"
+
+
 def test_auto_picks_the_form_that_generated_the_points():
     assert fit_steps("g", {p: log_steps(100, -20, p) for p in (1, 2, 4)}).form == "log"
     assert fit_steps("g", {p: power_steps(100, -0.7, p) for p in (1, 2, 4)}).form == "power"
+    assert fit_steps("g", {p: 20 + 24 / p for p in (1, 2, 4)}).form == "batch"
     # two sizes fit both exactly: the tie goes to log
     assert fit_steps("g", {1: 100, 2: 70}).form == "log"
 
@@ -74,7 +85,7 @@ def test_least_squares_over_three_noisy_sizes():
 def test_fit_refuses_what_it_cannot_fit(points, message):
     with pytest.raises(ValueError, match=message):
         fit_steps("gossip", points)
-    with pytest.raises(ValueError, match="choose log, power or auto"):
+    with pytest.raises(ValueError, match="choose log, power, batch or auto"):
         fit_steps("gossip", {1: 10, 2: 9}, form="cubic")
 
 
@@ -116,9 +127,9 @@ def test_a_size_with_one_run_missing_the_target_is_left_out():
 
 def test_the_predicted_size_never_enters_its_own_fit():
     small = _runs("gossip", {1: 100, 2: 90, 4: 80})
-    without = predict(measured_steps(small, 0.9), "gossip", 8)
+    without = predict(measured_steps(small, 0.9), "gossip", 8, form="log")
     held = small + _runs("gossip", {8: 40, 16: 10})  # far off the curve: would move any fit
-    with_runs = predict(measured_steps(held, 0.9), "gossip", 8)
+    with_runs = predict(measured_steps(held, 0.9), "gossip", 8, form="log")
     assert without is not None and with_runs is not None
     assert with_runs.fit == without.fit
     assert with_runs.predicted == pytest.approx(70.0) == without.predicted
@@ -146,7 +157,7 @@ MEASURED = MeasuredSteps({("gossip", 1): (100,), ("gossip", 2): (95,), ("gossip"
 def test_time_to_accuracy_is_steps_times_step_time_and_names_the_dominant_term():
     rows = [_plan_row("gossip", 8, 0.5), _plan_row("gossip", 8, 0.1, staleness=1),
             _plan_row("allreduce", 8, 1.0), _plan_row("local", 8, 0.01)]
-    ttas = {r.strategy: r for r in tta_rows(rows, MEASURED, [8])}
+    ttas = {r.strategy: r for r in tta_rows(rows, MEASURED, [8], form="log")}
     g, a = ttas["gossip"], ttas["allreduce"]
     assert g.steps == pytest.approx(85.0) and g.step_s == 0.5  # staleness 1 is not used
     assert a.steps == pytest.approx(70.0) and a.seconds == pytest.approx(70.0)
@@ -160,7 +171,7 @@ def test_steps_dominate_when_step_times_are_close():
     rows = [_plan_row("gossip", 8, 0.5), _plan_row("allreduce", 8, 0.55)]
     m = MeasuredSteps({("gossip", 1): (100,), ("gossip", 2): (150,),
                        ("allreduce", 1): (100,), ("allreduce", 2): (90,)}, {})
-    ttas = tta_rows(rows, m, [8])
+    ttas = tta_rows(rows, m, [8], form="log")
     best = recommend_tta(ttas)[8]
     assert best.strategy == "allreduce"
     gossip = next(r for r in ttas if r.strategy == "gossip")
@@ -188,20 +199,21 @@ def test_plan_command_recommends_by_time_to_accuracy_from_smaller_sizes(tmp_path
             (Bucket(0, 2 * MIB, 0.1), Bucket(1, 2 * MIB, 0.2))).save(tmp_path / "p.json")
     NetworkFit(LinkFit(1e-5, 1 / 1e9, 0.999), source="unit test").save(tmp_path / "n.json")
     small, big = tmp_path / "small.jsonl", tmp_path / "big.jsonl"
-    small.write_text("\n".join(_runs("gossip", {1: 100, 2: 95, 4: 90})
-                               + _runs("allreduce", {1: 100, 2: 90, 4: 80})) + "\n")
-    big.write_text("\n".join(_runs("gossip", {8: 80}) + _runs("allreduce", {8: 60})) + "\n")
+    # steps = 20 + 24 / size (gossip) and 20 + 40 / size (allreduce): the default form
+    small.write_text("\n".join(_runs("gossip", {1: 44, 2: 32, 4: 26})
+                               + _runs("allreduce", {1: 60, 2: 40, 4: 30})) + "\n")
+    big.write_text("\n".join(_runs("gossip", {8: 25}) + _runs("allreduce", {8: 24})) + "\n")
     args = ["plan", "--profile", str(tmp_path / "p.json"), "--network", str(tmp_path / "n.json"),
             "--sizes", "8", "--staleness", "0", "--target-accuracy", "0.9", "--metrics"]
     res = CliRunner().invoke(main, [*args, f"{small},{big}"])
     assert res.exit_code == 0, res.output
-    assert "| gossip, size 4 | 90 |" in res.output  # measured, per size
+    assert "| gossip, size 4 | 26 |" in res.output  # measured, per size
     assert "Predicted time to test accuracy 0.9" in res.output
     gossip = next(line for line in res.output.splitlines() if line.startswith("| 8 | gossip |"))
-    assert "| 1,2,4 |" in gossip and "| 85.0 | 80.0 (+6%) |" in gossip
+    assert "| 1,2,4 | steps = 20 + 24 / size | 23.0 | 25.0 (-8%) |" in gossip
     allreduce = next(line for line in res.output.splitlines()
                      if line.startswith("| 8 | allreduce |"))
-    assert "| 70.0 | 60.0 (+17%) |" in allreduce
+    assert "| 25.0 | 24.0 (+4%) |" in allreduce
     assert "Size 8: " in res.output and "is predicted fastest to 0.9" in res.output
     missing = CliRunner().invoke(main, [*args, f"{small},{tmp_path / 'none.jsonl'}"])
     assert missing.exit_code == 1 and "none.jsonl" in missing.output

@@ -2,8 +2,8 @@
 
 PURE (stdlib only). Per strategy, the measured steps to the target at a few sizes p (runs
 of ``gossipgrad bench tta --metrics-out`` or ``gossipgrad train --metrics-out``) are fitted
-by one of two two-parameter forms, each linear in log(p) after a transform and fitted in
-closed form by least squares:
+by one of three two-parameter forms, each linear after a transform and fitted in closed
+form by least squares:
 
 - ``log``:   steps(p) = a + b log2(p). Each doubling of the ranks changes the steps by the
   same amount b. For allreduce the global batch doubles with p: b < 0 while a bigger batch
@@ -12,11 +12,16 @@ closed form by least squares:
   p doubles, one more dimension each time.
 - ``power``: steps(p) = a p^b, i.e. log steps linear in log(p). A constant factor per
   doubling, 2^b (b = -1: the steps halve, perfect scaling of the batch; b = 0: no gain).
+- ``batch``: steps(p) = a + b / p, linear in 1/p. The critical-batch model of McCandlish
+  et al. (2018), S = S_min (1 + B_noise / B), with the global batch B = p x the per-rank
+  batch: a = S_min is the floor (the steps with noise-free gradients at this learning
+  rate), b / a = B_noise / (per-rank batch). Adding ranks helps while B is below B_noise
+  and hardly at all past it, where the other two forms keep promising fewer steps.
 
-``auto`` picks the form with the smaller relative RMS residual on the fitted sizes. Two
-sizes fit both forms exactly; the tie goes to ``log``, which changes by a fixed number of
-steps per doubling where ``power`` changes by a fixed factor (and so runs away faster from
-the measured range).
+``batch`` is the default (:data:`DEFAULT_FORM`): it is the only form with a floor, so it
+does not promise ever fewer steps past the measured sizes. ``auto`` picks the form with the smallest relative RMS residual
+on the fitted sizes; three noisy sizes rarely tell the forms apart that way. Two sizes fit
+every form exactly; the tie goes to the first in :data:`FORMS`.
 
 A size is predicted only from sizes below it: runs at the predicted size (or above) never
 enter its fit, so a measured run there is a held-out check (:func:`predict`).
@@ -34,7 +39,8 @@ from dataclasses import dataclass
 
 from gossipgrad.plan.convergence import parse_records, run_steps
 
-FORMS = ("log", "power")
+FORMS = ("log", "power", "batch")
+DEFAULT_FORM = "batch"
 
 
 @dataclass(frozen=True)
@@ -56,13 +62,17 @@ class StepsFit:
             raise ValueError(f"size must be >= 1, got {size}")
         if self.form == "log":
             return self.a + self.b * math.log2(size)
+        if self.form == "batch":
+            return self.a + self.b / size
         return self.a * size ** self.b
 
     def describe(self) -> str:
         """The fitted curve in words, e.g. ``steps = 100 - 10 log2(size)``."""
+        sign = "-" if self.b < 0 else "+"
         if self.form == "log":
-            sign = "-" if self.b < 0 else "+"
             return f"steps = {self.a:.4g} {sign} {abs(self.b):.3g} log2(size)"
+        if self.form == "batch":
+            return f"steps = {self.a:.4g} {sign} {abs(self.b):.3g} / size"
         return f"steps = {self.a:.4g} size^{self.b:.3g}"
 
 
@@ -81,10 +91,10 @@ def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
 
 
 def fit_steps(strategy: str, points: Mapping[int, float], form: str = "auto") -> StepsFit:
-    """Fit ``points`` ({size: mean steps to the target}) by ``form`` (``log``, ``power`` or
-    ``auto``); ValueError with fewer than two sizes or a non-positive count."""
+    """Fit ``points`` ({size: mean steps to the target}) by ``form`` (``log``, ``power``,
+    ``batch`` or ``auto``); ValueError with fewer than two sizes or a non-positive count."""
     if form not in (*FORMS, "auto"):
-        raise ValueError(f"unknown steps form {form!r}; choose log, power or auto")
+        raise ValueError(f"unknown steps form {form!r}; choose log, power, batch or auto")
     sizes = sorted(points)
     if len(sizes) < 2:
         raise ValueError(f"{strategy}: steps to target measured at {len(sizes)} size(s); "
@@ -99,6 +109,8 @@ def fit_steps(strategy: str, points: Mapping[int, float], form: str = "auto") ->
 def _fit_form(strategy: str, form: str, sizes: list[int], steps: list[float]) -> StepsFit:
     if form == "log":
         a, b = fit_line([math.log2(s) for s in sizes], steps)
+    elif form == "batch":
+        a, b = fit_line([1.0 / s for s in sizes], steps)
     else:  # log steps = log a + b log size
         la, b = fit_line([math.log(s) for s in sizes], [math.log(y) for y in steps])
         a = math.exp(la)
@@ -165,7 +177,7 @@ class StepsPrediction:
 
 
 def predict(measured: MeasuredSteps, strategy: str, size: int,
-            form: str = "auto") -> StepsPrediction | None:
+            form: str = DEFAULT_FORM) -> StepsPrediction | None:
     """Steps for ``strategy`` at ``size`` from its runs at smaller sizes only; None when
     fewer than two smaller sizes have every run reaching the target."""
     points = {s: m for s in measured.sizes(strategy) if s < size

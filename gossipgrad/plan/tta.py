@@ -11,7 +11,7 @@ two factors, and the larger one (by |log|) is named as the term that dominates.
     >>> m = MeasuredSteps({("gossip", 1): (100,), ("gossip", 2): (100,),
     ...                    ("allreduce", 1): (100,), ("allreduce", 2): (90,)}, {})
     >>> row = lambda s, t: PlanRow(s, 4, 25.0, 0, t, 0.0, 0.0, None, 1, 0.0, 0.0, 0)
-    >>> ttas = tta_rows([row("gossip", 0.5), row("allreduce", 1.0)], m, [4])
+    >>> ttas = tta_rows([row("gossip", 0.5), row("allreduce", 1.0)], m, [4], form="log")
     >>> [(r.strategy, round(r.steps), r.seconds) for r in ttas]
     [('gossip', 100, 50.0), ('allreduce', 80, 80.0)]
     >>> best = recommend_tta(ttas)[4]
@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from gossipgrad.plan.planner import PlanRow, best_by
-from gossipgrad.plan.steps import MeasuredSteps, StepsPrediction, predict
+from gossipgrad.plan.steps import DEFAULT_FORM, MeasuredSteps, StepsPrediction, predict
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class TtaRow:
 
 
 def tta_rows(rows: Sequence[PlanRow], measured: MeasuredSteps, sizes: Iterable[int],
-             form: str = "auto") -> list[TtaRow]:
+             form: str = DEFAULT_FORM) -> list[TtaRow]:
     """A row per (size, strategy) that has both a staleness-0 plan row and a steps fit."""
     out = []
     for size in sorted(set(sizes)):
