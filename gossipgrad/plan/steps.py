@@ -19,9 +19,10 @@ form by least squares:
   and hardly at all past it, where the other two forms keep promising fewer steps.
 
 ``batch`` is the default (:data:`DEFAULT_FORM`): it is the only form with a floor, so it
-does not promise ever fewer steps past the measured sizes. ``auto`` picks the form with the smallest relative RMS residual
-on the fitted sizes; three noisy sizes rarely tell the forms apart that way. Two sizes fit
-every form exactly; the tie goes to the first in :data:`FORMS`.
+does not promise ever fewer steps past the measured sizes. ``auto`` picks the form with
+the smallest relative RMS residual on the fitted sizes; three noisy sizes rarely tell the
+forms apart that way. Two sizes fit every form exactly; the tie goes to the first in
+:data:`FORMS`.
 
 A size is predicted only from sizes below it: runs at the predicted size (or above) never
 enter its fit, so a measured run there is a held-out check (:func:`predict`).
