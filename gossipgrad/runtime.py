@@ -96,7 +96,8 @@ def wait_policy(cores: int, per_node: int, env: Settings) -> WaitPolicy:
     spin = env.wait_spin_s
     if spin is None:
         spin = WAIT_SPIN_S if per_node <= cores else 0.0
-    return WaitPolicy(spin_s=spin, burst=env.progress_burst, max_pause_s=env.poll_max_pause_s)
+    return WaitPolicy(spin_s=spin, burst=env.progress_burst, max_pause_s=env.poll_max_pause_s,
+                      block=env.comm_block)
 
 
 def host_share(comm: Communicator) -> tuple[int, int]:

@@ -54,6 +54,13 @@ def _level(text: str) -> str:
     return value
 
 
+def _comm_wait(text: str) -> bool:
+    value = text.strip().lower()
+    if value not in {"poll", "block"}:
+        raise ValueError
+    return value == "block"
+
+
 def _slow(text: str) -> tuple[int, float]:
     rank, _, factor = text.partition(":")
     pair = int(rank), float(factor)
@@ -102,6 +109,9 @@ VARIABLES: tuple[Variable, ...] = (
              "MPI tests per poll before sleeping (too few starve a fast link)"),
     Variable("GOSSIPGRAD_POLL_MAX_PAUSE_S", "poll_max_pause_s", _seconds, "1e-3", "1e-3",
              "longest sleep between polls"),
+    Variable("GOSSIPGRAD_COMM_WAIT", "comm_block", _comm_wait, "block", "poll",
+             "how the communication thread waits for a gossip exchange: poll (MPI_Test in "
+             "bursts, sleeping between) or block (MPI_Wait; needs MPI_THREAD_MULTIPLE)"),
     Variable("GOSSIPGRAD_MPI_THREAD_LEVEL", "mpi_thread_level", _level, "serialized",
              "multiple", "thread level asked of MPI (below multiple, calls are serialised)"),
     Variable("GOSSIPGRAD_CUDA_AWARE", "cuda_aware", _flag, "1", "asked of MPI",
@@ -132,6 +142,7 @@ class Settings:
     wait_spin_s: float | None = None
     progress_burst: int = 16
     poll_max_pause_s: float = 1e-3
+    comm_block: bool = False
     mpi_thread_level: str = "multiple"
     cuda_aware: bool | None = None
     inject_delay_ms: float = 0.0
@@ -156,6 +167,7 @@ class Settings:
                 kind = {_count: "a whole number >= 1", _seconds: "a number >= 0",
                         _flag: "1 or 0", _slow: "RANK:FACTOR with FACTOR >= 1",
                         _kills: "RANK:STEP[:WHERE] (WHERE: " + ", ".join(KILL_POINTS) + ")",
+                        _comm_wait: "poll or block",
                         _level: "single, funneled, serialized or multiple"}.get(v.parse, "text")
                 raise ValueError(f"{v.name}={text!r}: expected {kind}, e.g. "
                                  f"{v.example}") from None

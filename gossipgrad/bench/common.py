@@ -7,6 +7,7 @@ step is as slow as its slowest rank), and rank 0 prints one JSON object.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import time
@@ -185,6 +186,26 @@ def nbytes(buf: Any) -> int:
     return int(np.asarray(buf).nbytes)
 
 
+WAIT_VARIANTS = {"poll": False, "block": True}
+"""Contender name suffixes: ``gossip@block`` is gossip whose communication thread waits in
+MPI (``GOSSIPGRAD_COMM_WAIT=block``), next to a plain ``gossip`` in the same launch."""
+
+
+def split_variant(name: str) -> tuple[str, bool | None]:
+    """``"gossip@block"`` -> ``("gossip", True)``; a plain name keeps the launch's setting.
+
+        >>> split_variant("gossip@block"), split_variant("ddp")
+        (('gossip', True), ('ddp', None))
+    """
+    base, sep, variant = name.partition("@")
+    if not sep:
+        return name, None
+    if variant not in WAIT_VARIANTS:
+        raise ValueError(f"--strategies: unknown variant {name!r}; add @poll or @block to a "
+                         "strategy name, e.g. gossip@block")
+    return base, WAIT_VARIANTS[variant]
+
+
 class CountingCommunicator:
     """Wraps a Communicator and counts the bytes handed to ``isend``, ``iallreduce_`` and
     ``iallgather``, also on communicators duplicated from it (they share the counts).
@@ -193,12 +214,17 @@ class CountingCommunicator:
     ``gathered`` allgather send buffers (what goes on the wire for those depends on MPI's
     algorithm; see :func:`wire_tx_bytes`).
     Thread-safe enough for one communication thread: counters are only ever incremented.
+    ``block`` (not None) overrides the wait policy's ``block`` for whoever builds on it.
     """
 
-    def __init__(self, comm: Communicator, counts: CountingCommunicator | None = None) -> None:
+    def __init__(self, comm: Communicator, block: bool | None = None,
+                 counts: CountingCommunicator | None = None) -> None:
         self.inner = comm
         self.rank, self.size, self.timeout = comm.rank, comm.size, comm.timeout
         self._counts = counts if counts is not None else self
+        self._block = block
+        if block is not None:
+            self.policy = dataclasses.replace(comm.policy, block=block)
         self.sent = 0
         self.reduced = 0
         self.gathered = 0
@@ -225,7 +251,7 @@ class CountingCommunicator:
         self.inner.barrier()
 
     def dup(self) -> Communicator:
-        return CountingCommunicator(self.inner.dup(), self._counts)
+        return CountingCommunicator(self.inner.dup(), self._block, self._counts)
 
     def abort(self, code: int = 1) -> None:
         self.inner.abort(code)

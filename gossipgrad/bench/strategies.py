@@ -27,6 +27,9 @@ untimed blocks each, then ``--reps`` timed blocks of ``--steps`` steps. Per stra
 repetitions of the ratio of the two blocks run back to back in that repetition (less
 sensitive to a machine whose load drifts during the run).
 
+A name may carry a variant: ``gossip@block`` is gossip whose communication thread waits in
+MPI instead of polling (``GOSSIPGRAD_COMM_WAIT=block``), so both run side by side.
+
 Gossip mixes ``--mix`` (default param); allreduce averages gradients during backward, as
 DDP and Horovod do. Both overlap (``--no-overlap`` turns it off for all); ``--staleness 1``
 applies to gossipgrad's own strategies (gossip, allreduce), whose rows say so.
@@ -60,6 +63,7 @@ from gossipgrad.bench.common import (
     max_over_ranks,
     median,
     rounded,
+    split_variant,
     wire_tx_bytes,
 )
 from gossipgrad.comm.base import Communicator, allreduce_
@@ -118,8 +122,9 @@ class Contender:
         self.name, self.strategy = name, strategy or name
         self.staleness = int(kw.get("staleness", 0))
         self.factors = kw.get("sufficient_factors", "off")
-        self.counter = CountingCommunicator(comm)
-        self.trainer = Trainer(self.counter, self.strategy, width, layers, dims=dims, **kw)
+        base, block = split_variant(self.strategy)
+        self.counter = CountingCommunicator(comm, block)
+        self.trainer = Trainer(self.counter, base, width, layers, dims=dims, **kw)
         self.trainer.set_batch(batch)
         self.times: list[float] = []
         self.phases: dict[str, list[float]] = {k: [] for k in PHASES}
@@ -185,7 +190,8 @@ def run_strategies(comm: Communicator, strategies: list[str], width: int = 1024,
             for n in names:  # one by one: those built are closed if a later one fails
                 s, f = specs[n]
                 alive.append(Contender(comm, n, width, layers, batch, strategy_kwargs(
-                    s, mix, bucket_mb, overlap, staleness, f), strategy=s, dims=dims))
+                    split_variant(s)[0], mix, bucket_mb, overlap, staleness, f), strategy=s,
+                    dims=dims))
             model_bytes = sum(p.numel() * p.element_size()
                               for p in alive[0].trainer.model.parameters())
             for rep in range(warmup + reps):

@@ -26,6 +26,7 @@ from gossipgrad.bench.exchange import run_exchange
 from gossipgrad.bench.overlap import run_overlap
 from gossipgrad.bench.strategies import markdown_table, plot_png, run_strategies
 from gossipgrad.cli.bench_ps import ps_lag
+from gossipgrad.cli.bench_tta import tta
 from gossipgrad.cli.plan_validate import plan_validate
 from gossipgrad.engine.config import TrainConfig
 from gossipgrad.options import ShuffleOptions
@@ -244,3 +245,4 @@ def stragglers(contenders: str, slow: str | None, width: int, layers: int, batch
 
 bench.add_command(plan_validate)
 bench.add_command(ps_lag)
+bench.add_command(tta)

@@ -1,9 +1,13 @@
 """``gossipgrad plan``: profile + network fit -> predicted throughput per configuration.
 
     gossipgrad plan --profile profile.json --network network.json --sizes 16,64,256 --png p.png
+    gossipgrad plan --profile p.json --network n.json --sizes 8 \
+        --metrics tta-1.jsonl,tta-2.jsonl,tta-4.jsonl --target-accuracy 0.9
 
-Parses and validates, then calls :func:`gossipgrad.plan.report.plan_report`. Throughput
-only: it does not predict how many steps a configuration needs to reach an accuracy.
+Parses and validates, then calls :func:`gossipgrad.plan.report.plan_report`. Step times
+are throughput predictions; with ``--metrics`` from runs at smaller sizes it also predicts
+steps to the target (:mod:`gossipgrad.plan.steps`) and time to accuracy
+(:mod:`gossipgrad.plan.tta`).
 """
 
 from __future__ import annotations
@@ -168,9 +172,12 @@ def _factors(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ..
 )
 @click.option(
     "--metrics",
-    type=click.Path(exists=True, dir_okay=False),
     default=None,
-    help="Training metrics JSONL: shows measured steps to --target-accuracy.",
+    callback=_numbers(str, "--metrics"),
+    metavar="FILE[,FILE...]",
+    help="Metrics JSONL (gossipgrad train or bench tta --metrics-out): measured steps to "
+    "--target-accuracy per strategy and size, and, from runs at two or more smaller sizes, "
+    "the predicted time to accuracy (steps x step time).",
 )
 @click.option("--target-accuracy", type=click.FloatRange(0, 1), default=None)
 @click.option(
@@ -205,15 +212,15 @@ def plan(
     exchange_factor: dict[str, float],
     device_memory_gb: float | None,
     optimizer_state_factor: float,
-    metrics: str | None,
+    metrics: list[str] | None,
     target_accuracy: float | None,
     png: str | None,
     all_rows: bool,
     out: str | None,
 ) -> None:
     """Predict step time and throughput per size, strategy, bucket size and staleness, and
-    recommend one configuration per size. THROUGHPUT ONLY: it does not predict how many
-    steps each configuration needs to reach an accuracy."""
+    recommend one configuration per size. With --metrics from runs at smaller sizes, also
+    predict steps to --target-accuracy and recommend by time to accuracy."""
     try:
         text = plan_report(
             profile_path,
@@ -244,4 +251,5 @@ def plan(
     write_output(text, out)
     if out is not None:
         click.echo(f"wrote {out}" + (f" and {png}" if png else ""), err=True)
-    click.echo("note: these are throughput predictions only, not time to accuracy", err=True)
+    click.echo("note: step times are throughput predictions only; time to accuracy needs "
+               "--metrics runs at smaller sizes", err=True)

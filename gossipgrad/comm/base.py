@@ -30,11 +30,15 @@ class WaitPolicy:
         burst: tests per poll before sleeping. MPI moves a bounded amount of data per call
             (with UCX over TCP about one fragment), so one test per poll starves a fast link.
         max_pause_s: the longest sleep between polls (the backoff doubles from 20 us).
+        block: the communication thread waits inside the transport (``MPI_Wait``) for its
+            oldest point-to-point request instead of polling (``GOSSIPGRAD_COMM_WAIT``).
+            Whether that saves CPU depends on the MPI: MPICH's wait spins.
     """
 
     spin_s: float = 1.0
     burst: int = 16
     max_pause_s: float = 1e-3
+    block: bool = False
 
     def __post_init__(self) -> None:
         if self.spin_s < 0 or self.burst < 1 or self.max_pause_s < 0:

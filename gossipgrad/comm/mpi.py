@@ -105,6 +105,18 @@ class MpiRequest:
         poll(self.test, timeout, lambda: CommTimeout(self.ctx.describe(self.comm.rank, timeout)),
              self.comm.policy)
 
+    def block(self) -> bool:
+        """Wait inside MPI (``MPI_Wait``, the GIL released) until complete; True when it did.
+        No deadline of its own: only the communication thread calls it, and whoever waits
+        for the exchange keeps the deadline (``CommThread.wait``), which ends the job. False
+        (nothing done) below MPI_THREAD_MULTIPLE, where it would hold the MPI lock."""
+        if not self.comm.thread_multiple:
+            return False
+        if not self.done:
+            self.req.Wait()
+            self.done = True
+        return True
+
 
 class MpiCommunicator:
     """A :class:`~gossipgrad.comm.base.Communicator` over an ``mpi4py`` communicator.

@@ -14,6 +14,12 @@ buckets at once makes all of them arrive near the end; with a window they arrive
 another, which is what a consumer in order (the forward pass waiting for parameter buckets)
 needs. Every rank must then submit the same keys in the same order, or the window deadlocks
 until the deadline; the optimizer uses a window only where the order is fixed.
+
+``block`` (``GOSSIPGRAD_COMM_WAIT=block``, point-to-point exchanges only) replaces the
+polling: this thread waits inside MPI (``MPI_Wait``, the GIL released) for the oldest
+unfinished request, holding the lock, and a caller of :meth:`wait` sleeps on the bucket's
+event instead of polling. The caller keeps the deadline: past it, it raises naming the peer
+and tag this thread is blocked on, and the job ends (nothing can interrupt an MPI wait).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from gossipgrad.comm.base import Backoff, CommTimeout
+from gossipgrad.comm.base import Backoff, CommTimeout, WaitContext
 from gossipgrad.comm.exchange import Exchange, Pending
 
 Inflight = tuple[int, Pending, float]  # key, exchange, deadline
@@ -36,6 +42,8 @@ class CommThread:
         exchange: the strategy.
         timeout: seconds a bucket may stay in flight before the step fails.
         window: the most exchanges in flight at once (None: no limit).
+        block: wait inside the transport instead of polling (see the module docstring);
+            only for point-to-point exchanges, whose posting never needs the lock.
 
     Invariant: a request is only ever tested by the thread holding ``_lock`` (MPI forbids
     two threads testing one request); a finished exchange is removed from the in-flight
@@ -43,13 +51,15 @@ class CommThread:
     """
 
     def __init__(self, exchange: Exchange, timeout: float, window: int | None = None,
-                 name: str = "gossipgrad-comm") -> None:
+                 name: str = "gossipgrad-comm", block: bool = False) -> None:
         if window is not None and window < 1:
             raise ValueError(f"window must be >= 1 or None, got {window}")
         self.exchange = exchange
         self.policy = exchange.comm.policy
         self.timeout = timeout
         self.window = window
+        self.block = block
+        self._blocked_on: WaitContext | None = None  # what a blocking wait is waiting for
         self._queued: deque[tuple[int, Callable[[], Pending]]] = deque()
         self._inflight: list[Inflight] = []
         self._done: dict[int, threading.Event] = {}
@@ -102,6 +112,9 @@ class CommThread:
         driving progress meanwhile; re-raise the thread's error, if any."""
         event = self._done[key]
         deadline = time.monotonic() + self.timeout + 1.0
+        if self.block:
+            self._sleep_until(event, key, deadline)
+            return
         backoff = Backoff(self.policy.spin_for_this_thread(), self.policy.max_pause_s)
         self._waiters += 1  # the thread stands back: one poller, no GIL ping-pong
         try:
@@ -133,6 +146,17 @@ class CommThread:
             raise self._error
         return self._poll()
 
+    def _sleep_until(self, event: threading.Event, key: int, deadline: float) -> None:
+        """Block mode: sleep on ``event`` (this thread drives progress), in slices so that an
+        error or the deadline is noticed."""
+        while not event.wait(min(0.05, max(0.0, deadline - time.monotonic()))):
+            if self._error is not None:
+                break
+            if time.monotonic() > deadline:
+                raise CommTimeout(self._describe_stall(key))
+        if self._error is not None:
+            raise self._error
+
     def close(self) -> None:
         """Stop the thread once nothing is in flight or queued; raise RuntimeError naming
         the rank if it has not ended within ``timeout`` + 5 s (each exchange on the wire
@@ -152,6 +176,9 @@ class CommThread:
         """Why the wait for bucket ``key`` expired: its first unfinished request's context
         (rank, step, peer, tag) while it is on the wire, else this rank and the bucket."""
         rank = self.exchange.comm.rank
+        blocked = self._blocked_on
+        if blocked is not None:  # this thread sits in an MPI wait, holding the lock
+            return blocked.describe(rank, self.timeout)
         if self._lock.acquire(timeout=1.0):  # only the lock holder may test a request
             try:
                 for k, pending, _ in self._inflight:
@@ -181,11 +208,11 @@ class CommThread:
                     self._work.wait()  # nothing to poll: sleep until work arrives
                     backoff.reset()
                     continue
-                if self._waiters:  # a caller in wait() polls for both of us
+                if self._waiters and not self.block:  # a caller in wait() polls for both
                     time.sleep(self.policy.max_pause_s)
                 elif self._poll():
                     backoff.reset()
-                else:
+                elif not (self.block and self._block()):
                     backoff.sleep()
         except BaseException as exc:  # noqa: BLE001 - handed to the training thread
             self._error = exc
@@ -208,6 +235,25 @@ class CommThread:
             self.exchange.finish(pending)
             self._done[key].set()
         return admitted or bool(done)
+
+    def _block(self) -> bool:
+        """Wait inside the transport for the oldest exchange's first unfinished request,
+        holding the lock; True if it did (False: the request cannot block, or the lock is
+        busy)."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if not self._inflight:
+                return False
+            waiting = [r for r in self._inflight[0][1].requests if not r.test()]
+            block = getattr(waiting[0], "block", None) if waiting else None
+            if block is None:
+                return False
+            self._blocked_on = getattr(waiting[0], "ctx", None)
+            return bool(block())
+        finally:
+            self._blocked_on = None
+            self._lock.release()
 
     def _admit(self) -> bool:
         """Post queued exchanges, in order, while the window has room (under the lock)."""

@@ -160,7 +160,9 @@ class DistributedOptimizer(WrappedOptimizer):
         # A window only where a forward waits for buckets in order (and the order is fixed).
         window = PARAM_WINDOW if self.mix is Mix.PARAM and self.staleness == 0 else None
         finisher = Router(self.exchange, self.factors.exchange) if self.factors else self.exchange
-        self._thread = CommThread(finisher, comm.timeout, window) if self.overlap else None
+        block = comm.policy.block and not self._collective  # a collective posts under the lock
+        self._thread = (CommThread(finisher, comm.timeout, window, block=block)
+                        if self.overlap else None)
         if self.factors:
             self.factors.bind(self._thread, lambda: self.step_count)
 

@@ -5,7 +5,9 @@ reader can weigh "faster steps" against "more steps". Records it understands (an
 is skipped):
 
 - interval: ``{"step": int, "test_accuracy": float}``, optionally with ``"strategy"``;
-- summary: ``{"event": "summary", "strategy": str, "steps": int, "test_accuracy": float}``.
+- summary: ``{"event": "summary", "strategy": str, "steps": int, "test_accuracy": float}``,
+  optionally with ``"size"`` (ranks): runs of different sizes are then reported apart (and
+  :mod:`gossipgrad.plan.steps` fits steps to target against size).
   Interval records without a strategy belong to the next summary in the file (a run logs
   its intervals, then its summary).
 
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,7 @@ class ConvergenceRow:
     best_accuracy: float | None
     runs: int
     note: str = ""
+    size: int | None = None  # the runs' size (ranks), when their summaries say
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class _Run:
     points: list[tuple[int, float]] = field(default_factory=list)
     summary_steps: int | None = None
     summary_acc: float | None = None
+    size: int | None = None
 
 
 def _num(value: Any) -> float | None:
@@ -94,6 +98,8 @@ def parse_records(lines: Iterable[str]) -> tuple[dict[str, list[_Run]], list[str
                 problems.append(f"line {n}: summary lacks numeric 'steps' or 'test_accuracy'")
             run.summary_steps = None if steps is None else int(steps)
             run.summary_acc = acc
+            size = _num(rec.get("size"))
+            run.size = int(size) if size is not None and size >= 1 else None
             runs.setdefault(strategy or "unknown", []).append(run)
             continue
         step, acc = _num(rec.get("step")), _num(rec.get("test_accuracy"))
@@ -110,7 +116,9 @@ def parse_records(lines: Iterable[str]) -> tuple[dict[str, list[_Run]], list[str
     return runs, problems
 
 
-def _run_steps(run: _Run, target: float) -> tuple[int | None, bool, float | None]:
+def run_steps(run: _Run, target: float) -> tuple[int | None, bool, float | None]:
+    """(steps to ``target`` or None, whether that is only an upper bound from the summary,
+    best accuracy seen) of one run: the first interval record at or above the target."""
     for step, acc in sorted(run.points):
         if acc >= target:
             return step, False, max(a for _, a in run.points)
@@ -138,30 +146,43 @@ def steps_to_target(lines: Iterable[str], target: float) -> ConvergenceReport:
         raise ValueError(f"target must be a finite accuracy, got {target!r}")
     runs, problems = parse_records(lines)
     rows = []
-    for strategy, rs in sorted(runs.items()):
-        results = [_run_steps(r, target) for r in rs]
+    groups: dict[tuple[str, int], list[_Run]] = {}  # runs of one size together (0: unknown)
+    for strategy, rs in runs.items():
+        for r in rs:
+            groups.setdefault((strategy, r.size or 0), []).append(r)
+    for (strategy, size), rs in sorted(groups.items()):
+        results = [run_steps(r, target) for r in rs]
         reached = [(s, ub) for s, ub, _ in results if s is not None]
         bests = [b for _, _, b in results if b is not None]
         best = max(bests) if bests else None
         note = "" if len(rs) == 1 else f"fewest over {len(rs)} runs"
         if reached:
             steps, ub = min(reached)
-            rows.append(ConvergenceRow(strategy, steps, ub, best, len(rs), note))
+            rows.append(ConvergenceRow(strategy, steps, ub, best, len(rs), note, size or None))
         else:
             why = "no accuracy recorded" if best is None else f"not reached (best {best:g})"
-            rows.append(ConvergenceRow(strategy, None, False, best, len(rs), why))
+            rows.append(ConvergenceRow(strategy, None, False, best, len(rs), why, size or None))
     return ConvergenceReport(target, tuple(rows), tuple(problems))
 
 
-def read_metrics(path: str | Path, target: float) -> ConvergenceReport:
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(
-            f"metrics file {str(path)!r} does not exist; pass the metrics.jsonl "
-            "written by a training run"
-        )
-    with path.open() as f:
-        return steps_to_target(f, target)
+def read_metrics(path: str | Path | Sequence[str | Path], target: float) -> ConvergenceReport:
+    """The report over one metrics file or several (read one after another)."""
+    return steps_to_target(read_lines(path), target)
+
+
+def read_lines(path: str | Path | Sequence[str | Path]) -> list[str]:
+    """The lines of one metrics file or of several, in order; ValueError naming a missing
+    one."""
+    paths = [path] if isinstance(path, (str, Path)) else list(path)
+    lines: list[str] = []
+    for p in map(Path, paths):
+        if not p.is_file():
+            raise ValueError(
+                f"metrics file {str(p)!r} does not exist; pass the metrics.jsonl "
+                "written by a training run (or by gossipgrad bench tta --metrics-out)"
+            )
+        lines += p.read_text().splitlines()
+    return lines
 
 
 def render_convergence(report: ConvergenceReport) -> str:
@@ -189,7 +210,8 @@ def render_convergence(report: ConvergenceReport) -> str:
             else (f"<= {r.steps_to_target}" if r.upper_bound else str(r.steps_to_target))
         )
         best = "—" if r.best_accuracy is None else f"{r.best_accuracy:g}"
-        lines.append(f"| {r.strategy} | {steps} | {best} | {r.runs} | {r.note} |")
+        name = r.strategy if r.size is None else f"{r.strategy}, size {r.size}"
+        lines.append(f"| {name} | {steps} | {best} | {r.runs} | {r.note} |")
     if not report.rows:
         lines.append("| (no runs with accuracy found) | | | | |")
     if report.problems:

@@ -40,7 +40,8 @@ DEFAULT_STRATEGIES: tuple[Strategy, ...] = (Strategy.GOSSIP, Strategy.ALLREDUCE)
 DISCLAIMER = (
     "These are throughput predictions only. Time to accuracy also depends on convergence: "
     "gossip (and staleness 1) may need more steps to reach the same accuracy than allreduce, "
-    "and this model does not predict that."
+    "and this model does not predict that from a profile; measured runs at smaller sizes "
+    "(--metrics) give a steps-to-target fit and a time-to-accuracy prediction below."
 )
 _REL_TIE = 1e-9
 DEFAULT_TIE_TOLERANCE = 0.01

@@ -13,12 +13,12 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from gossipgrad.plan.calibrate import scale_exchange, scale_profile
-from gossipgrad.plan.convergence import read_metrics
+from gossipgrad.plan.convergence import ConvergenceReport, read_lines, steps_to_target
 from gossipgrad.plan.formats import NetworkFit, Profile
 from gossipgrad.plan.host import HostShare
 from gossipgrad.plan.model import CommModel, Strategy
@@ -26,10 +26,13 @@ from gossipgrad.plan.planner import (
     DEFAULT_BUCKET_MB,
     DEFAULT_STRATEGIES,
     DEFAULT_TIE_TOLERANCE,
+    PlanRow,
     plan,
     plot_png,
     render_markdown,
 )
+from gossipgrad.plan.steps import measured_steps
+from gossipgrad.plan.tta import render_tta, tta_rows
 
 
 def plan_report(
@@ -45,7 +48,7 @@ def plan_report(
     calibrate_allreduce: bool = False,
     device_memory_bytes: int | None = None,
     optimizer_state_factor: float = 1.0,
-    metrics_path: str | Path | None = None,
+    metrics_path: str | Path | Sequence[str | Path] | None = None,
     target_accuracy: float | None = None,
     png_path: str | Path | None = None,
     all_rows: bool = False,
@@ -59,8 +62,9 @@ def plan_report(
     exchange_factor: Mapping[str, float] | None = None,
 ) -> str:
     """Load the profile and network fit, predict every configuration, and return the
-    markdown report; also writes a PNG when ``png_path`` is given. ``metrics_path`` and
-    ``target_accuracy`` go together (measured steps to that accuracy per strategy).
+    markdown report; also writes a PNG when ``png_path`` is given. ``metrics_path`` (one
+    file or several) and ``target_accuracy`` go together: measured steps to that accuracy
+    per strategy and size, and the predicted time to it (:mod:`gossipgrad.plan.tta`).
     ``host_cores``, ``ranks_per_host``, ``handoff_s``, ``stale_s_per_byte``, ``overlap_s``
     override the network file's ``host`` record field by field (see ``resolve_host``).
     ``compute_factor`` and ``exchange_factor`` (strategy -> factor) are the in-step
@@ -80,15 +84,27 @@ def plan_report(
     rows = plan(profile, model, sizes=sizes, strategies=strategies, bucket_mb=bucket_mb,
                 staleness=staleness, overlap=overlap, device_memory_bytes=device_memory_bytes,
                 optimizer_state_factor=optimizer_state_factor, host=host)
-    convergence = None
-    if metrics_path is not None and target_accuracy is not None:
-        convergence = read_metrics(metrics_path, target_accuracy)
+    convergence, tta = metrics_sections(rows, metrics_path, target_accuracy)
     title = report_title(profile, network, host, compute_factor, exchange_factor)
     if png_path is not None:
         plot_png(rows, png_path, title=f"{profile.model}: predicted efficiency")
     return render_markdown(
         rows, title=title, convergence=convergence, all_rows=all_rows, tie_tolerance=tie_tolerance
-    )
+    ) + tta
+
+
+def metrics_sections(
+    rows: Sequence[PlanRow],
+    metrics_path: str | Path | Sequence[str | Path] | None,
+    target: float | None,
+) -> tuple[ConvergenceReport | None, str]:
+    """From the metrics file(s): the measured steps to ``target`` per strategy and size, and
+    the predicted time to accuracy per planned size (Markdown, "" without metrics)."""
+    if metrics_path is None or target is None:
+        return None, ""
+    lines = read_lines(metrics_path)
+    ttas = tta_rows(rows, measured_steps(lines, target), {r.size for r in rows})
+    return steps_to_target(lines, target), "\n" + render_tta(ttas, target) + "\n"
 
 
 def report_title(profile: Profile, network: NetworkFit, host: HostShare | None,

@@ -1,0 +1,119 @@
+"""Predicted time to accuracy: predicted steps to the target x predicted step time.
+
+PURE. Steps come from :mod:`gossipgrad.plan.steps` (fitted per strategy at sizes below the
+one predicted); step time from the planner's rows (:func:`gossipgrad.plan.planner.plan`),
+the fastest staleness-0 configuration of the strategy at that size (the steps were
+measured at staleness 0; staleness 1 may need more). The recommendation per size is the
+strategy with the least predicted time; each other strategy's gap to it is split into its
+two factors, and the larger one (by |log|) is named as the term that dominates.
+
+    >>> from gossipgrad.plan.steps import MeasuredSteps
+    >>> m = MeasuredSteps({("gossip", 1): (100,), ("gossip", 2): (100,),
+    ...                    ("allreduce", 1): (100,), ("allreduce", 2): (90,)}, {})
+    >>> row = lambda s, t: PlanRow(s, 4, 25.0, 0, t, 0.0, 0.0, None, 1, 0.0, 0.0, 0)
+    >>> ttas = tta_rows([row("gossip", 0.5), row("allreduce", 1.0)], m, [4], form="log")
+    >>> [(r.strategy, round(r.steps), r.seconds) for r in ttas]
+    [('gossip', 100, 50.0), ('allreduce', 80, 80.0)]
+    >>> best = recommend_tta(ttas)[4]
+    >>> best.strategy, dominant_term(ttas[1], best)
+    ('gossip', 'step time')
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from gossipgrad.plan.planner import PlanRow, best_by
+from gossipgrad.plan.steps import DEFAULT_FORM, MeasuredSteps, StepsPrediction, predict
+
+
+@dataclass(frozen=True)
+class TtaRow:
+    """One strategy at one size: predicted steps, step time and their product."""
+
+    strategy: str
+    size: int
+    steps: float
+    step_s: float
+    bucket_mb: float
+    prediction: StepsPrediction
+
+    @property
+    def seconds(self) -> float:
+        """Predicted seconds to the target (training only, evaluation excluded)."""
+        return self.steps * self.step_s
+
+
+def tta_rows(rows: Sequence[PlanRow], measured: MeasuredSteps, sizes: Iterable[int],
+             form: str = DEFAULT_FORM) -> list[TtaRow]:
+    """A row per (size, strategy) that has both a staleness-0 plan row and a steps fit."""
+    out = []
+    for size in sorted(set(sizes)):
+        for strategy in dict.fromkeys(r.strategy for r in rows):
+            best = best_by(rows, {"strategy": strategy, "staleness": 0}).get(size)
+            pred = predict(measured, strategy, size, form)
+            if best is None or pred is None or not pred.predicted > 0:
+                continue
+            out.append(TtaRow(strategy, size, pred.predicted, best.step_s, best.bucket_mb,
+                              pred))
+    return out
+
+
+def recommend_tta(rows: Sequence[TtaRow]) -> dict[int, TtaRow]:
+    """Least predicted time to the target per size, ``local`` excluded (it trains no shared
+    model; a tie goes to fewer steps)."""
+    best: dict[int, TtaRow] = {}
+    for r in rows:
+        if r.strategy == "local":
+            continue
+        cur = best.get(r.size)
+        if cur is None or (r.seconds, r.steps) < (cur.seconds, cur.steps):
+            best[r.size] = r
+    return dict(sorted(best.items()))
+
+
+def dominant_term(row: TtaRow, best: TtaRow) -> str:
+    """Which factor of ``row``'s time against ``best``'s is further from 1: ``"steps"``
+    or ``"step time"`` (``"-"`` for the best itself)."""
+    if row is best:
+        return "-"
+    steps, time = row.steps / best.steps, row.step_s / best.step_s
+    return "steps" if abs(math.log(steps)) > abs(math.log(time)) else "step time"
+
+
+def render_tta(rows: Sequence[TtaRow], target: float) -> str:
+    """The prediction table and one recommendation sentence per size (Markdown)."""
+    if not rows:
+        return ("Time to accuracy: no prediction (it needs, per strategy, runs that reach "
+                f"the target {target:g} at two or more sizes below the size predicted, with "
+                "'size' in their summaries, e.g. gossipgrad bench tta --metrics-out at 1, 2 "
+                "and 4 ranks).")
+    rec = recommend_tta(rows)
+    out = [f"Predicted time to test accuracy {target:g} (PREDICTION: steps to target fitted "
+           "at smaller sizes x predicted step time, staleness 0):", "",
+           "| size | strategy | fitted on sizes | steps model | predicted steps | measured "
+           "steps (held out) | step s | time to target s | vs best: steps, step time | "
+           "dominant term |", "|" + "---|" * 10]
+    for r in rows:
+        best = rec.get(r.size, r)
+        fit, measured = r.prediction.fit, r.prediction.measured
+        held = "-" if measured is None else f"{measured:.1f} ({r.prediction.error:+.0%})"
+        vs = "-" if r is best else f"{r.steps / best.steps:.2f}x, {r.step_s / best.step_s:.2f}x"
+        out.append(f"| {r.size} | {r.strategy} | {','.join(map(str, fit.sizes))} | "
+                   f"{fit.describe()} | {r.steps:.1f} | {held} | {r.step_s:.4f} | "
+                   f"{r.seconds:.2f} | {vs} | {dominant_term(r, best)} |")
+    out.append("")
+    for size, best in rec.items():
+        others = [r for r in rows if r.size == size and r is not best]
+        text = (f"Size {size}: {best.strategy} is predicted fastest to {target:g} "
+                f"({best.seconds:.2f} s, {best.steps:.0f} steps x {best.step_s:.4f} s)")
+        for r in others:
+            term = dominant_term(r, best)
+            text += (f"; against {r.strategy} ({r.seconds:.2f} s: {r.steps / best.steps:.2f}x "
+                     f"the steps, {r.step_s / best.step_s:.2f}x the step time) {term} "
+                     f"{'dominate' if term == 'steps' else 'dominates'}")
+        out.append(text + ".")
+    return "\n".join(out)
+

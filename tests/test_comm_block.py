@@ -1,0 +1,129 @@
+"""``GOSSIPGRAD_COMM_WAIT=block``: the communication thread waits inside the transport and
+the caller sleeps on the bucket's event; results stay exact and a deadline still names the
+peer. In-process: requests get a ``block()`` that waits on the thread world, standing in
+for ``MPI_Wait`` (the real one is covered by tests/test_comm_block_mpi.py)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import torch
+
+from gossipgrad.comm.base import CommTimeout, Tag, WaitContext
+from gossipgrad.comm.exchange import GossipExchange
+from gossipgrad.comm.local import run_ranks
+from gossipgrad.comm.schedule import Schedule
+from gossipgrad.engine.commthread import CommThread
+from gossipgrad.runtime import wait_policy
+from gossipgrad.settings import Settings
+
+
+class BlockingRequest:
+    """A local request with ``block()``: waits up to ``block_s`` and counts the calls."""
+
+    def __init__(self, inner: Any, ctx: WaitContext, calls: list[int], block_s: float) -> None:
+        self.inner, self.ctx, self.calls, self.block_s = inner, ctx, calls, block_s
+
+    def test(self) -> bool:
+        return self.inner.test()
+
+    def wait(self, timeout: float) -> None:
+        self.inner.wait(timeout)
+
+    def block(self) -> bool:
+        self.calls.append(1)
+        self.inner.wait(self.block_s)
+        return True
+
+
+class BlockingComm:
+    """The local communicator, its point-to-point requests made blockable."""
+
+    def __init__(self, comm: Any, block_s: float = 30.0) -> None:
+        self.inner, self.block_s, self.calls = comm, block_s, []
+
+    def isend(self, buf: Any, dst: int, tag: int, ctx: WaitContext | None = None) -> Any:
+        ctx = ctx or WaitContext("received nothing", dst, tag)
+        return BlockingRequest(self.inner.isend(buf, dst, tag, ctx), ctx, self.calls,
+                               self.block_s)
+
+    def irecv(self, buf: Any, src: int, tag: int, ctx: WaitContext | None = None) -> Any:
+        ctx = ctx or WaitContext("sent nothing", src, tag)
+        return BlockingRequest(self.inner.irecv(buf, src, tag, ctx), ctx, self.calls,
+                               self.block_s)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("window", [None, 2])
+def test_blocking_thread_mixes_every_bucket_exactly(window):
+    calls = []
+
+    def body(comm):
+        bc = BlockingComm(comm)
+        thread = CommThread(GossipExchange(bc, Schedule(comm.size)), 20, window, block=True)
+        try:
+            for step in range(4):
+                bufs = [torch.full((50 + i,), float(comm.rank + i + 10 * step))
+                        for i in range(6)]
+                for i, b in enumerate(bufs):
+                    thread.submit(i, lambda b=b, i=i, s=step: thread.exchange.start(
+                        b, i, s, Tag.PARAM_BUCKET + i), eager=True)
+                for i in range(6):
+                    thread.wait(i)
+                src = thread.exchange.schedule.peers(comm.rank, step).src
+                for i, b in enumerate(bufs):
+                    assert torch.all(b == (comm.rank + src) / 2 + i + 10 * step), (step, i)
+        finally:
+            thread.close()
+        calls.append(len(bc.calls))
+
+    run_ranks(4, body, timeout=40)
+    assert sum(calls) > 0, "the thread never blocked: the test exercised polling only"
+
+
+@pytest.mark.timeout(60)
+def test_a_thread_blocked_on_a_silent_peer_lets_the_caller_name_it():
+    def body(comm):
+        bc = BlockingComm(comm, block_s=3.0)  # the stand-in MPI_Wait returns (raising) at 3 s
+        thread = CommThread(GossipExchange(bc, Schedule(2)), timeout=0.5, block=True)
+        if comm.rank == 1:  # never sends
+            thread.close()
+            return
+        buf = torch.zeros(4)
+        thread.submit(5, lambda: thread.exchange.start(buf, 5, 7, Tag.PARAM_BUCKET + 5),
+                      eager=True)
+        t0 = time.monotonic()
+        with pytest.raises(CommTimeout, match=r"rank 0, step 7: peer 1 sent nothing .*"
+                                              r"PARAM_BUCKET_5"):
+            thread.wait(5)
+        assert time.monotonic() - t0 < 2.5  # the caller's deadline, not the blocked wait's
+        assert bc.calls, "the thread was not blocked in the transport"
+        time.sleep(3.0)  # the stand-in wait ends; close() then returns
+        thread.close()
+
+    run_ranks(2, body, timeout=30)
+
+
+def test_the_setting_reaches_the_wait_policy():
+    assert wait_policy(2, 8, Settings.from_env({"GOSSIPGRAD_COMM_WAIT": "block"})).block
+    assert not wait_policy(2, 8, Settings.from_env({})).block
+    with pytest.raises(ValueError, match="GOSSIPGRAD_COMM_WAIT='spin': expected poll or block"):
+        Settings.from_env({"GOSSIPGRAD_COMM_WAIT": "spin"})
+
+
+@pytest.mark.timeout(120)
+def test_bench_strategies_runs_a_blocking_gossip_beside_the_polling_one():
+    from gossipgrad.bench.strategies import run_strategies
+
+    records = run_ranks(2, lambda comm: run_strategies(
+        comm, ["gossip", "gossip@block"], width=32, layers=2, batch=2, steps=2, reps=2),
+        timeout=100)
+    rows = {r["strategy"]: r for r in records[0]["results"]}
+    assert set(rows) == {"gossip", "gossip@block"}
+    for r in rows.values():
+        assert r["posted_bytes_per_step"] == 2 * (32 * 32 + 32) * 4 and r["step_s"] > 0
