@@ -216,7 +216,7 @@ class DataOptions(_Options):
     workers: int = 2
     skip_corrupt: bool = False
 
-    DATASETS = ("digits", "synthetic")
+    DATASETS = ("digits", "templates", "synthetic")
 
     def __post_init__(self) -> None:
         if self.data is None and self.dataset not in self.DATASETS:
