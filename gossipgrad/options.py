@@ -26,6 +26,13 @@ E = TypeVar("E", bound=enum.Enum)
 DEFAULT_BUCKET_MB = 25.0
 """Largest bucket in MiB (``--bucket-mb``): about what DDP and Horovod fuse by default."""
 
+DEFAULT_SYNC_THRESHOLD = 1e-3
+"""Consensus distance above which ``--sync adaptive`` averages globally (``--sync-threshold``;
+chosen on digits, validated on templates: docs/benchmarks.md)."""
+
+DEFAULT_MONITOR_EVERY = 10
+"""Steps between two consensus-distance estimates of gossip (``--monitor-every``)."""
+
 DEFAULT_TIMEOUT_S = 120.0
 """Seconds any wait may take before the job ends (``--comm-timeout``)."""
 
@@ -68,6 +75,14 @@ class Mix(enum.StrEnum):
 
     GRAD = "grad"  # gradients, before the optimizer step (the paper's description)
     PARAM = "param"  # parameters, after the optimizer step (contracts consensus)
+
+
+class Sync(enum.StrEnum):
+    """When gossip takes a global average besides ``--sync-every`` (``--sync``)."""
+
+    AUTO = "auto"  # adaptive for gossip with --mix grad, off otherwise
+    OFF = "off"  # only --sync-every and before evaluation/checkpoints
+    ADAPTIVE = "adaptive"  # also when the monitored consensus distance > --sync-threshold
 
 
 class Topology(enum.StrEnum):
@@ -154,6 +169,10 @@ class ExchangeOptions(_Options):
         overlap: run bucket exchanges on the communication thread, behind compute.
         max_lag: how many steps a message may be behind the step that mixes it (0:
             lockstep); a rank waits only for a peer more than ``max_lag`` steps behind.
+        sync: see :class:`Sync`; :attr:`adaptive` says what ``auto`` resolves to.
+        sync_threshold: the consensus distance above which ``sync="adaptive"`` averages.
+        monitor_every: gossip estimates the consensus distance every N steps (one small
+            allreduce; 0: never, which ``sync="adaptive"`` does not allow).
         seed: the shared seed of the schedule's per-cycle rotation.
         rotate: re-permute the schedule's numbering every cycle.
     """
@@ -166,6 +185,9 @@ class ExchangeOptions(_Options):
     bucket_mb: float = DEFAULT_BUCKET_MB
     overlap: bool = True
     max_lag: int = 0
+    sync: Sync = Sync.AUTO
+    sync_threshold: float = DEFAULT_SYNC_THRESHOLD
+    monitor_every: int = DEFAULT_MONITOR_EVERY
     seed: int = 0
     rotate: bool = True
 
@@ -182,6 +204,38 @@ class ExchangeOptions(_Options):
         at_least(self.sync_every, 0, "--sync-every")
         at_least(self.max_lag, 0, "--max-lag")
         bucket_cap_bytes(self.bucket_mb)
+        self._check_sync()
+
+    def _check_sync(self) -> None:
+        self._set("sync", choice(Sync, self.sync, "--sync"))
+        at_least(self.sync_threshold, 0, "--sync-threshold", strict=True)
+        at_least(self.monitor_every, 0, "--monitor-every")
+        if self.sync is Sync.ADAPTIVE and self.strategy is not Strategy.GOSSIP:
+            why = ("never communicates" if self.strategy is Strategy.LOCAL
+                   else "keeps every rank identical")
+            raise ValueError(f"--sync adaptive applies to --strategy gossip only (--strategy "
+                             f"{self.strategy} {why}); drop --sync or pass --sync off")
+        if self.adaptive and not self.monitor_every:
+            default = " (the default with --mix grad)" if self.sync is Sync.AUTO else ""
+            raise ValueError(f"--sync adaptive{default} needs --monitor-every >= 1 to see the "
+                             "consensus distance; pass --sync off to do without both")
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether adaptive averaging is on: ``sync="adaptive"``, or ``"auto"`` with gossip
+        and ``mix="grad"`` (parameter mixing contracts consensus by itself).
+
+            >>> ExchangeOptions(mix="grad").adaptive, ExchangeOptions(mix="param").adaptive
+            (True, False)
+        """
+        if self.sync is Sync.AUTO:
+            return self.strategy is Strategy.GOSSIP and self.mix is Mix.GRAD
+        return self.sync is Sync.ADAPTIVE
+
+    @property
+    def monitors(self) -> bool:
+        """Whether gossip's consensus distance is estimated every ``monitor_every`` steps."""
+        return self.strategy is Strategy.GOSSIP and self.monitor_every > 0
 
     @property
     def bucket_cap_bytes(self) -> int:

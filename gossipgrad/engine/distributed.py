@@ -28,6 +28,11 @@ behind the next forward. Parameters must therefore be read through their own mod
 Staleness 1 completes the exchange posted at step t at step t+1 and applies the mixing
 correction ``(peer's - own) / 2`` computed from step t's values, which keeps the mean over
 ranks exact.
+
+Gradient mixing never pulls the ranks' parameters together, so they drift apart; gossip
+therefore estimates the consensus distance every ``monitor_every`` steps (one allreduce of
+a few floats, :mod:`gossipgrad.engine.monitor`) and, with ``sync="adaptive"`` (the default
+for ``mix="grad"``), averages globally when it exceeds ``sync_threshold``.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from gossipgrad.engine.consensus import (
     consensus_distance,
     verify_identical,
 )
+from gossipgrad.engine.monitor import ConsensusMonitor
 from gossipgrad.engine.wrapped import WrappedOptimizer
 from gossipgrad.options import ExchangeOptions, Mix, Strategy, exchange_options
 
@@ -70,7 +76,8 @@ class DistributedOptimizer(WrappedOptimizer):
         comm: the communicator (``gossipgrad.init()``).
         options: the exchange (:class:`gossipgrad.options.ExchangeOptions`: strategy
             ``gossip``, ``allreduce`` or ``local``, topology, mix, staleness, sync_every,
-            bucket_mb, overlap, seed, rotate); keyword arguments override its fields, so
+            sync, sync_threshold, monitor_every, bucket_mb, overlap, seed, rotate); keyword
+            arguments override its fields, so
             ``DistributedOptimizer(opt, model, comm, strategy="allreduce")`` works too.
             With ``overlap`` (and staleness 0) gradient buckets start from backward hooks
             and parameter buckets are waited for by forward pre-hooks; with staleness 1
@@ -117,6 +124,7 @@ class DistributedOptimizer(WrappedOptimizer):
                            for p in model.parameters() if p.requires_grad]
         elif self.overlap and self.staleness == 0:
             self._hooks = self._install_forward_waits(model)
+        self.monitor = ConsensusMonitor(model, comm, opts, self.synchronize, self.wait_parameters)
 
     # -- the step --------------------------------------------------------------------
     @property
@@ -151,6 +159,8 @@ class DistributedOptimizer(WrappedOptimizer):
         self.step_count += 1
         if self.sync_every and self.step_count % self.sync_every == 0:
             self.synchronize()
+        else:  # every --monitor-every steps: estimate, and average if it is too far
+            self.monitor.after_step(self.step_count)
         return loss
 
     def _grad_ready(self, p: torch.Tensor) -> None:
@@ -260,8 +270,12 @@ class DistributedOptimizer(WrappedOptimizer):
         average_parameters_(self.model, self.comm)
 
     def consensus_distance(self) -> float:
+        """Collective: the exact consensus distance now (one allreduce of the model); it
+        also counts in the monitor's ``max_consensus_distance``."""
         self.wait_parameters()
-        return consensus_distance(self.model, self.comm)
+        distance = consensus_distance(self.model, self.comm)
+        self.monitor.observe(distance)
+        return distance
 
     def bytes_sent_per_step(self) -> float:
         if not self.communicates:

@@ -22,6 +22,7 @@ from gossipgrad.engine.consensus import agree, verify_identical
 from gossipgrad.engine.distributed import DistributedOptimizer
 from gossipgrad.engine.evaluation import evaluate
 from gossipgrad.engine.metrics import MetricsWriter, Progress, Throughput
+from gossipgrad.engine.monitor import monitor_log_fields, monitor_summary
 from gossipgrad.engine.signals import StopSignals, signal_name
 from gossipgrad.engine.straggler import Straggler
 from gossipgrad.models import logits, loss_fn
@@ -165,7 +166,8 @@ class Run:
                "loss": window["loss"] / max(1, window["n"]),
                "train_accuracy": window["correct"] / max(1, window["n"]),
                "samples_per_s": window["n"] * self.comm.size / max(1e-9, now - window["t"]),
-               "lr": self.opt.param_groups[0]["lr"], "comm_seconds": self.comm_s}
+               "lr": self.opt.param_groups[0]["lr"], "comm_seconds": self.comm_s,
+               **monitor_log_fields(self.opt)}
         window.update(loss=0.0, correct=0.0, n=0, t=now)
         self.metrics.write(rec)
         self.progress.update(0, loss=f"{rec['loss']:.3f}", acc=f"{rec['train_accuracy']:.3f}",
@@ -258,8 +260,15 @@ class Run:
                    "samples_per_s": ips, "skipped_corrupt": skipped, "stopped": stopped,
                    "checkpoint": (ckpt.checkpoint_path(cfg.run.run_dir, saved) if saved >= 0
                                   else None),
-                   "consensus_distance": last.get("consensus_distance")}
+                   "consensus_distance": last.get("consensus_distance"),
+                   "sync": ex.sync.value, **monitor_summary(self.opt)}
         self.metrics.write(summary)
+        if self.comm.rank == 0 and summary["monitor_calls"]:
+            log.info("consensus: max distance %.3g; %d adaptive global averages (threshold %s, "
+                     "%.2f MB sent); monitor: %d estimates, %.3f s", summary[
+                         "max_consensus_distance"], summary["syncs"], summary["sync_threshold"],
+                     summary["sync_bytes"] / 1e6, summary["monitor_calls"],
+                     summary["monitor_seconds"])
         if self.comm.rank == 0 and ips:
             log.info("throughput: %.1f images/s (%.1f per rank) over %d timed steps", ips,
                      ips / self.comm.size, self.speed.steps)
