@@ -12,13 +12,16 @@ S x̄ = mean_i S x_i, and E ||S v||² = ||v||² over the random map. One allredu
 whose ratio estimates the consensus distance (:func:`estimate_distance`; relative error of
 order sqrt(2 / bins) for a diffuse drift).
 
-The map is stored compactly: one random pattern (h, s) of ``BLOCK`` coordinates is reused
-for every block of ``BLOCK`` coordinates of every parameter, each block with its own random
-rotation of the bins and its own random sign. Two coordinates at the same offset of
-different blocks thus share a bin with probability 1 / bins and have independent signs, so
-the estimate stays unbiased, and the sketch costs 16 bytes x ``BLOCK`` of memory however
-large the model is. Computing it reads every parameter once (O(parameters)) on the
-parameters' device and returns ``bins`` float64 on the host.
+The map is stored compactly. A tensor of n coordinates is viewed as a matrix of
+``w <= BLOCK`` rows and ``ceil(n / w)`` columns (zero-padded); one random pattern (h, s) of
+``BLOCK`` entries gives row j its bin h(j) and sign s(j), the same in every column and every
+tensor, and every column of every tensor has its own random rotation of the bins and its
+own random sign. Two coordinates in one column have independent bins and signs; two in
+different columns share a bin with probability 1 / bins and have independent signs; so the
+estimate stays unbiased, and the map costs 16 bytes x ``BLOCK`` (plus 16 bytes per column)
+of memory however large the model is. Computing it reads every parameter once, as one
+``index_add_`` of contiguous rows per tensor (about as much work as the optimizer's update),
+on the parameters' device, and returns ``bins`` float64 on the host.
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-BLOCK = 1 << 14
-"""Coordinates per block of the shared pattern."""
+BLOCK = 1 << 12
+"""Length of the shared pattern: the most rows a tensor is folded into."""
 
 DEFAULT_BINS = 256
 """Bins of the monitor's sketch: 2 KiB per allreduce; relative error about 9%."""
@@ -58,15 +61,13 @@ class CountSketch:
         self.sizes = [t.numel() for t in tensors]
         state = np.random.SeedSequence([seed, 0x5C]).generate_state(1, np.uint64)[0]
         gen = torch.Generator().manual_seed(int(state >> np.uint64(1)))
-        width = min(BLOCK, max(self.sizes, default=1))
-        self._bin = torch.randint(0, bins, (width,), generator=gen)
-        self._sign = torch.randint(0, 2, (width,), generator=gen).float().mul_(2).sub_(1)
-        blocks = [-(-n // width) for n in self.sizes]
-        total = sum(blocks)
-        self._rot = torch.randint(0, bins, (total,), generator=gen)
-        self._flip = torch.randint(0, 2, (total,), generator=gen).double().mul_(2).sub_(1)
-        self._first = np.concatenate([[0], np.cumsum(blocks)]).astype(int)
-        self.width = width
+        self._bin = torch.randint(0, bins, (BLOCK,), generator=gen)
+        self._sign = torch.randint(0, 2, (BLOCK,), generator=gen).float().mul_(2).sub_(1)
+        self.shapes = [fold(n) for n in self.sizes]
+        columns = [c for _, c in self.shapes]
+        self._rot = torch.randint(0, bins, (sum(columns),), generator=gen)
+        self._flip = torch.randint(0, 2, (sum(columns),), generator=gen).double().mul_(2).sub_(1)
+        self._first = np.concatenate([[0], np.cumsum(columns)]).astype(int)
         self._cache: dict[torch.device, tuple[torch.Tensor, ...]] = {}
 
     def _pattern(self, device: torch.device) -> tuple[torch.Tensor, ...]:
@@ -87,26 +88,35 @@ class CountSketch:
         return out
 
     def _sketch_one(self, v: torch.Tensor, index: int) -> torch.Tensor:
-        """Bins of tensor ``index``: each block into the pattern's bins (float32: 64
-        coordinates per bin per block), then each block's row rotated and signed by its own
-        draw and summed in float64."""
+        """Bins of tensor ``index``: its rows into the pattern's bins, column by column
+        (float32; one ``index_add_`` of contiguous rows), then each column rotated and
+        signed by its own draw and summed in float64."""
         h, s, rot, flip = self._pattern(v.device)
-        w, k, n = self.width, self.bins, v.numel()
-        rows = -(-n // w)
+        rows, cols = self.shapes[index]
+        k, n = self.bins, v.numel()
         v = v.float()
-        per_block = torch.zeros(rows, k, dtype=torch.float32, device=v.device)
-        full = n // w
-        if full:
-            per_block[:full].index_add_(1, h, v[:full * w].view(full, w) * s)
-        if n > full * w:
-            r = n - full * w
-            per_block[full].index_add_(0, h[:r], v[full * w:] * s[:r])
+        if rows * cols > n:
+            v = torch.nn.functional.pad(v, (0, rows * cols - n))
+        per_column = torch.zeros(k, cols, dtype=torch.float32, device=v.device)
+        per_column.index_add_(0, h[:rows], v.view(rows, cols) * s[:rows, None])
         first = int(self._first[index])
-        r_rot, r_flip = rot[first:first + rows], flip[first:first + rows]
-        cols = (torch.arange(k, device=v.device)[None, :] + r_rot[:, None]) % k
+        c_rot, c_flip = rot[first:first + cols], flip[first:first + cols]
+        target = (torch.arange(k, device=v.device)[:, None] + c_rot[None, :]) % k
         out = torch.zeros(k, dtype=torch.float64, device=v.device)
-        out.index_add_(0, cols.reshape(-1), (per_block.double() * r_flip[:, None]).reshape(-1))
+        out.index_add_(0, target.reshape(-1), (per_column.double() * c_flip[None, :]).reshape(-1))
         return out
+
+
+def fold(n: int) -> tuple[int, int]:
+    """``(rows, columns)`` of the matrix a tensor of ``n`` coordinates is folded into: at
+    most ``BLOCK`` rows, as few columns as that allows, and fewer than ``columns`` padded
+    zeros.
+
+        >>> fold(10), fold(BLOCK * 3), fold(BLOCK * 3 + 1)
+        ((10, 1), (4096, 3), (3073, 4))
+    """
+    cols = max(1, -(-n // BLOCK))
+    return max(1, -(-n // cols)), cols
 
 
 def sketch_message(sketch: np.ndarray) -> np.ndarray:
