@@ -52,7 +52,7 @@ class ConsensusMonitor:
                  bins: int = DEFAULT_BINS) -> None:
         self.comm, self.every = comm, options.monitor_every if options.monitors else 0
         self.adaptive, self.threshold = options.adaptive, options.sync_threshold
-        self._params = [p for p in model.parameters()]
+        self._params = list(model.parameters())
         self._synchronize, self._before_read = synchronize, before_read
         # A global average reduces parameters and floating buffers as float64.
         self.average_bytes = 8 * sum(t.numel() for t in model_tensors(model))
@@ -144,3 +144,14 @@ def monitor_summary(opt: Any) -> dict[str, Any]:
     return {"syncs": 0, "sync_bytes": 0.0, "sync_threshold": None, "max_consensus_distance": 0.0,
             "monitor_every": 0, "monitor_calls": 0, "monitor_seconds": 0.0,
             "monitor_sketch_seconds": 0.0, "monitor_bytes_per_call": 0}
+
+
+def describe_monitor(summary: dict[str, Any]) -> str:
+    """One line for the log from :meth:`ConsensusMonitor.summary`'s fields."""
+    syncs = (f"{summary['syncs']} adaptive global averages above {summary['sync_threshold']:g} "
+             f"({summary['sync_bytes'] / 1e6:.2f} MB sent)" if summary["sync_threshold"]
+             else "adaptive averaging off")
+    return (f"max distance {summary['max_consensus_distance']:.3g}; {syncs}; "
+            f"{summary['monitor_calls']} estimates every {summary['monitor_every']} steps took "
+            f"{summary['monitor_seconds']:.3f} s ({summary['monitor_sketch_seconds']:.3f} s "
+            "sketching)")

@@ -22,7 +22,7 @@ from gossipgrad.engine.consensus import agree, verify_identical
 from gossipgrad.engine.distributed import DistributedOptimizer
 from gossipgrad.engine.evaluation import evaluate
 from gossipgrad.engine.metrics import MetricsWriter, Progress, Throughput
-from gossipgrad.engine.monitor import monitor_log_fields, monitor_summary
+from gossipgrad.engine.monitor import describe_monitor, monitor_log_fields, monitor_summary
 from gossipgrad.engine.signals import StopSignals, signal_name
 from gossipgrad.engine.straggler import Straggler
 from gossipgrad.models import logits, loss_fn
@@ -264,11 +264,7 @@ class Run:
                    "sync": ex.sync.value, **monitor_summary(self.opt)}
         self.metrics.write(summary)
         if self.comm.rank == 0 and summary["monitor_calls"]:
-            log.info("consensus: max distance %.3g; %d adaptive global averages (threshold %s, "
-                     "%.2f MB sent); monitor: %d estimates, %.3f s", summary[
-                         "max_consensus_distance"], summary["syncs"], summary["sync_threshold"],
-                     summary["sync_bytes"] / 1e6, summary["monitor_calls"],
-                     summary["monitor_seconds"])
+            log.info("consensus: %s", describe_monitor(summary))
         if self.comm.rank == 0 and ips:
             log.info("throughput: %.1f images/s (%.1f per rank) over %d timed steps", ips,
                      ips / self.comm.size, self.speed.steps)

@@ -12,16 +12,18 @@ S x̄ = mean_i S x_i, and E ||S v||² = ||v||² over the random map. One allredu
 whose ratio estimates the consensus distance (:func:`estimate_distance`; relative error of
 order sqrt(2 / bins) for a diffuse drift).
 
-The map is stored compactly. A tensor of n coordinates is viewed as a matrix of
-``w <= BLOCK`` rows and ``ceil(n / w)`` columns (zero-padded); one random pattern (h, s) of
-``BLOCK`` entries gives row j its bin h(j) and sign s(j), the same in every column and every
-tensor, and every column of every tensor has its own random rotation of the bins and its
-own random sign. Two coordinates in one column have independent bins and signs; two in
-different columns share a bin with probability 1 / bins and have independent signs; so the
-estimate stays unbiased, and the map costs 16 bytes x ``BLOCK`` (plus 16 bytes per column)
-of memory however large the model is. Computing it reads every parameter once, as one
-``index_add_`` of contiguous rows per tensor (about as much work as the optimizer's update),
-on the parameters' device, and returns ``bins`` float64 on the host.
+The map is stored compactly. Consecutive small tensors are concatenated into groups of at
+most ``GROUP`` coordinates (a larger tensor is a group of its own); a group of n coordinates
+is viewed as a matrix of ``w <= BLOCK`` rows and ``ceil(n / w)`` columns (zero-padded). One
+random pattern (h, s) of ``BLOCK`` entries gives row j its bin h(j) and sign s(j), the same
+in every column of every group, and every column has its own random rotation of the bins
+and its own random sign. Two coordinates in one column have independent bins and signs; two
+in different columns share a bin with probability 1 / bins and have independent signs; so
+the estimate stays unbiased, and the map costs 16 bytes x ``BLOCK`` plus 12 bytes per
+column of memory however large the model is. Computing it reads every parameter once (one
+``index_add_`` of contiguous rows per group: about the work of the optimizer's update, in a
+few operations per group), on the parameters' device, and returns ``bins`` float64 on the
+host.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ import torch
 
 BLOCK = 1 << 12
 """Length of the shared pattern: the most rows a tensor is folded into."""
+
+GROUP = 1 << 16
+"""Consecutive tensors are sketched together while their total stays within this."""
 
 DEFAULT_BINS = 256
 """Bins of the monitor's sketch: 2 KiB per allreduce; relative error about 9%."""
@@ -63,48 +68,62 @@ class CountSketch:
         gen = torch.Generator().manual_seed(int(state >> np.uint64(1)))
         self._bin = torch.randint(0, bins, (BLOCK,), generator=gen)
         self._sign = torch.randint(0, 2, (BLOCK,), generator=gen).float().mul_(2).sub_(1)
-        self.shapes = [fold(n) for n in self.sizes]
+        self.groups = group_tensors(self.sizes)
+        self.shapes = [fold(sum(self.sizes[i] for i in g)) for g in self.groups]
         columns = [c for _, c in self.shapes]
         self._rot = torch.randint(0, bins, (sum(columns),), generator=gen)
-        self._flip = torch.randint(0, 2, (sum(columns),), generator=gen).double().mul_(2).sub_(1)
-        self._first = np.concatenate([[0], np.cumsum(columns)]).astype(int)
+        self._flip = torch.randint(0, 2, (sum(columns),), generator=gen).float().mul_(2).sub_(1)
         self._cache: dict[torch.device, tuple[torch.Tensor, ...]] = {}
 
     def _pattern(self, device: torch.device) -> tuple[torch.Tensor, ...]:
         if device not in self._cache:
+            k = self.bins
+            target = (torch.arange(k)[:, None] + self._rot[None, :]) % k  # (bins, columns)
             self._cache[device] = tuple(t.to(device) for t in
-                                        (self._bin, self._sign, self._rot, self._flip))
+                                        (self._bin, self._sign, target.reshape(-1), self._flip))
         return self._cache[device]
 
     def sketch(self, tensors: list[torch.Tensor]) -> np.ndarray:
         """S x for the concatenation x of ``tensors`` (same sizes as at construction; read
-        only): ``bins`` float64."""
+        only): ``bins`` float64. Small tensors are sketched together (one concatenation
+        per group of at most ``GROUP`` coordinates), so a model of many small tensors costs
+        a few operations, not a few per tensor."""
         if [t.numel() for t in tensors] != self.sizes:
             raise ValueError("the tensors changed size since the sketch was built")
-        out = np.zeros(self.bins)
-        for i, t in enumerate(tensors):
-            if t.numel():
-                out += self._sketch_one(t.detach().reshape(-1), i).cpu().numpy()
-        return out
+        if not tensors or not sum(self.sizes):
+            return np.zeros(self.bins)
+        device = tensors[0].device
+        h, s, target, flip = self._pattern(device)
+        columns = []
+        for group, (rows, cols) in zip(self.groups, self.shapes, strict=True):
+            parts = [tensors[i].detach().reshape(-1).to(device, torch.float32) for i in group]
+            v = parts[0] if len(parts) == 1 else torch.cat(parts)
+            if rows * cols > v.numel():
+                v = torch.nn.functional.pad(v, (0, rows * cols - v.numel()))
+            per_column = torch.zeros(self.bins, cols, dtype=torch.float32, device=device)
+            columns.append(per_column.index_add_(0, h[:rows], v.view(rows, cols) * s[:rows, None]))
+        # every column rotated by its own draw and signed, then all summed (float64)
+        signed = (torch.cat(columns, dim=1) * flip[None, :]).double().reshape(-1)
+        out = torch.zeros(self.bins, dtype=torch.float64, device=device)
+        return out.index_add_(0, target, signed).cpu().numpy()
 
-    def _sketch_one(self, v: torch.Tensor, index: int) -> torch.Tensor:
-        """Bins of tensor ``index``: its rows into the pattern's bins, column by column
-        (float32; one ``index_add_`` of contiguous rows), then each column rotated and
-        signed by its own draw and summed in float64."""
-        h, s, rot, flip = self._pattern(v.device)
-        rows, cols = self.shapes[index]
-        k, n = self.bins, v.numel()
-        v = v.float()
-        if rows * cols > n:
-            v = torch.nn.functional.pad(v, (0, rows * cols - n))
-        per_column = torch.zeros(k, cols, dtype=torch.float32, device=v.device)
-        per_column.index_add_(0, h[:rows], v.view(rows, cols) * s[:rows, None])
-        first = int(self._first[index])
-        c_rot, c_flip = rot[first:first + cols], flip[first:first + cols]
-        target = (torch.arange(k, device=v.device)[:, None] + c_rot[None, :]) % k
-        out = torch.zeros(k, dtype=torch.float64, device=v.device)
-        out.index_add_(0, target.reshape(-1), (per_column.double() * c_flip[None, :]).reshape(-1))
-        return out
+
+def group_tensors(sizes: list[int]) -> list[list[int]]:
+    """Consecutive tensor indices grouped so that a group holds at most ``GROUP``
+    coordinates, or is one larger tensor alone (empty tensors join any group).
+
+        >>> group_tensors([10, 20, GROUP, 5, 5])
+        [[0, 1], [2], [3, 4]]
+    """
+    groups: list[list[int]] = []
+    total = GROUP + 1
+    for i, n in enumerate(sizes):
+        if total + n > GROUP:
+            groups.append([])
+            total = 0
+        groups[-1].append(i)
+        total += n
+    return groups
 
 
 def fold(n: int) -> tuple[int, int]:
