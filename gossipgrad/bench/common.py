@@ -77,6 +77,8 @@ class Trainer:
         from gossipgrad.engine.factory import make_distributed
 
         self.model = make_stack(width, layers)
+        # Timing benchmarks time the exchange alone: no consensus monitor, no adaptive average.
+        kw = {"sync": "off", "monitor_every": 0, **kw}
         self.opt = make_distributed(torch.optim.SGD(self.model.parameters(), lr=1e-3),
                                     self.model, comm, strategy=strategy, **kw)
         self.width = width
