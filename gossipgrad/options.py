@@ -26,6 +26,13 @@ E = TypeVar("E", bound=enum.Enum)
 DEFAULT_BUCKET_MB = 25.0
 """Largest bucket in MiB (``--bucket-mb``): about what DDP and Horovod fuse by default."""
 
+DEFAULT_SYNC_THRESHOLD = 1e-3
+"""Consensus distance above which ``--sync adaptive`` averages globally (``--sync-threshold``;
+chosen on digits, validated on templates: docs/benchmarks.md)."""
+
+DEFAULT_MONITOR_EVERY = 10
+"""Steps between two consensus-distance estimates of gossip (``--monitor-every``)."""
+
 DEFAULT_TIMEOUT_S = 120.0
 """Seconds any wait may take before the job ends (``--comm-timeout``)."""
 
@@ -117,6 +124,14 @@ class SufficientFactors(enum.StrEnum):
             raise ValueError("--sufficient-factors on needs --max-lag 0 (a lagged frame "
                              "carries whole buckets); pass --max-lag 0, or "
                              "--sufficient-factors auto or off")
+
+
+class Sync(enum.StrEnum):
+    """When gossip takes a global average besides ``--sync-every`` (``--sync``)."""
+
+    AUTO = "auto"  # adaptive for gossip with --mix grad, off otherwise
+    OFF = "off"  # only --sync-every and before evaluation/checkpoints
+    ADAPTIVE = "adaptive"  # also when the monitored consensus distance > --sync-threshold
 
 
 class Topology(enum.StrEnum):
@@ -239,6 +254,10 @@ class ExchangeOptions(_Options):
             was sent and no later than ``max_lag`` steps after.
             With ``strategy="ps"``: the stale-synchronous slack, a rank may compute step t
             on parameters of server clock >= t - max_lag.
+        sync: see :class:`Sync`; :attr:`adaptive` says what ``auto`` resolves to.
+        sync_threshold: the consensus distance above which ``sync="adaptive"`` averages.
+        monitor_every: gossip estimates the consensus distance every N steps (one small
+            allreduce; 0: never, which ``sync="adaptive"`` does not allow).
         seed: the shared seed of the schedule's per-cycle rotation.
         rotate: re-permute the schedule's numbering every cycle.
         sufficient_factors: send Linear layers' weight gradients as their factors
@@ -254,6 +273,9 @@ class ExchangeOptions(_Options):
     bucket_mb: float = DEFAULT_BUCKET_MB
     overlap: bool = True
     max_lag: int = 0
+    sync: Sync = Sync.AUTO
+    sync_threshold: float = DEFAULT_SYNC_THRESHOLD
+    monitor_every: int = DEFAULT_MONITOR_EVERY
     seed: int = 0
     rotate: bool = True
     sufficient_factors: SufficientFactors = SufficientFactors.AUTO
@@ -280,6 +302,7 @@ class ExchangeOptions(_Options):
         bucket_cap_bytes(self.bucket_mb)
         if self.strategy is Strategy.PS:
             self._check_ps()
+        self._check_sync()
 
     def _check_ps(self) -> None:
         """ps pushes gradients to their owner and pulls parameters back every step; its
@@ -293,6 +316,44 @@ class ExchangeOptions(_Options):
         if self.sync_every:
             raise ValueError("--sync-every does not apply to --strategy ps: every rank computes "
                              "on the server's parameters, there is nothing to average; drop it")
+
+    def _check_sync(self) -> None:
+        self._set("sync", choice(Sync, self.sync, "--sync"))
+        at_least(self.sync_threshold, 0, "--sync-threshold", strict=True)
+        at_least(self.monitor_every, 0, "--monitor-every")
+        if self.sync is Sync.ADAPTIVE and self.strategy is not Strategy.GOSSIP:
+            why = ("never communicates" if self.strategy is Strategy.LOCAL
+                   else "keeps every rank identical")
+            raise ValueError(f"--sync adaptive applies to --strategy gossip only (--strategy "
+                             f"{self.strategy} {why}); drop --sync or pass --sync off")
+        if self.sync is Sync.ADAPTIVE and self.max_lag:
+            raise ValueError("--sync adaptive needs --max-lag 0: its estimate is a collective "
+                             "every --monitor-every steps, the barrier a lagged run avoids; "
+                             "pass --sync off")
+        if self.adaptive and not self.monitor_every:
+            default = " (the default with --mix grad)" if self.sync is Sync.AUTO else ""
+            raise ValueError(f"--sync adaptive{default} needs --monitor-every >= 1 to see the "
+                             "consensus distance; pass --sync off to do without both")
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether adaptive averaging is on: ``sync="adaptive"``, or ``"auto"`` with gossip
+        and ``mix="grad"`` (parameter mixing contracts consensus by itself).
+
+            >>> ExchangeOptions(mix="grad").adaptive, ExchangeOptions(mix="param").adaptive
+            (True, False)
+        """
+        if self.sync is Sync.AUTO:
+            return (self.strategy is Strategy.GOSSIP and self.mix is Mix.GRAD
+                    and not self.max_lag)
+        return self.sync is Sync.ADAPTIVE
+
+    @property
+    def monitors(self) -> bool:
+        """Whether gossip's consensus distance is estimated every ``monitor_every`` steps
+        (not with ``max_lag``: the estimate is a collective)."""
+        return (self.strategy is Strategy.GOSSIP and self.monitor_every > 0
+                and not self.max_lag)
 
     @property
     def bucket_cap_bytes(self) -> int:
@@ -327,7 +388,7 @@ class DataOptions(_Options):
     workers: int = 2
     skip_corrupt: bool = False
 
-    DATASETS = ("digits", "synthetic")
+    DATASETS = ("digits", "templates", "synthetic")
 
     def __post_init__(self) -> None:
         if self.data is None and self.dataset not in self.DATASETS:

@@ -99,6 +99,8 @@ class Trainer:
     def __init__(self, comm: Communicator, strategy: str, width: int, layers: int,
                  dims: tuple[int, ...] | None = None, **kw: Any) -> None:
         self.model = make_fc_head(dims) if dims else make_stack(width, layers)
+        # Timing benchmarks time the exchange alone: no consensus monitor, no adaptive average.
+        kw = {"sync": "off", "monitor_every": 0, **kw}
         self.opt = make_distributed(torch.optim.SGD(self.model.parameters(), lr=1e-3),
                                     self.model, comm, strategy=strategy, **kw)
         self.width = dims[0] if dims else width

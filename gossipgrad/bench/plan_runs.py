@@ -70,7 +70,7 @@ def run_config(comm: Any, cfg: Config, arch: str, hidden: int, batch_size: int,
     opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
                                model, comm, strategy=cfg.strategy, mix=cfg.mix,
                                staleness=cfg.staleness, bucket_mb=cfg.bucket_mb,
-                               overlap=cfg.overlap,
+                               overlap=cfg.overlap, sync="off", monitor_every=0,
                                sufficient_factors="off")  # the model prices buckets only
     loss_fn = torch.nn.CrossEntropyLoss()
     times: list[float] = []

@@ -6,6 +6,7 @@
     mpiexec -n 2 gossipgrad bench plan-validate --arch mlp --hidden 1024 --out pv-2.json
     python scripts/emucluster.py run -n 8 --rate 1gbit -- gossipgrad bench strategies --png s.png
     mpiexec -n 8 gossipgrad bench stragglers --markdown stragglers.md
+    gossipgrad bench convergence --sizes 4,7,8 --markdown conv.md   # launches mpiexec itself
 
 See docs/benchmarks.md for what each measures and the numbers they produced.
 """
@@ -25,6 +26,7 @@ from gossipgrad.bench.common import emit, parse_sizes_mb
 from gossipgrad.bench.exchange import run_exchange
 from gossipgrad.bench.overlap import run_overlap
 from gossipgrad.bench.strategies import markdown_table, plot_png, run_strategies
+from gossipgrad.cli.bench_convergence import convergence
 from gossipgrad.cli.bench_ps import ps_lag
 from gossipgrad.cli.bench_tta import tta
 from gossipgrad.cli.plan_validate import plan_validate
@@ -246,3 +248,4 @@ def stragglers(contenders: str, slow: str | None, width: int, layers: int, batch
 bench.add_command(plan_validate)
 bench.add_command(ps_lag)
 bench.add_command(tta)
+bench.add_command(convergence)

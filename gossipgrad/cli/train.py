@@ -26,7 +26,7 @@ from gossipgrad.engine import trainer
 from gossipgrad.engine.config import TrainConfig, imagenet_defaults
 from gossipgrad.engine.membership import check_support, leads
 from gossipgrad.models import IMAGENET_ARCHS, MODELS
-from gossipgrad.options import Device, Mix, OnFailure, Strategy, SufficientFactors, Topology
+from gossipgrad.options import Device, Mix, OnFailure, Strategy, SufficientFactors, Sync, Topology
 from gossipgrad.settings import table_text
 
 log = logging.getLogger("gossipgrad")
@@ -48,7 +48,8 @@ OPTIONS = [
                  is_eager=True, expose_value=False,
                  help="TOML or YAML file of options (flag > env > file > default)."),
     _opt("-a", "--arch", type=click.Choice(list(MODELS)), default=D.arch, help="Model."),
-    _opt("--dataset", default=D.dataset, help="Built-in dataset: digits or synthetic."),
+    _opt("--dataset", default=D.dataset,
+         help="Built-in dataset: digits, templates (generated) or synthetic."),
     _opt("--data", type=click.Path(), default=None,
          help="ImageFolder root holding train/ and val/ (overrides --dataset)."),
     _opt("--synthetic", is_flag=True,
@@ -79,6 +80,13 @@ OPTIONS = [
     _opt("--mix", type=_choices(Mix), default=D.mix, help="What is averaged with the peer."),
     _opt("--staleness", type=click.IntRange(0, 1), default=D.staleness),
     _opt("--sync-every", type=int, default=D.sync_every, help="Global average every N steps."),
+    _opt("--sync", type=_choices(Sync), default=D.sync,
+         help="adaptive: also a global average when gossip's consensus distance exceeds "
+              "--sync-threshold; auto: adaptive with --mix grad, off with --mix param."),
+    _opt("--sync-threshold", type=float, default=D.sync_threshold,
+         help="Consensus distance (mean ||x_i - mean||^2 / ||mean||^2) that triggers it."),
+    _opt("--monitor-every", type=int, default=D.monitor_every,
+         help="Estimate gossip's consensus distance every N steps (0 = never)."),
     _opt("--bucket-mb", type=float, default=D.bucket_mb),
     _opt("--overlap/--no-overlap", default=D.overlap, help="Exchange during backward."),
     _opt("--max-lag", type=int, default=D.max_lag,

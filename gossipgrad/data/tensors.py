@@ -1,7 +1,10 @@
-"""In-memory datasets: scikit-learn's digits (the embedded default) and synthetic tensors.
+"""In-memory datasets: scikit-learn's digits (the embedded default), generated class
+templates and synthetic tensors.
 
 digits: 1,797 8x8 grey images of 10 digits, scaled to [0, 1], with a fixed stratified
 80/20 train/test split (seed 0), identical on every rank and every run.
+templates: 10,000 generated 16x16 samples of 10 shifted, scaled and noised class templates
+(8,000 train, 2,000 test; :mod:`gossipgrad.data.templates`).
 """
 
 from __future__ import annotations
@@ -71,7 +74,16 @@ def synthetic(samples: int = 4096, shape: tuple[int, ...] = (1, 8, 8), classes: 
     return TensorData("synthetic", x[cut:], y[cut:], x[:cut], y[:cut], classes)
 
 
-DATASETS = {"digits": digits, "synthetic": synthetic}
+def templates() -> TensorData:
+    """The generated class-template task (:mod:`gossipgrad.data.templates`)."""
+    from gossipgrad.data import templates as gen
+
+    train_x, train_y, test_x, test_y = gen.splits()
+    return TensorData("templates", torch.from_numpy(train_x), torch.from_numpy(train_y),
+                      torch.from_numpy(test_x), torch.from_numpy(test_y), classes=gen.CLASSES)
+
+
+DATASETS = {"digits": digits, "templates": templates, "synthetic": synthetic}
 
 
 def load_tensor_data(name: str) -> TensorData:

@@ -32,6 +32,11 @@ as sufficient factors, ``sufficient_factors="auto"`` (:mod:`gossipgrad.engine.fa
 ``max_lag=S`` (S >= 1) lets frames lag up to S steps and a slow rank skip
 compute to catch up (:mod:`gossipgrad.engine.lagged`; call ``behind()`` before the forward
 and ``skip_step()`` instead of ``step()`` when it is True).
+
+Gradient mixing never pulls the ranks' parameters together, so they drift apart; gossip
+therefore estimates the consensus distance every ``monitor_every`` steps (one allreduce of
+a few floats, :mod:`gossipgrad.engine.monitor`) and, with ``sync="adaptive"`` (the default
+for ``mix="grad"``), averages globally when it exceeds ``sync_threshold``.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from gossipgrad.engine.consensus import (
 )
 from gossipgrad.engine.factors import Router, make_factor_path
 from gossipgrad.engine.lagged import LaggedMixer
+from gossipgrad.engine.monitor import ConsensusMonitor
 from gossipgrad.engine.wrapped import WrappedOptimizer
 from gossipgrad.options import ExchangeOptions, Mix, Strategy, exchange_options
 
@@ -77,8 +83,8 @@ class DistributedOptimizer(WrappedOptimizer):
         comm: the communicator (``gossipgrad.init()``).
         options: the exchange (:class:`gossipgrad.options.ExchangeOptions`: strategy
             ``gossip``, ``allreduce``, ``local`` or ``ps``, topology, mix, staleness, sync_every,
-            bucket_mb, overlap, seed, rotate, sufficient_factors); keyword arguments
-            override its fields, so
+            sync, sync_threshold, monitor_every, bucket_mb, overlap, seed, rotate,
+            sufficient_factors); keyword arguments override its fields, so
             ``DistributedOptimizer(opt, model, comm, strategy="allreduce")`` works too.
             With ``overlap`` (and staleness 0) gradient buckets start from backward hooks
             and parameter buckets are waited for by forward pre-hooks; with staleness 1
@@ -121,6 +127,7 @@ class DistributedOptimizer(WrappedOptimizer):
                                         opts.seed, opts.rotate), stager)
         self._bind_layout(self.factors.weight_ids if self.factors else frozenset())
         self._connect(comm)
+        self.monitor = ConsensusMonitor(model, comm, opts, self.synchronize, self.wait_parameters)
         self._stale: list[tuple[int, Pending | None, torch.Tensor]] = []  # key, pending, target
         self._stale_bufs: list[tuple[torch.Tensor, torch.Tensor]] = []  # (sent -> mixed, own)
         self._params_inflight: set[int] = set()
@@ -130,6 +137,7 @@ class DistributedOptimizer(WrappedOptimizer):
                            for p in model.parameters() if p.requires_grad]
         elif self.overlap and self.staleness == 0:
             self._hooks = self._install_forward_waits(model)
+        self.monitor = ConsensusMonitor(model, comm, opts, self.synchronize, self.wait_parameters)
 
     def _bind_layout(self, exclude: frozenset[int]) -> None:
         """Bucket every trainable parameter not in ``exclude`` (``p.grad``, and ``p.data``
@@ -189,6 +197,7 @@ class DistributedOptimizer(WrappedOptimizer):
                                "--max-lag 0")
         self.step_count = step
         self._connect(comm)
+        self.monitor.comm = comm
         if not self.overlap:  # e.g. one rank left: no hook may post an exchange
             for h in self._hooks:
                 h.remove()
@@ -243,6 +252,8 @@ class DistributedOptimizer(WrappedOptimizer):
         self.step_count += 1
         if self.sync_every and self.step_count % self.sync_every == 0:
             self.synchronize()
+        else:  # every --monitor-every steps: estimate, and average if it is too far
+            self.monitor.after_step(self.step_count)
 
     def behind(self) -> bool:
         """True when a peer is far enough ahead that this rank should skip this step's
@@ -376,8 +387,12 @@ class DistributedOptimizer(WrappedOptimizer):
         average_parameters_(self.model, self.comm)
 
     def consensus_distance(self) -> float:
+        """Collective: the exact consensus distance now (one allreduce of the model); it
+        also counts in the monitor's ``max_consensus_distance``."""
         self.wait_parameters()
-        return consensus_distance(self.model, self.comm)
+        distance = consensus_distance(self.model, self.comm)
+        self.monitor.observe(distance)
+        return distance
 
     def bytes_sent_per_step(self) -> float:
         if not self.communicates:

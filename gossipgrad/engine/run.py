@@ -25,6 +25,7 @@ from gossipgrad.engine.faults import KillSwitch
 from gossipgrad.engine.lagged import skip_summary
 from gossipgrad.engine.membership import Membership
 from gossipgrad.engine.metrics import MetricsWriter, Progress, Throughput
+from gossipgrad.engine.monitor import describe_monitor, monitor_log_fields, monitor_summary
 from gossipgrad.engine.offload import ActivationOffload, offloading
 from gossipgrad.engine.signals import (
     PeriodicAgreement,
@@ -230,7 +231,8 @@ class Run:
                "loss": window["loss"] / max(1, window["n"]),
                "train_accuracy": window["correct"] / max(1, window["n"]),
                "samples_per_s": window["n"] * self.comm.size / max(1e-9, now - window["t"]),
-               "lr": self.opt.param_groups[0]["lr"], "comm_seconds": self.comm_s}
+               "lr": self.opt.param_groups[0]["lr"], "comm_seconds": self.comm_s,
+               **monitor_log_fields(self.opt)}
         window.update(loss=0.0, correct=0.0, n=0, t=now)
         self.metrics.write(rec)
         self.progress.update(0, loss=f"{rec['loss']:.3f}", acc=f"{rec['train_accuracy']:.3f}",
@@ -339,8 +341,11 @@ class Run:
                    "size_launch": self.launch_size, "size_final": self.comm.size,
                    **(self.membership.summary() if self.membership is not None else {}),
                    "offload": list(cfg.run.offload), "activation_bytes_to_host_per_step":
-                   self.offload.last_bytes if self.offload is not None else 0}
+                   self.offload.last_bytes if self.offload is not None else 0,
+                   "sync": ex.sync.value, **monitor_summary(self.opt)}
         self.metrics.write(summary)
+        if self.comm.rank == 0 and summary["monitor_calls"]:
+            log.info("consensus: %s", describe_monitor(summary))
         if self.comm.rank == 0 and ips:
             log.info("throughput: %.1f images/s (%.1f per rank) over %d timed steps", ips,
                      ips / self.comm.size, self.speed.steps)
