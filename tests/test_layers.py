@@ -1,7 +1,7 @@
 """The layering of docs/architecture.md, checked on the source: imports point down only.
 
-    cli > bench > measure > runtime > engine > data, shuffle, comm > plan, options, settings,
-    models
+    cli > bench > measure > runtime > engine > data, shuffle, comm > plan, options,
+    choices, settings, models
 
 Every ``import``/``from ... import`` of a gossipgrad module counts, at module level or
 inside a function (a lazy import is still a dependency). A module may import its own
@@ -29,6 +29,7 @@ LAYERS = {
     "comm": 2,
     "plan": 1,
     "options": 1,
+    "choices": 1,
     "settings": 1,
     "models": 1,
 }

@@ -93,3 +93,13 @@ def test_size_dependent_checks_need_the_size() -> None:
 def test_settings_are_documented_in_one_table() -> None:
     assert table_markdown() in (ROOT / "docs" / "architecture.md").read_text()
     assert Settings.from_env({}) == Settings()
+
+
+@pytest.mark.parametrize("name", ["gossipgrad.options", "gossipgrad.choices",
+                                  "gossipgrad.settings"])
+def test_docstring_examples_hold(name):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0, result

@@ -155,6 +155,45 @@ def profile_step(
     if not named:
         raise ValueError("the model has no trainable parameters")
     opt = optimizer or torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    phases, ready, order_hits = _timed_steps(model, x, y, opt, loss, named, steps, warmup,
+                                             offload)
+    med = {k: statistics.median(v) for k, v in phases.items()}
+    timings = sorted(
+        (
+            ParamTiming(
+                i,
+                n,
+                p.numel() * p.element_size(),
+                min(statistics.median(ready[i]), med["backward_s"]),
+            )
+            for i, n, p in named
+        ),
+        key=lambda pt: (pt.ready_s, -pt.index),
+    )
+    memory = torch.cuda.max_memory_allocated(x.device) if x.device.type == "cuda" else None
+    profile = Profile(
+        model=label or type(model).__name__,
+        batch_size=int(x.shape[0]),
+        device=device_name or describe_device(x.device),
+        forward_s=med["forward_s"],
+        backward_s=med["backward_s"],
+        optimizer_s=med["optimizer_s"],
+        param_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
+        buckets=tuple(Bucket(t.index, t.bytes, t.ready_s) for t in timings),
+        memory_bytes=memory,
+    )
+    spread = {k: (min(v), max(v)) for k, v in phases.items()}
+    return StepProfile(profile, tuple(timings), spread, steps, warmup, order_hits == steps)
+
+
+def _timed_steps(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
+                 opt: torch.optim.Optimizer, loss: Callable[[Any, torch.Tensor], torch.Tensor],
+                 named: list[tuple[int, str, torch.Tensor]],
+                 steps: int, warmup: int, offload: ActivationOffload | None
+                 ) -> tuple[dict[str, list[float]], dict[int, list[float]], int]:
+    """Run ``warmup + steps`` steps; per timed step the phase times, each parameter's
+    gradient-ready time from the start of backward, and whether gradients became ready in
+    reverse registration order (the count of such steps)."""
     clock = _Clock(x.device)
     marks: dict[int, Any] = {}  # parameter index -> clock mark, in firing order
 
@@ -193,33 +232,7 @@ def profile_step(
     finally:
         for h in hooks:
             h.remove()
-    med = {k: statistics.median(v) for k, v in phases.items()}
-    timings = sorted(
-        (
-            ParamTiming(
-                i,
-                n,
-                p.numel() * p.element_size(),
-                min(statistics.median(ready[i]), med["backward_s"]),
-            )
-            for i, n, p in named
-        ),
-        key=lambda pt: (pt.ready_s, -pt.index),
-    )
-    memory = torch.cuda.max_memory_allocated(x.device) if x.device.type == "cuda" else None
-    profile = Profile(
-        model=label or type(model).__name__,
-        batch_size=int(x.shape[0]),
-        device=device_name or describe_device(x.device),
-        forward_s=med["forward_s"],
-        backward_s=med["backward_s"],
-        optimizer_s=med["optimizer_s"],
-        param_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
-        buckets=tuple(Bucket(t.index, t.bytes, t.ready_s) for t in timings),
-        memory_bytes=memory,
-    )
-    spread = {k: (min(v), max(v)) for k, v in phases.items()}
-    return StepProfile(profile, tuple(timings), spread, steps, warmup, order_hits == steps)
+    return phases, ready, order_hits
 
 
 def layout_profile(result: StepProfile, model: torch.nn.Module, cap_bytes: int) -> Profile:
