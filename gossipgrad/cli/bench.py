@@ -15,24 +15,23 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import click
-import torch
 
 from gossipgrad.bench import shuffle_cost
-from gossipgrad.bench.common import emit, parse_sizes_mb
+from gossipgrad.bench.common import parse_sizes_mb
 from gossipgrad.bench.exchange import run_exchange
 from gossipgrad.bench.overlap import run_overlap
 from gossipgrad.bench.strategies import markdown_table, plot_png, run_strategies
 from gossipgrad.cli.bench_convergence import convergence
 from gossipgrad.cli.bench_ps import ps_lag
 from gossipgrad.cli.bench_tta import tta
+from gossipgrad.cli.output import run_bench
 from gossipgrad.cli.plan_validate import plan_validate
 from gossipgrad.engine.config import TrainConfig
 from gossipgrad.options import ShuffleOptions
-from gossipgrad.runtime import call_or_abort, init
+from gossipgrad.runtime import init
 
 log = logging.getLogger("gossipgrad")
 
@@ -44,15 +43,7 @@ _WARMUP = click.option("--warmup", type=click.IntRange(0), default=2, show_defau
                        help="Untimed repetitions first.")
 
 
-def _run(comm_timeout: float, body: Callable[[Any], dict[str, Any]]) -> None:
-    """Start the world, run ``body(comm)``, print its record on rank 0; abort on failure."""
-    torch.set_num_threads(1)
-    comm = init(comm_timeout)
-    try:
-        record = call_or_abort(comm, body)
-    except ValueError as exc:  # one rank: the user's mistake
-        raise click.UsageError(str(exc)) from exc
-    emit(comm, record)
+_run = run_bench  # every bench command below prints one record, on rank 0
 
 
 @click.group()

@@ -37,7 +37,7 @@ def ps_lag(lags: str, slow: str, slow_every: int, rotate: bool, width: int, laye
            comm_timeout: float) -> None:
     """ps throughput with and without a slow rank, for each --max-lag, in one launch."""
     from gossipgrad.bench.ps_lag import parse_slow, run_ps_lag
-    from gossipgrad.cli.bench import _run
+    from gossipgrad.cli.output import run_bench
 
     try:
         lag_list = [int(x) for x in lags.split(",") if x.strip()]
@@ -51,4 +51,4 @@ def ps_lag(lags: str, slow: str, slow_every: int, rotate: bool, width: int, laye
         return run_ps_lag(comm, lag_list, parse_slow(slow, comm.size), slow_every, width,
                           layers, batch, bucket_mb, steps, reps, warmup, rotate)
 
-    _run(comm_timeout, body)
+    run_bench(comm_timeout, body)

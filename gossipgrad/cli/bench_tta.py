@@ -16,13 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import click
-import torch
 
-from gossipgrad.bench.common import emit
 from gossipgrad.bench.tta import TtaOptions, run_tta
 from gossipgrad.bench.tta_report import markdown_table, metrics_lines, plot_png
+from gossipgrad.cli.output import run_bench
 from gossipgrad.engine.config import TrainConfig
-from gossipgrad.runtime import call_or_abort, init
 
 #: The job's defaults: a wide MLP on digits (17.4 MB of parameters: 0.14 s on a 1 Gbit/s
 #: link, about one step of its compute at batch 16 with 8 ranks on 2 cores).
@@ -79,13 +77,7 @@ def tta(strategies: str, target: float, steps: int, eval_every: int, stop_at_tar
             write_files(record, markdown, png, metrics_out)
         return record
 
-    torch.set_num_threads(1)
-    comm = init(comm_timeout)
-    try:
-        record = call_or_abort(comm, body)
-    except ValueError as exc:  # one rank: the user's mistake
-        raise click.UsageError(str(exc)) from exc
-    emit(comm, record)
+    run_bench(comm_timeout, body)
 
 
 def write_files(record: dict[str, Any], markdown: str | None, png: str | None,

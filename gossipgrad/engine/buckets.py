@@ -11,7 +11,9 @@ get no bucket: their ``p.grad`` stays autograd's own tensor.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -104,3 +106,18 @@ class BucketLayout:
 
 def _kind(p: torch.Tensor) -> tuple:
     return (p.dtype, p.device)
+
+
+def install_forward_waits(model: torch.nn.Module, bucket_of: dict[int, int],
+                          wait: Callable[[list[int]], None]) -> list[Any]:
+    """A forward pre-hook on every module that owns bucketed parameters (``bucket_of``:
+    ``id(p)`` -> bucket index): before the module runs, ``wait(its buckets)``. Returns the
+    hook handles."""
+    hooks = []
+    for module in model.modules():
+        own = sorted({bucket_of[id(p)] for p in module.parameters(recurse=False)
+                      if id(p) in bucket_of})
+        if own:
+            hooks.append(module.register_forward_pre_hook(
+                lambda _m, _args, own=own: wait(own)))
+    return hooks

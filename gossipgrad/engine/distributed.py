@@ -51,7 +51,7 @@ from gossipgrad.comm.exchange import Exchange, Pending, make_exchange
 from gossipgrad.comm.lagged import HEADER_BYTES
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.comm.staging import Stager
-from gossipgrad.engine.buckets import BucketLayout
+from gossipgrad.engine.buckets import BucketLayout, install_forward_waits
 from gossipgrad.engine.commthread import CommThread
 from gossipgrad.engine.consensus import (
     average_parameters_,
@@ -281,14 +281,7 @@ class DistributedOptimizer(WrappedOptimizer):
     def _install_forward_waits(self, model: torch.nn.Module) -> list[Any]:
         """A forward pre-hook on every module that owns parameters: before it runs, wait
         for the parameter buckets holding them (the first such module does the wait)."""
-        hooks = []
-        for module in model.modules():
-            own = sorted({self._bucket_of[id(p)] for p in module.parameters(recurse=False)
-                          if id(p) in self._bucket_of})
-            if own:
-                hooks.append(module.register_forward_pre_hook(
-                    lambda _m, _args, own=own: self.wait_parameters(own)))
-        return hooks
+        return install_forward_waits(model, self._bucket_of, self.wait_parameters)
 
     def _post_parameters(self) -> None:
         """Hand every parameter bucket to the communication thread, in forward order (the

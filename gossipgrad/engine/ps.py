@@ -46,7 +46,7 @@ from gossipgrad.comm.base import Communicator
 from gossipgrad.comm.exchange import Exchange
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.comm.staging import Stager
-from gossipgrad.engine.buckets import BucketLayout
+from gossipgrad.engine.buckets import BucketLayout, install_forward_waits
 from gossipgrad.engine.commthread import CommThread
 from gossipgrad.engine.consensus import (
     average_buffers_,
@@ -203,14 +203,7 @@ class ParameterServerOptimizer(WrappedOptimizer):
     def _install_forward_waits(self, model: torch.nn.Module) -> list[Any]:
         """A forward pre-hook on every module that owns parameters: before its first use in
         a step, bring each of its buckets to clock >= step - max_lag."""
-        hooks = []
-        for module in model.modules():
-            own = sorted({self._bucket_of[id(p)] for p in module.parameters(recurse=False)
-                          if id(p) in self._bucket_of})
-            if own:
-                hooks.append(module.register_forward_pre_hook(
-                    lambda _m, _args, own=own: self._before_use(own)))
-        return hooks
+        return install_forward_waits(model, self._bucket_of, self._before_use)
 
     def _before_use(self, buckets: list[int]) -> None:
         self.server.service()
