@@ -1,4 +1,4 @@
-"""Every choice once, and the frozen option objects that every layer takes. PURE: stdlib only.
+"""The frozen option objects that every layer takes (the choices: gossipgrad.choices). PURE.
 
 A setting is parsed and validated here, once, where its option object is built, with a
 message that names the flag; below that it is typed. ``TrainConfig``
@@ -13,6 +13,9 @@ library adapters, ``plan/`` and ``bench/`` take the same ones.
     ...
     ValueError: --staleness must be 0 or 1, got 2
 """
+
+# Over 300 lines on purpose: every option object with its validation and the messages that name
+# the flags.
 
 from __future__ import annotations
 

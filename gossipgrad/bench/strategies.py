@@ -48,6 +48,8 @@ once, without. ``factors_over_plain`` holds, per strategy, the ratios on / off o
 FC-heavy model of ``--dims`` (the VGG head by default) instead of the Linear stack.
 """
 
+# Over 300 lines on purpose: one benchmark: contenders, the timed rounds and their summary.
+
 from __future__ import annotations
 
 from typing import Any

@@ -15,6 +15,9 @@ and the shuffle's), so every survivor, whatever it waits on, learns of the death
 :meth:`MpiCommunicator.shrink` then gives the survivors' communicator.
 """
 
+# Over 300 lines on purpose: a whole Communicator over mpi4py, ULFM error handling included; the
+# only module that imports mpi4py.
+
 from __future__ import annotations
 
 import contextlib

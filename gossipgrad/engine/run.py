@@ -3,6 +3,9 @@
 Built by :func:`gossipgrad.engine.trainer.train`, which owns set-up and tear-down.
 """
 
+# Over 300 lines on purpose: one loop and the per-run state every part of it touches (resume,
+# evaluation, checkpoints, failures, summary).
+
 from __future__ import annotations
 
 import logging

@@ -27,6 +27,9 @@ allocated memory; on CPU ``memory_bytes`` is omitted.
     True
 """
 
+# Over 300 lines on purpose: the profile's measurement and its conversion to the planner's format,
+# which must agree.
+
 from __future__ import annotations
 
 import dataclasses

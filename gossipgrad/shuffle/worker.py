@@ -30,6 +30,9 @@ below THREAD_MULTIPLE), mode ``auto`` runs each round synchronously inside ``on_
 instead (``inline``): same rounds, same results, no overlap. The mode is logged at start-up.
 """
 
+# Over 300 lines on purpose: one state machine (the shuffle round) with its thread and its
+# checkpointed state.
+
 from __future__ import annotations
 
 import contextlib
