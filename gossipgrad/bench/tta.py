@@ -30,6 +30,7 @@ steps at every size and for every strategy, so steps to the target compare acros
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -98,6 +99,10 @@ class TtaOptions:
             raise ValueError(f"--time-limit must be >= 0 seconds, got {self.time_limit_s}")
 
 
+_INIT_LOCK = threading.Lock()
+"""Seeding and building a model is one step even when ranks are threads of one process."""
+
+
 class Contender:
     """One strategy's training job: model, optimizer, data, shuffle, clocks and curve."""
 
@@ -105,9 +110,10 @@ class Contender:
         self.name, self.cfg, self.comm, self.budget = name, cfg, comm, budget
         self.strategy, block = split_variant(name)  # e.g. gossip@block: see bench.common
         self.source = open_source(cfg.data, rank=comm.rank, size=comm.size, seed=cfg.seed)
-        torch.manual_seed(cfg.seed)  # the same initial weights for every contender
-        self.model = self._build()
-        self.scratch = self._build()  # where the consensus model is evaluated
+        with _INIT_LOCK:  # ranks as threads (tests) share torch's generator
+            torch.manual_seed(cfg.seed)  # the same initial weights for every contender
+            self.model = self._build()
+            self.scratch = self._build()  # where the consensus model is evaluated
         sgd = torch.optim.SGD(self.model.parameters(), lr=cfg.optim.lr,
                               momentum=cfg.optim.momentum, weight_decay=cfg.optim.weight_decay)
         ex = cfg.exchange
