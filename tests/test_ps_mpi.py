@@ -89,10 +89,7 @@ def test_max_lag_two_with_a_slow_rank_trains_on_five_ranks(tmp_path):
     s = _summary(_train(tmp_path, 5, "lag", "--strategy", "ps", "--max-lag", "2",
                         GOSSIPGRAD_INJECT_SLOW="4:3"))
     assert s["strategy"] == "ps" and s["size"] == 5
-    # With --max-lag the stop agreement is periodic (every 12 steps), so workers really do
-    # compute on parameters up to 2 steps old; on this 100-step job that costs a few points
-    # against lockstep (0.90 here, lockstep 0.95+), timing-dependent: the bound leaves room.
-    assert s["test_accuracy"] >= 0.85, s
+    assert s["test_accuracy"] >= 0.93, s
     assert s["consensus_distance"] == 0.0  # measured after the drain before evaluation
 
 
@@ -126,5 +123,7 @@ def test_a_stopped_rank_ends_every_rank_with_a_message_naming_it(tmp_path):
     # is missing (the others wait for rank 2 too, so they may not have pushed either); a
     # rank that failed in a collective (the per-step stop agreement) lists the peers its ps
     # messages still wait for.
+    # A collective (evaluation, consensus distance, stop agreement) names rank 2 too.
     assert re.search(r"rank \d, step \d+: .*(owner, rank 2|rank\(s\) \[[\d, ]*\b2\b[\d, ]*\])"
-                     r".*PS_(PUSH|PULL)_\d+", err), err[-3000:]
+                     r".*PS_(PUSH|PULL)_\d+"
+                     r"|did not complete for \d+ s; ranks? [\d, ]*\b2\b", err), err[-3000:]

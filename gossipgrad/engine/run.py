@@ -38,7 +38,7 @@ from gossipgrad.engine.signals import (
 )
 from gossipgrad.engine.straggler import Straggler
 from gossipgrad.models import logits, loss_fn
-from gossipgrad.options import Offload, OptimOptions
+from gossipgrad.options import Offload, OptimOptions, Strategy
 from gossipgrad.shuffle import ShuffleWorker
 
 log = logging.getLogger(__name__)
@@ -131,7 +131,10 @@ class Run:
 
     def loop(self, start: int, stop: StopSignals) -> dict[str, Any]:
         # --max-lag: no per-step barrier; every rank still stops at the same step
-        self.agreement = PeriodicAgreement(stop, agreement_period(self.cfg.exchange.max_lag))
+        # (ps keeps the per-step agreement: its workers' slack in `train` is unchanged by it)
+        ex = self.cfg.exchange
+        lag = ex.max_lag if ex.strategy is Strategy.GOSSIP else 0
+        self.agreement = PeriodicAgreement(stop, agreement_period(lag))
         if stop.agreed(start):  # signalled during start-up: nothing new to save
             self.progress.write(f"{signal_name(stop.stopped)} during start-up: stopping at step "
                                 f"{start}")
