@@ -27,33 +27,10 @@ import tempfile
 import time
 from typing import Any
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from procs import rank_pids  # noqa: E402
+
 TARGET_RSS_GROWTH = 0.05
-
-
-def rank_pids(root: int) -> dict[int, int]:
-    """``{rank: pid}`` of the MPI ranks (processes with ``PMI_RANK``) below process ``root``."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    ranks: dict[int, int] = {}
-    todo = [root]
-    while todo:
-        pid = todo.pop()
-        todo += children.get(pid, [])
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
-        except OSError:
-            continue
-        if b"PMI_RANK" in env and pid != root:
-            ranks.setdefault(int(env[b"PMI_RANK"]), pid)  # the rank, not its children
-    return ranks
 
 
 def usage(pid: int) -> dict[str, int]:

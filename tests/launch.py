@@ -7,10 +7,13 @@ Two MPIs: the MPICH wheel in the test venv (``mpiexec()``), and Open MPI 5 with 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,6 +45,17 @@ def run(cmd: list[str], timeout: float, **extra: str) -> subprocess.CompletedPro
                              f"{exc.stdout}\n{exc.stderr}") from None
 
 
+def run_check_module(module: str, size: int, timeout: float, *flags: str):
+    """``mpiexec -n SIZE python tests/multirank/run_checks.py MODULE FLAGS``: fails the test
+    unless it exits 0 and rank 0 printed PASS for every check in ``multirank.MODULE.ALL``."""
+    out = run([mpiexec(), "-n", str(size), sys.executable, "tests/multirank/run_checks.py",
+               module, *flags], timeout=timeout)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for check in importlib.import_module(f"multirank.{module}").ALL:
+        assert f"PASS {check.__name__} on {size} ranks\n" in out.stdout, out.stdout
+    return out
+
+
 def gossipgrad(n: int, args: list[str], timeout: float = 240, **extra: str):
     """``mpiexec -n N python -m gossipgrad ARGS`` (no launcher when n == 0)."""
     cmd = [sys.executable, "-m", "gossipgrad", *args]
@@ -69,6 +83,34 @@ def finish(proc: subprocess.Popen, timeout: float) -> subprocess.CompletedProces
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+def signal_rank_in_training(tmp_path, sig: int, timeout: int, train_args: list[str] = (),
+                            launcher_flags: list[str] = (), wait_s: float | None = None):
+    """Start a long 4-rank ``train`` (deadline ``--comm-timeout TIMEOUT``), send ``sig`` to
+    rank 2 once its first metrics line is written, and wait ``wait_s`` (default timeout + 15)
+    for the job to end. Returns (returncode, stdout + stderr, seconds from the signal to the
+    end); the job is killed if it outlives the wait (the test then fails)."""
+    metrics = tmp_path / "m.jsonl"
+    cmd = [mpiexec(), *launcher_flags, "-n", "4", sys.executable, "-m", "gossipgrad", "train",
+           *train_args, "--no-progress", "--epochs", "1000", "--comm-timeout", str(timeout),
+           "--metrics-out", str(metrics), "--print-freq", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env(), cwd=REPO, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not (metrics.exists() and metrics.stat().st_size > 0):
+            assert time.monotonic() < deadline, "training never started"
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            time.sleep(0.2)
+        os.kill(rank_pid(proc.pid, rank=2), sig)
+        signalled = time.monotonic()
+        out, err = proc.communicate(timeout=timeout + 15 if wait_s is None else wait_s)
+        return proc.returncode, out + err, time.monotonic() - signalled
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 OMPI_VENV = os.path.join(REPO, ".venv-ompi")
 OMPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
@@ -89,31 +131,12 @@ def ompi_command(n: int, args: list[str], ulfm: bool = True) -> list[str]:
 
 
 def rank_pids(root: int) -> dict[int, int]:
-    """``{rank: pid}`` of the MPI ranks (processes with ``PMI_RANK``, or Open MPI's
-    ``OMPI_COMM_WORLD_RANK``) below process ``root``."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    ranks, todo = {}, [root]
-    while todo:
-        pid = todo.pop()
-        todo += children.get(pid, [])
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env_vars = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
-        except OSError:
-            continue
-        key = next((k for k in (b"PMI_RANK", b"OMPI_COMM_WORLD_RANK") if k in env_vars), None)
-        if key is not None and pid != root:
-            rank = int(env_vars[key])
-            ranks.setdefault(rank, pid)  # the rank, not its DataLoader workers (children)
-    return ranks
+    """``{rank: pid}`` of the MPI ranks below process ``root`` (scripts/procs.py)."""
+    spec = importlib.util.spec_from_file_location(
+        "procs", os.path.join(REPO, "scripts", "procs.py"))
+    procs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(procs)
+    return procs.rank_pids(root)
 
 
 def rank_pid(root: int, rank: int) -> int:

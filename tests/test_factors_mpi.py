@@ -4,12 +4,10 @@ digits job at 4 ranks with factors on (gossip --mix grad and allreduce), and bad
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
-from launch import gossipgrad, mpiexec, run
-from multirank import factor_checks
+from launch import gossipgrad, run_check_module
 
 pytestmark = pytest.mark.mpi
 
@@ -17,11 +15,7 @@ pytestmark = pytest.mark.mpi
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("size", [3, 4, 5])
 def test_factor_checks_under_mpiexec(size):
-    out = run([mpiexec(), "-n", str(size), sys.executable,
-               "tests/multirank/run_factor_checks.py"], timeout=180)
-    assert out.returncode == 0, out.stdout + out.stderr
-    for check in factor_checks.ALL:
-        assert f"PASS {check.__name__} on {size} ranks\n" in out.stdout, out.stdout
+    run_check_module("factor_checks", size, timeout=180)
 
 
 @pytest.mark.timeout(330)

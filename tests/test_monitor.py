@@ -3,15 +3,13 @@ checks under a real mpiexec (tests/multirank/monitor_checks.py)."""
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 from gossipgrad.comm.local import run_ranks
 from gossipgrad.engine.config import TrainConfig
 from gossipgrad.options import ExchangeOptions, Sync
 
-from launch import mpiexec, run
+from launch import run_check_module
 from multirank import monitor_checks
 
 
@@ -26,11 +24,7 @@ def test_monitor_check_in_process(size, check):
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("size", [4, 5])
 def test_monitor_checks_under_mpiexec(size):
-    out = run([mpiexec(), "-n", str(size), sys.executable, "tests/multirank/monitor_checks.py"],
-              timeout=180)
-    assert out.returncode == 0, out.stdout + out.stderr
-    for check in monitor_checks.ALL:
-        assert f"PASS {check.__name__} on {size} ranks\n" in out.stdout, out.stdout
+    run_check_module("monitor_checks", size, timeout=180)
 
 
 def test_auto_is_adaptive_for_gradient_mixing_only():

@@ -7,14 +7,10 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
-import time
 
 import pytest
 
-from launch import REPO, env, gossipgrad, mpiexec, rank_pid, run
-from multirank import ps_checks
+from launch import gossipgrad, run_check_module, signal_rank_in_training
 
 pytestmark = pytest.mark.mpi
 
@@ -22,11 +18,7 @@ pytestmark = pytest.mark.mpi
 @pytest.mark.timeout(420)
 @pytest.mark.parametrize("size", [1, 2, 3, 5, 8])
 def test_ps_checks_under_mpiexec(size):
-    out = run([mpiexec(), "-n", str(size), sys.executable, "tests/multirank/run_ps_checks.py"],
-              timeout=400)
-    assert out.returncode == 0, out.stdout + out.stderr
-    for check in ps_checks.ALL:
-        assert f"PASS {check.__name__} on {size} ranks\n" in out.stdout, out.stdout
+    run_check_module("ps_checks", size, timeout=400)
 
 
 def _records(path) -> list[dict]:
@@ -97,27 +89,9 @@ def test_max_lag_two_with_a_slow_rank_trains_on_five_ranks(tmp_path):
 def test_a_stopped_rank_ends_every_rank_with_a_message_naming_it(tmp_path):
     """Rank 2 stops (SIGSTOP): a rank waiting for its push or pull names it and a ps tag,
     and the whole job ends non-zero within the deadline."""
-    metrics = tmp_path / "m.jsonl"
-    cmd = [mpiexec(), "-n", "4", sys.executable, "-m", "gossipgrad", "train", "--strategy",
-           "ps", "--no-progress", "--epochs", "1000", "--comm-timeout", "5", "--metrics-out",
-           str(metrics), "--print-freq", "1"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env(), cwd=REPO, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 90
-        while not (metrics.exists() and metrics.stat().st_size > 0):
-            assert time.monotonic() < deadline, "training never started"
-            assert proc.poll() is None, proc.communicate()[1][-3000:]
-            time.sleep(0.2)
-        os.kill(rank_pid(proc.pid, rank=2), signal.SIGSTOP)
-        signalled = time.monotonic()
-        out, err = proc.communicate(timeout=60)
-        elapsed = time.monotonic() - signalled
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode != 0
+    code, err, elapsed = signal_rank_in_training(tmp_path, signal.SIGSTOP, 5,
+                                                 ["--strategy", "ps"], wait_s=60)
+    assert code != 0
     assert elapsed <= 5 + 15, elapsed
     # A rank waiting for rank 2's parameters names it; an owner names every rank whose push
     # is missing (the others wait for rank 2 too, so they may not have pushed either); a

@@ -14,15 +14,13 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
-import time
 
 import pytest
 
 from gossipgrad.engine.signals import AGREEMENT_GRACE_S
 
-from launch import REPO, env, gossipgrad, mpiexec, rank_pid, run
+from launch import REPO, gossipgrad, mpiexec, run, signal_rank_in_training
 
 pytestmark = pytest.mark.mpi
 
@@ -100,27 +98,9 @@ def test_a_stopped_rank_ends_the_library_strategies_within_the_deadline(tmp_path
     """Rank 2 stops (SIGSTOP) mid-training: a deadline fires on the others (Horovod: our
     poll of its handles; DDP: the process group timeout; or the shuffle's own wait) and the
     job ends non-zero on every rank instead of hanging."""
-    metrics = tmp_path / "m.jsonl"
-    cmd = [mpiexec(), "-n", "4", sys.executable, "-m", "gossipgrad", "train", "--strategy",
-           strategy, "--no-progress", "--epochs", "1000", "--comm-timeout", "5",
-           "--metrics-out", str(metrics), "--print-freq", "1"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env(), cwd=REPO, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 90
-        while not (metrics.exists() and metrics.stat().st_size > 0):
-            assert time.monotonic() < deadline, "training never started"
-            assert proc.poll() is None, proc.communicate()[1][-3000:]
-            time.sleep(0.2)
-        os.kill(rank_pid(proc.pid, rank=2), signal.SIGSTOP)
-        stopped = time.monotonic()
-        out, err = proc.communicate(timeout=5 + 30)
-        elapsed = time.monotonic() - stopped
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode != 0
+    code, err, elapsed = signal_rank_in_training(tmp_path, signal.SIGSTOP, 5,
+                                                 ["--strategy", strategy], wait_s=35)
+    assert code != 0
     assert elapsed <= 5 + 15, elapsed
     # Which deadline fires first is a race: the library's, the background shuffle's, the
     # per-step stop-signal agreement's (an allreduce(max) on our own communicator, which

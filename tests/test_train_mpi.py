@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
-import subprocess
-import sys
-import time
 
 import pytest
 
-from launch import REPO, env, gossipgrad, mpiexec, rank_pid
+from launch import gossipgrad, signal_rank_in_training
 
 pytestmark = pytest.mark.mpi
 
@@ -86,35 +82,10 @@ def test_shuffle_brings_a_label_sorted_start_within_a_point_of_iid_at_eight_rank
         f"sorted {skewed['test_accuracy']:.4f} vs iid {iid['test_accuracy']:.4f}")
 
 
-def _start_and_signal(tmp_path, sig: int, timeout: int, launcher_flags: list[str]):
-    """Start a long 4-rank job, send ``sig`` to rank 2 once training runs; return
-    (returncode, stdout + stderr, seconds from the signal to the end of the job)."""
-    metrics = tmp_path / "m.jsonl"
-    cmd = [mpiexec(), *launcher_flags, "-n", "4", sys.executable, "-m", "gossipgrad", "train",
-           "--no-progress", "--epochs", "1000", "--comm-timeout", str(timeout),
-           "--metrics-out", str(metrics), "--print-freq", "1"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env(), cwd=REPO, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 90
-        while not (metrics.exists() and metrics.stat().st_size > 0):
-            assert time.monotonic() < deadline, "training never started"
-            assert proc.poll() is None, proc.communicate()[1][-3000:]
-            time.sleep(0.2)
-        os.kill(rank_pid(proc.pid, rank=2), sig)
-        signalled = time.monotonic()
-        out, err = proc.communicate(timeout=timeout + 10 + 5)
-        return proc.returncode, out + err, time.monotonic() - signalled
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
 @pytest.mark.timeout(150)
 def test_hung_rank_ends_every_rank_with_a_message_naming_the_peer(tmp_path):
     """Rank 2 stops (SIGSTOP): its peers' deadline fires, names it, and aborts every rank."""
-    code, err, elapsed = _start_and_signal(tmp_path, signal.SIGSTOP, 5, [])
+    code, err, elapsed = signal_rank_in_training(tmp_path, signal.SIGSTOP, 5)
     assert code != 0
     assert elapsed <= 5 + 10, elapsed
     assert re.search(r"peer 2 (sent|received) nothing for 5 s", err), err[-3000:]
@@ -129,8 +100,8 @@ def test_killed_rank_ends_every_rank_non_zero(tmp_path):
     -disable-auto-cleanup), sooner than gossipgrad's deadline; its message names the
     killed process. The deadline path is covered by the SIGSTOP test above.
     """
-    code, err, elapsed = _start_and_signal(tmp_path, signal.SIGKILL, 5,
-                                           ["-disable-auto-cleanup"])
+    code, err, elapsed = signal_rank_in_training(
+        tmp_path, signal.SIGKILL, 5, launcher_flags=["-disable-auto-cleanup"])
     assert code != 0
     assert elapsed <= 5 + 10, elapsed
     # Hydra's report varies (killed by signal 9, a peer's failed process_vm_readv, or a

@@ -1,27 +1,19 @@
 """Consensus monitor checks on any Communicator: in-process (tests/test_monitor.py) and under
-``mpiexec -n N python tests/multirank/monitor_checks.py`` (rank 0 prints ``PASS name``).
+``mpiexec -n N python tests/multirank/run_checks.py monitor_checks``.
 
 Each takes ``comm`` and raises AssertionError on failure.
 """
 
 from __future__ import annotations
 
-import os
-import sys
-import traceback
-
 import numpy as np
 import torch
 
-if __name__ == "__main__":  # run as a script under mpiexec
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__)))))
-
-from gossipgrad.comm.base import ReduceOp, allreduce_  # noqa: E402
-from gossipgrad.engine.consensus import agree, consensus_distance  # noqa: E402
-from gossipgrad.engine.distributed import DistributedOptimizer  # noqa: E402
-from gossipgrad.engine.monitor import ConsensusMonitor  # noqa: E402
-from gossipgrad.options import ExchangeOptions  # noqa: E402
+from gossipgrad.comm.base import ReduceOp, allreduce_
+from gossipgrad.engine.consensus import agree, consensus_distance
+from gossipgrad.engine.distributed import DistributedOptimizer
+from gossipgrad.engine.monitor import ConsensusMonitor
+from gossipgrad.options import ExchangeOptions
 
 
 def _model(seed: int = 0) -> torch.nn.Module:
@@ -132,23 +124,3 @@ ALL = [check_estimate_matches_exact_distance, check_identical_models_estimate_ze
        check_adaptive_averaging_fires_on_every_rank_at_the_same_steps,
        check_no_averaging_below_threshold_or_when_off]
 
-
-def main() -> None:
-    from gossipgrad.comm.mpi import MpiCommunicator
-
-    torch.set_num_threads(1)
-    comm = MpiCommunicator(timeout=60)
-    for check in ALL:
-        try:
-            check(comm)
-        except BaseException:
-            traceback.print_exc()
-            print(f"RANK {comm.rank}: FAIL {check.__name__}", flush=True)
-            comm.abort(3)
-        passed = allreduce_(comm, np.ones(1))[0]
-        if comm.rank == 0:
-            print(f"PASS {check.__name__} on {int(passed)} ranks", flush=True)
-
-
-if __name__ == "__main__":
-    main()
