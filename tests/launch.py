@@ -8,23 +8,22 @@ Two MPIs: the MPICH wheel in the test venv (``mpiexec()``), and Open MPI 5 with 
 from __future__ import annotations
 
 import importlib.util
+import json
+import math
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
+
+from gossipgrad.bench.common import mpiexec_path
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def mpiexec() -> str:
     """The mpiexec next to this Python (the pip MPICH); the PATH one only as a fallback."""
-    sibling = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    path = sibling if os.path.exists(sibling) else shutil.which("mpiexec")
-    if path is None:
-        raise RuntimeError("no mpiexec found: pip install 'gossipgrad[mpich]'")
-    return path
+    return mpiexec_path()
 
 
 def env(**extra: str) -> dict[str, str]:
@@ -54,6 +53,19 @@ def run_check_module(module: str, size: int, timeout: float, *flags: str):
     for check in importlib.import_module(f"multirank.{module}").ALL:
         assert f"PASS {check.__name__} on {size} ranks\n" in out.stdout, out.stdout
     return out
+
+
+def bench_record(out: subprocess.CompletedProcess) -> dict:
+    """The one JSON object a ``gossipgrad bench`` launch printed (on rank 0)."""
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1, f"expected one JSON object on rank 0:\n{out.stdout}"
+    return json.loads(lines[0])
+
+
+def positive(x) -> bool:
+    """A finite number > 0 (a measured time, rate or size)."""
+    return isinstance(x, float | int) and math.isfinite(x) and x > 0
 
 
 def gossipgrad(n: int, args: list[str], timeout: float = 240, **extra: str):

@@ -3,7 +3,6 @@ timing thresholds), argument errors, and ``bench strategies`` on the emulated cl
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -16,20 +15,9 @@ from click.testing import CliRunner
 from gossipgrad.bench.strategies import markdown_table, run_order
 from gossipgrad.cli import main
 
-from launch import gossipgrad, run
+from launch import bench_record, gossipgrad, positive, run
 
 EMUCLUSTER = Path(__file__).resolve().parent.parent / "scripts" / "emucluster.py"
-
-
-def _record(out) -> dict:
-    assert out.returncode == 0, out.stdout + out.stderr
-    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
-    assert len(lines) == 1, f"expected one JSON object on rank 0:\n{out.stdout}"
-    return json.loads(lines[0])
-
-
-def _positive(x) -> bool:
-    return isinstance(x, float | int) and math.isfinite(x) and x > 0
 
 
 @pytest.mark.parametrize("args,message", [
@@ -56,7 +44,7 @@ def test_one_rank_is_refused_with_the_launch_command():
 @pytest.mark.mpi
 @pytest.mark.timeout(180)
 def test_bench_exchange_reports_both_methods_per_size():
-    rec = _record(gossipgrad(2, ["bench", "exchange", "--sizes-mb", "0.01,0.5",
+    rec = bench_record(gossipgrad(2, ["bench", "exchange", "--sizes-mb", "0.01,0.5",
                                  "--bucket-mb", "0.2", "--reps", "3", "--warmup", "1"],
                              timeout=160))
     assert rec["bench"] == "exchange" and rec["size"] == 2 and rec["reps"] == 3
@@ -66,7 +54,7 @@ def test_bench_exchange_reports_both_methods_per_size():
     for r in (small, large):
         for key in ("raw_s", "exchange_s", "exchange_mix_s", "ratio", "ratio_mix",
                     "ratio_paired", "ratio_mix_paired", "raw_gbit_per_s"):
-            assert _positive(r[key]), (key, r)
+            assert positive(r[key]), (key, r)
         assert r["ratio"] == pytest.approx(r["exchange_s"] / r["raw_s"], rel=1e-3)
 
 
@@ -74,7 +62,7 @@ def test_bench_exchange_reports_both_methods_per_size():
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize(("mix", "staleness"), [("param", 0), ("grad", 1)])
 def test_bench_overlap_reports_three_step_times(mix, staleness):
-    rec = _record(gossipgrad(2, ["bench", "overlap", "--width", "64", "--layers", "3",
+    rec = bench_record(gossipgrad(2, ["bench", "overlap", "--width", "64", "--layers", "3",
                                  "--bucket-mb", "0.01", "--steps", "2", "--reps", "2",
                                  "--mix", mix, "--staleness", str(staleness)],
                              timeout=160))
@@ -84,7 +72,7 @@ def test_bench_overlap_reports_three_step_times(mix, staleness):
     assert rec["batch"] >= 1
     for key in ("compute_step_s", "blocking_step_s", "overlapped_step_s", "exchange_s",
                 "forward_s", "backward_s", "overlapped_over_compute", "blocking_over_compute"):
-        assert _positive(rec[key]), (key, rec)
+        assert positive(rec[key]), (key, rec)
     assert rec["hidden_fraction"] is None or math.isfinite(rec["hidden_fraction"])
 
 
@@ -92,7 +80,7 @@ def test_bench_overlap_reports_three_step_times(mix, staleness):
 @pytest.mark.timeout(240)
 def test_bench_strategies_counts_the_bytes_it_posts(tmp_path):
     png, md = tmp_path / "s.png", tmp_path / "s.md"
-    rec = _record(gossipgrad(2, ["bench", "strategies", "--width", "64", "--layers", "2",
+    rec = bench_record(gossipgrad(2, ["bench", "strategies", "--width", "64", "--layers", "2",
                                  "--batch", "2", "--steps", "2", "--reps", "2",
                                  "--png", str(png), "--markdown", str(md)], timeout=220))
     model = 2 * (64 * 64 + 64) * 4
@@ -103,10 +91,10 @@ def test_bench_strategies_counts_the_bytes_it_posts(tmp_path):
     for name, theory in (("gossip", model), ("allreduce", model), ("local", 0)):
         assert rows[name]["theory_bytes_per_step"] == theory
         assert rows[name]["posted_bytes_per_step"] == theory, rows[name]
-        assert _positive(rows[name]["step_s"]) and _positive(rows[name]["samples_per_s"])
+        assert positive(rows[name]["step_s"]) and positive(rows[name]["samples_per_s"])
         assert set(rows[name]["phase_s"]) == {"forward", "backward", "optimizer"}
         assert rows[name]["wire_bytes_per_step"] is None  # not in the emulated cluster
-    assert _positive(rec["gossip_over_allreduce"])
+    assert positive(rec["gossip_over_allreduce"])
     assert rec["best_allreduce_family"] == "allreduce"
     assert rec["gossip_over_best_allreduce_family"] == rec["gossip_over_allreduce"]
     assert all(r["staleness"] == 0 for r in rec["results"])
@@ -135,7 +123,7 @@ def test_bench_strategies_on_the_emulated_cluster_measures_wire_bytes():
     out = run([sys.executable, str(EMUCLUSTER), "run", "-n", "4", "--rate", "1gbit", "--",
                sys.executable, "-m", "gossipgrad", "bench", "strategies", "--width", "256",
                "--layers", "2", "--batch", "2", "--steps", "2", "--reps", "2"], timeout=280)
-    rec = _record(out)
+    rec = bench_record(out)
     assert rec["emu_netns"] is True and rec["emu_rate"] == "1gbit" and rec["size"] == 4
     model = 2 * (256 * 256 + 256) * 4
     rows = {r["strategy"]: r for r in rec["results"]}

@@ -4,7 +4,6 @@ byte counts, no timing thresholds) and argument errors."""
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 from click.testing import CliRunner
@@ -12,18 +11,7 @@ from click.testing import CliRunner
 from gossipgrad.bench.ps_lag import parse_slow
 from gossipgrad.cli import main
 
-from launch import REPO, gossipgrad
-
-
-def _record(out) -> dict:
-    assert out.returncode == 0, out.stdout + out.stderr
-    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
-    assert len(lines) == 1, f"expected one JSON object on rank 0:\n{out.stdout}"
-    return json.loads(lines[0])
-
-
-def _positive(x) -> bool:
-    return isinstance(x, float | int) and math.isfinite(x) and x > 0
+from launch import REPO, bench_record, gossipgrad, positive
 
 
 @pytest.mark.parametrize("args,message", [
@@ -49,23 +37,23 @@ def test_slow_names_the_flag_and_the_ranks_there_are():
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("rotate", [False, True])
 def test_ps_lag_reports_each_lag_with_and_without_the_straggler(rotate):
-    rec = _record(gossipgrad(3, ["bench", "ps-lag", "--lags", "0,1", "--slow", "2:2",
+    rec = bench_record(gossipgrad(3, ["bench", "ps-lag", "--lags", "0,1", "--slow", "2:2",
                                  "--width", "64", "--layers", "2", "--steps", "3", "--reps",
                                  "1", "--warmup", "0", *(["--rotate"] if rotate else [])],
                              timeout=280))
     assert rec["bench"] == "ps-lag" and rec["size"] == 3 and rec["slow"] == [2, 2.0]
-    assert rec["rotate"] is rotate and (_positive(rec["compute_s"]) if rotate
+    assert rec["rotate"] is rotate and (positive(rec["compute_s"]) if rotate
                                         else rec["compute_s"] is None)
     assert [(r["max_lag"], r["straggler"]) for r in rec["results"]] == [
         (0, False), (0, True), (1, False), (1, True)]
-    assert all(_positive(r["step_s"]) and _positive(r["samples_per_s"]) for r in rec["results"])
+    assert all(positive(r["step_s"]) and positive(r["samples_per_s"]) for r in rec["results"])
     assert set(rec["relative"]) == {"0", "1"} and rec["lag_over_first_lag"]["0"] == 1.0
 
 
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
 def test_strategies_bench_takes_ps_and_counts_ring_bytes():
-    rec = _record(gossipgrad(3, ["bench", "strategies", "--strategies", "ps,allreduce",
+    rec = bench_record(gossipgrad(3, ["bench", "strategies", "--strategies", "ps,allreduce",
                                  "--width", "64", "--layers", "2", "--steps", "2", "--reps", "1",
                                  "--warmup", "0"], timeout=280))
     rows = {r["strategy"]: r for r in rec["results"]}
@@ -73,7 +61,7 @@ def test_strategies_bench_takes_ps_and_counts_ring_bytes():
     assert ps["theory_bytes_per_step"] == pytest.approx(2 * 2 / 3 * rec["model_bytes"])
     # 2 buckets for 3 ranks: the ranks send unequal amounts; their mean is the ring figure
     assert ps["posted_bytes_per_step"] == pytest.approx(ps["theory_bytes_per_step"], abs=0.1)
-    assert _positive(ps["step_s"]) and _positive(rows["allreduce"]["step_s"])
+    assert positive(ps["step_s"]) and positive(rows["allreduce"]["step_s"])
 
 
 def test_compare_losses_reports_the_largest_per_step_difference(tmp_path):

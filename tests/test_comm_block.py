@@ -9,15 +9,16 @@ import time
 from typing import Any
 
 import pytest
-import torch
 
-from gossipgrad.comm.base import CommTimeout, Tag, WaitContext
+from gossipgrad.comm.base import Tag, WaitContext
 from gossipgrad.comm.exchange import GossipExchange
 from gossipgrad.comm.local import run_ranks
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.engine.commthread import CommThread
 from gossipgrad.runtime import wait_policy
 from gossipgrad.settings import Settings
+
+from test_commthread import mix_buckets, wait_names_the_silent_peer
 
 
 class BlockingRequest:
@@ -67,17 +68,8 @@ def test_blocking_thread_mixes_every_bucket_exactly(window):
         bc = BlockingComm(comm)
         thread = CommThread(GossipExchange(bc, Schedule(comm.size)), 20, window, block=True)
         try:
-            for step in range(4):
-                bufs = [torch.full((50 + i,), float(comm.rank + i + 10 * step))
-                        for i in range(6)]
-                for i, b in enumerate(bufs):
-                    thread.submit(i, lambda b=b, i=i, s=step: thread.exchange.start(
-                        b, i, s, Tag.PARAM_BUCKET + i), eager=True)
-                for i in range(6):
-                    thread.wait(i)
-                src = thread.exchange.schedule.peers(comm.rank, step).src
-                for i, b in enumerate(bufs):
-                    assert torch.all(b == (comm.rank + src) / 2 + i + 10 * step), (step, i)
+            mix_buckets(thread, comm.rank, 4, [50 + i for i in range(6)], Tag.PARAM_BUCKET,
+                        eager=True, reverse=False)
         finally:
             thread.close()
         calls.append(len(bc.calls))
@@ -94,14 +86,8 @@ def test_a_thread_blocked_on_a_silent_peer_lets_the_caller_name_it():
         if comm.rank == 1:  # never sends
             thread.close()
             return
-        buf = torch.zeros(4)
-        thread.submit(5, lambda: thread.exchange.start(buf, 5, 7, Tag.PARAM_BUCKET + 5),
-                      eager=True)
-        t0 = time.monotonic()
-        with pytest.raises(CommTimeout, match=r"rank 0, step 7: peer 1 sent nothing .*"
-                                              r"PARAM_BUCKET_5"):
-            thread.wait(5)
-        assert time.monotonic() - t0 < 2.5  # the caller's deadline, not the blocked wait's
+        # within the caller's deadline, not the blocked wait's
+        wait_names_the_silent_peer(thread, 5, 7, Tag.PARAM_BUCKET, within_s=2.5)
         assert bc.calls, "the thread was not blocked in the transport"
         time.sleep(3.0)  # the stand-in wait ends; close() then returns
         thread.close()

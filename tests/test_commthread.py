@@ -15,6 +15,36 @@ from gossipgrad.comm.schedule import Schedule
 from gossipgrad.engine.commthread import CommThread
 
 
+def mix_buckets(thread, rank: int, steps: int, sizes: list[int], tag: int, eager: bool,
+                reverse: bool) -> None:
+    """Submit one bucket per size each step, wait for all (last first when ``reverse``) and
+    check each holds the mean with this step's partner. New tensors each step, with
+    step-dependent values: a send from a stale (cached) view of last step's would show."""
+    for step in range(steps):
+        bufs = [torch.full((n,), float(rank + i + 10 * step)) for i, n in enumerate(sizes)]
+        for i, b in enumerate(bufs):
+            thread.submit(i, lambda b=b, i=i, s=step: thread.exchange.start(b, i, s, tag + i),
+                          eager=eager)
+        for i in (reversed(range(len(bufs))) if reverse else range(len(bufs))):
+            thread.wait(i)
+        src = thread.exchange.schedule.peers(rank, step).src
+        for i, b in enumerate(bufs):
+            assert torch.all(b == (rank + src) / 2 + i + 10 * step), (step, i, b[:3])
+
+
+def wait_names_the_silent_peer(thread, index: int, step: int, tag: Tag, within_s: float):
+    """On rank 0 of 2 whose peer never sends: post bucket ``index`` at ``step``; the wait
+    must fail within ``within_s`` naming peer 1, the step and the bucket's tag."""
+    buf = torch.zeros(4)
+    thread.submit(index, lambda: thread.exchange.start(buf, index, step, tag + index),
+                  eager=True)
+    t0 = time.monotonic()
+    with pytest.raises(CommTimeout, match=rf"rank 0, step {step}: peer 1 sent nothing "
+                                          rf".*{tag.name}_{index}"):
+        thread.wait(index)
+    assert time.monotonic() - t0 < within_s
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("eager", [True, False])
 def test_many_buckets_finish_whoever_polls(eager):
@@ -23,20 +53,8 @@ def test_many_buckets_finish_whoever_polls(eager):
     def body(comm):
         thread = CommThread(GossipExchange(comm, Schedule(comm.size)), 20)
         try:
-            for step in range(5):
-                # new tensors each step, with step-dependent values: a send from a stale
-                # (cached) view of last step's tensor would show
-                bufs = [torch.full((100 + i,), float(comm.rank + i + 10 * step))
-                        for i in range(7)]
-                for i, b in enumerate(bufs):
-                    thread.submit(i, lambda b=b, i=i, s=step: thread.exchange.start(
-                        b, i, s, Tag.GRAD_BUCKET + i), eager=eager)
-                for i in reversed(range(7)):
-                    thread.wait(i)
-                src = thread.exchange.schedule.peers(comm.rank, step).src
-                for i, b in enumerate(bufs):
-                    assert torch.all(b == (comm.rank + src) / 2 + i + 10 * step), \
-                        (step, i, b[:3])
+            mix_buckets(thread, comm.rank, 5, [100 + i for i in range(7)], Tag.GRAD_BUCKET,
+                        eager, reverse=True)
         finally:
             thread.close()
 
@@ -49,14 +67,7 @@ def test_a_silent_peer_fails_the_wait_naming_it():
         thread = CommThread(GossipExchange(comm, Schedule(2)), timeout=0.5)
         try:
             if comm.rank == 0:  # rank 1 never sends
-                buf = torch.zeros(4)
-                thread.submit(3, lambda: thread.exchange.start(buf, 3, 0, Tag.GRAD_BUCKET + 3),
-                              eager=True)
-                t0 = time.monotonic()
-                with pytest.raises(CommTimeout, match=r"rank 0, step 0: peer 1 sent nothing "
-                                                      r".*GRAD_BUCKET_3"):
-                    thread.wait(3)
-                assert time.monotonic() - t0 < 5
+                wait_names_the_silent_peer(thread, 3, 0, Tag.GRAD_BUCKET, within_s=5)
         finally:
             thread.close()
 

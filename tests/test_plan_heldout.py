@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gossipgrad.plan import Bucket, CommModel, HostShare, Profile, step_time
+from gossipgrad.plan import CommModel, HostShare, step_time
 from gossipgrad.plan.calibrate import fit_in_step, scale_exchange, scale_profile
 from gossipgrad.plan.heldout import (
     LOOPBACK,
@@ -16,9 +16,8 @@ from gossipgrad.plan.heldout import (
     share_ratio,
 )
 
-PROFILE = Profile("m", 8, "cpu", forward_s=0.010, backward_s=0.020, optimizer_s=0.002,
-                  param_bytes=2_000_000,
-                  buckets=(Bucket(0, 1_000_000, 0.005), Bucket(1, 1_000_000, 0.020)))
+from test_plan_calibrate import PROFILE  # two 1 MB buckets, 32 ms of compute
+
 LOOP = CommModel(alpha_s=1e-5, beta_s_per_byte=2e-10, duplex=1.5)   # shared memory
 SLOW = CommModel(alpha_s=1e-4, beta_s_per_byte=8e-9, duplex=1.0)    # ~1 Gbit/s
 TWO_ON_TWO = HostShare(2, 2)

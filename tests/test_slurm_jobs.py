@@ -163,6 +163,19 @@ def test_template_trains_two_steps(
     assert (tmp_path / "run" / "ckpt-000000002.pt").is_file(), job.stdout_text
 
 
+def _usr1_once(job_id: str, output: Path, ready, ready_s: float, end_s: float, what: str):
+    """Wait up to ``ready_s`` for ``ready()`` (else cancel the job and fail with ``what``),
+    send the batch script SIGUSR1, and return the job once it ended (within ``end_s``)."""
+    deadline = time.monotonic() + ready_s
+    while not ready():
+        if time.monotonic() > deadline:
+            subprocess.run(["scancel", job_id], timeout=30, check=False)
+            pytest.fail(f"{what} after {ready_s} s:\n{output.read_text()}")
+        time.sleep(0.2)
+    subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], check=True, timeout=30)
+    return slurm_cluster.wait_job(job_id, output, timeout=end_s)
+
+
 @pytest.mark.slurm
 @pytest.mark.timeout(600)
 def test_usr1_checkpoints_real_training_and_resubmission_resumes(
@@ -184,14 +197,9 @@ def test_usr1_checkpoints_real_training_and_resubmission_resumes(
     job_id, output = slurm_cluster.submit(
         JOBS / "resnet50.sbatch", env=env, sbatch_args=ONE_NODE_TWO_RANKS, workdir=tmp_path
     )
-    deadline = time.monotonic() + 240
-    while not list(run_dir.glob("ckpt-*.pt")):  # the first epoch is done: training runs
-        if time.monotonic() > deadline:
-            subprocess.run(["scancel", job_id], timeout=30, check=False)
-            pytest.fail(f"no checkpoint after 240 s:\n{output.read_text()}")
-        time.sleep(0.2)
-    subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], check=True, timeout=30)
-    job = slurm_cluster.wait_job(job_id, output, timeout=120)
+    # once the first epoch is done (a checkpoint): training runs
+    job = _usr1_once(job_id, output, lambda: bool(list(run_dir.glob("ckpt-*.pt"))), 240, 120,
+                     "no checkpoint")
     assert (job.state, job.exit_code) == ("COMPLETED", 0), job.stdout_text
     assert "SIGUSR1: stopping every rank at step " in job.stdout_text, job.stdout_text
     stop = int(job.stdout_text.split("SIGUSR1: stopping every rank at step ")[1].split()[0])
@@ -242,6 +250,17 @@ def expected_argv(env: dict[str, str], arch: str, gossipgrad: str, workers: str)
     ]  # fmt: skip
 
 
+def _run_with_fakes(script: Path, fake_bin: Path, tmp_path: Path, env: dict[str, str],
+                    **extra: str) -> subprocess.CompletedProcess:
+    """Run a job template with ``fake_bin`` (fake srun/mpirun writing to FAKE_OUT) first on
+    PATH and ``env`` plus ``extra`` in its environment."""
+    return subprocess.run(
+        ["bash", str(script)],
+        env={**os.environ, **env, "PATH": f"{fake_bin}:{os.environ['PATH']}",
+             "FAKE_OUT": str(tmp_path), **extra},
+        cwd=tmp_path, capture_output=True, text=True, timeout=30)
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("arch", SBATCH_TEMPLATES)
 def test_sbatch_template_passes_values_verbatim(tmp_path: Path, arch: str) -> None:
@@ -254,20 +273,8 @@ def test_sbatch_template_passes_values_verbatim(tmp_path: Path, arch: str) -> No
         printf '%s\\0' "$@" > "$FAKE_OUT/srun.argv"
     """)  # fmt: skip
     env = nasty_env(tmp_path)
-    proc = subprocess.run(
-        ["bash", str(JOBS / f"{arch}.sbatch")],
-        env={
-            **os.environ,
-            **env,
-            "PATH": f"{fake_bin}:{os.environ['PATH']}",
-            "GOSSIPGRAD": "true",  # must exist; the fake srun never runs it
-            "FAKE_OUT": str(tmp_path),
-        },
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    # GOSSIPGRAD must exist; the fake srun never runs it
+    proc = _run_with_fakes(JOBS / f"{arch}.sbatch", fake_bin, tmp_path, env, GOSSIPGRAD="true")
     assert proc.returncode == 0, proc.stderr
     argv = read_argv(tmp_path / "srun.argv")
     assert argv[:2] == ["--mpi=pmi2", "--kill-on-bad-exit=1"]
@@ -290,22 +297,8 @@ def test_mpirun_template_passes_values_verbatim(tmp_path: Path) -> None:
     hostfile = tmp_path / f"hosts {NASTY}"
     hostfile.write_text("localhost:2\n")
     env = nasty_env(tmp_path)
-    proc = subprocess.run(
-        ["bash", str(JOBS / "mpirun-hostfile.sh")],
-        env={
-            **os.environ,
-            **env,
-            "PATH": f"{fake_bin}:{os.environ['PATH']}",
-            "HOSTFILE": str(hostfile),
-            "NP": "2",
-            "GOSSIPGRAD": "gossipgrad",
-            "FAKE_OUT": str(tmp_path),
-        },
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    proc = _run_with_fakes(JOBS / "mpirun-hostfile.sh", fake_bin, tmp_path, env,
+                           HOSTFILE=str(hostfile), NP="2", GOSSIPGRAD="gossipgrad")
     assert proc.returncode == 0, proc.stderr
     argv = read_argv(tmp_path / "mpirun.argv")
     assert argv[:4] == ["-n", "2", "-f", str(hostfile)]
@@ -361,14 +354,9 @@ def test_sbatch_template_forwards_usr1_to_every_rank(slurm: None, tmp_path: Path
         sbatch_args=ONE_NODE_TWO_RANKS,
         workdir=tmp_path,
     )
-    deadline = time.monotonic() + 120
-    while not all((tmp_path / f"ready.{r}").exists() for r in (0, 1)):
-        if time.monotonic() > deadline:
-            subprocess.run(["scancel", job_id], timeout=30, check=False)
-            pytest.fail(f"ranks not started after 120 s:\n{output.read_text()}")
-        time.sleep(0.2)
-    subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], check=True, timeout=30)
-    job = slurm_cluster.wait_job(job_id, output, timeout=60)
+    job = _usr1_once(job_id, output,
+                     lambda: all((tmp_path / f"ready.{r}").exists() for r in (0, 1)), 120, 60,
+                     "ranks not started")
     assert (job.state, job.exit_code) == ("COMPLETED", 0), job.stdout_text
     for rank in (0, 1):
         assert job.stdout_text.count(f"rank {rank} got USR1") == 1, job.stdout_text

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import shutil
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +24,16 @@ from gossipgrad.comm.base import Communicator, ReduceOp, WaitContext, allreduce_
 from gossipgrad.engine.factory import make_distributed
 from gossipgrad.engine.straggler import Straggler
 from gossipgrad.settings import settings
+
+
+def mpiexec_path() -> str:
+    """The mpiexec beside this Python (the ``mpich`` wheel's), else the one on PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    path = beside if os.path.exists(beside) else shutil.which("mpiexec")
+    if path is None:
+        raise ValueError("no mpiexec beside this Python or on PATH: "
+                         "pip install 'gossipgrad[mpich]'")
+    return path
 
 
 def max_over_ranks(comm: Communicator, values: list[float]) -> list[float]:

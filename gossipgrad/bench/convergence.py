@@ -26,14 +26,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from gossipgrad.bench.common import finite, rounded
+from gossipgrad.bench.common import finite, mpiexec_path, rounded
 
 log = logging.getLogger(__name__)
 
@@ -46,15 +45,6 @@ MODES: dict[str, list[str]] = {
 """The modes and the ``gossipgrad train`` flags that select them."""
 
 TASKS = ("digits", "templates")
-
-
-def launcher() -> str:
-    """The mpiexec next to this Python (the ``mpich`` wheel's), else the one on PATH."""
-    sibling = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    path = sibling if os.path.exists(sibling) else shutil.which("mpiexec")
-    if path is None:
-        raise ValueError("bench convergence needs mpiexec: pip install 'gossipgrad[mpich]'")
-    return path
 
 
 def parse_list(text: str, flag: str, allowed: tuple[str, ...] | None = None) -> list[str]:
@@ -93,7 +83,7 @@ def parse_seeds(text: str) -> list[int]:
 def train_command(task: str, size: int, mode: str, epochs: int, seed: int, metrics: str,
                   extra: list[str]) -> list[str]:
     """The launch of one cell (``extra`` flags come last, so they win)."""
-    return [launcher(), "-n", str(size), sys.executable, "-m", "gossipgrad", "train",
+    return [mpiexec_path(), "-n", str(size), sys.executable, "-m", "gossipgrad", "train",
             "--no-progress", "--dataset", task, "--epochs", str(epochs), "--eval-every",
             str(epochs), "--seed", str(seed), "--metrics-out", metrics, *MODES[mode], *extra]
 

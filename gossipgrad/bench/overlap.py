@@ -33,16 +33,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gossipgrad.bench.common import (
-    PHASES,
-    Trainer,
-    finite,
-    link_info,
-    max_over_ranks,
-    median,
-    rounded,
-    timed,
-)
+from gossipgrad.bench import common
+from gossipgrad.bench.common import PHASES, Trainer, finite, link_info, median, rounded, timed
 from gossipgrad.comm.base import Communicator, Tag
 
 CONFIGS = {"compute": ("local", False), "blocking": ("gossip", False),
@@ -53,7 +45,7 @@ def backward_seconds(comm: Communicator, trainer: Trainer, batch: int, reps: int
     """Median backward time (MAX over ranks) at ``batch``, after one untimed step."""
     trainer.set_batch(batch)
     trainer.step()
-    return median(max_over_ranks(comm, [trainer.step()["backward"] for _ in range(reps)]))
+    return median(common.max_over_ranks(comm, [trainer.step()["backward"] for _ in range(reps)]))
 
 
 def calibrate(comm: Communicator, trainers: dict[str, Trainer], fraction: float,
@@ -73,7 +65,7 @@ def calibrate(comm: Communicator, trainers: dict[str, Trainer], fraction: float,
             ex.finish(p)
 
     exchange()
-    ex = median(max_over_ranks(comm, [timed(comm, exchange) for _ in range(reps)]))
+    ex = median(common.max_over_ranks(comm, [timed(comm, exchange) for _ in range(reps)]))
     target = ex / fraction
     compute = trainers["compute"]
     lo, hi = 16, 128
@@ -117,7 +109,7 @@ def run_overlap(comm: Communicator, width: int = 1024, layers: int = 8, mix: str
                 comm.barrier()
                 for k, v in trainers[n].block(steps).items():
                     times[n][k].append(v)
-        phases = {n: {k: median(max_over_ranks(comm, v)) for k, v in times[n].items()}
+        phases = {n: {k: median(common.max_over_ranks(comm, v)) for k, v in times[n].items()}
                   for n in names}
         med = {n: phases[n]["total"] for n in names}
         backward_s, forward_s = phases["compute"]["backward"], phases["compute"]["forward"]

@@ -27,6 +27,7 @@ from gossipgrad.bench.strategies import markdown_table, plot_png, run_strategies
 from gossipgrad.cli.bench_convergence import convergence
 from gossipgrad.cli.bench_ps import ps_lag
 from gossipgrad.cli.bench_tta import tta
+from gossipgrad.cli.options import BUCKET_MB, COMM_TIMEOUT, mlp_model, timed_blocks
 from gossipgrad.cli.output import run_bench
 from gossipgrad.cli.plan_validate import plan_validate
 from gossipgrad.engine.config import TrainConfig
@@ -35,8 +36,6 @@ from gossipgrad.runtime import init
 
 log = logging.getLogger("gossipgrad")
 
-_TIMEOUT = click.option("--comm-timeout", type=float, default=120.0, show_default=True,
-                        help="Seconds any wait may take before the job aborts.")
 _REPS = click.option("--reps", type=click.IntRange(1), default=10, show_default=True,
                      help="Timed repetitions (the median is reported).")
 _WARMUP = click.option("--warmup", type=click.IntRange(0), default=2, show_default=True,
@@ -54,13 +53,12 @@ def bench() -> None:
 @bench.command()
 @click.option("--sizes-mb", default="1,100", show_default=True,
               help="Comma-separated model sizes in MiB.")
-@click.option("--bucket-mb", type=float, default=25.0, show_default=True,
-              help="Largest bucket, as in training.")
+@BUCKET_MB
 @click.option("--cprofile", type=click.IntRange(0), default=0, show_default=True,
               help="Add the N functions with the most own time in exchange_mix (rank 0).")
 @_REPS
 @_WARMUP
-@_TIMEOUT
+@COMM_TIMEOUT
 def exchange(sizes_mb: str, bucket_mb: float, cprofile: int, reps: int, warmup: int,
              comm_timeout: float) -> None:
     """gossipgrad's bucketed exchange (comm thread) vs one raw MPI Sendrecv of the same bytes."""
@@ -68,8 +66,6 @@ def exchange(sizes_mb: str, bucket_mb: float, cprofile: int, reps: int, warmup: 
         sizes = parse_sizes_mb(sizes_mb)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
-    if bucket_mb <= 0:
-        raise click.BadParameter(f"must be > 0, got {bucket_mb}", param_hint="--bucket-mb")
     _run(comm_timeout, lambda comm: run_exchange(comm, sizes, bucket_mb, reps, warmup,
                                                  cprofile=cprofile))
 
@@ -83,7 +79,8 @@ def exchange(sizes_mb: str, bucket_mb: float, cprofile: int, reps: int, warmup: 
               help="Choose the batch so the exchange takes this fraction of backward.")
 @click.option("--batch", type=click.IntRange(0), default=0, show_default=True,
               help="Samples per rank per step (0 = calibrate from --comm-fraction).")
-@click.option("--bucket-mb", type=float, default=4.0, show_default=True)
+@click.option("--bucket-mb", type=click.FloatRange(0, min_open=True), default=4.0,
+              show_default=True)
 @click.option("--staleness", type=click.IntRange(0, 1), default=0, show_default=True,
               help="Of the overlapped configuration (1: complete each exchange at the next "
                    "step, behind its forward and backward).")
@@ -91,13 +88,11 @@ def exchange(sizes_mb: str, bucket_mb: float, cprofile: int, reps: int, warmup: 
               help="Timed steps per block.")
 @click.option("--reps", type=click.IntRange(1), default=3, show_default=True,
               help="Blocks per configuration (the median is reported).")
-@_TIMEOUT
+@COMM_TIMEOUT
 def overlap(width: int, layers: int, mix: str, comm_fraction: float, batch: int,
             bucket_mb: float, staleness: int, steps: int, reps: int,
             comm_timeout: float) -> None:
     """Step time: compute only vs blocking exchange vs overlapped exchange."""
-    if bucket_mb <= 0:
-        raise click.BadParameter(f"must be > 0, got {bucket_mb}", param_hint="--bucket-mb")
     _run(comm_timeout, lambda comm: run_overlap(comm, width, layers, mix, comm_fraction, batch,
                                                 bucket_mb, steps, reps, staleness))
 
@@ -123,21 +118,17 @@ def overlap(width: int, layers: int, mix: str, comm_fraction: float, batch: int,
               help="Samples per rank per step (small: communication-bound).")
 @click.option("--mix", type=click.Choice(["param", "grad"]), default="param", show_default=True,
               help="What gossip mixes (allreduce always averages gradients).")
-@click.option("--bucket-mb", type=float, default=25.0, show_default=True)
+@BUCKET_MB
 @click.option("--overlap/--no-overlap", default=True, show_default=True)
 @click.option("--staleness", type=click.IntRange(0, 1), default=0, show_default=True,
               help="For gossip and allreduce (1: complete each exchange at the next step).")
-@click.option("--steps", type=click.IntRange(1), default=3, show_default=True,
-              help="Timed steps per block.")
-@click.option("--reps", type=click.IntRange(1), default=3, show_default=True,
-              help="Timed blocks per strategy (the median is reported).")
-@click.option("--warmup", type=click.IntRange(0), default=1, show_default=True,
-              help="Untimed blocks per strategy first.")
+@timed_blocks(3, "Timed steps per block.", "Timed blocks per strategy (the median is reported).",
+              "Untimed blocks per strategy first.")
 @click.option("--png", type=click.Path(dir_okay=False), default=None,
               help="Write a bar chart here (rank 0; needs matplotlib).")
 @click.option("--markdown", type=click.Path(dir_okay=False), default=None,
               help="Write a Markdown table here (rank 0).")
-@_TIMEOUT
+@COMM_TIMEOUT
 def strategies(strategies: str, width: int, layers: int, model: str, dims: str, factors: str,
                together: str, batch: int, mix: str, bucket_mb: float, overlap: bool,
                staleness: int, steps: int, reps: int, warmup: int, png: str | None,
@@ -145,8 +136,6 @@ def strategies(strategies: str, width: int, layers: int, model: str, dims: str, 
     """gossip vs allreduce vs local on the same model, ranks and links, in one launch."""
     names = [s.strip() for s in strategies.split(",") if s.strip()]
     settings = tuple(f.strip() for f in factors.split(",") if f.strip())
-    if bucket_mb <= 0:
-        raise click.BadParameter(f"must be > 0, got {bucket_mb}", param_hint="--bucket-mb")
     try:
         sizes = tuple(int(d) for d in dims.split(",")) if model == "fc-head" else None
     except ValueError:
@@ -194,20 +183,14 @@ def shuffle(steps: int, reps: int, samples: int, every: int, arch: str, hidden: 
 @click.option("--slow", default=None, metavar="RANK:FACTOR",
               help="The slow rank and how many times as long its compute takes "
                    "(default: GOSSIPGRAD_INJECT_SLOW, else the last rank at 2).")
-@click.option("--width", type=click.IntRange(1), default=512, show_default=True)
-@click.option("--layers", type=click.IntRange(1), default=4, show_default=True)
-@click.option("--batch", type=click.IntRange(1), default=64, show_default=True,
-              help="Samples per rank per step.")
-@click.option("--bucket-mb", type=float, default=25.0, show_default=True)
-@click.option("--steps", type=click.IntRange(1), default=40, show_default=True,
-              help="Steps per block.")
-@click.option("--reps", type=click.IntRange(1), default=3, show_default=True,
-              help="Timed blocks per contender and condition (the median is reported).")
-@click.option("--warmup", type=click.IntRange(0), default=1, show_default=True,
-              help="Untimed blocks per contender and condition first.")
+@mlp_model(batch=64)
+@BUCKET_MB
+@timed_blocks(40, "Steps per block.",
+              "Timed blocks per contender and condition (the median is reported).",
+              "Untimed blocks per contender and condition first.")
 @click.option("--markdown", type=click.Path(dir_okay=False), default=None,
               help="Write a Markdown table here (rank 0).")
-@_TIMEOUT
+@COMM_TIMEOUT
 def stragglers(contenders: str, slow: str | None, width: int, layers: int, batch: int,
                bucket_mb: float, steps: int, reps: int, warmup: int, markdown: str | None,
                comm_timeout: float) -> None:

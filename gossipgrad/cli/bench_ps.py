@@ -9,6 +9,8 @@ from typing import Any
 
 import click
 
+from gossipgrad.cli.options import BUCKET_MB, COMM_TIMEOUT, mlp_model, timed_blocks
+
 
 @click.command("ps-lag")
 @click.option("--lags", default="0,2", show_default=True,
@@ -21,17 +23,11 @@ import click
 @click.option("--rotate", is_flag=True,
               help="The slowness moves: rank t mod size is slow at step t, by (FACTOR - 1) x "
                    "the local compute time (RANK of --slow is ignored).")
-@click.option("--width", type=click.IntRange(1), default=512, show_default=True)
-@click.option("--layers", type=click.IntRange(1), default=4, show_default=True)
-@click.option("--batch", type=click.IntRange(1), default=8, show_default=True,
-              help="Samples per rank per step.")
-@click.option("--bucket-mb", type=float, default=25.0, show_default=True)
-@click.option("--steps", type=click.IntRange(1), default=10, show_default=True,
-              help="Steps per timed block (a drain ends each block).")
-@click.option("--reps", type=click.IntRange(1), default=3, show_default=True,
-              help="Timed rounds over every (lag, straggler) pair (the median is reported).")
-@click.option("--warmup", type=click.IntRange(0), default=1, show_default=True)
-@click.option("--comm-timeout", type=float, default=120.0, show_default=True)
+@mlp_model(batch=8)
+@BUCKET_MB
+@timed_blocks(10, "Steps per timed block (a drain ends each block).",
+              "Timed rounds over every (lag, straggler) pair (the median is reported).")
+@COMM_TIMEOUT
 def ps_lag(lags: str, slow: str, slow_every: int, rotate: bool, width: int, layers: int,
            batch: int, bucket_mb: float, steps: int, reps: int, warmup: int,
            comm_timeout: float) -> None:
@@ -44,8 +40,6 @@ def ps_lag(lags: str, slow: str, slow_every: int, rotate: bool, width: int, laye
     except ValueError:
         raise click.BadParameter(f"{lags!r}: expected comma-separated whole numbers, e.g. 0,2",
                                  param_hint="--lags") from None
-    if bucket_mb <= 0:
-        raise click.BadParameter(f"must be > 0, got {bucket_mb}", param_hint="--bucket-mb")
 
     def body(comm: Any) -> dict[str, Any]:
         return run_ps_lag(comm, lag_list, parse_slow(slow, comm.size), slow_every, width,

@@ -19,6 +19,7 @@ import click
 
 from gossipgrad.bench.tta import TtaOptions, run_tta
 from gossipgrad.bench.tta_report import markdown_table, metrics_lines, plot_png
+from gossipgrad.cli.options import COMM_TIMEOUT
 from gossipgrad.cli.output import run_bench
 from gossipgrad.engine.config import TrainConfig
 
@@ -58,8 +59,7 @@ JOB = {"arch": "mlp", "hidden": 2048, "batch_size": 16, "lr": 0.05}
               help="Plot accuracy against training seconds here (rank 0; needs matplotlib).")
 @click.option("--metrics-out", type=click.Path(dir_okay=False), default=None,
               help="Write JSON lines for 'gossipgrad plan --metrics' here (rank 0).")
-@click.option("--comm-timeout", type=float, default=120.0, show_default=True,
-              help="Seconds any wait may take before the job aborts.")
+@COMM_TIMEOUT
 def tta(strategies: str, target: float, steps: int, eval_every: int, stop_at_target: bool,
         time_limit: float, markdown: str | None, png: str | None, metrics_out: str | None,
         comm_timeout: float, **job: Any) -> None:

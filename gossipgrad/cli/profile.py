@@ -24,78 +24,30 @@ from gossipgrad.models import MODELS
 
 
 @click.command()
-@click.option(
-    "-a", "--arch", type=click.Choice(list(MODELS)), default="mlp", show_default=True, help="Model."
-)
-@click.option(
-    "-b",
-    "--batch-size",
-    type=click.IntRange(min=1),
-    default=32,
-    show_default=True,
-    help="Samples per rank per step.",
-)
-@click.option(
-    "--hidden",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Width of mlp/cnn (0 = default).",
-)
-@click.option(
-    "--image-size",
-    type=click.IntRange(min=16),
-    default=224,
-    show_default=True,
-    help="Input side for torchvision models (mlp/cnn take digits' 1x8x8).",
-)
-@click.option(
-    "--classes",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="Output classes (0 = 10 for mlp/cnn, 1000 otherwise).",
-)
-@click.option(
-    "--device",
-    default="auto",
-    show_default=True,
-    help="cpu, cuda, cuda:N, or auto (cuda when available).",
-)
-@click.option(
-    "--steps",
-    type=click.IntRange(min=1),
-    default=20,
-    show_default=True,
-    help="Timed steps (the median is kept).",
-)
-@click.option(
-    "--warmup",
-    type=click.IntRange(min=0),
-    default=5,
-    show_default=True,
-    help="Untimed steps first.",
-)
-@click.option(
-    "--threads",
-    type=click.IntRange(min=0),
-    default=0,
-    show_default=True,
-    help="torch CPU threads (0 = torch's default).",
-)
+@click.option("-a", "--arch", type=click.Choice(list(MODELS)), default="mlp", show_default=True,
+              help="Model.")
+@click.option("-b", "--batch-size", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Samples per rank per step.")
+@click.option("--hidden", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Width of mlp/cnn (0 = default).")
+@click.option("--image-size", type=click.IntRange(min=16), default=224, show_default=True,
+              help="Input side for torchvision models (mlp/cnn take digits' 1x8x8).")
+@click.option("--classes", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Output classes (0 = 10 for mlp/cnn, 1000 otherwise).")
+@click.option("--device", default="auto", show_default=True,
+              help="cpu, cuda, cuda:N, or auto (cuda when available).")
+@click.option("--steps", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Timed steps (the median is kept).")
+@click.option("--warmup", type=click.IntRange(min=0), default=5, show_default=True,
+              help="Untimed steps first.")
+@click.option("--threads", type=click.IntRange(min=0), default=0, show_default=True,
+              help="torch CPU threads (0 = torch's default).")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option(
-    "--offload",
-    default="none",
-    show_default=True,
-    help="Also profile with activations and/or optimizer in host memory (compared with none).",
-)
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Write the profile JSON here (default: stdout).",
-)
+@click.option("--offload", default="none", show_default=True,
+              help="Also profile with activations and/or optimizer in host memory (compared with "
+              "none).")
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="Write the profile JSON here (default: stdout).")
 def profile(
     arch: str,
     batch_size: int,

@@ -59,21 +59,11 @@ class Frame:
         self.request: Request | None = None
         self.done = False
 
-    @property
-    def weight(self) -> float:
-        return float(self.header[0])
-
-    @property
-    def step(self) -> int:
-        return int(self.header[1])
-
-    @property
-    def flags(self) -> int:
-        return int(self.header[2])
-
-    @property
-    def pace(self) -> float:
-        return float(self.header[3])
+    # the header's fields, in wire order: push-sum weight, step, flags, compute pace
+    weight = property(lambda self: float(self.header[0]))
+    step = property(lambda self: int(self.header[1]))
+    flags = property(lambda self: int(self.header[2]))
+    pace = property(lambda self: float(self.header[3]))
 
     def stamp(self, weight: float, step: int, flags: int = 0, pace: float = 0.0) -> None:
         self.header[0], self.header[1] = weight, float(step)

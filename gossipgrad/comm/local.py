@@ -33,15 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from gossipgrad.comm.base import (
-    CommError,
-    CommTimeout,
-    PeerFailed,
-    ReduceOp,
-    WaitContext,
-    WaitPolicy,
-    allreduce_,
-)
+from gossipgrad.comm import base
+from gossipgrad.comm.base import CommError, PeerFailed, ReduceOp, WaitContext, allreduce_
 from gossipgrad.comm.buffers import host_array
 from gossipgrad.options import DEFAULT_TIMEOUT_S
 
@@ -108,7 +101,7 @@ class LocalWorld:
                     raise CommError(f"rank {comm.rank}: aborted: {self.failure}")
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise CommTimeout(ctx.describe(comm.rank, timeout))
+                    raise base.CommTimeout(ctx.describe(comm.rank, timeout))
                 self.cond.wait(min(left, 0.5))
 
 
@@ -201,7 +194,7 @@ class LocalCommunicator:
         self.members, self.family = members, family if family is not None else ctx
         self.parent_ranks = parent_ranks
         self.timeout = world.timeout
-        self.policy = WaitPolicy()  # waits block on the world's condition; no polling
+        self.policy = base.WaitPolicy()  # waits block on the world's condition; no polling
         self._seq = 0
         self._dups = 0
         self._lock = threading.Lock()

@@ -20,7 +20,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from gossipgrad.plan.host import HostShare
 
@@ -77,14 +77,30 @@ class Bucket:
     ready_s: float
 
 
+class _JsonFile:
+    """``load(path)`` and ``save(path)`` for a record with ``from_json``/``to_json``."""
+
+    KIND: ClassVar[str]  # the file's kind, named in errors
+
+    @classmethod
+    def load(cls, path: str | Path) -> Any:
+        return cls.from_json(_read_json(path, cls.KIND))  # type: ignore[attr-defined]
+
+    def save(self, path: str | Path) -> None:
+        text = json.dumps(self.to_json(), indent=2)  # type: ignore[attr-defined]
+        Path(path).write_text(text + "\n")
+
+
 @dataclass(frozen=True)
-class Profile:
+class Profile(_JsonFile):
     """One rank's measured step, without communication (``gossipgrad profile``).
 
     Invariants: ``buckets`` are in the order backward produces them; every ``ready_s`` lies in
     ``[0, backward_s]``; bucket bytes sum to at most ``param_bytes``. Profile with the finest
     buckets you can (one per parameter is best): the planner can merge buckets, never split.
     """
+
+    KIND: ClassVar[str] = "profile"
 
     model: str
     batch_size: int
@@ -134,12 +150,6 @@ class Profile:
             out["memory_bytes"] = self.memory_bytes
         return out
 
-    @classmethod
-    def load(cls, path: str | Path) -> Profile:
-        return cls.from_json(_read_json(path, "profile"))
-
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_json(), indent=2) + "\n")
 
 
 def _profile_from_json(data: Mapping[str, Any]) -> Profile:
@@ -204,11 +214,13 @@ class AllreduceFit(LinkFit):
 
 
 @dataclass(frozen=True)
-class NetworkFit:
+class NetworkFit(_JsonFile):
     """``gossipgrad netfit`` output. ``p2p`` is one-way ping-pong time; ``allreduce`` is
     optional and only used to calibrate the ring model (see ``CommModel.from_network``);
     ``host`` (optional) is the cores and ranks per host the fit was taken with: whether
     overlap can hide communication there (see ``step_time``)."""
+
+    KIND: ClassVar[str] = "network"
 
     p2p: LinkFit
     allreduce: AllreduceFit | None = None
@@ -227,12 +239,6 @@ class NetworkFit:
             out["host"] = self.host.to_json()
         return out
 
-    @classmethod
-    def load(cls, path: str | Path) -> NetworkFit:
-        return cls.from_json(_read_json(path, "network"))
-
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_json(), indent=2) + "\n")
 
 
 def _link_json(fit: LinkFit) -> dict[str, float]:

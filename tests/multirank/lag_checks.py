@@ -82,42 +82,38 @@ def _lag_was_exercised(comm, opt) -> None:
     assert comm.size == 1 or seen[0] >= 1, "no rank ever saw a peer ahead or waited"
 
 
-def check_lagged_param_mean_is_exact(comm) -> None:
-    """Push-sum: after synchronize() every rank holds exactly the mean of a run in which
-    each rank applied its own gradients, whatever arrived when (staleness 0 and 1)."""
+def _mean_is_exact_after_synchronize(comm, mix: str, slow_rank: int,
+                                     settings: tuple[tuple[int, int, bool], ...]) -> None:
+    """For each (max_lag, staleness, overlap): run with ``slow_rank`` slow, then check that
+    synchronize() leaves every rank exactly the closed-form mean."""
     if comm.size == 1:
         return
-    for max_lag, staleness in ((2, 0), (1, 1), (4, 1)):
-        model, opt = _lagged(comm, "param", max_lag, staleness)
+    for max_lag, staleness, overlap in settings:
+        model, opt = _lagged(comm, mix, max_lag, staleness, overlap=overlap)
         try:
-            computed = _run_slow(comm, opt, model, slow_rank=1, pause_s=0.02)
+            computed = _run_slow(comm, opt, model, slow_rank=slow_rank, pause_s=0.02)
             _lag_was_exercised(comm, opt)
             opt.synchronize()
             for p, want in zip(model.parameters(), _expected_mean(comm, computed), strict=True):
                 err = float((p.detach() - want).abs().max())
-                assert err < 1e-9, (f"rank {comm.rank} max_lag {max_lag} staleness "
+                assert err < 1e-9, (f"rank {comm.rank} {mix} max_lag {max_lag} staleness "
                                     f"{staleness}: mean off by {err}")
         finally:
             opt.close()
+
+
+def check_lagged_param_mean_is_exact(comm) -> None:
+    """Push-sum: after synchronize() every rank holds exactly the mean of a run in which
+    each rank applied its own gradients, whatever arrived when (staleness 0 and 1)."""
+    _mean_is_exact_after_synchronize(comm, "param", 1, ((2, 0, True), (1, 1, True),
+                                                        (4, 1, True)))
 
 
 def check_lagged_grad_halves_applied_once(comm) -> None:
     """Grad mix: every gradient's two halves are applied exactly once, so after
     synchronize() (which applies the halves still owed) the mean is the closed form."""
-    if comm.size == 1:
-        return
-    for max_lag, staleness, overlap in ((2, 0, True), (3, 0, False), (2, 1, True)):
-        model, opt = _lagged(comm, "grad", max_lag, staleness, overlap=overlap)
-        try:
-            computed = _run_slow(comm, opt, model, slow_rank=comm.size - 1, pause_s=0.02)
-            _lag_was_exercised(comm, opt)
-            opt.synchronize()
-            for p, want in zip(model.parameters(), _expected_mean(comm, computed), strict=True):
-                err = float((p.detach() - want).abs().max())
-                assert err < 1e-9, (f"rank {comm.rank} max_lag {max_lag} staleness "
-                                    f"{staleness}: mean off by {err}")
-        finally:
-            opt.close()
+    _mean_is_exact_after_synchronize(comm, "grad", comm.size - 1, ((2, 0, True), (3, 0, False),
+                                                                   (2, 1, True)))
 
 
 def check_fast_rank_waits_only_past_the_bound(comm) -> None:
