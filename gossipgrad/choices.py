@@ -86,7 +86,7 @@ class SufficientFactors(enum.StrEnum):
             names = " or ".join(s.value for s in FACTOR_STRATEGIES)
             raise ValueError(f"--sufficient-factors on needs --strategy {names} (got "
                              f"{strategy.value}); pass --sufficient-factors auto or off")
-        if mix is not Mix.GRAD:
+        if mix is not Mix.GRAD and strategy is not Strategy.PS:  # ps: gradients always
             raise ValueError("--sufficient-factors on needs --mix grad (--mix param averages "
                              "parameters, which have no factors); pass --mix grad, or "
                              "--sufficient-factors auto or off")
@@ -158,9 +158,10 @@ class Device(enum.StrEnum):
     CUDA = "cuda"
 
 
-FACTOR_STRATEGIES: tuple[Strategy, ...] = (Strategy.GOSSIP, Strategy.ALLREDUCE)
-"""Strategies that can exchange sufficient factors (gossip: with the peer; allreduce: an
-all-gather). Library strategies (horovod, ddp) run their own allreduce; local sends nothing."""
+FACTOR_STRATEGIES: tuple[Strategy, ...] = (Strategy.GOSSIP, Strategy.ALLREDUCE, Strategy.PS)
+"""Strategies that can exchange sufficient factors (gossip: with the peer; allreduce and ps:
+an all-gather, Poseidon's sufficient-factor broadcast, the layer then updated on every rank).
+Library strategies (horovod, ddp) run their own allreduce; local sends nothing."""
 
 
 def choice(enum_type: type[E], value: Any, flag: str) -> E:

@@ -19,10 +19,11 @@ def test_factor_checks_under_mpiexec(size):
 
 
 @pytest.mark.timeout(330)
-@pytest.mark.parametrize("strategy", ["gossip", "allreduce"])
+@pytest.mark.parametrize("strategy", ["gossip", "allreduce", "ps"])
 def test_digits_at_four_ranks_with_factors_on(tmp_path, strategy):
     metrics = tmp_path / "m.jsonl"
-    res = gossipgrad(4, ["train", "--sufficient-factors", "on", "--mix", "grad",
+    mix = [] if strategy == "ps" else ["--mix", "grad"]  # ps always sends gradients
+    res = gossipgrad(4, ["train", "--sufficient-factors", "on", *mix,
                          "--strategy", strategy, "--no-progress", "--metrics-out",
                          str(metrics)], timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]

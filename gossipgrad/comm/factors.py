@@ -65,7 +65,8 @@ class FactorExchange:
     Args:
         comm: the communicator (the engine gives factors a duplicate of its own, so their
             all-gathers are ordered apart from the buckets' allreduces).
-        strategy: gossip (the peer) or allreduce (all-gather); see ``plan.factors.pattern``.
+        strategy: gossip (the peer), allreduce or ps (all-gather); see
+            ``plan.factors.pattern``.
         schedule: gossip's partner schedule (default: the auto topology, seed 0).
         stager: how device tensors reach MPI (default: direct).
 
@@ -80,7 +81,10 @@ class FactorExchange:
         self.pattern = pattern(self.strategy)
         self.schedule = schedule or Schedule(comm.size, "auto", 0, True)
         self.stager = stager or Stager(cuda_aware=False)
-        self.matrix: Exchange = make_exchange(self.strategy, comm, self.schedule, self.stager)
+        # ps: a layer decided "matrix" is averaged by allreduce, as many bytes as ps's push
+        # and pull, and updated on every rank like its factor-form neighbours
+        matrix = Strategy.ALLREDUCE if self.strategy is Strategy.PS else self.strategy
+        self.matrix: Exchange = make_exchange(matrix, comm, self.schedule, self.stager)
         self._send: dict[int, torch.Tensor] = {}
         self._staged: dict[int, Any] = {}
         self._recv: dict[int, torch.Tensor] = {}

@@ -47,6 +47,7 @@ from gossipgrad.options import (
     FACTOR_STRATEGIES,
     ExchangeOptions,
     Mix,
+    Strategy,
     SufficientFactors,
 )
 from gossipgrad.plan.factors import Form, Pattern, decide
@@ -65,7 +66,7 @@ def why_not(opts: ExchangeOptions, size: int) -> str | None:
         return "--sufficient-factors off"
     if opts.strategy not in FACTOR_STRATEGIES:
         return f"--strategy {opts.strategy.value} exchanges no factors"
-    if opts.mix is not Mix.GRAD:
+    if opts.mix is not Mix.GRAD and opts.strategy is not Strategy.PS:
         return "--mix param averages parameters, which have no factors"
     if opts.staleness:
         return "--staleness 1 applies the exchange as a correction of the buckets"
@@ -85,6 +86,8 @@ class FactorPath:
         opts: the exchange options (strategy, ``sufficient_factors``).
         schedule: gossip's schedule (the one the buckets use).
         stager: how device tensors reach MPI.
+        keep_matrices: keep the layers decided ``matrix`` after the first step (ps: its
+            buckets are fixed at construction) instead of handing them back to the buckets.
 
     Call :meth:`bind` once the communication thread exists (or with None: blocking), then
     per step: :meth:`post_all` and :meth:`wait_all` around the bucket exchange, and
@@ -94,8 +97,10 @@ class FactorPath:
     """
 
     def __init__(self, layers: list[tuple[str, torch.nn.Linear]], comm: Communicator,
-                 opts: ExchangeOptions, schedule: Schedule, stager: Stager | None) -> None:
+                 opts: ExchangeOptions, schedule: Schedule, stager: Stager | None,
+                 keep_matrices: bool = False) -> None:
         self.mode = opts.sufficient_factors
+        self.keep_matrices = keep_matrices
         self.comm = comm.dup()
         self.exchange = FactorExchange(self.comm, opts.strategy, schedule, stager)
         self.all_layers = [FactorLayer(i, name, m) for i, (name, m) in enumerate(layers)]
@@ -191,7 +196,8 @@ class FactorPath:
         if self._settled:
             return False
         self._settled = True
-        keep = [layer for layer in self.layers if layer.decision.form == Form.FACTORS]
+        keep = [layer for layer in self.layers
+                if self.keep_matrices or layer.decision.form == Form.FACTORS]
         if len(keep) == len(self.layers):
             return False
         for layer in self.layers:
@@ -270,7 +276,8 @@ class Router:
 
 
 def make_factor_path(model: torch.nn.Module, comm: Communicator, opts: ExchangeOptions,
-                     schedule: Schedule, stager: Stager | None) -> FactorPath | None:
+                     schedule: Schedule, stager: Stager | None,
+                     keep_matrices: bool = False) -> FactorPath | None:
     """The factor path of ``model`` under ``opts``, or None (no eligible layer, or options
     that exchange no factors; rank 0 logs why once when ``auto`` found layers)."""
     if opts.sufficient_factors is SufficientFactors.OFF:
@@ -281,4 +288,4 @@ def make_factor_path(model: torch.nn.Module, comm: Communicator, opts: ExchangeO
         if comm.rank == 0 and (layers or opts.sufficient_factors is SufficientFactors.ON):
             log.info("sufficient factors: not used (%s)", reason)
         return None
-    return FactorPath(layers, comm, opts, schedule, stager)
+    return FactorPath(layers, comm, opts, schedule, stager, keep_matrices)

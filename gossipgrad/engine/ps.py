@@ -54,6 +54,7 @@ from gossipgrad.engine.consensus import (
     consensus_distance,
     verify_identical,
 )
+from gossipgrad.engine.factors import Router, make_factor_path
 from gossipgrad.engine.offload import HostOffloadOptimizer
 from gossipgrad.engine.ps_server import DensePush, ShardServer, hyperparameters
 from gossipgrad.engine.ps_worker import ShardWorker
@@ -102,8 +103,16 @@ class ParameterServerOptimizer(WrappedOptimizer):
         self.schedule = Schedule(comm.size, opts.topology, opts.seed, opts.rotate)
         self.step_count = 0
         params = list(model.parameters())
-        nbytes = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
-        self.layout = BucketLayout(params, ps_bucket_cap(nbytes, comm.size, opts.bucket_cap_bytes))
+        # Poseidon's hybrid: Linear weights whose factors are cheaper are all-gathered as
+        # factors and updated on every rank; everything else goes through the servers.
+        self.factors = make_factor_path(model, comm, opts, self.schedule, stager,
+                                        keep_matrices=True)
+        local = self.factors.weight_ids if self.factors else frozenset()
+        nbytes = sum(p.numel() * p.element_size() for p in params
+                     if p.requires_grad and id(p) not in local)
+        self.layout = BucketLayout(params, ps_bucket_cap(nbytes, comm.size, opts.bucket_cap_bytes),
+                                   exclude=local)
+        self.local_optimizer = self._local_optimizer(base, local, host) if local else None
         broadcast_parameters_(model, comm)
         verify_identical(model, comm)
         self.layout.bind_grads_()
@@ -115,8 +124,13 @@ class ParameterServerOptimizer(WrappedOptimizer):
         # The waits (ps_worker) have the deadline, from when a rank needs the data, and say
         # which peers it waits for; a request's own, from when it was posted (pushes are
         # posted a step ahead), is only the backstop.
-        self._thread = (CommThread(Exchange(comm, self.stager), 2 * comm.timeout,
-                                   name="gossipgrad-ps") if self.communicates else None)
+        finisher = Exchange(comm, self.stager)
+        if self.factors:
+            finisher = Router(finisher, self.factors.exchange)
+        self._thread = (CommThread(finisher, 2 * comm.timeout, name="gossipgrad-ps")
+                        if self.communicates else None)
+        if self.factors:
+            self.factors.bind(self._thread if self.overlap else None, lambda: self.step_count)
         device = params[0].device
         server_device = torch.device("cpu") if host else device
         self.push = push or DensePush()
@@ -141,6 +155,34 @@ class ParameterServerOptimizer(WrappedOptimizer):
                      "max-lag %d", nb, comm.size, mine / 1e6, self.layout.nbytes / 1e6,
                      self.max_lag)
 
+    def _local_optimizer(self, base: torch.optim.Optimizer, weights: frozenset[int],
+                         host: bool) -> torch.optim.Optimizer | HostOffloadOptimizer:
+        """``type(base)`` over the factor-path weights, in their user groups' settings
+        (copied from those groups before every step: a learning-rate schedule applies)."""
+        groups, self._local_group_of = [], []
+        for j, g in enumerate(base.param_groups):
+            mine = [p for p in g["params"] if id(p) in weights]
+            if mine:
+                groups.append({**hyperparameters(g), "params": mine})
+                self._local_group_of.append(j)
+        local = type(base)(groups, **base.defaults)
+        return HostOffloadOptimizer(local) if host else local
+
+    def _local_step(self) -> None:
+        """Wait for the factor-path layers' mean gradients and update them here."""
+        self.factors.post_all()  # those no backward hook has posted
+        self.factors.wait_all()
+        for inner, j in zip(self.local_optimizer.param_groups, self._local_group_of,
+                            strict=True):
+            inner.update(hyperparameters(self.optimizer.param_groups[j]))
+        self.local_optimizer.step()
+        self.factors.end_step()
+
+    @property
+    def factor_table(self) -> list[dict[str, Any]] | None:
+        """The sufficient-factor decision per Linear layer (None: none, or not made yet)."""
+        return self.factors.table() if self.factors else None
+
     @property
     def parameter_clocks(self) -> list[int]:
         """Per bucket, the server clock (updates applied) of the values in the model now.
@@ -158,6 +200,8 @@ class ParameterServerOptimizer(WrappedOptimizer):
         self.worker.wait_direct_pushes()
         for b in self.layout.buckets:
             b.grads.zero_()
+        if self.factors:
+            self.factors.zero_grad_()
         self.server.open(self.step_count)
         self._ready = [0] * len(self.layout.buckets)
         self._pushed = [False] * len(self.layout.buckets)
@@ -177,6 +221,8 @@ class ParameterServerOptimizer(WrappedOptimizer):
         for b in self.layout.buckets:
             if not self._pushed[b.index]:
                 self._push(b.index)
+        if self.factors:
+            self._local_step()
         self.server.contribute(t, [hyperparameters(g) for g in self.optimizer.param_groups])
         for b in self.layout.buckets:  # frees the ring slot the next pull goes into
             worker.refresh(b.index, t - self.max_lag)
@@ -236,13 +282,16 @@ class ParameterServerOptimizer(WrappedOptimizer):
         return consensus_distance(self.model, self.comm)
 
     def bytes_sent_per_step(self) -> float:
-        """The mean over ranks (ring allreduce's 2 (size-1)/size of the model)."""
-        return Strategy.PS.bytes_sent(self.layout.nbytes, self.comm.size)
+        """The mean over ranks (ring allreduce's 2 (size-1)/size of the served model, plus
+        the factor-path layers' all-gathers)."""
+        local = self.factors.bytes_sent() if self.factors else 0.0
+        return Strategy.PS.bytes_sent(self.layout.nbytes, self.comm.size) + local
 
     def bytes_sent_by_rank(self) -> list[int]:
         """What each rank sends per step (it depends on how much the rank owns)."""
-        return bytes_sent_by_rank([b.nbytes for b in self.layout.buckets], self.owners,
-                                  self.comm.size)
+        local = round(self.factors.bytes_sent()) if self.factors else 0
+        return [n + local for n in bytes_sent_by_rank([b.nbytes for b in self.layout.buckets],
+                                                      self.owners, self.comm.size)]
 
     def close(self) -> None:
         """Drain, remove the hooks, stop the thread. When the job is failing (a wait here
@@ -262,12 +311,17 @@ class ParameterServerOptimizer(WrappedOptimizer):
             if self._thread is not None:
                 self._thread.close()
                 self._thread = None
+            if self.factors:
+                self.factors.close()
 
     def state_dict(self) -> dict[str, Any]:
         """This rank's view: the user optimizer's groups, the step, and this rank's shard
         (optimizer state of the buckets it owns). Call :meth:`synchronize` first on every
         rank for a state at one step."""
-        return {**super().state_dict(), "ps": self.server.state_dict()}
+        state = {**super().state_dict(), "ps": self.server.state_dict()}
+        if self.local_optimizer is not None:  # the same on every rank
+            state["factor_optimizer"] = self.local_optimizer.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Load a state; the model must already hold the parameters of ``state["step"]``
@@ -278,3 +332,5 @@ class ParameterServerOptimizer(WrappedOptimizer):
         self.worker.step = self.step_count
         if "ps" in state:
             self.server.load_state_dict(state["ps"])
+        if self.local_optimizer is not None and "factor_optimizer" in state:
+            self.local_optimizer.load_state_dict(state["factor_optimizer"])

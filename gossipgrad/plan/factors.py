@@ -16,6 +16,7 @@ strategy                    matrix                   factors
 ==========================  =======================  ===============================
 gossip (``--mix grad``)     ``M N s`` (to the peer)  ``K (M + N) s`` (to the peer)
 allreduce (ring)            ``2 (p-1)/p M N s``      ``(p-1) K (M + N) s`` (all-gather)
+ps                          ``2 (p-1)/p M N s``      ``(p-1) K (M + N) s`` (all-gather)
 ==========================  =======================  ===============================
 
 An all-gather (ring or recursive doubling) makes every rank send the ``p - 1`` blocks of
@@ -57,8 +58,8 @@ class Pattern(enum.StrEnum):
 def pattern(strategy: Strategy | str) -> Pattern:
     """How ``strategy`` exchanges factors; ValueError for one that cannot.
 
-        >>> pattern("gossip"), pattern("allreduce")
-        (<Pattern.PEER: 'peer'>, <Pattern.ALLGATHER: 'allgather'>)
+        >>> pattern("gossip"), pattern("allreduce"), pattern("ps")
+        (<Pattern.PEER: 'peer'>, <Pattern.ALLGATHER: 'allgather'>, <Pattern.ALLGATHER: 'allgather'>)
     """
     s = choice(Strategy, strategy, "--strategy")
     if s not in FACTOR_STRATEGIES:

@@ -89,12 +89,15 @@ def train(comm, factors: str, strategy: str = "gossip", overlap: bool = True, st
           on_step: Callable[[int], None] | None = None) -> tuple[list[torch.Tensor], Any]:
     """Train :func:`_model` with SGD (momentum, weight decay); return the parameters after
     every step and the optimizer (closed). ``idle_rank`` runs no backward at step 1;
-    ``on_step(step)`` is called after each step."""
+    ``on_step(step)`` is called after each step. gossip and allreduce mix gradients; ps
+    (which always does) is drained after each step so that the parameters it has pulled by
+    the next forward are the ones recorded."""
     model = _model()
+    mix = {} if strategy == "ps" else {"mix": "grad"}
     opt = DistributedOptimizer(
         torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3), model,
-        comm, strategy=strategy, mix="grad", overlap=overlap, bucket_mb=0.0005, seed=3,
-        sufficient_factors=factors)
+        comm, strategy=strategy, overlap=overlap, bucket_mb=0.0005, seed=3,
+        sufficient_factors=factors, **mix)
     gen = torch.Generator().manual_seed(100 + comm.rank)
     history = []
     try:
@@ -110,6 +113,8 @@ def train(comm, factors: str, strategy: str = "gossip", overlap: bool = True, st
                 # overlapped: every layer's exchange left during backward, none waits for step()
                 assert all(layer.posted for layer in opt.factors.layers), "not overlapped"
             opt.step()
+            if strategy == "ps":
+                opt.drain()
             history.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
             if on_step is not None:
                 on_step(step)
@@ -153,6 +158,47 @@ def check_allreduce_factors_match_buckets(comm) -> None:
         assert torch.equal(lo, hi), "allreduce with factors left ranks with different parameters"
 
 
+def _bytes_of_step_2(comm, factors: str, strategy: str) -> tuple[float, list[int], Any]:
+    """Train 3 steps on a counting communicator; the bytes the third step put on the wire
+    (the first agrees on K): isend'ed, plus 2 (p-1)/p of the allreduce buffers, plus p - 1
+    times the all-gather blocks. Returns (bytes, [sent, reduced, gathered], optimizer)."""
+    p, counter = comm.size, CountingCommunicator(comm)
+    counts: list[tuple[int, int, int]] = []
+
+    def count(_step: int) -> None:
+        counts.append((counter.sent, counter.reduced, counter.gathered))
+
+    _, opt = train(counter, factors, strategy, steps=3, on_step=count)
+    sent, reduced, gathered = (b - a for a, b in zip(counts[1], counts[2], strict=True))
+    return sent + reduced * 2 * (p - 1) / p + gathered * (p - 1), [sent, reduced, gathered], opt
+
+
+def check_ps_factors_match_buckets(comm) -> None:
+    """ps with factors (Poseidon's hybrid: Linear weights all-gathered as factors, or
+    allreduced as matrices under ``auto``, and updated on every rank; the rest through the
+    servers) gives ps's parameters after every step to float tolerance, identical on every
+    rank, and sends exactly the bytes it reports; ``on`` sends fewer than ``off`` here."""
+    off, _ = train(comm, "off", "ps")
+    for factors, overlap in (("on", True), ("on", False), ("auto", True)):
+        on, opt = train(comm, factors, "ps", overlap=overlap)
+        _same_trajectory(comm, on, off, f"ps {factors} overlap={overlap}")
+        lo = allreduce_(comm, on[-1].clone(), ReduceOp.MIN)
+        hi = allreduce_(comm, on[-1].clone(), ReduceOp.MAX)
+        assert torch.equal(lo, hi), f"ps {factors}: ranks hold different parameters"
+        if comm.size == 1:
+            assert opt.factors is None
+            continue
+        forms = [r["form"] for r in opt.factor_table]
+        assert len(forms) == 3 and (factors == "auto" or forms == ["factors"] * 3), forms
+    if comm.size > 1:
+        sent_on, _, opt_on = _bytes_of_step_2(comm, "on", "ps")
+        sent_off, _, opt_off = _bytes_of_step_2(comm, "off", "ps")
+        for sent, opt in ((sent_on, opt_on), (sent_off, opt_off)):
+            mine = opt.bytes_sent_by_rank()[comm.rank]
+            assert abs(sent - mine) <= 1e-9 * max(1.0, mine), (sent, mine)
+        assert opt_on.layout.nbytes < opt_off.layout.nbytes  # the weights left the servers
+
+
 def check_accumulation_and_idle_rank(comm) -> None:
     """Two backward passes per step (factors concatenate along K; blocking), and a rank with
     no backward at one step (its factors are all padding), equal the bucket path."""
@@ -174,16 +220,8 @@ def check_bytes_counted_exactly(comm) -> None:
     p = comm.size
     for strategy in ("gossip", "allreduce"):
         for factors in ("on", "auto", "off"):
-            counter = CountingCommunicator(comm)
-            counts: list[tuple[int, int, int]] = []  # after each step (the first agrees on K)
-
-            def count(_step: int, counter=counter, counts=counts) -> None:
-                counts.append((counter.sent, counter.reduced, counter.gathered))
-
-            _, opt = train(counter, factors, strategy, steps=3, on_step=count)
-            sent, reduced, gathered = (b - a for a, b in zip(counts[1], counts[2], strict=True))
+            measured, (sent, reduced, gathered), opt = _bytes_of_step_2(comm, factors, strategy)
             theory = opt.bytes_sent_per_step()
-            measured = sent + reduced * 2 * (p - 1) / p + gathered * (p - 1)
             assert abs(measured - theory) <= 1e-9 * max(1.0, theory), \
                 (strategy, factors, measured, theory)
             if p == 1:
@@ -197,5 +235,5 @@ def check_bytes_counted_exactly(comm) -> None:
 
 
 ALL = [check_iallgather, check_rebuilt_gradient_is_exact, check_gossip_factors_match_buckets,
-       check_allreduce_factors_match_buckets, check_accumulation_and_idle_rank,
-       check_bytes_counted_exactly]
+       check_allreduce_factors_match_buckets, check_ps_factors_match_buckets,
+       check_accumulation_and_idle_rank, check_bytes_counted_exactly]
