@@ -173,15 +173,7 @@ def run_strategies(comm: Communicator, strategies: list[str], width: int = 1024,
                    factors: tuple[str, ...] = ("off",), dims: tuple[int, ...] | None = None,
                    together: str = "all") -> dict[str, Any]:
     """The whole benchmark; returns the JSON record (the same on every rank)."""
-    if not strategies or len(set(strategies)) != len(strategies):
-        raise ValueError(f"--strategies {','.join(strategies)!r}: name each strategy once")
-    if batch < 1 or steps < 1 or reps < 1 or warmup < 0:
-        raise ValueError("need --batch, --steps, --reps >= 1 and --warmup >= 0")
-    if staleness not in (0, 1):
-        raise ValueError(f"--staleness must be 0 or 1, got {staleness}")
-    if not factors or not set(factors) <= {"on", "off", "auto"}:
-        raise ValueError(f"--factors {','.join(factors)!r}: a list of on, off, auto")
-
+    _check_arguments(strategies, batch, steps, reps, warmup, staleness, factors)
     specs = {name: (s, f) for name, s, f in contenders(strategies, list(factors))}
     rows: dict[str, dict[str, Any]] = {}
     times: dict[str, tuple[int, list[float]]] = {}  # name -> (group, block times)
@@ -215,6 +207,26 @@ def run_strategies(comm: Communicator, strategies: list[str], width: int = 1024,
         "factors": list(factors), "together": together, "steps": steps, "reps": reps,
         "warmup": warmup, "model_bytes": model_bytes, "results": [rows[n] for n in specs],
         **link_info()}
+    return _with_ratios(record, rows, times, strategies)
+
+
+def _check_arguments(strategies: list[str], batch: int, steps: int, reps: int, warmup: int,
+                     staleness: int, factors: tuple[str, ...]) -> None:
+    if not strategies or len(set(strategies)) != len(strategies):
+        raise ValueError(f"--strategies {','.join(strategies)!r}: name each strategy once")
+    if batch < 1 or steps < 1 or reps < 1 or warmup < 0:
+        raise ValueError("need --batch, --steps, --reps >= 1 and --warmup >= 0")
+    if staleness not in (0, 1):
+        raise ValueError(f"--staleness must be 0 or 1, got {staleness}")
+    if not factors or not set(factors) <= {"on", "off", "auto"}:
+        raise ValueError(f"--factors {','.join(factors)!r}: a list of on, off, auto")
+
+
+def _with_ratios(record: dict[str, Any], rows: dict[str, dict[str, Any]],
+                 times: dict[str, tuple[int, list[float]]],
+                 strategies: list[str]) -> dict[str, Any]:
+    """``record`` plus gossip's step time over allreduce's (and the allreduce family's best)
+    and, per strategy run with and without factors, ``factors_over_plain``."""
     if "gossip" in rows and "allreduce" in rows:
         record["gossip_over_allreduce"] = finite(rows["gossip"]["step_s"]
                                                  / rows["allreduce"]["step_s"])

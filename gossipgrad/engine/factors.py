@@ -66,6 +66,9 @@ def why_not(opts: ExchangeOptions, size: int) -> str | None:
         return "--sufficient-factors off"
     if opts.strategy not in FACTOR_STRATEGIES:
         return f"--strategy {opts.strategy.value} exchanges no factors"
+    if opts.strategy is Strategy.PS and opts.sufficient_factors is SufficientFactors.AUTO:
+        return ("--strategy ps sends factors with --sufficient-factors on only: its shards "
+                "are fixed before the first step shows each layer's rows")
     if opts.mix is not Mix.GRAD and opts.strategy is not Strategy.PS:
         return "--mix param averages parameters, which have no factors"
     if opts.staleness:

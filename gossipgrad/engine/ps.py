@@ -34,6 +34,10 @@ forward (as with gossip's overlapped ``mix="param"``), or pass ``overlap=False``
 for every bucket at the end of ``step()`` (bit-identical results).
 """
 
+# Over 300 lines on purpose: one class holds ps's step protocol (pushes from backward
+# hooks, pulls before forward, the shard server's turn, the factor-path layers) so that
+# its ordering can be read in one place; the server and worker halves live apart.
+
 from __future__ import annotations
 
 import logging
@@ -103,16 +107,7 @@ class ParameterServerOptimizer(WrappedOptimizer):
         self.schedule = Schedule(comm.size, opts.topology, opts.seed, opts.rotate)
         self.step_count = 0
         params = list(model.parameters())
-        # Poseidon's hybrid: Linear weights whose factors are cheaper are all-gathered as
-        # factors and updated on every rank; everything else goes through the servers.
-        self.factors = make_factor_path(model, comm, opts, self.schedule, stager,
-                                        keep_matrices=True)
-        local = self.factors.weight_ids if self.factors else frozenset()
-        nbytes = sum(p.numel() * p.element_size() for p in params
-                     if p.requires_grad and id(p) not in local)
-        self.layout = BucketLayout(params, ps_bucket_cap(nbytes, comm.size, opts.bucket_cap_bytes),
-                                   exclude=local)
-        self.local_optimizer = self._local_optimizer(base, local, host) if local else None
+        self._split(params, stager, host)
         broadcast_parameters_(model, comm)
         verify_identical(model, comm)
         self.layout.bind_grads_()
@@ -121,16 +116,7 @@ class ParameterServerOptimizer(WrappedOptimizer):
         self.stager = stager or Stager(cuda_aware=False)
         self.communicates = comm.size > 1
         self.overlap = opts.overlap and self.communicates
-        # The waits (ps_worker) have the deadline, from when a rank needs the data, and say
-        # which peers it waits for; a request's own, from when it was posted (pushes are
-        # posted a step ahead), is only the backstop.
-        finisher = Exchange(comm, self.stager)
-        if self.factors:
-            finisher = Router(finisher, self.factors.exchange)
-        self._thread = (CommThread(finisher, 2 * comm.timeout, name="gossipgrad-ps")
-                        if self.communicates else None)
-        if self.factors:
-            self.factors.bind(self._thread if self.overlap else None, lambda: self.step_count)
+        self._thread = self._start_thread() if self.communicates else None
         device = params[0].device
         server_device = torch.device("cpu") if host else device
         self.push = push or DensePush()
@@ -154,6 +140,32 @@ class ParameterServerOptimizer(WrappedOptimizer):
             log.info("ps: %d buckets over %d ranks (rank 0 serves %.2f MB of %.2f MB), "
                      "max-lag %d", nb, comm.size, mine / 1e6, self.layout.nbytes / 1e6,
                      self.max_lag)
+
+    def _split(self, params: list[torch.nn.Parameter], stager: Stager | None,
+               host: bool) -> None:
+        """Poseidon's hybrid: Linear weights sent as factors (``self.factors``, updated on
+        every rank by ``self.local_optimizer``) and the buckets the servers hold."""
+        self.factors = make_factor_path(self.model, self.comm, self.options, self.schedule,
+                                        stager, keep_matrices=True)
+        local = self.factors.weight_ids if self.factors else frozenset()
+        nbytes = sum(p.numel() * p.element_size() for p in params
+                     if p.requires_grad and id(p) not in local)
+        cap = ps_bucket_cap(nbytes, self.comm.size, self.options.bucket_cap_bytes)
+        self.layout = BucketLayout(params, cap, exclude=local)
+        self.local_optimizer = (self._local_optimizer(self.optimizer, local, host) if local
+                                else None)
+
+    def _start_thread(self) -> CommThread:
+        """The polling thread. Its waits (ps_worker) have the deadline, from when a rank
+        needs the data, and say which peers it waits for; a request's own, from when it was
+        posted (pushes are posted a step ahead), is only the backstop."""
+        finisher: Any = Exchange(self.comm, self.stager)
+        if self.factors:
+            finisher = Router(finisher, self.factors.exchange)
+        thread = CommThread(finisher, 2 * self.comm.timeout, name="gossipgrad-ps")
+        if self.factors:
+            self.factors.bind(thread if self.overlap else None, lambda: self.step_count)
+        return thread
 
     def _local_optimizer(self, base: torch.optim.Optimizer, weights: frozenset[int],
                          host: bool) -> torch.optim.Optimizer | HostOffloadOptimizer:
