@@ -1,5 +1,6 @@
 """Environment settings: every ``GOSSIPGRAD_*`` variable that is not a training flag, read
-once, in one place. PURE: stdlib only.
+once, in one place: their table is ``gossipgrad/settings.toml`` (name, kind, example, default,
+meaning), shipped with the package. PURE: stdlib only.
 
 Training flags have variables of their own, ``GOSSIPGRAD_<OPTION>`` (flag > variable >
 ``--config`` file > default; ``gossipgrad train --help`` lists them). The variables below
@@ -19,12 +20,15 @@ from __future__ import annotations
 import functools
 import math
 import os
+import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
 
 def _flag(text: str) -> bool:
+    """1 or 0"""
     value = text.strip().lower()
     if value in {"1", "true", "yes", "on"}:
         return True
@@ -34,6 +38,7 @@ def _flag(text: str) -> bool:
 
 
 def _count(text: str) -> int:
+    """a whole number >= 1"""
     value = int(text)
     if value < 1:
         raise ValueError
@@ -41,6 +46,7 @@ def _count(text: str) -> int:
 
 
 def _seconds(text: str) -> float:
+    """a number >= 0"""
     value = float(text)
     if not (value >= 0 and math.isfinite(value)):
         raise ValueError
@@ -48,6 +54,7 @@ def _seconds(text: str) -> float:
 
 
 def _level(text: str) -> str:
+    """single, funneled, serialized or multiple"""
     value = text.strip().lower()
     if value not in {"single", "funneled", "serialized", "multiple"}:
         raise ValueError
@@ -55,6 +62,7 @@ def _level(text: str) -> str:
 
 
 def _comm_wait(text: str) -> bool:
+    """poll or block"""
     value = text.strip().lower()
     if value not in {"poll", "block"}:
         raise ValueError
@@ -62,6 +70,7 @@ def _comm_wait(text: str) -> bool:
 
 
 def _slow(text: str) -> tuple[int, float]:
+    """RANK:FACTOR with FACTOR >= 1"""
     rank, _, factor = text.partition(":")
     pair = int(rank), float(factor)
     if pair[0] < 0 or not (pair[1] >= 1 and math.isfinite(pair[1])):
@@ -84,52 +93,47 @@ def _kills(text: str) -> tuple[tuple[int, int, str], ...]:
     return tuple(kills)
 
 
+def _text(text: str) -> str:
+    """text"""
+    return text
+
+
+_kills.__doc__ = "RANK:STEP[:WHERE] (WHERE: " + ", ".join(KILL_POINTS) + ")"
+_KINDS: dict[str, Callable[[str], Any]] = {
+    f.__name__.lstrip("_"): f
+    for f in (_flag, _count, _seconds, _level, _comm_wait, _slow, _kills, _text)}
+"""How a variable's text is parsed, by the ``kind`` its table row names; each parser's
+docstring says what a valid value looks like (for the error)."""
+
+
 @dataclass(frozen=True)
 class Variable:
-    """One environment variable: its field in :class:`Settings`, parser, example, meaning."""
+    """One environment variable: its field in :class:`Settings`, kind, example, meaning."""
 
     name: str
     field: str
-    parse: Callable[[str], Any]
+    kind: str
     example: str
     default: str
     help: str
 
+    def parse(self, text: str) -> Any:
+        return _KINDS[self.kind](text)
 
-VARIABLES: tuple[Variable, ...] = (
-    Variable("GOSSIPGRAD_MPI", "force_mpi", _flag, "1", "detected",
-             "1: use MPI even without a launcher's variables; 0: never"),
-    Variable("GOSSIPGRAD_THREADS", "threads", _count, "4", "cores // ranks on the node",
-             "torch intra-op threads per rank"),
-    Variable("OMP_NUM_THREADS", "omp_threads", _count, "1", "unset",
-             "honoured when GOSSIPGRAD_THREADS is unset"),
-    Variable("GOSSIPGRAD_WAIT_SPIN_S", "wait_spin_s", _seconds, "0", "1.0, or 0 when ranks "
-             "outnumber cores", "seconds the training thread polls a wait before backing off"),
-    Variable("GOSSIPGRAD_PROGRESS_BURST", "progress_burst", _count, "16", "16",
-             "MPI tests per poll before sleeping (too few starve a fast link)"),
-    Variable("GOSSIPGRAD_POLL_MAX_PAUSE_S", "poll_max_pause_s", _seconds, "1e-3", "1e-3",
-             "longest sleep between polls"),
-    Variable("GOSSIPGRAD_COMM_WAIT", "comm_block", _comm_wait, "block", "poll",
-             "how the communication thread waits for a gossip exchange: poll (MPI_Test in "
-             "bursts, sleeping between) or block (MPI_Wait; needs MPI_THREAD_MULTIPLE)"),
-    Variable("GOSSIPGRAD_MPI_THREAD_LEVEL", "mpi_thread_level", _level, "serialized",
-             "multiple", "thread level asked of MPI (below multiple, calls are serialised)"),
-    Variable("GOSSIPGRAD_CUDA_AWARE", "cuda_aware", _flag, "1", "asked of MPI",
-             "whether MPI takes CUDA pointers (else device buffers go through host copies)"),
-    Variable("GOSSIPGRAD_INJECT_DELAY_MS", "inject_delay_ms", _seconds, "5", "0",
-             "one-way latency added to every point-to-point send (the emulated cluster)"),
-    Variable("GOSSIPGRAD_INJECT_SLOW", "inject_slow", _slow, "3:2", "none",
-             "RANK:FACTOR: that rank's compute takes FACTOR times as long (straggler tests)"),
-    Variable("GOSSIPGRAD_INJECT_KILL", "inject_kill", _kills, "3:40:shuffle", "none",
-             "RANK:STEP[:WHERE],...: that launch rank SIGKILLs itself at that step, WHERE one "
-             "of step (default), shuffle, eval, checkpoint (failure tests)"),
-    Variable("OMPI_MCA_mpi_ft_enable", "ompi_ft", _flag, "1", "unset",
-             "set by Open MPI's mpiexec --with-ft ulfm: ULFM is on (--on-failure continue)"),
-    Variable("GOSSIPGRAD_EMU_RATE", "emu_rate", str, "1gbit", "none",
-             "link rate label set by scripts/emucluster.py (recorded by benchmarks)"),
-    Variable("GOSSIPGRAD_EMU_NETNS", "emu_netns", str, "gg123-0", "none",
-             "set by scripts/emucluster.py: this rank's network namespace"),
-)
+
+def _load_table() -> tuple[Variable, ...]:
+    """The rows of ``settings.toml`` (shipped with the package)."""
+    text = resources.files("gossipgrad").joinpath("settings.toml").read_text(encoding="utf-8")
+    rows = tuple(Variable(**row) for row in tomllib.loads(text)["variable"])
+    unknown = [v.name for v in rows if v.kind not in _KINDS]
+    if unknown:
+        raise RuntimeError(f"gossipgrad/settings.toml: unknown kind for {unknown}")
+    return rows
+
+
+VARIABLES: tuple[Variable, ...] = _load_table()
+"""Every variable, in the order of ``gossipgrad/settings.toml`` (the one place they are
+described)."""
 
 
 @dataclass(frozen=True)
@@ -164,11 +168,7 @@ class Settings:
             try:
                 values[v.field] = v.parse(text.strip())
             except ValueError:
-                kind = {_count: "a whole number >= 1", _seconds: "a number >= 0",
-                        _flag: "1 or 0", _slow: "RANK:FACTOR with FACTOR >= 1",
-                        _kills: "RANK:STEP[:WHERE] (WHERE: " + ", ".join(KILL_POINTS) + ")",
-                        _comm_wait: "poll or block",
-                        _level: "single, funneled, serialized or multiple"}.get(v.parse, "text")
+                kind = _KINDS[v.kind].__doc__
                 raise ValueError(f"{v.name}={text!r}: expected {kind}, e.g. "
                                  f"{v.example}") from None
         return cls(**values)
