@@ -142,13 +142,16 @@ def ompi_command(n: int, args: list[str], ulfm: bool = True) -> list[str]:
     return [launcher, *ft, "--oversubscribe", "-n", str(n), python, "-m", "gossipgrad", *args]
 
 
-def rank_pids(root: int) -> dict[int, int]:
-    """``{rank: pid}`` of the MPI ranks below process ``root`` (scripts/procs.py)."""
+def _load_procs():
     spec = importlib.util.spec_from_file_location(
         "procs", os.path.join(REPO, "scripts", "procs.py"))
-    procs = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(procs)
-    return procs.rank_pids(root)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+rank_pids = _load_procs().rank_pids
+"""``{rank: pid}`` of the MPI ranks below process ``root`` (scripts/procs.py)."""
 
 
 def rank_pid(root: int, rank: int) -> int:

@@ -19,7 +19,7 @@ import click
 
 from gossipgrad.bench.tta import TtaOptions, run_tta
 from gossipgrad.bench.tta_report import markdown_table, metrics_lines, plot_png
-from gossipgrad.cli.options import COMM_TIMEOUT
+from gossipgrad.cli.options import BUCKET_MB, COMM_TIMEOUT
 from gossipgrad.cli.output import run_bench
 from gossipgrad.engine.config import TrainConfig
 
@@ -50,7 +50,7 @@ JOB = {"arch": "mlp", "hidden": 2048, "batch_size": 16, "lr": 0.05}
 @click.option("--momentum", type=float, default=0.9, show_default=True)
 @click.option("--mix", type=click.Choice(["param", "grad"]), default="param", show_default=True,
               help="What gossip mixes (allreduce always averages gradients).")
-@click.option("--bucket-mb", type=float, default=25.0, show_default=True)
+@BUCKET_MB
 @click.option("--partition", default="iid", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--markdown", type=click.Path(dir_okay=False), default=None,

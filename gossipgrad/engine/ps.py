@@ -152,8 +152,8 @@ class ParameterServerOptimizer(WrappedOptimizer):
                      if p.requires_grad and id(p) not in local)
         cap = ps_bucket_cap(nbytes, self.comm.size, self.options.bucket_cap_bytes)
         self.layout = BucketLayout(params, cap, exclude=local)
-        self.local_optimizer = (self._local_optimizer(self.optimizer, local, host) if local
-                                else None)
+        self.local_optimizer, self._local_group_of = (
+            _local_optimizer(self.optimizer, local, host) if local else (None, []))
 
     def _start_thread(self) -> CommThread:
         """The polling thread. Its waits (ps_worker) have the deadline, from when a rank
@@ -166,19 +166,6 @@ class ParameterServerOptimizer(WrappedOptimizer):
         if self.factors:
             self.factors.bind(thread if self.overlap else None, lambda: self.step_count)
         return thread
-
-    def _local_optimizer(self, base: torch.optim.Optimizer, weights: frozenset[int],
-                         host: bool) -> torch.optim.Optimizer | HostOffloadOptimizer:
-        """``type(base)`` over the factor-path weights, in their user groups' settings
-        (copied from those groups before every step: a learning-rate schedule applies)."""
-        groups, self._local_group_of = [], []
-        for j, g in enumerate(base.param_groups):
-            mine = [p for p in g["params"] if id(p) in weights]
-            if mine:
-                groups.append({**hyperparameters(g), "params": mine})
-                self._local_group_of.append(j)
-        local = type(base)(groups, **base.defaults)
-        return HostOffloadOptimizer(local) if host else local
 
     def _local_step(self) -> None:
         """Wait for the factor-path layers' mean gradients and update them here."""
@@ -346,3 +333,18 @@ class ParameterServerOptimizer(WrappedOptimizer):
             self.server.load_state_dict(state["ps"])
         if self.local_optimizer is not None and "factor_optimizer" in state:
             self.local_optimizer.load_state_dict(state["factor_optimizer"])
+
+
+def _local_optimizer(base: torch.optim.Optimizer, weights: frozenset[int], host: bool
+                     ) -> tuple[torch.optim.Optimizer | HostOffloadOptimizer, list[int]]:
+    """``type(base)`` over the factor-path weights, in their user groups' settings (copied
+    from those groups before every step, so a learning-rate schedule applies), and the index
+    of each of its groups among ``base``'s."""
+    groups, group_of = [], []
+    for j, g in enumerate(base.param_groups):
+        mine = [p for p in g["params"] if id(p) in weights]
+        if mine:
+            groups.append({**hyperparameters(g), "params": mine})
+            group_of.append(j)
+    local = type(base)(groups, **base.defaults)
+    return (HostOffloadOptimizer(local) if host else local), group_of
