@@ -13,6 +13,14 @@ from gossipgrad.engine.distributed import DistributedOptimizer
 from gossipgrad.options import ExchangeOptions, Mix, Strategy, Topology
 from gossipgrad.runtime import init
 
-__all__ = ["init", "DistributedOptimizer", "ExchangeOptions", "Mix", "Strategy", "Topology",
-           "average_parameters_", "broadcast_parameters_"]
+__all__ = [
+    "init",
+    "DistributedOptimizer",
+    "ExchangeOptions",
+    "Mix",
+    "Strategy",
+    "Topology",
+    "average_parameters_",
+    "broadcast_parameters_",
+]
 __version__ = "0.1.0"

@@ -84,20 +84,28 @@ class SufficientFactors(enum.StrEnum):
             return
         if strategy not in FACTOR_STRATEGIES:
             names = " or ".join(s.value for s in FACTOR_STRATEGIES)
-            raise ValueError(f"--sufficient-factors on needs --strategy {names} (got "
-                             f"{strategy.value}); pass --sufficient-factors auto or off")
+            raise ValueError(
+                f"--sufficient-factors on needs --strategy {names} (got "
+                f"{strategy.value}); pass --sufficient-factors auto or off"
+            )
         if mix is not Mix.GRAD and strategy is not Strategy.PS:  # ps: gradients always
-            raise ValueError("--sufficient-factors on needs --mix grad (--mix param averages "
-                             "parameters, which have no factors); pass --mix grad, or "
-                             "--sufficient-factors auto or off")
+            raise ValueError(
+                "--sufficient-factors on needs --mix grad (--mix param averages "
+                "parameters, which have no factors); pass --mix grad, or "
+                "--sufficient-factors auto or off"
+            )
         if staleness:
-            raise ValueError("--sufficient-factors on needs --staleness 0 (a stale exchange "
-                             "is applied as a correction of the gradient buckets); pass "
-                             "--staleness 0, or --sufficient-factors auto or off")
+            raise ValueError(
+                "--sufficient-factors on needs --staleness 0 (a stale exchange "
+                "is applied as a correction of the gradient buckets); pass "
+                "--staleness 0, or --sufficient-factors auto or off"
+            )
         if max_lag:
-            raise ValueError("--sufficient-factors on needs --max-lag 0 (a lagged frame "
-                             "carries whole buckets); pass --max-lag 0, or "
-                             "--sufficient-factors auto or off")
+            raise ValueError(
+                "--sufficient-factors on needs --max-lag 0 (a lagged frame "
+                "carries whole buckets); pass --max-lag 0, or "
+                "--sufficient-factors auto or off"
+            )
 
 
 class Sync(enum.StrEnum):
@@ -129,6 +137,8 @@ class OnFailure(enum.StrEnum):
 
     ABORT = "abort"  # end the job on every rank with a non-zero code
     CONTINUE = "continue"  # revoke, shrink, agree, continue (needs an MPI with ULFM)
+
+
 class Offload(enum.StrEnum):
     """What moves from device memory to (pinned) host memory (``--offload``)."""
 
@@ -167,16 +177,17 @@ Library strategies (horovod, ddp) run their own allreduce; local sends nothing."
 def choice(enum_type: type[E], value: Any, flag: str) -> E:
     """``enum_type(value)``, or ValueError naming ``flag`` and listing the choices.
 
-        >>> choice(Mix, "grad", "--mix") is Mix.GRAD
-        True
+    >>> choice(Mix, "grad", "--mix") is Mix.GRAD
+    True
     """
     try:
         return enum_type(value)
     except ValueError:
         values = ", ".join(str(e.value) for e in enum_type)
         where = f" ({flag})" if flag.startswith("--") else ""
-        raise ValueError(f"unknown {flag.lstrip('-')} {value!r}{where}; choose one of: "
-                         f"{values}") from None
+        raise ValueError(
+            f"unknown {flag.lstrip('-')} {value!r}{where}; choose one of: {values}"
+        ) from None
 
 
 def at_least(value: float, low: float, flag: str, strict: bool = False) -> None:
@@ -188,8 +199,8 @@ def at_least(value: float, low: float, flag: str, strict: bool = False) -> None:
 def bucket_cap_bytes(bucket_mb: float) -> int:
     """``--bucket-mb`` (MiB, > 0) in bytes.
 
-        >>> bucket_cap_bytes(0.25)
-        262144
+    >>> bucket_cap_bytes(0.25)
+    262144
     """
     at_least(bucket_mb, 0, "--bucket-mb", strict=True)
     return int(bucket_mb * 2**20)

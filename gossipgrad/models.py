@@ -15,17 +15,28 @@ def mlp(in_shape: tuple[int, ...], classes: int, hidden: int = 128) -> nn.Module
     n = 1
     for d in in_shape:
         n *= d
-    return nn.Sequential(nn.Flatten(), nn.Linear(n, hidden), nn.ReLU(),
-                         nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, classes))
+    return nn.Sequential(
+        nn.Flatten(),
+        nn.Linear(n, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, classes),
+    )
 
 
 def cnn(in_shape: tuple[int, ...], classes: int, hidden: int = 32) -> nn.Module:
     """A small convolutional net for 1- or 3-channel images."""
     c = in_shape[0]
     return nn.Sequential(
-        nn.Conv2d(c, hidden, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(hidden, 2 * hidden, 3, padding=1), nn.ReLU(),
-        nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(8 * hidden, classes))
+        nn.Conv2d(c, hidden, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(hidden, 2 * hidden, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(2),
+        nn.Flatten(),
+        nn.Linear(8 * hidden, classes),
+    )
 
 
 def _torchvision(name: str) -> Callable[..., nn.Module]:
@@ -33,8 +44,9 @@ def _torchvision(name: str) -> Callable[..., nn.Module]:
         try:
             import torchvision.models as tvm
         except ImportError as exc:
-            raise ValueError(f"model {name!r} needs torchvision: pip install "
-                             "'gossipgrad[vision]'") from exc
+            raise ValueError(
+                f"model {name!r} needs torchvision: pip install 'gossipgrad[vision]'"
+            ) from exc
         kwargs = {"weights": None, "num_classes": classes}
         if name == "googlenet":
             kwargs.update(aux_logits=True, init_weights=True)

@@ -118,21 +118,27 @@ class ExchangeOptions(_Options):
         self._set("strategy", choice(Strategy, self.strategy, "--strategy"))
         self._set("topology", choice(Topology, self.topology, "--topology"))
         self._set("mix", choice(Mix, self.mix, "--mix"))
-        self._set("sufficient_factors", choice(SufficientFactors, self.sufficient_factors,
-                                               "--sufficient-factors"))
+        self._set(
+            "sufficient_factors",
+            choice(SufficientFactors, self.sufficient_factors, "--sufficient-factors"),
+        )
         if self.staleness not in (0, 1):
             raise ValueError(f"--staleness must be 0 or 1, got {self.staleness}")
         if self.staleness and self.strategy.library:
-            raise ValueError(f"--staleness 1 is not available with --strategy {self.strategy}: "
-                             "it waits for every step's allreduce (use --strategy allreduce "
-                             "for a stale allreduce)")
+            raise ValueError(
+                f"--staleness 1 is not available with --strategy {self.strategy}: "
+                "it waits for every step's allreduce (use --strategy allreduce "
+                "for a stale allreduce)"
+            )
         at_least(self.sync_every, 0, "--sync-every")
         at_least(self.max_lag, 0, "--max-lag")
         self.sufficient_factors.check(self.strategy, self.mix, self.staleness, self.max_lag)
         if self.max_lag and self.strategy.collective:
-            raise ValueError(f"--max-lag {self.max_lag} is not available with --strategy "
-                             f"{self.strategy}: its allreduce waits for every rank at every "
-                             "step; use --strategy gossip, or --max-lag 0")
+            raise ValueError(
+                f"--max-lag {self.max_lag} is not available with --strategy "
+                f"{self.strategy}: its allreduce waits for every rank at every "
+                "step; use --strategy gossip, or --max-lag 0"
+            )
         bucket_cap_bytes(self.bucket_mb)
         if self.strategy is Strategy.PS:
             self._check_ps()
@@ -142,32 +148,47 @@ class ExchangeOptions(_Options):
         """ps pushes gradients to their owner and pulls parameters back every step; its
         slack is ``--max-lag``. Options that only mean something to gossip are refused."""
         if self.staleness:
-            raise ValueError("--staleness 1 is not available with --strategy ps: its slack is "
-                             "--max-lag S (compute on parameters up to S steps old)")
+            raise ValueError(
+                "--staleness 1 is not available with --strategy ps: its slack is "
+                "--max-lag S (compute on parameters up to S steps old)"
+            )
         if self.mix is not Mix.PARAM:
-            raise ValueError(f"--mix {self.mix} does not apply to --strategy ps: it pushes "
-                             "gradients to their owner and pulls parameters back; drop --mix")
+            raise ValueError(
+                f"--mix {self.mix} does not apply to --strategy ps: it pushes "
+                "gradients to their owner and pulls parameters back; drop --mix"
+            )
         if self.sync_every:
-            raise ValueError("--sync-every does not apply to --strategy ps: every rank computes "
-                             "on the server's parameters, there is nothing to average; drop it")
+            raise ValueError(
+                "--sync-every does not apply to --strategy ps: every rank computes "
+                "on the server's parameters, there is nothing to average; drop it"
+            )
 
     def _check_sync(self) -> None:
         self._set("sync", choice(Sync, self.sync, "--sync"))
         at_least(self.sync_threshold, 0, "--sync-threshold", strict=True)
         at_least(self.monitor_every, 0, "--monitor-every")
         if self.sync is Sync.ADAPTIVE and self.strategy is not Strategy.GOSSIP:
-            why = ("never communicates" if self.strategy is Strategy.LOCAL
-                   else "keeps every rank identical")
-            raise ValueError(f"--sync adaptive applies to --strategy gossip only (--strategy "
-                             f"{self.strategy} {why}); drop --sync or pass --sync off")
+            why = (
+                "never communicates"
+                if self.strategy is Strategy.LOCAL
+                else "keeps every rank identical"
+            )
+            raise ValueError(
+                f"--sync adaptive applies to --strategy gossip only (--strategy "
+                f"{self.strategy} {why}); drop --sync or pass --sync off"
+            )
         if self.sync is Sync.ADAPTIVE and self.max_lag:
-            raise ValueError("--sync adaptive needs --max-lag 0: its estimate is a collective "
-                             "every --monitor-every steps, the barrier a lagged run avoids; "
-                             "pass --sync off")
+            raise ValueError(
+                "--sync adaptive needs --max-lag 0: its estimate is a collective "
+                "every --monitor-every steps, the barrier a lagged run avoids; "
+                "pass --sync off"
+            )
         if self.adaptive and not self.monitor_every:
             default = " (the default with --mix grad)" if self.sync is Sync.AUTO else ""
-            raise ValueError(f"--sync adaptive{default} needs --monitor-every >= 1 to see the "
-                             "consensus distance; pass --sync off to do without both")
+            raise ValueError(
+                f"--sync adaptive{default} needs --monitor-every >= 1 to see the "
+                "consensus distance; pass --sync off to do without both"
+            )
 
     @property
     def adaptive(self) -> bool:
@@ -178,16 +199,14 @@ class ExchangeOptions(_Options):
             (True, False)
         """
         if self.sync is Sync.AUTO:
-            return (self.strategy is Strategy.GOSSIP and self.mix is Mix.GRAD
-                    and not self.max_lag)
+            return self.strategy is Strategy.GOSSIP and self.mix is Mix.GRAD and not self.max_lag
         return self.sync is Sync.ADAPTIVE
 
     @property
     def monitors(self) -> bool:
         """Whether gossip's consensus distance is estimated every ``monitor_every`` steps
         (not with ``max_lag``: the estimate is a collective)."""
-        return (self.strategy is Strategy.GOSSIP and self.monitor_every > 0
-                and not self.max_lag)
+        return self.strategy is Strategy.GOSSIP and self.monitor_every > 0 and not self.max_lag
 
     @property
     def bucket_cap_bytes(self) -> int:
@@ -198,8 +217,8 @@ class ExchangeOptions(_Options):
 def exchange_options(options: ExchangeOptions | None, overrides: dict[str, Any]) -> ExchangeOptions:
     """``options`` (default: the defaults) with ``overrides`` applied, validated again.
 
-        >>> exchange_options(None, {"mix": "grad"}).mix
-        <Mix.GRAD: 'grad'>
+    >>> exchange_options(None, {"mix": "grad"}).mix
+    <Mix.GRAD: 'grad'>
     """
     base = options if options is not None else ExchangeOptions()
     return dataclasses.replace(base, **overrides) if overrides else base
@@ -226,9 +245,11 @@ class DataOptions(_Options):
 
     def __post_init__(self) -> None:
         if self.data is None and self.dataset not in self.DATASETS:
-            raise ValueError(f"unknown dataset {self.dataset!r} (--dataset); choose one of: "
-                             f"{', '.join(self.DATASETS)}, or pass --data DIR for an "
-                             "ImageFolder")
+            raise ValueError(
+                f"unknown dataset {self.dataset!r} (--dataset); choose one of: "
+                f"{', '.join(self.DATASETS)}, or pass --data DIR for an "
+                "ImageFolder"
+            )
         at_least(self.batch_size, 0, "--batch-size", strict=True)
         at_least(self.image_size, 16, "--image-size")
         at_least(self.num_classes, 0, "--num-classes")
@@ -253,8 +274,8 @@ class ShuffleOptions(_Options):
 def parse_partition(kind: str) -> tuple[str, float | None]:
     """``--partition``: ``"iid"`` -> ("iid", None); ``"dirichlet:0.5"`` -> ("dirichlet", 0.5).
 
-        >>> parse_partition("dirichlet:0.1")
-        ('dirichlet', 0.1)
+    >>> parse_partition("dirichlet:0.1")
+    ('dirichlet', 0.1)
     """
     name, _, arg = kind.strip().partition(":")
     if name in ("iid", "sorted") and not arg:
@@ -265,11 +286,15 @@ def parse_partition(kind: str) -> tuple[str, float | None]:
         except ValueError:
             alpha = float("nan")
         if not (alpha > 0 and alpha != float("inf")):
-            raise ValueError(f"--partition {kind!r}: dirichlet needs a positive concentration, "
-                             "e.g. dirichlet:0.5")
+            raise ValueError(
+                f"--partition {kind!r}: dirichlet needs a positive concentration, "
+                "e.g. dirichlet:0.5"
+            )
         return name, alpha
-    raise ValueError(f"--partition {kind!r} is not known; choose iid, sorted or dirichlet:ALPHA "
-                     "(e.g. dirichlet:0.5)")
+    raise ValueError(
+        f"--partition {kind!r} is not known; choose iid, sorted or dirichlet:ALPHA "
+        "(e.g. dirichlet:0.5)"
+    )
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,16 @@ ABORT_GRACE_S = 1.0
 WAIT_SPIN_S = 1.0
 
 # Variables that launchers set for each rank they start.
-_LAUNCHER_VARS = ("PMI_RANK", "PMI_FD", "PMI_PORT", "PMIX_RANK", "OMPI_COMM_WORLD_RANK",
-                  "MV2_COMM_WORLD_RANK", "MPI_LOCALRANKID", "HYDI_CONTROL_FD")
+_LAUNCHER_VARS = (
+    "PMI_RANK",
+    "PMI_FD",
+    "PMI_PORT",
+    "PMIX_RANK",
+    "OMPI_COMM_WORLD_RANK",
+    "MV2_COMM_WORLD_RANK",
+    "MPI_LOCALRANKID",
+    "HYDI_CONTROL_FD",
+)
 
 
 def launched_by_mpi(env: Settings | None = None) -> bool:
@@ -55,12 +63,15 @@ def init(timeout: float = DEFAULT_TIMEOUT_S, verbose: bool = False) -> Communica
         per_node = node_size()
         # Ranks bound one per core each see one core: the node's are their union.
         together = node_cores(MpiCommunicator(timeout=timeout, delay_s=0.0))
-        comm: Communicator = MpiCommunicator(timeout=timeout,
-                                             policy=wait_policy(together, per_node, env))
+        comm: Communicator = MpiCommunicator(
+            timeout=timeout, policy=wait_policy(together, per_node, env)
+        )
         setup_logging(comm.rank, comm.size, verbose)
         if not thread_multiple():
-            log.warning("MPI granted less than MPI_THREAD_MULTIPLE: MPI calls from the "
-                        "communication and shuffle threads are serialised behind one lock")
+            log.warning(
+                "MPI granted less than MPI_THREAD_MULTIPLE: MPI calls from the "
+                "communication and shuffle threads are serialised behind one lock"
+            )
     else:
         from gossipgrad.comm.local import LocalWorld
 
@@ -71,8 +82,12 @@ def init(timeout: float = DEFAULT_TIMEOUT_S, verbose: bool = False) -> Communica
 
     torch.set_num_threads(torch_threads(cores, per_node, env))
     if comm.rank == 0 and comm.policy.spin_s == 0.0 and env.wait_spin_s is None:
-        log.info("%d ranks share %d cores: waits yield the CPU instead of spinning "
-                 "(GOSSIPGRAD_WAIT_SPIN_S overrides)", per_node, together)
+        log.info(
+            "%d ranks share %d cores: waits yield the CPU instead of spinning "
+            "(GOSSIPGRAD_WAIT_SPIN_S overrides)",
+            per_node,
+            together,
+        )
     return comm
 
 
@@ -96,8 +111,12 @@ def wait_policy(cores: int, per_node: int, env: Settings) -> WaitPolicy:
     spin = env.wait_spin_s
     if spin is None:
         spin = WAIT_SPIN_S if per_node <= cores else 0.0
-    return WaitPolicy(spin_s=spin, burst=env.progress_burst, max_pause_s=env.poll_max_pause_s,
-                      block=env.comm_block)
+    return WaitPolicy(
+        spin_s=spin,
+        burst=env.progress_burst,
+        max_pause_s=env.poll_max_pause_s,
+        block=env.comm_block,
+    )
 
 
 def host_share(comm: Communicator) -> tuple[int, int]:
@@ -219,12 +238,19 @@ def select_device(choice: str, comm: Communicator) -> Any:
     if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise ValueError(f"rank {comm.rank}: --device cuda, but torch sees no CUDA device "
-                         "(CUDA_VISIBLE_DEVICES, driver, or a CPU-only torch build?)")
+        raise ValueError(
+            f"rank {comm.rank}: --device cuda, but torch sees no CUDA device "
+            "(CUDA_VISIBLE_DEVICES, driver, or a CPU-only torch build?)"
+        )
     lr, count = local_rank(comm), torch.cuda.device_count()
     if lr >= count:
-        log.warning("rank %d: node-local rank %d but only %d GPUs: sharing cuda:%d",
-                    comm.rank, lr, count, lr % count)
+        log.warning(
+            "rank %d: node-local rank %d but only %d GPUs: sharing cuda:%d",
+            comm.rank,
+            lr,
+            count,
+            lr % count,
+        )
     device = torch.device("cuda", lr % count)
     torch.cuda.set_device(device)
     return device

@@ -101,7 +101,8 @@ def _text(text: str) -> str:
 _kills.__doc__ = "RANK:STEP[:WHERE] (WHERE: " + ", ".join(KILL_POINTS) + ")"
 _KINDS: dict[str, Callable[[str], Any]] = {
     f.__name__.lstrip("_"): f
-    for f in (_flag, _count, _seconds, _level, _comm_wait, _slow, _kills, _text)}
+    for f in (_flag, _count, _seconds, _level, _comm_wait, _slow, _kills, _text)
+}
 """How a variable's text is parsed, by the ``kind`` its table row names; each parser's
 docstring says what a valid value looks like (for the error)."""
 
@@ -169,8 +170,7 @@ class Settings:
                 values[v.field] = v.parse(text.strip())
             except ValueError:
                 kind = _KINDS[v.kind].__doc__
-                raise ValueError(f"{v.name}={text!r}: expected {kind}, e.g. "
-                                 f"{v.example}") from None
+                raise ValueError(f"{v.name}={text!r}: expected {kind}, e.g. {v.example}") from None
         return cls(**values)
 
 

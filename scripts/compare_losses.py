@@ -40,10 +40,19 @@ def main(argv: list[str]) -> int:
         return 1
     diffs = {t: abs(a[t] - b[t]) for t in common}
     worst = max(common, key=lambda t: diffs[t])
-    print(json.dumps({"steps": len(common), "first": common[0], "last": common[-1],
-                      "max_abs_diff": diffs[worst], "at_step": worst,
-                      "test_accuracy": [sa.get("test_accuracy"), sb.get("test_accuracy")],
-                      "strategy": [sa.get("strategy"), sb.get("strategy")]}))
+    print(
+        json.dumps(
+            {
+                "steps": len(common),
+                "first": common[0],
+                "last": common[-1],
+                "max_abs_diff": diffs[worst],
+                "at_step": worst,
+                "test_accuracy": [sa.get("test_accuracy"), sb.get("test_accuracy")],
+                "strategy": [sa.get("strategy"), sb.get("strategy")],
+            }
+        )
+    )
     return 0
 
 

@@ -32,31 +32,73 @@ KILLED = re.compile(r"launch rank (\d+) dies at step (\d+) \((\w+)\), time ([\d.
 def launch(ranks: int, kills: str, flags: list[str], timeout: float, workdir: str) -> dict:
     """One training job; returns its record (see the module docstring)."""
     metrics = os.path.join(workdir, f"metrics-{kills or 'none'}.jsonl".replace(":", "_"))
-    cmd = [os.path.join(VENV, "mpiexec"), "--with-ft", "ulfm", "--oversubscribe", "-n",
-           str(ranks), os.path.join(VENV, "python"), "-m", "gossipgrad", "train",
-           "--on-failure", "continue", "--no-progress", "--metrics-out", metrics, *flags]
-    env = {**os.environ, "PYTHONPATH": REPO, "OMP_NUM_THREADS": "1",
-           "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "GOSSIPGRAD_INJECT_KILL": kills}
+    cmd = [
+        os.path.join(VENV, "mpiexec"),
+        "--with-ft",
+        "ulfm",
+        "--oversubscribe",
+        "-n",
+        str(ranks),
+        os.path.join(VENV, "python"),
+        "-m",
+        "gossipgrad",
+        "train",
+        "--on-failure",
+        "continue",
+        "--no-progress",
+        "--metrics-out",
+        metrics,
+        *flags,
+    ]
+    env = {
+        **os.environ,
+        "PYTHONPATH": REPO,
+        "OMP_NUM_THREADS": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+        "GOSSIPGRAD_INJECT_KILL": kills,
+    }
     t0 = time.time()
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
-                         cwd=REPO, stdin=subprocess.DEVNULL)
-    records = [json.loads(x) for x in open(metrics, encoding="utf-8")] if os.path.exists(
-        metrics) else []
+    res = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+    )
+    records = (
+        [json.loads(x) for x in open(metrics, encoding="utf-8")] if os.path.exists(metrics) else []
+    )
     summary = next((r for r in records if r.get("event") == "summary"), {})
     deaths = {int(rank): float(at) for rank, _, _, at in KILLED.findall(res.stderr)}
-    failures = [{"rank": f["rank"], "step": f["step"], "steps_redone": f["steps_redone"],
-                 "samples_lost": f["samples_lost"], "detected_to_training_s": f["seconds"],
-                 "kill_to_training_s": (round(f["resumed_at"] - deaths[f["rank"]], 3)
-                                        if f["rank"] in deaths else None)}
-                for f in summary.get("failures", [])]
-    return {"kills": kills or None, "exit_code": res.returncode,
-            "wall_s": round(time.time() - t0, 1), "steps": summary.get("steps"),
-            "epochs": _epochs(records),
-            "size_final": summary.get("size_final"), "test_accuracy": summary.get("top1"),
-            "samples_lost": summary.get("samples_lost"), "failures": failures,
-            "left_running": _left_running(metrics),
-            "stderr_tail": res.stderr[-1500:] if res.returncode or not summary else ""}
+    failures = [
+        {
+            "rank": f["rank"],
+            "step": f["step"],
+            "steps_redone": f["steps_redone"],
+            "samples_lost": f["samples_lost"],
+            "detected_to_training_s": f["seconds"],
+            "kill_to_training_s": (
+                round(f["resumed_at"] - deaths[f["rank"]], 3) if f["rank"] in deaths else None
+            ),
+        }
+        for f in summary.get("failures", [])
+    ]
+    return {
+        "kills": kills or None,
+        "exit_code": res.returncode,
+        "wall_s": round(time.time() - t0, 1),
+        "steps": summary.get("steps"),
+        "epochs": _epochs(records),
+        "size_final": summary.get("size_final"),
+        "test_accuracy": summary.get("top1"),
+        "samples_lost": summary.get("samples_lost"),
+        "failures": failures,
+        "left_running": _left_running(metrics),
+        "stderr_tail": res.stderr[-1500:] if res.returncode or not summary else "",
+    }
 
 
 def _epochs(records: list[dict]) -> int:
@@ -80,18 +122,29 @@ def _left_running(marker: str) -> list[int]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=8)
-    ap.add_argument("--kills", action="append", default=None,
-                    help="RANK:STEP[,RANK:STEP...] for one run (repeat for more runs); "
-                         "default: 3:52 and 2:27,6:77 (mid-epoch at 8 ranks, 5 steps/epoch)")
+    ap.add_argument(
+        "--kills",
+        action="append",
+        default=None,
+        help="RANK:STEP[,RANK:STEP...] for one run (repeat for more runs); "
+        "default: 3:52 and 2:27,6:77 (mid-epoch at 8 ranks, 5 steps/epoch)",
+    )
     ap.add_argument("--epochs", type=int, default=20)
     ap.add_argument("--comm-timeout", type=float, default=60.0)
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per launch")
-    ap.add_argument("--workdir", default=None,
-                    help="keep each run's metrics here (default: a temporary directory)")
-    ap.add_argument("--reference-top1", type=float, default=None,
-                    help="skip the run without failure and compare with this top-1 (from an "
-                         "earlier run of the same command; accuracy is deterministic per seed "
-                         "and size)")
+    ap.add_argument(
+        "--workdir",
+        default=None,
+        help="keep each run's metrics here (default: a temporary directory)",
+    )
+    ap.add_argument(
+        "--reference-top1",
+        type=float,
+        default=None,
+        help="skip the run without failure and compare with this top-1 (from an "
+        "earlier run of the same command; accuracy is deterministic per seed "
+        "and size)",
+    )
     args = ap.parse_args()
     if not os.path.exists(os.path.join(VENV, "mpiexec")):
         sys.exit(f"no Open MPI venv in {VENV}: run bash scripts/test.sh (it builds .venv-ompi)")
@@ -110,16 +163,33 @@ def main() -> None:
     ref = runs[0]
     budget = args.comm_timeout + 5.0
     for r in runs[1:]:
-        r["accuracy_delta_points"] = round(100 * (r["test_accuracy"] - ref["test_accuracy"]), 2) \
-            if r["test_accuracy"] is not None and ref["test_accuracy"] is not None else None
+        r["accuracy_delta_points"] = (
+            round(100 * (r["test_accuracy"] - ref["test_accuracy"]), 2)
+            if r["test_accuracy"] is not None and ref["test_accuracy"] is not None
+            else None
+        )
         times = [f["kill_to_training_s"] for f in r["failures"]]
         r["targets_met"] = bool(
-            r["exit_code"] == 0 and r["epochs"] == args.epochs and not r["left_running"]
-            and r["accuracy_delta_points"] is not None and abs(r["accuracy_delta_points"]) <= 1.5
-            and times and all(t is not None and t <= budget for t in times))
-    print(json.dumps({"ranks": args.ranks, "epochs": args.epochs,
-                      "comm_timeout": args.comm_timeout, "kill_to_training_budget_s": budget,
-                      "runs": runs}, indent=1))
+            r["exit_code"] == 0
+            and r["epochs"] == args.epochs
+            and not r["left_running"]
+            and r["accuracy_delta_points"] is not None
+            and abs(r["accuracy_delta_points"]) <= 1.5
+            and times
+            and all(t is not None and t <= budget for t in times)
+        )
+    print(
+        json.dumps(
+            {
+                "ranks": args.ranks,
+                "epochs": args.epochs,
+                "comm_timeout": args.comm_timeout,
+                "kill_to_training_budget_s": budget,
+                "runs": runs,
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

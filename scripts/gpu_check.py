@@ -48,28 +48,47 @@ def cuda_status() -> dict[str, Any]:
         return {"available": False, "reason": f"torch is not importable: {exc}"}
     status: dict[str, Any] = {"torch": torch.__version__, "torch_cuda": torch.version.cuda}
     if torch.version.cuda is None:
-        return {**status, "available": False,
-                "reason": "this torch build has no CUDA support (CPU-only wheel)"}
+        return {
+            **status,
+            "available": False,
+            "reason": "this torch build has no CUDA support (CPU-only wheel)",
+        }
     if not torch.cuda.is_available():
-        return {**status, "available": False,
-                "reason": "no CUDA device visible: torch.cuda.is_available() is False "
-                          "(no GPU, no driver, or CUDA_VISIBLE_DEVICES hides it)"}
-    return {**status, "available": True, "devices": torch.cuda.device_count(),
-            "device_name": torch.cuda.get_device_name(0)}
+        return {
+            **status,
+            "available": False,
+            "reason": "no CUDA device visible: torch.cuda.is_available() is False "
+            "(no GPU, no driver, or CUDA_VISIBLE_DEVICES hides it)",
+        }
+    return {
+        **status,
+        "available": True,
+        "devices": torch.cuda.device_count(),
+        "device_name": torch.cuda.get_device_name(0),
+    }
 
 
 def plan(cuda: dict[str, Any], cuda_aware: bool | None) -> dict[str, str | None]:
     """Which checks run: check name -> None (run) or the reason it is skipped."""
     if not cuda.get("available"):
         reason = f"skipped: {cuda.get('reason', 'no CUDA device')}"
-        return {"detect": reason, "staging": reason, "direct": reason, "throughput": reason,
-                "offload": reason}
-    direct = None if cuda_aware else (
-        "skipped: the MPI library is not CUDA-aware (no 'cuda' in mpi_memory_alloc_kinds); "
-        "device tensors go through pinned host buffers. Set GOSSIPGRAD_CUDA_AWARE=1 to force "
-        "the direct path with a CUDA-aware MPI")
-    return {"detect": None, "staging": None, "direct": direct, "throughput": None,
-            "offload": None}
+        return {
+            "detect": reason,
+            "staging": reason,
+            "direct": reason,
+            "throughput": reason,
+            "offload": reason,
+        }
+    direct = (
+        None
+        if cuda_aware
+        else (
+            "skipped: the MPI library is not CUDA-aware (no 'cuda' in mpi_memory_alloc_kinds); "
+            "device tensors go through pinned host buffers. Set GOSSIPGRAD_CUDA_AWARE=1 to force "
+            "the direct path with a CUDA-aware MPI"
+        )
+    )
+    return {"detect": None, "staging": None, "direct": direct, "throughput": None, "offload": None}
 
 
 def _mpiexec() -> str:
@@ -84,8 +103,9 @@ def _launch(n: int, args: list[str], timeout: float) -> dict[str, Any]:
         cmd = [_mpiexec(), "-n", str(n), *cmd]
     env = {**os.environ, "PYTHONPATH": REPO + os.pathsep + os.environ.get("PYTHONPATH", "")}
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
-                             stdin=subprocess.DEVNULL)
+        out = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL
+        )
     except subprocess.TimeoutExpired:
         return {"ok": False, "error": f"{' '.join(args[:1])} did not finish within {timeout} s"}
     for line in reversed(out.stdout.splitlines()):
@@ -93,8 +113,10 @@ def _launch(n: int, args: list[str], timeout: float) -> dict[str, Any]:
             rec = json.loads(line)
             rec.setdefault("ok", out.returncode == 0)
             return rec
-    return {"ok": False, "error": f"exit {out.returncode}, no JSON; stderr tail: "
-                                  f"{out.stderr[-2000:]}"}
+    return {
+        "ok": False,
+        "error": f"exit {out.returncode}, no JSON; stderr tail: {out.stderr[-2000:]}",
+    }
 
 
 def run_checks(args: argparse.Namespace) -> dict[str, Any]:
@@ -112,14 +134,34 @@ def run_checks(args: argparse.Namespace) -> dict[str, Any]:
             report["exchange"][path] = {"skipped": True, "reason": todo[path]}
             continue
         report["exchange"][path] = _launch(
-            2, ["_exchange", "--path", path, "--device", "cuda", "--mb", str(args.exchange_mb)],
-            args.timeout)
-    report["throughput"] = _launch(0, ["_throughput", "--batch", str(args.batch), "--steps",
-                                       str(args.steps), "--arch", args.arch], args.timeout)
-    report["offload"] = _launch(0, ["_offload", "--batch", str(args.batch), "--steps",
-                                    str(args.steps), "--arch", args.arch], args.timeout)
-    parts = [report["detect"], report["throughput"], report["offload"],
-             *report["exchange"].values()]
+            2,
+            ["_exchange", "--path", path, "--device", "cuda", "--mb", str(args.exchange_mb)],
+            args.timeout,
+        )
+    report["throughput"] = _launch(
+        0,
+        [
+            "_throughput",
+            "--batch",
+            str(args.batch),
+            "--steps",
+            str(args.steps),
+            "--arch",
+            args.arch,
+        ],
+        args.timeout,
+    )
+    report["offload"] = _launch(
+        0,
+        ["_offload", "--batch", str(args.batch), "--steps", str(args.steps), "--arch", args.arch],
+        args.timeout,
+    )
+    parts = [
+        report["detect"],
+        report["throughput"],
+        report["offload"],
+        *report["exchange"].values(),
+    ]
     report["ok"] = all(p.get("ok", False) or p.get("skipped", False) for p in parts)
     return report
 
@@ -127,8 +169,12 @@ def run_checks(args: argparse.Namespace) -> dict[str, Any]:
 def worker_detect() -> dict[str, Any]:
     from gossipgrad.comm.mpi import cuda_aware, library_version
 
-    return {"ok": True, "cuda_aware": cuda_aware(), "mpi": library_version(),
-            "override": os.environ.get("GOSSIPGRAD_CUDA_AWARE")}
+    return {
+        "ok": True,
+        "cuda_aware": cuda_aware(),
+        "mpi": library_version(),
+        "override": os.environ.get("GOSSIPGRAD_CUDA_AWARE"),
+    }
 
 
 def worker_exchange(path: str, device: str, mb: float, reps: int = 5) -> dict[str, Any]:
@@ -170,8 +216,9 @@ def worker_exchange(path: str, device: str, mb: float, reps: int = 5) -> dict[st
                 torch.cuda.synchronize(dev)
             dt = time.perf_counter() - t0
             src = schedule.peers(comm.rank, step).src
-            expect = torch.arange(numel, device=dev, dtype=torch.float32) % 1000 + (
-                comm.rank + src) / 2
+            expect = (
+                torch.arange(numel, device=dev, dtype=torch.float32) % 1000 + (comm.rank + src) / 2
+            )
             exact = exact and bool(torch.equal(flat, expect))
             if step:
                 times.append(dt)
@@ -179,9 +226,17 @@ def worker_exchange(path: str, device: str, mb: float, reps: int = 5) -> dict[st
         thread.close()
     all_exact = int(allreduce_(comm, torch.tensor([int(exact)]))[0]) == comm.size
     seconds = statistics.median(times)
-    return {"ok": all_exact, "path": path, "device": str(dev), "bytes": numel * 4,
-            "buckets": len(buckets), "exact": all_exact, "seconds": round(seconds, 6),
-            "gbit_per_s": round(numel * 4 * 8 / seconds / 1e9, 3), "rank": comm.rank}
+    return {
+        "ok": all_exact,
+        "path": path,
+        "device": str(dev),
+        "bytes": numel * 4,
+        "buckets": len(buckets),
+        "exact": all_exact,
+        "seconds": round(seconds, 6),
+        "gbit_per_s": round(numel * 4 * 8 / seconds / 1e9, 3),
+        "rank": comm.rank,
+    }
 
 
 def worker_throughput(arch: str, batch: int, steps: int, device: str = "cuda") -> dict[str, Any]:
@@ -196,8 +251,13 @@ def worker_throughput(arch: str, batch: int, steps: int, device: str = "cuda") -
     torch.manual_seed(0)
     x = torch.randn(batch, 3, 224, 224, device=dev)
     y = torch.randint(0, 1000, (batch,), device=dev)
-    out: dict[str, Any] = {"ok": True, "arch": arch, "batch": batch, "steps": steps,
-                           "device": str(dev)}
+    out: dict[str, Any] = {
+        "ok": True,
+        "arch": arch,
+        "batch": batch,
+        "steps": steps,
+        "device": str(dev),
+    }
     for mode in ("plain", "engine"):
         model = build_model(arch, (3, 224, 224), 1000).to(dev)
         opt: Any = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -223,8 +283,9 @@ def worker_throughput(arch: str, batch: int, steps: int, device: str = "cuda") -
 OFFLOAD_MODES = ("none", "activations", "optimizer", "activations,optimizer")
 
 
-def worker_offload(arch: str, batch: int, steps: int, device: str = "cuda",
-                   image_size: int = 224) -> dict[str, Any]:
+def worker_offload(
+    arch: str, batch: int, steps: int, device: str = "cuda", image_size: int = 224
+) -> dict[str, Any]:
     """Peak device memory and images/s of ``arch`` with each ``--offload`` mode (one model
     per mode, the same weights and batch); ratios to ``none``. On a CPU peak memory is None."""
     import torch
@@ -243,8 +304,7 @@ def worker_offload(arch: str, batch: int, steps: int, device: str = "cuda",
         torch.manual_seed(0)
         model = build_model(arch, (3, image_size, image_size), 1000).to(dev)
         what = () if mode == "none" else tuple(mode.split(","))
-        plan = Offloads(model, dev, what, torch.optim.SGD(model.parameters(), lr=0.1,
-                                                          momentum=0.9))
+        plan = Offloads(model, dev, what, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
         if cuda:
             sync()
             torch.cuda.reset_peak_memory_stats(dev)
@@ -261,21 +321,35 @@ def worker_offload(arch: str, batch: int, steps: int, device: str = "cuda",
             first = float(loss.detach()) if first is None else first
         sync()
         seconds = (time.perf_counter() - t0) / steps
-        modes[mode] = {"images_per_s": round(batch / seconds, 1), "first_loss": first,
-                       "peak_memory_bytes": torch.cuda.max_memory_allocated(dev) if cuda
-                       else None, **{k: v for k, v in plan.report().items() if k != "what"}}
+        modes[mode] = {
+            "images_per_s": round(batch / seconds, 1),
+            "first_loss": first,
+            "peak_memory_bytes": torch.cuda.max_memory_allocated(dev) if cuda else None,
+            **{k: v for k, v in plan.report().items() if k != "what"},
+        }
         del model, plan
         if cuda:
             torch.cuda.empty_cache()
     base = modes["none"]
     for rec in modes.values():
         rec["images_per_s_vs_none"] = round(rec["images_per_s"] / base["images_per_s"], 3)
-        rec["peak_vs_none"] = (round(rec["peak_memory_bytes"] / base["peak_memory_bytes"], 3)
-                               if cuda else None)
-    same = all(abs(m["first_loss"] - base["first_loss"]) <= 1e-5 * abs(base["first_loss"])
-               for m in modes.values())
-    return {"ok": same, "same_first_loss": same, "arch": arch, "batch": batch, "steps": steps,
-            "image_size": image_size, "device": str(dev), "modes": modes}
+        rec["peak_vs_none"] = (
+            round(rec["peak_memory_bytes"] / base["peak_memory_bytes"], 3) if cuda else None
+        )
+    same = all(
+        abs(m["first_loss"] - base["first_loss"]) <= 1e-5 * abs(base["first_loss"])
+        for m in modes.values()
+    )
+    return {
+        "ok": same,
+        "same_first_loss": same,
+        "arch": arch,
+        "batch": batch,
+        "steps": steps,
+        "image_size": image_size,
+        "device": str(dev),
+        "modes": modes,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -48,16 +48,22 @@ def methods(mode: str, comm: MPI.Comm, a: np.ndarray, b: np.ndarray) -> dict[str
         return [comm.Iallreduce(MPI.IN_PLACE, a, MPI.SUM)]
 
     if mode == "duplex":
+
         def oneway() -> None:
             if comm.rank == 0:
                 comm.Send(a, 1, 3)
             elif comm.rank == 1:
                 comm.Recv(b, 0, 3)
-        return {"one_direction": oneway,
-                "both_directions": lambda: comm.Sendrecv(a, peer, 3, b, peer, 3)}
+
+        return {
+            "one_direction": oneway,
+            "both_directions": lambda: comm.Sendrecv(a, peer, 3, b, peer, 3),
+        }
     if mode == "allreduce":
-        return {"Allreduce": lambda: comm.Allreduce(MPI.IN_PLACE, a, MPI.SUM),
-                "Iallreduce_wait": lambda: iallreduce()[0].Wait()}
+        return {
+            "Allreduce": lambda: comm.Allreduce(MPI.IN_PLACE, a, MPI.SUM),
+            "Iallreduce_wait": lambda: iallreduce()[0].Wait(),
+        }
     out: dict[str, Callable] = {}
     for name, post in (("sendrecv", pair), ("iallreduce", iallreduce)):
         out[f"{name}_wait"] = lambda post=post: MPI.Request.Waitall(post())

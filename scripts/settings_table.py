@@ -4,6 +4,7 @@
 
     python scripts/settings_table.py
 """
+
 from pathlib import Path
 
 from gossipgrad.settings import table_markdown

@@ -41,8 +41,11 @@ def usage(pid: int) -> dict[str, int]:
             key, _, value = line.partition(":")
             if key in ("VmRSS", "Threads"):
                 fields[key] = int(value.split()[0])
-    return {"rss_kib": fields["VmRSS"], "threads": fields["Threads"],
-            "fds": len(os.listdir(f"/proc/{pid}/fd"))}
+    return {
+        "rss_kib": fields["VmRSS"],
+        "threads": fields["Threads"],
+        "fds": len(os.listdir(f"/proc/{pid}/fd")),
+    }
 
 
 def last_step(metrics: str) -> int:
@@ -66,10 +69,15 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
     for s in samples[1:]:
         for rank, u in s["ranks"].items():
             growth = max(growth, u["rss_kib"] / first[rank]["rss_kib"] - 1.0)
-    same = {k: all(s["ranks"][r][k] == first[r][k] for s in samples for r in first)
-            for k in ("threads", "fds")}
-    return {"rss_growth": round(growth, 4), "threads_constant": same["threads"],
-            "fds_constant": same["fds"]}
+    same = {
+        k: all(s["ranks"][r][k] == first[r][k] for s in samples for r in first)
+        for k in ("threads", "fds")
+    }
+    return {
+        "rss_growth": round(growth, 4),
+        "threads_constant": same["threads"],
+        "fds_constant": same["fds"],
+    }
 
 
 def monitor(proc: subprocess.Popen, metrics: str, every: int, steps: int) -> list[dict]:
@@ -84,8 +92,7 @@ def monitor(proc: subprocess.Popen, metrics: str, every: int, steps: int) -> lis
                 ranks = {str(r): usage(pid) for r, pid in sorted(pids.items())}
             except (OSError, KeyError):
                 break  # a rank is exiting
-            samples.append({"step": step, "time_s": round(time.monotonic(), 1),
-                            "ranks": ranks})
+            samples.append({"step": step, "time_s": round(time.monotonic(), 1), "ranks": ranks})
             print(json.dumps(samples[-1]), file=sys.stderr, flush=True)
             due = (step // every + 1) * every
         time.sleep(0.1)
@@ -109,14 +116,34 @@ def main(argv: list[str] | None = None) -> int:
     mpiexec = mpiexec if os.path.exists(mpiexec) else shutil.which("mpiexec")
     tmp = tempfile.mkdtemp(prefix="gossipgrad-soak-")
     metrics = os.path.join(tmp, "metrics.jsonl")
-    cmd = [mpiexec, "-n", str(args.ranks), sys.executable, "-m", "gossipgrad", "train",
-           "--max-lag", str(args.max_lag), "--shuffle", "--max-steps", str(args.steps),
-           "--epochs", "100000", "--eval-every", str(args.eval_every), "--print-freq",
-           str(min(args.every, 100)), "--no-progress", "--metrics-out", metrics,
-           *args.train_args]
+    cmd = [
+        mpiexec,
+        "-n",
+        str(args.ranks),
+        sys.executable,
+        "-m",
+        "gossipgrad",
+        "train",
+        "--max-lag",
+        str(args.max_lag),
+        "--shuffle",
+        "--max-steps",
+        str(args.steps),
+        "--epochs",
+        "100000",
+        "--eval-every",
+        str(args.eval_every),
+        "--print-freq",
+        str(min(args.every, 100)),
+        "--no-progress",
+        "--metrics-out",
+        metrics,
+        *args.train_args,
+    ]
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         samples = monitor(proc, metrics, args.every, args.steps)
         out, err = proc.communicate(timeout=max(1.0, args.timeout - (time.monotonic() - t0)))
@@ -129,16 +156,29 @@ def main(argv: list[str] | None = None) -> int:
             proc.wait()
     lines = [x for x in out.splitlines() if x.startswith("{")]
     summary = json.loads(lines[-1]) if lines else None
-    result = {"command": " ".join(cmd[cmd.index("-m") + 1:]).replace(metrics, "M"),
-              "ranks": args.ranks, "steps": args.steps, "every": args.every,
-              "returncode": proc.returncode, "wall_s": round(time.monotonic() - t0, 1),
-              "target_rss_growth": TARGET_RSS_GROWTH, **summarize(samples),
-              "samples": samples,
-              "run": {k: summary.get(k) for k in ("steps", "test_accuracy", "skipped_steps",
-                                                  "samples_per_s")} if summary else None}
-    result["passed"] = bool(proc.returncode == 0 and result["rss_growth"] is not None
-                            and result["rss_growth"] <= TARGET_RSS_GROWTH
-                            and result["threads_constant"] and result["fds_constant"])
+    result = {
+        "command": " ".join(cmd[cmd.index("-m") + 1 :]).replace(metrics, "M"),
+        "ranks": args.ranks,
+        "steps": args.steps,
+        "every": args.every,
+        "returncode": proc.returncode,
+        "wall_s": round(time.monotonic() - t0, 1),
+        "target_rss_growth": TARGET_RSS_GROWTH,
+        **summarize(samples),
+        "samples": samples,
+        "run": {
+            k: summary.get(k) for k in ("steps", "test_accuracy", "skipped_steps", "samples_per_s")
+        }
+        if summary
+        else None,
+    }
+    result["passed"] = bool(
+        proc.returncode == 0
+        and result["rss_growth"] is not None
+        and result["rss_growth"] <= TARGET_RSS_GROWTH
+        and result["threads_constant"]
+        and result["fds_constant"]
+    )
     if proc.returncode != 0:
         result["stderr_tail"] = err[-2000:]
     text = json.dumps(result, indent=1)

@@ -17,15 +17,36 @@ import subprocess
 import sys
 import tempfile
 
-COLUMNS = ["size", "strategy", "mix", "topology", "test_accuracy", "steps", "wall_seconds",
-           "comm_seconds", "bytes_sent_per_step"]
+COLUMNS = [
+    "size",
+    "strategy",
+    "mix",
+    "topology",
+    "test_accuracy",
+    "steps",
+    "wall_seconds",
+    "comm_seconds",
+    "bytes_sent_per_step",
+]
 
 
 def run_one(size: int, strategy: str, mix: str, extra: list[str], timeout: float) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "m.jsonl")
-        cmd = [sys.executable, "-m", "gossipgrad", "train", "--no-progress", "--strategy",
-               strategy, "--mix", mix, "--metrics-out", out, *extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "gossipgrad",
+            "train",
+            "--no-progress",
+            "--strategy",
+            strategy,
+            "--mix",
+            mix,
+            "--metrics-out",
+            out,
+            *extra,
+        ]
         if size > 1:
             cmd = [os.path.join(os.path.dirname(sys.executable), "mpiexec"), "-n", str(size), *cmd]
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -53,8 +74,14 @@ def main() -> None:
     print("| " + " | ".join(COLUMNS) + " |")
     print("|" + "---|" * len(COLUMNS))
     for r in rows:
-        cells = [f"{v:.4f}" if isinstance(v, float) and k == "test_accuracy" else
-                 f"{v:.2f}" if isinstance(v, float) else str(v) for k, v in r.items()]
+        cells = [
+            f"{v:.4f}"
+            if isinstance(v, float) and k == "test_accuracy"
+            else f"{v:.2f}"
+            if isinstance(v, float)
+            else str(v)
+            for k, v in r.items()
+        ]
         print("| " + " | ".join(cells) + " |")
 
 

@@ -31,8 +31,9 @@ def linear_accuracy(data: TensorData, iterations: int = 300, l2: float = 1e-4) -
     torch.manual_seed(0)
     x = data.train_x.reshape(len(data.train_y), -1)
     model = torch.nn.Linear(x.shape[1], data.classes)
-    opt = torch.optim.LBFGS(model.parameters(), max_iter=iterations, history_size=20,
-                            line_search_fn="strong_wolfe")
+    opt = torch.optim.LBFGS(
+        model.parameters(), max_iter=iterations, history_size=20, line_search_fn="strong_wolfe"
+    )
 
     def closure() -> torch.Tensor:
         opt.zero_grad()
@@ -58,7 +59,7 @@ def mlp_accuracy(data: TensorData, epochs: int, lr: float = 0.1, batch: int = 32
         for i in range(0, n - batch + 1, batch):
             for g in opt.param_groups:
                 g["lr"] = lr * 0.5 * (1 + math.cos(math.pi * step / steps))
-            idx = order[i:i + batch]
+            idx = order[i : i + batch]
             opt.zero_grad()
             loss = torch.nn.functional.cross_entropy(model(data.train_x[idx]), data.train_y[idx])
             loss.backward()
@@ -69,9 +70,13 @@ def mlp_accuracy(data: TensorData, epochs: int, lr: float = 0.1, batch: int = 32
 
 def check(dataset: str, epochs: int) -> dict[str, float | str | int]:
     data = load_tensor_data(dataset)
-    return {"dataset": dataset, "chance": 1.0 / data.classes, "epochs": epochs,
-            "linear_test_accuracy": round(linear_accuracy(data), 4),
-            "mlp_test_accuracy": round(mlp_accuracy(data, epochs), 4)}
+    return {
+        "dataset": dataset,
+        "chance": 1.0 / data.classes,
+        "epochs": epochs,
+        "linear_test_accuracy": round(linear_accuracy(data), 4),
+        "mlp_test_accuracy": round(mlp_accuracy(data, epochs), 4),
+    }
 
 
 def main() -> None:

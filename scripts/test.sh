@@ -44,6 +44,9 @@ bash scripts/slurm-up.sh
 
 export PATH="$PWD/$VENV/bin:$PATH"
 export OMP_NUM_THREADS=1
+echo "== ruff (lint and format, as docs/architecture.md promises)"
+"$VENV/bin/ruff" check .
+"$VENV/bin/ruff" format --check .
 echo "== pytest"
 set +e
 "$PY" -m pytest -p no:cacheprovider -ra "$@" 2>&1 | tee .pytest.log

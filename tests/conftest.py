@@ -5,6 +5,7 @@ process reads it once); tests that set variables with ``monkeypatch.setenv``
 need the cache dropped around them so one test's environment never leaks into
 the next.
 """
+
 import pytest
 
 from gossipgrad import settings as settings_module

@@ -7,8 +7,9 @@ from pathlib import Path
 CLASSES = ("ant", "bee", "cat")
 
 
-def make_image_folder(root: Path, per_class: int = 4, val_per_class: int = 2,
-                      size: int = 32) -> Path:
+def make_image_folder(
+    root: Path, per_class: int = 4, val_per_class: int = 2, size: int = 32
+) -> Path:
     """Write noisy, class-tinted JPEGs (so crops and flips change pixels); returns ``root``."""
     import numpy as np
     from PIL import Image

@@ -37,18 +37,36 @@ def env(**extra: str) -> dict[str, str]:
 def run(cmd: list[str], timeout: float, **extra: str) -> subprocess.CompletedProcess:
     """Run ``cmd`` with the repo on PYTHONPATH; a run past ``timeout`` fails the test."""
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                              env=env(**extra), cwd=REPO, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env(**extra),
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired as exc:
-        raise AssertionError(f"{' '.join(cmd)} did not finish within {timeout} s:\n"
-                             f"{exc.stdout}\n{exc.stderr}") from None
+        raise AssertionError(
+            f"{' '.join(cmd)} did not finish within {timeout} s:\n{exc.stdout}\n{exc.stderr}"
+        ) from None
 
 
 def run_check_module(module: str, size: int, timeout: float, *flags: str):
     """``mpiexec -n SIZE python tests/multirank/run_checks.py MODULE FLAGS``: fails the test
     unless it exits 0 and rank 0 printed PASS for every check in ``multirank.MODULE.ALL``."""
-    out = run([mpiexec(), "-n", str(size), sys.executable, "tests/multirank/run_checks.py",
-               module, *flags], timeout=timeout)
+    out = run(
+        [
+            mpiexec(),
+            "-n",
+            str(size),
+            sys.executable,
+            "tests/multirank/run_checks.py",
+            module,
+            *flags,
+        ],
+        timeout=timeout,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     for check in importlib.import_module(f"multirank.{module}").ALL:
         assert f"PASS {check.__name__} on {size} ranks\n" in out.stdout, out.stdout
@@ -79,8 +97,15 @@ def gossipgrad(n: int, args: list[str], timeout: float = 240, **extra: str):
 def start_gossipgrad(n: int, args: list[str], **extra: str) -> subprocess.Popen:
     """Start ``mpiexec -n N python -m gossipgrad ARGS`` without waiting (see ``finish``)."""
     cmd = [mpiexec(), "-n", str(n), sys.executable, "-m", "gossipgrad", *args]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env(**extra), cwd=REPO, stdin=subprocess.DEVNULL)
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(**extra),
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def finish(proc: subprocess.Popen, timeout: float) -> subprocess.CompletedProcess:
@@ -90,23 +115,54 @@ def finish(proc: subprocess.Popen, timeout: float) -> subprocess.CompletedProces
     except subprocess.TimeoutExpired:
         proc.kill()
         out, err = proc.communicate()
-        raise AssertionError(f"{proc.args} did not finish within {timeout} s:\n"
-                             f"{out}\n{err}") from None
+        raise AssertionError(
+            f"{proc.args} did not finish within {timeout} s:\n{out}\n{err}"
+        ) from None
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def signal_rank_in_training(tmp_path, sig: int, timeout: int, train_args: list[str] = (),
-                            launcher_flags: list[str] = (), wait_s: float | None = None):
+def signal_rank_in_training(
+    tmp_path,
+    sig: int,
+    timeout: int,
+    train_args: list[str] = (),
+    launcher_flags: list[str] = (),
+    wait_s: float | None = None,
+):
     """Start a long 4-rank ``train`` (deadline ``--comm-timeout TIMEOUT``), send ``sig`` to
     rank 2 once its first metrics line is written, and wait ``wait_s`` (default timeout + 15)
     for the job to end. Returns (returncode, stdout + stderr, seconds from the signal to the
     end); the job is killed if it outlives the wait (the test then fails)."""
     metrics = tmp_path / "m.jsonl"
-    cmd = [mpiexec(), *launcher_flags, "-n", "4", sys.executable, "-m", "gossipgrad", "train",
-           *train_args, "--no-progress", "--epochs", "1000", "--comm-timeout", str(timeout),
-           "--metrics-out", str(metrics), "--print-freq", "1"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env(), cwd=REPO, start_new_session=True)
+    cmd = [
+        mpiexec(),
+        *launcher_flags,
+        "-n",
+        "4",
+        sys.executable,
+        "-m",
+        "gossipgrad",
+        "train",
+        *train_args,
+        "--no-progress",
+        "--epochs",
+        "1000",
+        "--comm-timeout",
+        str(timeout),
+        "--metrics-out",
+        str(metrics),
+        "--print-freq",
+        "1",
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+        cwd=REPO,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 90
         while not (metrics.exists() and metrics.stat().st_size > 0):
@@ -144,7 +200,8 @@ def ompi_command(n: int, args: list[str], ulfm: bool = True) -> list[str]:
 
 def _load_procs():
     spec = importlib.util.spec_from_file_location(
-        "procs", os.path.join(REPO, "scripts", "procs.py"))
+        "procs", os.path.join(REPO, "scripts", "procs.py")
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -78,31 +78,39 @@ def test_evaluation_names_the_absent_rank():
         def eval_batches(self):
             yield torch.zeros(2, 3), torch.zeros(2, dtype=torch.long)
 
-    message = _run_without_rank_2(
-        lambda comm: evaluate(torch.nn.Linear(3, 2), Source(), comm))
+    message = _run_without_rank_2(lambda comm: evaluate(torch.nn.Linear(3, 2), Source(), comm))
     _assert_names_rank_2(message, "evaluation")
 
 
 @pytest.mark.timeout(60)
 def test_consensus_average_names_the_absent_rank():
-    message = _run_without_rank_2(
-        lambda comm: average_parameters_(torch.nn.Linear(3, 2), comm))
+    message = _run_without_rank_2(lambda comm: average_parameters_(torch.nn.Linear(3, 2), comm))
     _assert_names_rank_2(message, "consensus average")
 
 
 def test_message_names_several_missing_ranks_and_ranks_elsewhere():
     here = (40, _code("stop agreement"))
-    message = missing_message(0, "stop agreement", 40, 120.0, [2, 5],
-                              {1: here, 3: here, 4: (38, _code("evaluation"))}, 12.0)
-    assert message.startswith("rank 0, step 40: stop agreement did not complete for 120 s; "
-                              "ranks 2, 5 did not arrive (heard from ranks 0, 1, 3 within "
-                              "12 s); in another collective: rank 4 (step 38); are ranks 2, 5 "
-                              "alive?"), message
+    message = missing_message(
+        0,
+        "stop agreement",
+        40,
+        120.0,
+        [2, 5],
+        {1: here, 3: here, 4: (38, _code("evaluation"))},
+        12.0,
+    )
+    assert message.startswith(
+        "rank 0, step 40: stop agreement did not complete for 120 s; "
+        "ranks 2, 5 did not arrive (heard from ranks 0, 1, 3 within "
+        "12 s); in another collective: rank 4 (step 38); are ranks 2, 5 "
+        "alive?"
+    ), message
 
 
 def test_message_when_every_rank_answered():
-    message = missing_message(1, "evaluation", None, 5.0, [], {0: (-1, _code("evaluation"))},
-                              2.0)
-    assert message == ("rank 1: evaluation did not complete for 5 s; every rank answered the "
-                       "probe; is every rank at the same step? raise --comm-timeout if the "
-                       "network is slow")
+    message = missing_message(1, "evaluation", None, 5.0, [], {0: (-1, _code("evaluation"))}, 2.0)
+    assert message == (
+        "rank 1: evaluation did not complete for 5 s; every rank answered the "
+        "probe; is every rank at the same step? raise --comm-timeout if the "
+        "network is slow"
+    )

@@ -20,8 +20,15 @@ pytestmark = pytest.mark.mpi
 @pytest.mark.timeout(120)
 def test_stopped_rank_is_named_by_the_collectives(tmp_path):
     cmd = [mpiexec(), "-n", "4", sys.executable, "tests/mpi/arrival_check.py", str(tmp_path)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env(), cwd=REPO, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(),
+        cwd=REPO,
+        start_new_session=True,
+    )
     wanted = [tmp_path / f"r{r}-{n}.txt" for r in (0, 1, 3) for n in (0, 1)]
     try:
         deadline = time.monotonic() + 90
@@ -39,7 +46,8 @@ def test_stopped_rank_is_named_by_the_collectives(tmp_path):
         message = path.read_text()
         rank, n = int(path.name[1]), int(path.name[3])
         what, step = ("stop agreement", 5) if n == 0 else ("evaluation", 9)
-        assert message.startswith(f"rank {rank}, step {step}: {what} did not complete for "), \
+        assert message.startswith(f"rank {rank}, step {step}: {what} did not complete for "), (
             message
+        )
         assert "rank 2 did not arrive (heard from ranks 0, 1, 3 within" in message, message
         assert "is rank 2 alive?" in message, message

@@ -20,14 +20,17 @@ from launch import bench_record, gossipgrad, positive, run
 EMUCLUSTER = Path(__file__).resolve().parent.parent / "scripts" / "emucluster.py"
 
 
-@pytest.mark.parametrize("args,message", [
-    (["exchange", "--sizes-mb", "1,x"], "--sizes-mb '1,x'"),
-    (["exchange", "--sizes-mb", "0"], "every size must be > 0"),
-    (["exchange", "--bucket-mb", "0"], "--bucket-mb"),
-    (["exchange", "--reps", "0"], "--reps"),
-    (["strategies", "--bucket-mb", "-1"], "--bucket-mb"),
-    (["overlap", "--mix", "both"], "'both' is not one of"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["exchange", "--sizes-mb", "1,x"], "--sizes-mb '1,x'"),
+        (["exchange", "--sizes-mb", "0"], "every size must be > 0"),
+        (["exchange", "--bucket-mb", "0"], "--bucket-mb"),
+        (["exchange", "--reps", "0"], "--reps"),
+        (["strategies", "--bucket-mb", "-1"], "--bucket-mb"),
+        (["overlap", "--mix", "both"], "'both' is not one of"),
+    ],
+)
 def test_bad_flags_are_usage_errors(args, message):
     result = CliRunner().invoke(main, ["bench", *args])
     assert result.exit_code == 2, result.output
@@ -44,16 +47,39 @@ def test_one_rank_is_refused_with_the_launch_command():
 @pytest.mark.mpi
 @pytest.mark.timeout(180)
 def test_bench_exchange_reports_both_methods_per_size():
-    rec = bench_record(gossipgrad(2, ["bench", "exchange", "--sizes-mb", "0.01,0.5",
-                                 "--bucket-mb", "0.2", "--reps", "3", "--warmup", "1"],
-                             timeout=160))
+    rec = bench_record(
+        gossipgrad(
+            2,
+            [
+                "bench",
+                "exchange",
+                "--sizes-mb",
+                "0.01,0.5",
+                "--bucket-mb",
+                "0.2",
+                "--reps",
+                "3",
+                "--warmup",
+                "1",
+            ],
+            timeout=160,
+        )
+    )
     assert rec["bench"] == "exchange" and rec["size"] == 2 and rec["reps"] == 3
     small, large = rec["results"]
     assert (small["bytes"], small["buckets"]) == (10484, 1)
     assert (large["bytes"], large["buckets"]) == (2**19, 3)
     for r in (small, large):
-        for key in ("raw_s", "exchange_s", "exchange_mix_s", "ratio", "ratio_mix",
-                    "ratio_paired", "ratio_mix_paired", "raw_gbit_per_s"):
+        for key in (
+            "raw_s",
+            "exchange_s",
+            "exchange_mix_s",
+            "ratio",
+            "ratio_mix",
+            "ratio_paired",
+            "ratio_mix_paired",
+            "raw_gbit_per_s",
+        ):
             assert positive(r[key]), (key, r)
         assert r["ratio"] == pytest.approx(r["exchange_s"] / r["raw_s"], rel=1e-3)
 
@@ -62,16 +88,44 @@ def test_bench_exchange_reports_both_methods_per_size():
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize(("mix", "staleness"), [("param", 0), ("grad", 1)])
 def test_bench_overlap_reports_three_step_times(mix, staleness):
-    rec = bench_record(gossipgrad(2, ["bench", "overlap", "--width", "64", "--layers", "3",
-                                 "--bucket-mb", "0.01", "--steps", "2", "--reps", "2",
-                                 "--mix", mix, "--staleness", str(staleness)],
-                             timeout=160))
+    rec = bench_record(
+        gossipgrad(
+            2,
+            [
+                "bench",
+                "overlap",
+                "--width",
+                "64",
+                "--layers",
+                "3",
+                "--bucket-mb",
+                "0.01",
+                "--steps",
+                "2",
+                "--reps",
+                "2",
+                "--mix",
+                mix,
+                "--staleness",
+                str(staleness),
+            ],
+            timeout=160,
+        )
+    )
     assert rec["bench"] == "overlap" and rec["mix"] == mix and rec["buckets"] >= 3
     assert rec["staleness"] == staleness
     assert rec["model_bytes"] == 3 * (64 * 64 + 64) * 4
     assert rec["batch"] >= 1
-    for key in ("compute_step_s", "blocking_step_s", "overlapped_step_s", "exchange_s",
-                "forward_s", "backward_s", "overlapped_over_compute", "blocking_over_compute"):
+    for key in (
+        "compute_step_s",
+        "blocking_step_s",
+        "overlapped_step_s",
+        "exchange_s",
+        "forward_s",
+        "backward_s",
+        "overlapped_over_compute",
+        "blocking_over_compute",
+    ):
         assert positive(rec[key]), (key, rec)
     assert rec["hidden_fraction"] is None or math.isfinite(rec["hidden_fraction"])
 
@@ -80,9 +134,30 @@ def test_bench_overlap_reports_three_step_times(mix, staleness):
 @pytest.mark.timeout(240)
 def test_bench_strategies_counts_the_bytes_it_posts(tmp_path):
     png, md = tmp_path / "s.png", tmp_path / "s.md"
-    rec = bench_record(gossipgrad(2, ["bench", "strategies", "--width", "64", "--layers", "2",
-                                 "--batch", "2", "--steps", "2", "--reps", "2",
-                                 "--png", str(png), "--markdown", str(md)], timeout=220))
+    rec = bench_record(
+        gossipgrad(
+            2,
+            [
+                "bench",
+                "strategies",
+                "--width",
+                "64",
+                "--layers",
+                "2",
+                "--batch",
+                "2",
+                "--steps",
+                "2",
+                "--reps",
+                "2",
+                "--png",
+                str(png),
+                "--markdown",
+                str(md),
+            ],
+            timeout=220,
+        )
+    )
     model = 2 * (64 * 64 + 64) * 4
     assert rec["model_bytes"] == model and rec["size"] == 2
     rows = {r["strategy"]: r for r in rec["results"]}
@@ -104,15 +179,18 @@ def test_bench_strategies_counts_the_bytes_it_posts(tmp_path):
 
 def test_horovod_runs_alone_after_the_others():
     """Its background thread negotiates every cycle even when idle: nothing shares its run."""
-    assert run_order(["gossip", "horovod", "ddp", "local"]) == [["gossip", "ddp", "local"],
-                                                                 ["horovod"]]
+    assert run_order(["gossip", "horovod", "ddp", "local"]) == [
+        ["gossip", "ddp", "local"],
+        ["horovod"],
+    ]
     assert run_order(["horovod"]) == [["horovod"]]
     assert run_order(["local", "gossip"]) == [["local", "gossip"]]
 
 
 needs_netns = pytest.mark.skipif(
     os.geteuid() != 0 or not (shutil.which("ip") and shutil.which("tc")),
-    reason="needs root and iproute2 (ip, tc) to create network namespaces")
+    reason="needs root and iproute2 (ip, tc) to create network namespaces",
+)
 
 
 @pytest.mark.netns
@@ -120,9 +198,34 @@ needs_netns = pytest.mark.skipif(
 @needs_netns
 @pytest.mark.timeout(300)
 def test_bench_strategies_on_the_emulated_cluster_measures_wire_bytes():
-    out = run([sys.executable, str(EMUCLUSTER), "run", "-n", "4", "--rate", "1gbit", "--",
-               sys.executable, "-m", "gossipgrad", "bench", "strategies", "--width", "256",
-               "--layers", "2", "--batch", "2", "--steps", "2", "--reps", "2"], timeout=280)
+    out = run(
+        [
+            sys.executable,
+            str(EMUCLUSTER),
+            "run",
+            "-n",
+            "4",
+            "--rate",
+            "1gbit",
+            "--",
+            sys.executable,
+            "-m",
+            "gossipgrad",
+            "bench",
+            "strategies",
+            "--width",
+            "256",
+            "--layers",
+            "2",
+            "--batch",
+            "2",
+            "--steps",
+            "2",
+            "--reps",
+            "2",
+        ],
+        timeout=280,
+    )
     rec = bench_record(out)
     assert rec["emu_netns"] is True and rec["emu_rate"] == "1gbit" and rec["size"] == 4
     model = 2 * (256 * 256 + 256) * 4

@@ -15,15 +15,22 @@ from launch import gossipgrad
 def test_each_strategy_that_can_send_factors_runs_once_per_setting():
     assert contenders(["local", "allreduce", "gossip", "ddp"], ["on", "off"]) == [
         ("local", "local", "off"),  # no factors to send: once, without
-        ("allreduce+factors", "allreduce", "on"), ("allreduce", "allreduce", "off"),
-        ("gossip+factors", "gossip", "on"), ("gossip", "gossip", "off"), ("ddp", "ddp", "off")]
+        ("allreduce+factors", "allreduce", "on"),
+        ("allreduce", "allreduce", "off"),
+        ("gossip+factors", "gossip", "on"),
+        ("gossip", "gossip", "off"),
+        ("ddp", "ddp", "off"),
+    ]
     assert [n for n, _, _ in contenders(["gossip"], ["auto"])] == ["gossip+factors-auto"]
 
 
 def test_together_groups_contenders_by_strategy_or_alone():
     names = ["gossip+factors", "gossip", "allreduce+factors", "allreduce", "horovod"]
-    assert run_order(names, "strategy") == [["gossip+factors", "gossip"],
-                                            ["allreduce+factors", "allreduce"], ["horovod"]]
+    assert run_order(names, "strategy") == [
+        ["gossip+factors", "gossip"],
+        ["allreduce+factors", "allreduce"],
+        ["horovod"],
+    ]
     assert run_order(names, "one") == [[n] for n in names]
     assert run_order(names) == [names[:4], ["horovod"]]
 
@@ -32,11 +39,32 @@ def test_together_groups_contenders_by_strategy_or_alone():
 @pytest.mark.timeout(240)
 def test_fc_head_with_factors_on_and_off_counts_both_forms():
     dims = [96, 64, 64, 10]
-    out = gossipgrad(3, ["bench", "strategies", "--model", "fc-head", "--dims",
-                         ",".join(map(str, dims)), "--batch", "4", "--mix", "grad",
-                         "--strategies", "gossip,allreduce,local", "--factors", "on,off",
-                         "--together", "strategy", "--steps", "2", "--reps", "2"],
-                     timeout=220)
+    out = gossipgrad(
+        3,
+        [
+            "bench",
+            "strategies",
+            "--model",
+            "fc-head",
+            "--dims",
+            ",".join(map(str, dims)),
+            "--batch",
+            "4",
+            "--mix",
+            "grad",
+            "--strategies",
+            "gossip,allreduce,local",
+            "--factors",
+            "on,off",
+            "--together",
+            "strategy",
+            "--steps",
+            "2",
+            "--reps",
+            "2",
+        ],
+        timeout=220,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     rec = json.loads(out.stdout.strip().splitlines()[-1])
     rows = {r["name"]: r for r in rec["results"]}
@@ -47,9 +75,12 @@ def test_fc_head_with_factors_on_and_off_counts_both_forms():
     factors = sum(4 * (m + n) for m, n in weights) * 4  # K = batch 4, float32
     assert rec["model_bytes"] == matrix
     p = 3
-    expect = {"gossip": matrix, "gossip+factors": factors + biases,
-              "allreduce": 2 * (p - 1) / p * matrix,
-              "allreduce+factors": (p - 1) * factors + 2 * (p - 1) / p * biases}
+    expect = {
+        "gossip": matrix,
+        "gossip+factors": factors + biases,
+        "allreduce": 2 * (p - 1) / p * matrix,
+        "allreduce+factors": (p - 1) * factors + 2 * (p - 1) / p * biases,
+    }
     for name, theory in expect.items():
         assert rows[name]["theory_bytes_per_step"] == pytest.approx(theory, rel=1e-6), name
     # posted: what isend / iallreduce / iallgather were handed (an allreduce buffer once)
@@ -59,6 +90,5 @@ def test_fc_head_with_factors_on_and_off_counts_both_forms():
     assert rows["gossip"]["factor_forms"] is None and rows["local"]["sufficient_factors"] == "off"
     ratios = rec["factors_over_plain"]
     assert set(ratios) == {"gossip", "allreduce"}
-    assert ratios["gossip"]["theory_bytes"] == pytest.approx((factors + biases) / matrix,
-                                                             abs=1e-4)
+    assert ratios["gossip"]["theory_bytes"] == pytest.approx((factors + biases) / matrix, abs=1e-4)
     assert ratios["allreduce"]["step_s_paired"] is not None  # on and off ran side by side

@@ -14,11 +14,14 @@ from gossipgrad.cli import main
 from launch import REPO, bench_record, gossipgrad, positive
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--lags", "0,x"], "--lags"),
-    (["--bucket-mb", "0"], "--bucket-mb"),
-    (["--slow-every", "0"], "--slow-every"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--lags", "0,x"], "--lags"),
+        (["--bucket-mb", "0"], "--bucket-mb"),
+        (["--slow-every", "0"], "--slow-every"),
+    ],
+)
 def test_bad_flags_are_usage_errors(args, message):
     result = CliRunner().invoke(main, ["bench", "ps-lag", *args])
     assert result.exit_code == 2, result.output
@@ -37,15 +40,41 @@ def test_slow_names_the_flag_and_the_ranks_there_are():
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("rotate", [False, True])
 def test_ps_lag_reports_each_lag_with_and_without_the_straggler(rotate):
-    rec = bench_record(gossipgrad(3, ["bench", "ps-lag", "--lags", "0,1", "--slow", "2:2",
-                                 "--width", "64", "--layers", "2", "--steps", "3", "--reps",
-                                 "1", "--warmup", "0", *(["--rotate"] if rotate else [])],
-                             timeout=280))
+    rec = bench_record(
+        gossipgrad(
+            3,
+            [
+                "bench",
+                "ps-lag",
+                "--lags",
+                "0,1",
+                "--slow",
+                "2:2",
+                "--width",
+                "64",
+                "--layers",
+                "2",
+                "--steps",
+                "3",
+                "--reps",
+                "1",
+                "--warmup",
+                "0",
+                *(["--rotate"] if rotate else []),
+            ],
+            timeout=280,
+        )
+    )
     assert rec["bench"] == "ps-lag" and rec["size"] == 3 and rec["slow"] == [2, 2.0]
-    assert rec["rotate"] is rotate and (positive(rec["compute_s"]) if rotate
-                                        else rec["compute_s"] is None)
+    assert rec["rotate"] is rotate and (
+        positive(rec["compute_s"]) if rotate else rec["compute_s"] is None
+    )
     assert [(r["max_lag"], r["straggler"]) for r in rec["results"]] == [
-        (0, False), (0, True), (1, False), (1, True)]
+        (0, False),
+        (0, True),
+        (1, False),
+        (1, True),
+    ]
     assert all(positive(r["step_s"]) and positive(r["samples_per_s"]) for r in rec["results"])
     assert set(rec["relative"]) == {"0", "1"} and rec["lag_over_first_lag"]["0"] == 1.0
 
@@ -53,9 +82,28 @@ def test_ps_lag_reports_each_lag_with_and_without_the_straggler(rotate):
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
 def test_strategies_bench_takes_ps_and_counts_ring_bytes():
-    rec = bench_record(gossipgrad(3, ["bench", "strategies", "--strategies", "ps,allreduce",
-                                 "--width", "64", "--layers", "2", "--steps", "2", "--reps", "1",
-                                 "--warmup", "0"], timeout=280))
+    rec = bench_record(
+        gossipgrad(
+            3,
+            [
+                "bench",
+                "strategies",
+                "--strategies",
+                "ps,allreduce",
+                "--width",
+                "64",
+                "--layers",
+                "2",
+                "--steps",
+                "2",
+                "--reps",
+                "1",
+                "--warmup",
+                "0",
+            ],
+            timeout=280,
+        )
+    )
     rows = {r["strategy"]: r for r in rec["results"]}
     ps = rows["ps"]
     assert ps["theory_bytes_per_step"] == pytest.approx(2 * 2 / 3 * rec["model_bytes"])
@@ -79,8 +127,9 @@ def test_compare_losses_reports_the_largest_per_step_difference(tmp_path):
     a = write("ps.jsonl", [2.0, 1.5, 1.25], 0.9)
     b = write("allreduce.jsonl", [2.0, 1.5 + 3e-7, 1.25], 0.91)
     script = os.path.join(REPO, "scripts", "compare_losses.py")
-    out = subprocess.run([sys.executable, script, a, b], text=True, capture_output=True,
-                         check=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, script, a, b], text=True, capture_output=True, check=True, timeout=60
+    )
     rec = json.loads(out.stdout)
     assert rec["steps"] == 3 and rec["at_step"] == 2
     assert rec["max_abs_diff"] == pytest.approx(3e-7)

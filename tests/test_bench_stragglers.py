@@ -36,10 +36,32 @@ def test_bad_contenders_are_a_usage_error():
 @pytest.mark.timeout(240)
 def test_tiny_run_reports_every_contender_with_and_without_the_slow_rank(tmp_path):
     md = tmp_path / "s.md"
-    out = gossipgrad(2, ["bench", "stragglers", "--contenders", "gossip:0,gossip:2,allreduce",
-                         "--slow", "1:3", "--width", "64", "--layers", "2", "--batch", "8",
-                         "--steps", "10", "--reps", "2", "--warmup", "0", "--markdown",
-                         str(md)], timeout=220)
+    out = gossipgrad(
+        2,
+        [
+            "bench",
+            "stragglers",
+            "--contenders",
+            "gossip:0,gossip:2,allreduce",
+            "--slow",
+            "1:3",
+            "--width",
+            "64",
+            "--layers",
+            "2",
+            "--batch",
+            "8",
+            "--steps",
+            "10",
+            "--reps",
+            "2",
+            "--warmup",
+            "0",
+            "--markdown",
+            str(md),
+        ],
+        timeout=220,
+    )
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
     rec = json.loads([x for x in out.stdout.splitlines() if x.startswith("{")][-1])
     assert (rec["size"], rec["slow_rank"], rec["factor"]) == (2, 1, 3.0), rec
@@ -47,8 +69,9 @@ def test_tiny_run_reports_every_contender_with_and_without_the_slow_rank(tmp_pat
     assert list(rows) == ["gossip --max-lag 0", "gossip --max-lag 2", "allreduce"], rows
     for r in rows.values():
         assert r["blocks"] == 2 and r["samples_per_s"] > 0 and r["samples_per_s_slow"] > 0, r
-        assert r["ratio"] == pytest.approx(r["samples_per_s_slow"] / r["samples_per_s"],
-                                           rel=1e-3), r
+        assert r["ratio"] == pytest.approx(
+            r["samples_per_s_slow"] / r["samples_per_s"], rel=1e-3
+        ), r
         assert 0 <= r["skipped_slow"] <= 1 and 0 <= r["slow_rank_skipped"] <= 1, r
     for lockstep in ("gossip --max-lag 0", "allreduce"):  # nobody can skip in lockstep
         assert rows[lockstep]["skipped_slow"] == rows[lockstep]["skipped_no_slow"] == 0

@@ -19,15 +19,17 @@ from gossipgrad.plan.steps import measured_steps
 
 from launch import gossipgrad
 
-JOB = TrainConfig.from_flags(arch="mlp", hidden=16, batch_size=8, lr=0.05, max_steps=6,
-                             epochs=10_000, progress=False)
+JOB = TrainConfig.from_flags(
+    arch="mlp", hidden=16, batch_size=8, lr=0.05, max_steps=6, epochs=10_000, progress=False
+)
 HIDDEN16_BYTES = (64 * 16 + 16 + 16 * 16 + 16 + 16 * 10 + 10) * 4
 
 
 def race(opts: TtaOptions, size: int = 2) -> dict:
     records = run_ranks(size, lambda comm: run_tta(comm, JOB, opts), timeout=150)
-    assert all(json.dumps(r, sort_keys=True) == json.dumps(records[0], sort_keys=True)
-               for r in records[1:]), "ranks disagree about the record"
+    assert all(
+        json.dumps(r, sort_keys=True) == json.dumps(records[0], sort_keys=True) for r in records[1:]
+    ), "ranks disagree about the record"
     return records[0]
 
 
@@ -66,15 +68,18 @@ def test_evaluation_is_off_the_training_clock(monkeypatch):
 
 @pytest.mark.timeout(180)
 def test_stop_at_target_and_time_limit_stop_after_one_segment():
-    rec = race(TtaOptions(("gossip", "allreduce"), target=0.01, steps=6, eval_every=2,
-                          stop_at_target=True))
+    rec = race(
+        TtaOptions(("gossip", "allreduce"), target=0.01, steps=6, eval_every=2, stop_at_target=True)
+    )
     for r in rec["results"].values():
         assert (r["steps"], r["stopped"]) == (2, "target")
         assert (r["steps_to_target"], r["seconds_to_target"]) == (0, 0.0)  # above at step 0
         assert r["samples_to_target"] == 0
     rec = race(TtaOptions(("local",), target=1.0, steps=6, eval_every=2, time_limit_s=1e-9))
     assert (rec["results"]["local"]["steps"], rec["results"]["local"]["stopped"]) == (
-        2, "time-limit")
+        2,
+        "time-limit",
+    )
 
 
 @pytest.mark.timeout(180)
@@ -93,9 +98,12 @@ def test_the_planner_reads_the_steps_the_bench_measured():
 
 
 def test_bad_options_name_their_flag():
-    for kwargs, flag in (({"strategies": ("gossip", "gossip")}, "--strategies"),
-                         ({"target": 1.5}, "--target"), ({"eval_every": 0}, "--eval-every"),
-                         ({"time_limit_s": -1.0}, "--time-limit")):
+    for kwargs, flag in (
+        ({"strategies": ("gossip", "gossip")}, "--strategies"),
+        ({"target": 1.5}, "--target"),
+        ({"eval_every": 0}, "--eval-every"),
+        ({"time_limit_s": -1.0}, "--time-limit"),
+    ):
         with pytest.raises(ValueError, match=flag):
             TtaOptions(**kwargs)
     res = CliRunner().invoke(main, ["bench", "tta", "--target", "0"])
@@ -113,11 +121,34 @@ def test_link_rates():
 @pytest.mark.timeout(300)
 def test_bench_tta_under_mpiexec_writes_what_it_reports(tmp_path):
     md, png, metrics = tmp_path / "t.md", tmp_path / "t.png", tmp_path / "t.jsonl"
-    out = gossipgrad(2, ["bench", "tta", "--strategies", "gossip,allreduce,ddp,local",
-                         "--hidden", "16", "--batch-size", "8", "--steps", "4",
-                         "--eval-every", "2", "--target", "0.2", "--markdown", str(md),
-                         "--png", str(png), "--metrics-out", str(metrics),
-                         "--comm-timeout", "60"], timeout=280)
+    out = gossipgrad(
+        2,
+        [
+            "bench",
+            "tta",
+            "--strategies",
+            "gossip,allreduce,ddp,local",
+            "--hidden",
+            "16",
+            "--batch-size",
+            "8",
+            "--steps",
+            "4",
+            "--eval-every",
+            "2",
+            "--target",
+            "0.2",
+            "--markdown",
+            str(md),
+            "--png",
+            str(png),
+            "--metrics-out",
+            str(metrics),
+            "--comm-timeout",
+            "60",
+        ],
+        timeout=280,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     assert len(lines) == 1, out.stdout
@@ -125,12 +156,20 @@ def test_bench_tta_under_mpiexec_writes_what_it_reports(tmp_path):
     assert rec["bench"] == "tta" and rec["size"] == 2 and rec["target"] == 0.2
     assert sorted(rec["results"]) == ["allreduce", "ddp", "gossip", "local"]  # JSON sorts keys
     for r in rec["results"].values():
-        assert {"seconds_to_target", "steps_to_target", "samples_to_target", "final_accuracy",
-                "wire_bytes_per_step", "eval_seconds", "curve"} <= set(r)
+        assert {
+            "seconds_to_target",
+            "steps_to_target",
+            "samples_to_target",
+            "final_accuracy",
+            "wire_bytes_per_step",
+            "eval_seconds",
+            "curve",
+        } <= set(r)
         assert [p[1] for p in r["curve"]] == [0, 2, 4]
     # ddp and allreduce average the same gradients from the same start: the same accuracies
     assert [p[2] for p in rec["results"]["ddp"]["curve"]] == [
-        p[2] for p in rec["results"]["allreduce"]["curve"]]
+        p[2] for p in rec["results"]["allreduce"]["curve"]
+    ]
     assert sorted(md.read_text().splitlines()) == sorted(markdown_table(rec).splitlines())
     assert sorted(metrics.read_text().splitlines()) == sorted(metrics_lines(rec))
     assert png.read_bytes()[:4] == b"\x89PNG"

@@ -36,8 +36,9 @@ class Counter:
 def trained(comm: Any, seed: int) -> tuple[torch.nn.Module, DistributedOptimizer]:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
-    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
-                               model, comm, overlap=False)
+    opt = DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), model, comm, overlap=False
+    )
     g = torch.Generator().manual_seed(seed + comm.rank)
     for _ in range(3):
         opt.zero_grad()
@@ -52,8 +53,11 @@ def test_write_find_and_prune_keep_the_newest_complete(tmp_path: Path) -> None:
     (tmp_path / "ckpt-000000009.pt.tmp").write_bytes(b"half written")
     for step in (3, 5, 7):
         saver.save(step, {"format": ckpt.FORMAT, "version": ckpt.VERSION, "step": step})
-    assert sorted(os.listdir(tmp_path)) == ["ckpt-000000005.pt", "ckpt-000000007.pt",
-                                            "ckpt-000000009.pt.tmp"]
+    assert sorted(os.listdir(tmp_path)) == [
+        "ckpt-000000005.pt",
+        "ckpt-000000007.pt",
+        "ckpt-000000009.pt.tmp",
+    ]
     assert ckpt.find_latest(str(tmp_path)) == str(tmp_path / "ckpt-000000007.pt")
     assert ckpt.read(str(tmp_path / "ckpt-000000007.pt"))["step"] == 7
     assert ckpt.locate("auto", str(tmp_path / "empty")) is None
@@ -74,8 +78,11 @@ def test_unreadable_and_foreign_files_are_refused_by_name(tmp_path: Path) -> Non
 
 def test_mismatch_names_every_differing_setting() -> None:
     state = {"compat": {"arch": "resnet50", "size": 4, "seed": 0}}
-    with pytest.raises(ValueError, match=r"arch is 'resnet50' in the checkpoint but "
-                                         r"'googlenet' in this run; size is 4 .* but 2"):
+    with pytest.raises(
+        ValueError,
+        match=r"arch is 'resnet50' in the checkpoint but "
+        r"'googlenet' in this run; size is 4 .* but 2",
+    ):
         ckpt.check_compatible(state, {"arch": "googlenet", "size": 2, "seed": 0}, "c.pt")
 
 
@@ -86,12 +93,14 @@ def test_save_and_restore_round_trip_on_two_ranks(tmp_path: Path) -> None:
         saved = [t.clone() for t in model.state_dict().values()]
         momentum = [s["momentum_buffer"].clone() for s in opt.optimizer.state.values()]
         state = snap.snapshot(model, opt, 3, 10, {"compat": {}}) if comm.rank == 0 else {}
-        path = ckpt.Checkpointer(str(tmp_path), comm).save(3, state, {"shuffle":
-                                                                     Counter(10 + comm.rank)})
+        path = ckpt.Checkpointer(str(tmp_path), comm).save(
+            3, state, {"shuffle": Counter(10 + comm.rank)}
+        )
         fresh, opt2 = trained(comm, seed=2)
         counter = Counter(-1)
-        step = snap.restore_(path, ckpt.read(path), fresh, opt2, comm,
-                             rank_states={"shuffle": counter})
+        step = snap.restore_(
+            path, ckpt.read(path), fresh, opt2, comm, rank_states={"shuffle": counter}
+        )
         for a, b in zip(saved, fresh.state_dict().values(), strict=True):
             assert torch.equal(a, b)
         for a, s in zip(momentum, opt2.optimizer.state.values(), strict=True):

@@ -54,14 +54,17 @@ def test_config_file_and_environment_precedence(tmp_path):
         raise ValueError("stop here")
 
     cfg = tmp_path / "run.toml"
-    cfg.write_text('lr = 0.5\nepochs = 3\nbatch-size = 16\n')
+    cfg.write_text("lr = 0.5\nepochs = 3\nbatch-size = 16\n")
     import gossipgrad.engine.config as config
 
     orig = config.TrainConfig.check_size
     config.TrainConfig.check_size = fake_check
     try:
-        CliRunner().invoke(train, ["--config", str(cfg), "--epochs", "7"],
-                           env={"GOSSIPGRAD_BATCH_SIZE": "24", "GOSSIPGRAD_EPOCHS": "5"})
+        CliRunner().invoke(
+            train,
+            ["--config", str(cfg), "--epochs", "7"],
+            env={"GOSSIPGRAD_BATCH_SIZE": "24", "GOSSIPGRAD_EPOCHS": "5"},
+        )
     finally:
         config.TrainConfig.check_size = orig
     assert seen["lr"] == 0.5  # file beats default
@@ -77,8 +80,9 @@ def test_config_file_with_unknown_key(tmp_path):
 
 
 def test_schedule_command_prints_pairs_and_checks():
-    result = CliRunner().invoke(main, ["schedule", "--size", "4", "--steps", "2", "--no-rotate",
-                                       "--check"])
+    result = CliRunner().invoke(
+        main, ["schedule", "--size", "4", "--steps", "2", "--no-rotate", "--check"]
+    )
     assert result.exit_code == 0, result.output
     assert "step   0 (cycle 0, dim 0): 0->1  1->0  2->3  3->2" in result.output
     assert "step   1 (cycle 0, dim 1): 0->2  1->3  2->0  3->1" in result.output

@@ -46,7 +46,7 @@ def resolved(monkeypatch: pytest.MonkeyPatch):
 @pytest.fixture
 def config_file(tmp_path: Path) -> Path:
     path = tmp_path / "run.toml"
-    path.write_text('lr = 0.5\nepochs = 7\nscale-lr = true\nweight_decay = 0.25\n')
+    path.write_text("lr = 0.5\nepochs = 7\nscale-lr = true\nweight_decay = 0.25\n")
     return path
 
 
@@ -69,12 +69,19 @@ def test_flag_order_does_not_matter_for_the_config_file(resolved, config_file: P
 
 
 def test_imagenet_models_default_to_the_recipe_below_every_other_source(
-        resolved, config_file: Path) -> None:
+    resolved, config_file: Path
+) -> None:
     cfg = resolved(["-a", "resnet50", "-b", "64"])
-    assert (cfg.lr, cfg.scale_lr, cfg.warmup_epochs, cfg.weight_decay, cfg.epochs) == \
-        (0.1 * 64 / 256, True, 5.0, 1e-4, 90)
-    cfg = resolved(["-a", "resnet50", "--config", str(config_file)],
-                   {"GOSSIPGRAD_WARMUP_EPOCHS": "0"})
+    assert (cfg.lr, cfg.scale_lr, cfg.warmup_epochs, cfg.weight_decay, cfg.epochs) == (
+        0.1 * 64 / 256,
+        True,
+        5.0,
+        1e-4,
+        90,
+    )
+    cfg = resolved(
+        ["-a", "resnet50", "--config", str(config_file)], {"GOSSIPGRAD_WARMUP_EPOCHS": "0"}
+    )
     assert (cfg.lr, cfg.epochs, cfg.weight_decay, cfg.warmup_epochs) == (0.5, 7, 0.25, 0.0)
     cfg = resolved(["-a", "googlenet", "--wd", "0"])
     assert cfg.weight_decay == 0.0 and cfg.epochs == 90

@@ -47,13 +47,11 @@ class BlockingComm:
 
     def isend(self, buf: Any, dst: int, tag: int, ctx: WaitContext | None = None) -> Any:
         ctx = ctx or WaitContext("received nothing", dst, tag)
-        return BlockingRequest(self.inner.isend(buf, dst, tag, ctx), ctx, self.calls,
-                               self.block_s)
+        return BlockingRequest(self.inner.isend(buf, dst, tag, ctx), ctx, self.calls, self.block_s)
 
     def irecv(self, buf: Any, src: int, tag: int, ctx: WaitContext | None = None) -> Any:
         ctx = ctx or WaitContext("sent nothing", src, tag)
-        return BlockingRequest(self.inner.irecv(buf, src, tag, ctx), ctx, self.calls,
-                               self.block_s)
+        return BlockingRequest(self.inner.irecv(buf, src, tag, ctx), ctx, self.calls, self.block_s)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -68,8 +66,15 @@ def test_blocking_thread_mixes_every_bucket_exactly(window):
         bc = BlockingComm(comm)
         thread = CommThread(GossipExchange(bc, Schedule(comm.size)), 20, window, block=True)
         try:
-            mix_buckets(thread, comm.rank, 4, [50 + i for i in range(6)], Tag.PARAM_BUCKET,
-                        eager=True, reverse=False)
+            mix_buckets(
+                thread,
+                comm.rank,
+                4,
+                [50 + i for i in range(6)],
+                Tag.PARAM_BUCKET,
+                eager=True,
+                reverse=False,
+            )
         finally:
             thread.close()
         calls.append(len(bc.calls))
@@ -106,9 +111,13 @@ def test_the_setting_reaches_the_wait_policy():
 def test_bench_strategies_runs_a_blocking_gossip_beside_the_polling_one():
     from gossipgrad.bench.strategies import run_strategies
 
-    records = run_ranks(2, lambda comm: run_strategies(
-        comm, ["gossip", "gossip@block"], width=32, layers=2, batch=2, steps=2, reps=2),
-        timeout=100)
+    records = run_ranks(
+        2,
+        lambda comm: run_strategies(
+            comm, ["gossip", "gossip@block"], width=32, layers=2, batch=2, steps=2, reps=2
+        ),
+        timeout=100,
+    )
     rows = {r["strategy"]: r for r in records[0]["results"]}
     assert set(rows) == {"gossip", "gossip@block"}
     for r in rows.values():

@@ -72,11 +72,17 @@ def test_a_thread_in_mpi_wait_leaves_the_deadline_and_the_names_to_the_caller(tm
     completes and mixes."""
     script = tmp_path / "silent.py"
     script.write_text(SILENT_PEER)
-    out = run([mpiexec(), "-n", "2", sys.executable, str(script)], timeout=120,
-              GOSSIPGRAD_COMM_WAIT="block")
+    out = run(
+        [mpiexec(), "-n", "2", sys.executable, str(script)],
+        timeout=120,
+        GOSSIPGRAD_COMM_WAIT="block",
+    )
     assert out.returncode == 0, out.stdout + out.stderr
-    m = re.search(r"after (\d+\.\d) s: rank 0, step 9: peer 1 sent nothing for 2 s "
-                  r"\(tag PARAM_BUCKET_3\)", out.stdout)
+    m = re.search(
+        r"after (\d+\.\d) s: rank 0, step 9: peer 1 sent nothing for 2 s "
+        r"\(tag PARAM_BUCKET_3\)",
+        out.stdout,
+    )
     assert m, out.stdout + out.stderr
     assert 2.5 <= float(m.group(1)) <= 4.5, out.stdout
     assert "mixed 0.5" in out.stdout, out.stdout

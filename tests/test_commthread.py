@@ -15,17 +15,19 @@ from gossipgrad.comm.schedule import Schedule
 from gossipgrad.engine.commthread import CommThread
 
 
-def mix_buckets(thread, rank: int, steps: int, sizes: list[int], tag: int, eager: bool,
-                reverse: bool) -> None:
+def mix_buckets(
+    thread, rank: int, steps: int, sizes: list[int], tag: int, eager: bool, reverse: bool
+) -> None:
     """Submit one bucket per size each step, wait for all (last first when ``reverse``) and
     check each holds the mean with this step's partner. New tensors each step, with
     step-dependent values: a send from a stale (cached) view of last step's would show."""
     for step in range(steps):
         bufs = [torch.full((n,), float(rank + i + 10 * step)) for i, n in enumerate(sizes)]
         for i, b in enumerate(bufs):
-            thread.submit(i, lambda b=b, i=i, s=step: thread.exchange.start(b, i, s, tag + i),
-                          eager=eager)
-        for i in (reversed(range(len(bufs))) if reverse else range(len(bufs))):
+            thread.submit(
+                i, lambda b=b, i=i, s=step: thread.exchange.start(b, i, s, tag + i), eager=eager
+            )
+        for i in reversed(range(len(bufs))) if reverse else range(len(bufs)):
             thread.wait(i)
         src = thread.exchange.schedule.peers(rank, step).src
         for i, b in enumerate(bufs):
@@ -36,11 +38,13 @@ def wait_names_the_silent_peer(thread, index: int, step: int, tag: Tag, within_s
     """On rank 0 of 2 whose peer never sends: post bucket ``index`` at ``step``; the wait
     must fail within ``within_s`` naming peer 1, the step and the bucket's tag."""
     buf = torch.zeros(4)
-    thread.submit(index, lambda: thread.exchange.start(buf, index, step, tag + index),
-                  eager=True)
+    thread.submit(index, lambda: thread.exchange.start(buf, index, step, tag + index), eager=True)
     t0 = time.monotonic()
-    with pytest.raises(CommTimeout, match=rf"rank 0, step {step}: peer 1 sent nothing "
-                                          rf".*{tag.name}_{index}"):
+    with pytest.raises(
+        CommTimeout,
+        match=rf"rank 0, step {step}: peer 1 sent nothing "
+        rf".*{tag.name}_{index}",
+    ):
         thread.wait(index)
     assert time.monotonic() - t0 < within_s
 
@@ -53,8 +57,15 @@ def test_many_buckets_finish_whoever_polls(eager):
     def body(comm):
         thread = CommThread(GossipExchange(comm, Schedule(comm.size)), 20)
         try:
-            mix_buckets(thread, comm.rank, 5, [100 + i for i in range(7)], Tag.GRAD_BUCKET,
-                        eager, reverse=True)
+            mix_buckets(
+                thread,
+                comm.rank,
+                5,
+                [100 + i for i in range(7)],
+                Tag.GRAD_BUCKET,
+                eager,
+                reverse=True,
+            )
         finally:
             thread.close()
 
@@ -84,8 +95,7 @@ def test_an_error_while_mixing_reaches_the_waiter():
         thread = CommThread(Broken(comm, Schedule(2)), timeout=5)
         buf = torch.zeros(4)
         try:
-            thread.submit(0, lambda: thread.exchange.start(buf, 0, 0, Tag.GRAD_BUCKET),
-                          eager=True)
+            thread.submit(0, lambda: thread.exchange.start(buf, 0, 0, Tag.GRAD_BUCKET), eager=True)
             with pytest.raises(RuntimeError, match="mix failed"):
                 thread.wait(0)
         finally:
@@ -106,13 +116,17 @@ def test_window_keeps_at_most_that_many_on_the_wire_in_submission_order():
     thread_of = {}
 
     def body(comm):
-        thread = thread_of[comm.rank] = CommThread(Recording(comm, Schedule(comm.size)), 20,
-                                                   window=2)
+        thread = thread_of[comm.rank] = CommThread(
+            Recording(comm, Schedule(comm.size)), 20, window=2
+        )
         try:
             bufs = [torch.full((1000,), float(comm.rank)) for _ in range(6)]
             for i, b in enumerate(bufs):
-                thread.submit(i, lambda b=b, i=i: thread.exchange.start(
-                    b, i, 0, Tag.PARAM_BUCKET + i), eager=True)
+                thread.submit(
+                    i,
+                    lambda b=b, i=i: thread.exchange.start(b, i, 0, Tag.PARAM_BUCKET + i),
+                    eager=True,
+                )
             for i in range(6):
                 thread.wait(i)
             src = thread.exchange.schedule.peers(comm.rank, 0).src
@@ -142,11 +156,17 @@ def test_a_wait_past_its_deadline_names_rank_step_peer_and_tag():
         try:
             if comm.rank == 0:
                 for i, b in enumerate(bufs):
-                    thread.submit(i, lambda b=b, i=i: thread.exchange.start(
-                        b, i, 0, Tag.GRAD_BUCKET + i), eager=True)
+                    thread.submit(
+                        i,
+                        lambda b=b, i=i: thread.exchange.start(b, i, 0, Tag.GRAD_BUCKET + i),
+                        eager=True,
+                    )
                 t0 = time.monotonic()
-                with pytest.raises(CommTimeout, match=r"rank 0, step 0: peer 1 sent nothing "
-                                                      r".*\(tag GRAD_BUCKET_1\)"):
+                with pytest.raises(
+                    CommTimeout,
+                    match=r"rank 0, step 0: peer 1 sent nothing "
+                    r".*\(tag GRAD_BUCKET_1\)",
+                ):
                     thread.wait(1)
                 assert time.monotonic() - t0 < timeout + 1.0 + 2.0
             else:  # answers bucket 0 halfway into the deadline, never bucket 1
@@ -178,8 +198,11 @@ def test_close_raises_naming_the_rank_when_the_thread_does_not_end():
         try:
             thread.submit(0, lambda: thread.exchange.start(torch.zeros(4), 0, 0, 0))
             assert entered.wait(10), "the thread never ran finish"
-            with pytest.raises(RuntimeError, match=r"rank 1: communication thread "
-                                                   r".* did not stop within 5.5 s"):
+            with pytest.raises(
+                RuntimeError,
+                match=r"rank 1: communication thread "
+                r".* did not stop within 5.5 s",
+            ):
                 thread.close()
         finally:
             release.set()

@@ -18,8 +18,18 @@ from launch import gossipgrad
 pytestmark = pytest.mark.mpi
 
 SIZE = 8
-FLAGS = ["train", "--no-progress", "--dataset", "templates", "--lr", "0.2", "--epochs", "5",
-         "--eval-every", "5"]
+FLAGS = [
+    "train",
+    "--no-progress",
+    "--dataset",
+    "templates",
+    "--lr",
+    "0.2",
+    "--epochs",
+    "5",
+    "--eval-every",
+    "5",
+]
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +44,11 @@ def trained(tmp_path_factory):
             assert res.returncode == 0, res.stderr[-3000:]
             records = [json.loads(line) for line in open(out, encoding="utf-8")]
             summary = next(r for r in records if r.get("event") == "summary")
-            cache[extra] = {**summary, "_logs": [r for r in records if r["event"] == "log"],
-                            "_stderr": res.stderr}
+            cache[extra] = {
+                **summary,
+                "_logs": [r for r in records if r["event"] == "log"],
+                "_stderr": res.stderr,
+            }
         return cache[extra]
 
     return get
@@ -62,7 +75,8 @@ def test_gradient_mixing_with_adaptive_averaging_is_within_one_point(trained):
     assert grad["syncs"] > 0 and grad["sync_threshold"] == 1e-3
     assert grad["_stderr"].count("> threshold 0.001: global average") == grad["syncs"]
     assert grad["sync_bytes"] == pytest.approx(
-        grad["syncs"] * 2 * (SIZE - 1) / SIZE * 2 * grad["model_bytes"])  # float64 average
+        grad["syncs"] * 2 * (SIZE - 1) / SIZE * 2 * grad["model_bytes"]
+    )  # float64 average
     assert grad["max_consensus_distance"] > grad["sync_threshold"]
     assert grad["monitor_calls"] == grad["steps"] // grad["monitor_every"]
     assert grad["monitor_bytes_per_call"] == 8 * 257

@@ -62,8 +62,9 @@ def test_poster_errors_reach_the_caller_and_waits_have_deadlines():
         req.wait(5)
     stuck = DelayedPoster(0.01)
     gate = threading.Event()
-    slow = stuck.post(lambda: gate.wait(10) and _Done([], 0), WaitContext("received nothing", 3,
-                                                                          1002, 7))
+    slow = stuck.post(
+        lambda: gate.wait(10) and _Done([], 0), WaitContext("received nothing", 3, 1002, 7)
+    )
     with pytest.raises(CommTimeout, match=r"step 7: peer 3 received nothing .*GRAD_BUCKET_2"):
         slow.wait(0.2)
     gate.set()

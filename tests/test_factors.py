@@ -35,12 +35,12 @@ def test_layout_leaves_excluded_weights_out_and_their_grads_unbound():
     assert layout.nbytes == (8 + 2) * 4
     layout.bind_grads_()
     assert w0.grad is None and w1.grad is None
-    everything = BucketLayout(list(model.parameters()), 1 << 20,
-                              frozenset(id(p) for p in model.parameters()))
+    everything = BucketLayout(
+        list(model.parameters()), 1 << 20, frozenset(id(p) for p in model.parameters())
+    )
     assert everything.buckets == [] and everything.nbytes == 0
     with pytest.raises(ValueError, match="no trainable parameters"):
-        BucketLayout([torch.nn.Parameter(torch.ones(2), requires_grad=False)], 1 << 20,
-                     frozenset())
+        BucketLayout([torch.nn.Parameter(torch.ones(2), requires_grad=False)], 1 << 20, frozenset())
 
 
 def test_eligible_layers_are_plain_linear_with_a_weight_of_their_own():
@@ -53,15 +53,27 @@ def test_eligible_layers_are_plain_linear_with_a_weight_of_their_own():
     other.weight = tied.weight  # the same weight registered in a second module
     frozen = torch.nn.Linear(3, 3)
     frozen.weight.requires_grad_(False)
-    model = torch.nn.ModuleDict({"a": shared, "b": Sub(3, 3), "c": tied, "d": other,
-                                 "e": frozen, "f": torch.nn.Linear(3, 2, bias=False)})
+    model = torch.nn.ModuleDict(
+        {
+            "a": shared,
+            "b": Sub(3, 3),
+            "c": tied,
+            "d": other,
+            "e": frozen,
+            "f": torch.nn.Linear(3, 2, bias=False),
+        }
+    )
     assert [name for name, _ in eligible_layers(model)] == ["a", "f"]
 
 
-@pytest.mark.parametrize("kw, reason", [
-    (dict(mix="param"), "--mix param"), (dict(mix="grad", staleness=1), "--staleness 1"),
-    (dict(mix="grad", strategy="local"), "--strategy local"),
-])
+@pytest.mark.parametrize(
+    "kw, reason",
+    [
+        (dict(mix="param"), "--mix param"),
+        (dict(mix="grad", staleness=1), "--staleness 1"),
+        (dict(mix="grad", strategy="local"), "--strategy local"),
+    ],
+)
 def test_options_without_factors_keep_every_gradient_in_buckets(kw, reason, caplog):
     def body(comm):
         model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
@@ -81,8 +93,7 @@ def test_options_without_factors_keep_every_gradient_in_buckets(kw, reason, capl
 def test_gradient_accumulation_with_overlap_is_refused():
     def body(comm):
         model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
-        opt = DistributedOptimizer(_sgd(model), model, comm, mix="grad",
-                                   sufficient_factors="on")
+        opt = DistributedOptimizer(_sgd(model), model, comm, mix="grad", sufficient_factors="on")
         try:
             opt.zero_grad()
             model(torch.ones(2, 4)).sum().backward()
@@ -90,16 +101,20 @@ def test_gradient_accumulation_with_overlap_is_refused():
         finally:
             opt.close()
 
-    with pytest.raises(RuntimeError, match=r"step 0: layer '1' got a second backward pass .*"
-                                           r"overlap=False \(--no-overlap\)"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"step 0: layer '1' got a second backward pass .*"
+        r"overlap=False \(--no-overlap\)",
+    ):
         run_ranks(2, body, timeout=30)
 
 
 def test_more_rows_than_agreed_is_an_error_naming_the_layer():
     def body(comm):
         model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
-        opt = DistributedOptimizer(_sgd(model), model, comm, mix="grad", overlap=False,
-                                   sufficient_factors="on")
+        opt = DistributedOptimizer(
+            _sgd(model), model, comm, mix="grad", overlap=False, sufficient_factors="on"
+        )
         try:
             for batch in (2, 3):
                 opt.zero_grad()
@@ -108,8 +123,11 @@ def test_more_rows_than_agreed_is_an_error_naming_the_layer():
         finally:
             opt.close()
 
-    with pytest.raises(RuntimeError, match=r"step 1: layer '1' has 3 rows of sufficient "
-                                           r"factors, more than the 2 agreed"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"step 1: layer '1' has 3 rows of sufficient "
+        r"factors, more than the 2 agreed",
+    ):
         run_ranks(2, body, timeout=30)
 
 
@@ -136,8 +154,10 @@ def test_decision_table_is_logged_once_per_layer_and_returned(caplog):
         table = run_ranks(4, body)[0]
     # allreduce at 4 ranks: factors iff K (M + N) < 2 M N / 4 -> 4 x 128 < 2048: yes;
     # 4 x 66 = 264 < 64: no
-    assert [(r["layer"], r["rows"], r["form"]) for r in table] == [("0", 4, "factors"),
-                                                                  ("1", 4, "matrix")]
+    assert [(r["layer"], r["rows"], r["form"]) for r in table] == [
+        ("0", 4, "factors"),
+        ("1", 4, "matrix"),
+    ]
     assert table[0]["matrix_bytes"] == 2 * 3 / 4 * 64 * 64 * 4
     assert table[0]["factor_bytes"] == 3 * 4 * 128 * 4
     lines = [r.getMessage() for r in caplog.records]
@@ -150,12 +170,14 @@ def test_train_cli_refuses_a_bad_combination_in_one_line():
 
     from gossipgrad.cli import main
 
-    result = CliRunner().invoke(main, ["train", "--sufficient-factors", "on",
-                                       "--strategy", "allreduce"])
+    result = CliRunner().invoke(
+        main, ["train", "--sufficient-factors", "on", "--strategy", "allreduce"]
+    )
     assert result.exit_code == 2
     assert result.output.strip().splitlines()[-1] == (
         "Error: --sufficient-factors on needs --mix grad (--mix param averages parameters, "
-        "which have no factors); pass --mix grad, or --sufficient-factors auto or off")
+        "which have no factors); pass --mix grad, or --sufficient-factors auto or off"
+    )
 
 
 def test_a_layer_called_with_a_keyword_input_is_captured_too():
@@ -165,8 +187,9 @@ def test_a_layer_called_with_a_keyword_input_is_captured_too():
         with torch.no_grad():
             for p in model.parameters():
                 p.copy_(torch.randn(p.shape, generator=init))
-        opt = DistributedOptimizer(_sgd(model), model, comm, mix="grad", overlap=False,
-                                   sufficient_factors=factors)
+        opt = DistributedOptimizer(
+            _sgd(model), model, comm, mix="grad", overlap=False, sufficient_factors=factors
+        )
         gen = torch.Generator().manual_seed(comm.rank)
         try:
             for _ in range(2):

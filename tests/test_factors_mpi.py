@@ -23,9 +23,21 @@ def test_factor_checks_under_mpiexec(size):
 def test_digits_at_four_ranks_with_factors_on(tmp_path, strategy):
     metrics = tmp_path / "m.jsonl"
     mix = [] if strategy == "ps" else ["--mix", "grad"]  # ps always sends gradients
-    res = gossipgrad(4, ["train", "--sufficient-factors", "on", *mix,
-                         "--strategy", strategy, "--no-progress", "--metrics-out",
-                         str(metrics)], timeout=300)
+    res = gossipgrad(
+        4,
+        [
+            "train",
+            "--sufficient-factors",
+            "on",
+            *mix,
+            "--strategy",
+            strategy,
+            "--no-progress",
+            "--metrics-out",
+            str(metrics),
+        ],
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     records = [json.loads(line) for line in open(metrics, encoding="utf-8")]
     summary = records[-1]
@@ -36,7 +48,10 @@ def test_digits_at_four_ranks_with_factors_on(tmp_path, strategy):
     layers = tables[0]["layers"]
     # the MLP's three Linear layers, batch 32, every one sent as factors
     assert [(r["layer"], r["rows"], r["form"]) for r in layers] == [
-        ("1", 32, "factors"), ("3", 32, "factors"), ("5", 32, "factors")]
+        ("1", 32, "factors"),
+        ("3", 32, "factors"),
+        ("5", 32, "factors"),
+    ]
     # what is sent: every layer's factors, and the biases (138 floats) in a bucket
     biases = (128 + 128 + 10) * 4 * (1 if strategy == "gossip" else 2 * 3 / 4)
     expect = sum(r["factor_bytes"] for r in layers) + biases

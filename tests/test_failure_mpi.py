@@ -63,10 +63,18 @@ def _survived(res: subprocess.CompletedProcess, metrics: Path, dead: int) -> dic
 def test_sigkilled_rank_with_continue_ends_in_a_completed_job(tmp_path: Path) -> None:
     """Rank 2 is SIGKILLed from outside while the ranks train: the other three finish."""
     metrics = tmp_path / "m.jsonl"
-    cmd = ompi_command(4, [*SHORT[:2], "20", *SHORT[3:], "--metrics-out", str(metrics),
-                           "--on-failure", "continue"])
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env(**OMPI_ENV), cwd=REPO, start_new_session=True)
+    cmd = ompi_command(
+        4, [*SHORT[:2], "20", *SHORT[3:], "--metrics-out", str(metrics), "--on-failure", "continue"]
+    )
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env(**OMPI_ENV),
+        cwd=REPO,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + DEADLINE / 2
         while not (metrics.exists() and '"step": 3' in metrics.read_text()):
@@ -89,8 +97,9 @@ def test_sigkilled_rank_with_continue_ends_in_a_completed_job(tmp_path: Path) ->
 @pytest.mark.timeout(DEADLINE + 60)
 def test_rank_killed_during_a_shuffle_round_costs_its_shard_only(tmp_path: Path) -> None:
     """Rank 1 dies with a shuffle round on the wire (step 16, a round every 2 steps)."""
-    res, metrics = _train(tmp_path, ["--on-failure", "continue"],
-                          GOSSIPGRAD_INJECT_KILL="1:16:shuffle")
+    res, metrics = _train(
+        tmp_path, ["--on-failure", "continue"], GOSSIPGRAD_INJECT_KILL="1:16:shuffle"
+    )
     s = _survived(res, metrics, dead=1)
     assert "dies at step 16 (shuffle)" in res.stderr
     assert s["samples_lost"] == 359 and s["samples_twice"] == 0, s  # one shard, nothing twice
@@ -102,9 +111,11 @@ def test_rank_0_killed_while_writing_a_checkpoint_leaves_no_torn_file(tmp_path: 
     appears (its .tmp is pruned), the survivors (new rank 0: launch rank 1) write step 33's,
     and every checkpoint on disk loads."""
     run_dir = tmp_path / "run"
-    res, metrics = _train(tmp_path, ["--on-failure", "continue", "--run-dir", str(run_dir),
-                                     "--checkpoint-every", "16"],
-                          GOSSIPGRAD_INJECT_KILL="0:32:checkpoint")
+    res, metrics = _train(
+        tmp_path,
+        ["--on-failure", "continue", "--run-dir", str(run_dir), "--checkpoint-every", "16"],
+        GOSSIPGRAD_INJECT_KILL="0:32:checkpoint",
+    )
     s = _survived(res, metrics, dead=0)
     assert "dies at step 32 (checkpoint)" in res.stderr
     files = sorted(p.name for p in run_dir.iterdir())

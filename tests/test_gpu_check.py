@@ -22,10 +22,12 @@ def gpu_check():
     return module
 
 
-def test_no_cuda_skips_everything_with_the_reason_and_launches_nothing(gpu_check, monkeypatch,
-                                                                      capsys):
-    monkeypatch.setattr(gpu_check, "cuda_status",
-                        lambda: {"available": False, "reason": "no CUDA device visible"})
+def test_no_cuda_skips_everything_with_the_reason_and_launches_nothing(
+    gpu_check, monkeypatch, capsys
+):
+    monkeypatch.setattr(
+        gpu_check, "cuda_status", lambda: {"available": False, "reason": "no CUDA device visible"}
+    )
 
     def no_launch(*a, **k):
         raise AssertionError("a check was launched without a GPU")
@@ -40,7 +42,8 @@ def test_no_cuda_skips_everything_with_the_reason_and_launches_nothing(gpu_check
 def test_plan_runs_direct_only_when_cuda_aware(gpu_check):
     gpu = {"available": True}
     assert gpu_check.plan(gpu, True) == dict.fromkeys(
-        ("detect", "staging", "direct", "throughput", "offload"))
+        ("detect", "staging", "direct", "throughput", "offload")
+    )
     todo = gpu_check.plan(gpu, False)
     assert todo["staging"] is None and todo["throughput"] is None and todo["offload"] is None
     assert "not CUDA-aware" in todo["direct"] and "GOSSIPGRAD_CUDA_AWARE=1" in todo["direct"]
@@ -50,7 +53,8 @@ def test_plan_runs_direct_only_when_cuda_aware(gpu_check):
 
 @pytest.mark.parametrize("staging_ok", [True, False])
 def test_with_a_gpu_the_checks_are_launched_and_failures_set_the_exit_code(
-        gpu_check, monkeypatch, capsys, staging_ok):
+    gpu_check, monkeypatch, capsys, staging_ok
+):
     monkeypatch.setattr(gpu_check, "cuda_status", lambda: {"available": True})
     launched = []
 
@@ -77,8 +81,23 @@ def test_with_a_gpu_the_checks_are_launched_and_failures_set_the_exit_code(
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("path", ["staging", "direct"])
 def test_exchange_worker_is_exact_on_cpu(path):
-    out = run([mpiexec(), "-n", "2", sys.executable, str(SCRIPT), "_exchange", "--device", "cpu",
-               "--path", path, "--mb", "1"], timeout=100)
+    out = run(
+        [
+            mpiexec(),
+            "-n",
+            "2",
+            sys.executable,
+            str(SCRIPT),
+            "_exchange",
+            "--device",
+            "cpu",
+            "--path",
+            path,
+            "--mb",
+            "1",
+        ],
+        timeout=100,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     rec = json.loads(out.stdout.strip().splitlines()[-1])
     assert rec["ok"] and rec["exact"] and rec["buckets"] == 4 and rec["bytes"] == 2**20, rec
@@ -87,8 +106,24 @@ def test_exchange_worker_is_exact_on_cpu(path):
 
 @pytest.mark.timeout(300)
 def test_offload_worker_on_cpu_reports_every_mode_with_the_same_first_loss():
-    out = run([sys.executable, str(SCRIPT), "_offload", "--device", "cpu", "--arch", "resnet18",
-               "--batch", "4", "--steps", "1", "--image-size", "32"], timeout=280)
+    out = run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "_offload",
+            "--device",
+            "cpu",
+            "--arch",
+            "resnet18",
+            "--batch",
+            "4",
+            "--steps",
+            "1",
+            "--image-size",
+            "32",
+        ],
+        timeout=280,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     rec = json.loads(out.stdout.strip().splitlines()[-1])
     assert rec["ok"] and rec["same_first_loss"] and rec["device"] == "cpu", rec

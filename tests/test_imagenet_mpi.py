@@ -36,8 +36,22 @@ def summary(stdout: str) -> dict:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("arch", ["resnet50", "googlenet"])
 def test_model_trains_and_reports_top1_top5(folder: Path, tmp_path: Path, arch: str) -> None:
-    proc = launch.gossipgrad(2, ["train", "-a", arch, "--data", str(folder), "--epochs", "1",
-                                 "--run-dir", str(tmp_path), *TINY], timeout=240)
+    proc = launch.gossipgrad(
+        2,
+        [
+            "train",
+            "-a",
+            arch,
+            "--data",
+            str(folder),
+            "--epochs",
+            "1",
+            "--run-dir",
+            str(tmp_path),
+            *TINY,
+        ],
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "step 3 (epoch 1.00): top1 " in proc.stderr and " top5 " in proc.stderr
     result = summary(proc.stdout)
@@ -49,8 +63,23 @@ def test_model_trains_and_reports_top1_top5(folder: Path, tmp_path: Path, arch: 
 
 @pytest.mark.timeout(180)
 def test_synthetic_reports_images_per_second() -> None:
-    proc = launch.gossipgrad(2, ["train", "-a", "resnet18", "--synthetic", "--max-steps", "4",
-                                 "--image-size", "32", "-b", "4", "--no-progress"], timeout=150)
+    proc = launch.gossipgrad(
+        2,
+        [
+            "train",
+            "-a",
+            "resnet18",
+            "--synthetic",
+            "--max-steps",
+            "4",
+            "--image-size",
+            "32",
+            "-b",
+            "4",
+            "--no-progress",
+        ],
+        timeout=150,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "images/s" in proc.stderr
     result = summary(proc.stdout)
@@ -59,13 +88,38 @@ def test_synthetic_reports_images_per_second() -> None:
 
 @pytest.mark.timeout(240)
 def test_evaluate_only_scores_the_checkpoint_on_any_size(folder: Path, tmp_path: Path) -> None:
-    trained = launch.gossipgrad(0, ["train", "-a", "resnet18", "--data", str(folder),
-                                    "--epochs", "1", "--run-dir", str(tmp_path), *TINY],
-                                timeout=120)
+    trained = launch.gossipgrad(
+        0,
+        [
+            "train",
+            "-a",
+            "resnet18",
+            "--data",
+            str(folder),
+            "--epochs",
+            "1",
+            "--run-dir",
+            str(tmp_path),
+            *TINY,
+        ],
+        timeout=120,
+    )
     assert trained.returncode == 0, trained.stderr
-    proc = launch.gossipgrad(2, ["train", "-a", "resnet18", "--data", str(folder),
-                                 "--evaluate", "--resume", str(tmp_path / "ckpt-000000006.pt"),
-                                 *TINY], timeout=120)
+    proc = launch.gossipgrad(
+        2,
+        [
+            "train",
+            "-a",
+            "resnet18",
+            "--data",
+            str(folder),
+            "--evaluate",
+            "--resume",
+            str(tmp_path / "ckpt-000000006.pt"),
+            *TINY,
+        ],
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     result, before = summary(proc.stdout), summary(trained.stdout)
     assert result["steps"] == 6 and result["start_step"] == 6

@@ -20,8 +20,9 @@ from gossipgrad.options import DataOptions
 torch.set_num_threads(1)
 
 
-def source(root: Path, rank: int = 0, size: int = 1, batch: int = 2, workers: int = 0,
-           **kw) -> ImageFolderSource:
+def source(
+    root: Path, rank: int = 0, size: int = 1, batch: int = 2, workers: int = 0, **kw
+) -> ImageFolderSource:
     return ImageFolderSource(str(root), 32, batch, workers, seed=5, rank=rank, size=size, **kw)
 
 
@@ -75,8 +76,9 @@ def test_resumed_epoch_sees_the_same_pixels_with_any_worker_count(folder: Path) 
 
 
 def test_validation_is_split_and_complete(folder: Path) -> None:
-    got = [torch.cat([y for _, y in source(folder, rank=r, size=2).eval_batches()])
-           for r in range(2)]
+    got = [
+        torch.cat([y for _, y in source(folder, rank=r, size=2).eval_batches()]) for r in range(2)
+    ]
     assert sorted(torch.cat(got).tolist()) == [0, 0, 1, 1, 2, 2]
     x, _ = next(source(folder).eval_batches())
     assert x.shape == (2, 3, 32, 32)
@@ -102,11 +104,14 @@ def test_workers_ignore_stop_signals() -> None:
             return 1
 
         def __getitem__(self, _i: int) -> tuple[bool, bool]:
-            return (signal.getsignal(signal.SIGUSR1) is signal.SIG_IGN,
-                    signal.getsignal(signal.SIGTERM) is signal.SIG_IGN)
+            return (
+                signal.getsignal(signal.SIGUSR1) is signal.SIG_IGN,
+                signal.getsignal(signal.SIGTERM) is signal.SIG_IGN,
+            )
 
-    loader = torch.utils.data.DataLoader(Handlers(), num_workers=1, batch_size=None,
-                                         worker_init_fn=ignore_stop_signals)
+    loader = torch.utils.data.DataLoader(
+        Handlers(), num_workers=1, batch_size=None, worker_init_fn=ignore_stop_signals
+    )
     assert [tuple(x) for x in loader] == [(True, True)]
 
 
@@ -122,5 +127,8 @@ def test_synthetic_images_have_the_imagenet_shape_and_repeat_exactly() -> None:
 
 def test_num_classes_must_match_real_data(folder: Path) -> None:
     with pytest.raises(ValueError, match="--num-classes 10 does not match the 3 classes"):
-        open_source(DataOptions(batch_size=2, data=str(folder), image_size=32, num_classes=10),
-                    rank=0, size=1)
+        open_source(
+            DataOptions(batch_size=2, data=str(folder), image_size=32, num_classes=10),
+            rank=0,
+            size=1,
+        )

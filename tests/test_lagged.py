@@ -20,8 +20,11 @@ def test_lag_check_in_process(size, check):
 
 @pytest.mark.parametrize("strategy", ["allreduce", "horovod", "ddp"])
 def test_max_lag_is_refused_with_collective_strategies(strategy):
-    with pytest.raises(ValueError, match=rf"--max-lag 2 is not available with --strategy "
-                                         rf"{strategy}.*--strategy gossip, or --max-lag 0"):
+    with pytest.raises(
+        ValueError,
+        match=rf"--max-lag 2 is not available with --strategy "
+        rf"{strategy}.*--strategy gossip, or --max-lag 0",
+    ):
         ExchangeOptions(strategy=strategy, max_lag=2)
 
 

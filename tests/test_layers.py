@@ -56,8 +56,11 @@ def imported_parts(path: Path) -> list[tuple[int, str]]:
                 names = [f"gossipgrad.{a.name}" for a in node.names]
         else:
             continue
-        out += [(node.lineno, n.split(".")[1]) for n in names
-                if n.startswith("gossipgrad.") and n.count(".") >= 1]
+        out += [
+            (node.lineno, n.split(".")[1])
+            for n in names
+            if n.startswith("gossipgrad.") and n.count(".") >= 1
+        ]
     return out
 
 
@@ -72,8 +75,10 @@ def upward_imports(root: Path = ROOT) -> list[str]:
         for line, target in imported_parts(path):
             assert target in LAYERS, f"{path}:{line}: imports unknown part {target!r}"
             if target != part and LAYERS[target] > LAYERS[part]:
-                bad.append(f"{path.relative_to(root)}:{line}: {part} "
-                           f"({LAYERS[part]}) imports {target} ({LAYERS[target]})")
+                bad.append(
+                    f"{path.relative_to(root)}:{line}: {part} "
+                    f"({LAYERS[part]}) imports {target} ({LAYERS[target]})"
+                )
     return bad
 
 
@@ -83,8 +88,12 @@ def test_imports_point_down_only():
 
 @pytest.mark.parametrize("lower", ["comm", "engine", "data", "shuffle", "plan"])
 def test_lower_layers_import_no_launch_measure_bench_or_cli(lower: str):
-    found = [(p, t) for p in sorted((ROOT / lower).rglob("*.py"))
-             for _, t in imported_parts(p) if t in {"runtime", "measure", "bench", "cli"}]
+    found = [
+        (p, t)
+        for p in sorted((ROOT / lower).rglob("*.py"))
+        for _, t in imported_parts(p)
+        if t in {"runtime", "measure", "bench", "cli"}
+    ]
     assert found == []
 
 

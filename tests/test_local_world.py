@@ -24,15 +24,17 @@ def test_check_in_process(size, check):
     except checks.NotApplicable as exc:
         assert checks.skipped_at(check, size), f"{check.__name__} skipped on {size} ranks: {exc}"
         pytest.skip(f"{check.__name__} on {size} ranks: {exc}")
-    assert not checks.skipped_at(check, size), \
+    assert not checks.skipped_at(check, size), (
         f"{check.__name__} ran on {size} ranks, where SKIPPED_AT says it does not apply"
+    )
 
 
 @pytest.mark.timeout(60)
 def test_staging_path_gives_the_same_result():
     """Host staging (forced on CPU tensors) is exercised and changes nothing."""
-    run_ranks(4, checks.check_one_step_closed_form, Stager(cuda_aware=False, force=True),
-              timeout=30)
+    run_ranks(
+        4, checks.check_one_step_closed_form, Stager(cuda_aware=False, force=True), timeout=30
+    )
 
 
 @pytest.mark.timeout(30)
@@ -65,8 +67,11 @@ def test_deadline_message_names_rank_peer_step_and_tag():
         if comm.rank == 0:
             comm.irecv(np.zeros(1), 1, 1003, WaitContext("sent nothing", 1, 1003, 17)).wait(0.2)
 
-    with pytest.raises(CommTimeout, match=r"rank 0, step 17: peer 1 sent nothing for 0.2 s "
-                                          r"\(tag GRAD_BUCKET_3\)"):
+    with pytest.raises(
+        CommTimeout,
+        match=r"rank 0, step 17: peer 1 sent nothing for 0.2 s "
+        r"\(tag GRAD_BUCKET_3\)",
+    ):
         run_ranks(2, body, timeout=10)
 
 
@@ -74,6 +79,7 @@ def test_deadline_message_names_rank_peer_step_and_tag():
 def test_receives_match_in_posting_order_like_mpi():
     """Two receives from one source with one tag take the messages in the order the
     receives were posted, whichever is tested first (MPI's non-overtaking rule)."""
+
     def body(comm):
         if comm.rank == 0:
             comm.isend(np.array([1.0]), 1, 4)
@@ -131,6 +137,7 @@ def test_bcast_and_barrier():
 def test_split_gives_each_color_its_own_ranks_and_traffic():
     """As MPI_Comm_split: ranks 0, 2, 4 and 1, 3 form two groups numbered in rank order;
     None joins none; collectives and messages stay within a group."""
+
     def body(comm):
         sub = comm.split(None if comm.rank == 5 else comm.rank % 2)
         if sub is None:
@@ -145,13 +152,19 @@ def test_split_gives_each_color_its_own_ranks_and_traffic():
         return (sub.rank, sub.size, total, got[0])
 
     assert run_ranks(6, body, timeout=10) == [
-        (0, 3, 6.0, 0.0), (0, 2, 4.0, 0.0), (1, 3, 6.0, 10.0), (1, 2, 4.0, 11.0),
-        (2, 3, 6.0, 0.0), None]
+        (0, 3, 6.0, 0.0),
+        (0, 2, 4.0, 0.0),
+        (1, 3, 6.0, 10.0),
+        (1, 2, 4.0, 11.0),
+        (2, 3, 6.0, 0.0),
+        None,
+    ]
 
 
 def test_receives_match_messages_in_the_order_they_were_posted():
     """As in MPI: two receives from one source with one tag get the messages in posting
     order, even when the second is tested first (ps keeps several steps' pushes posted)."""
+
     def body(comm):
         if comm.rank == 1:
             first, second = np.zeros(1), np.zeros(1)

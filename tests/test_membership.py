@@ -63,8 +63,12 @@ def test_survivors_shrink_renumber_in_order_and_reduce_again():
         total = allreduce_(new, np.array([float(comm.rank)]))[0]
         return new.rank, new.size, new.parent_ranks, total
 
-    assert run_ranks(4, body, timeout=20) == [(0, 3, (0, 2, 3), 5.0), None,
-                                              (1, 3, (0, 2, 3), 5.0), (2, 3, (0, 2, 3), 5.0)]
+    assert run_ranks(4, body, timeout=20) == [
+        (0, 3, (0, 2, 3), 5.0),
+        None,
+        (1, 3, (0, 2, 3), 5.0),
+        (2, 3, (0, 2, 3), 5.0),
+    ]
 
 
 def test_a_dead_rank_cannot_act_again():
@@ -109,14 +113,17 @@ def test_continue_is_refused_where_the_communicator_cannot_shrink():
         TrainConfig.from_flags(on_failure="continue", strategy="ddp")
 
 
-@pytest.mark.parametrize("step, closed, expected", [
-    (0, -1, 0),    # a fresh start
-    (7, 0, 1),     # mid-epoch 1
-    (5, -1, 0),    # epoch 0's batches done, not yet evaluated/checkpointed: close it
-    (5, 0, 1),     # epoch 0 closed: go on with epoch 1
-    (15, 1, 2),    # the last epoch not closed
-    (15, 2, 3),    # everything done: no epoch left
-])
+@pytest.mark.parametrize(
+    "step, closed, expected",
+    [
+        (0, -1, 0),  # a fresh start
+        (7, 0, 1),  # mid-epoch 1
+        (5, -1, 0),  # epoch 0's batches done, not yet evaluated/checkpointed: close it
+        (5, 0, 1),  # epoch 0 closed: go on with epoch 1
+        (15, 1, 2),  # the last epoch not closed
+        (15, 2, 3),  # everything done: no epoch left
+    ],
+)
 def test_first_epoch_after_a_recovery_closes_an_unclosed_epoch(step, closed, expected):
     run = SimpleNamespace(spe=5, total=15, closed=closed, cfg=TrainConfig.from_flags(epochs=3))
     assert Run.first_epoch(run, step) == expected
@@ -144,8 +151,9 @@ def test_rejoin_puts_the_optimizer_on_the_survivors_at_the_agreed_step():
 
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 2)
-    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model,
-                               LocalWorld(1).communicators()[0])
+    opt = DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1), model, LocalWorld(1).communicators()[0]
+    )
     opt.step_count = 23
     survivors = LocalWorld(3).communicators()[1]
     opt.abandon()
@@ -174,11 +182,13 @@ def _train(monkeypatch, kill: str, size: int = 4, **flags):
 
 def _survivors(results, dead: int) -> dict:
     assert results[dead] is None
+
     def timed(key: str) -> bool:  # each rank's own clock
         return key.endswith(("seconds", "_per_s", "_s_per_call"))
 
-    alive = [{k: v for k, v in r.items() if not timed(k)}
-             for i, r in enumerate(results) if i != dead]
+    alive = [
+        {k: v for k, v in r.items() if not timed(k)} for i, r in enumerate(results) if i != dead
+    ]
     assert all(r == alive[0] for r in alive), f"survivors disagree: {alive}"
     s = alive[0]
     assert s["steps"] == 15 and s["size_final"] == 3 and s["size_launch"] == 4, s
@@ -207,11 +217,11 @@ def test_without_continue_a_dead_rank_ends_the_job(monkeypatch):
 
 
 @pytest.mark.timeout(300)
-def test_a_rank_killed_during_evaluation_is_survived_and_the_epoch_evaluated(monkeypatch,
-                                                                            tmp_path):
+def test_a_rank_killed_during_evaluation_is_survived_and_the_epoch_evaluated(monkeypatch, tmp_path):
     metrics = tmp_path / "m.jsonl"
-    s = _survivors(_train(monkeypatch, "3:5:eval", on_failure="continue",
-                          metrics_out=str(metrics)), dead=3)
+    s = _survivors(
+        _train(monkeypatch, "3:5:eval", on_failure="continue", metrics_out=str(metrics)), dead=3
+    )
     assert s["failures"][0]["step"] == 5, s
     evals = [r for r in map(eval_record, metrics.read_text().splitlines()) if r]
     assert [e["step"] for e in evals] == [5, 10, 15], evals  # epoch 0 evaluated after all
@@ -230,8 +240,16 @@ def test_rank_0_killed_mid_checkpoint_leaves_whole_checkpoints_only(monkeypatch,
     """Rank 0 dies with half of step 14's checkpoint written: no ckpt-14 appears (its .tmp is
     pruned), the survivors' new rank 0 writes the next ones, every one on disk loads."""
     run_dir = tmp_path / "run"
-    s = _survivors(_train(monkeypatch, "0:14:checkpoint", on_failure="continue",
-                          run_dir=str(run_dir), checkpoint_every=7), dead=0)
+    s = _survivors(
+        _train(
+            monkeypatch,
+            "0:14:checkpoint",
+            on_failure="continue",
+            run_dir=str(run_dir),
+            checkpoint_every=7,
+        ),
+        dead=0,
+    )
     names = sorted(p.name for p in run_dir.iterdir())
     assert not [n for n in names if n.endswith(".tmp")], names
     mains = [n for n in names if n.count(".") == 1]
@@ -254,8 +272,12 @@ def test_imagefolder_survivors_read_the_dead_ranks_files_from_the_next_epoch(tmp
     root = make_image_folder(tmp_path / "data", per_class=8, val_per_class=3)
     src = ImageFolderSource(str(root), 32, 2, 0, 0, rank=1, size=4)
     seen: list[list[int]] = []
-    src._loader = lambda dataset, batches: seen.append(  # record the keys, load nothing
-        sorted(i for b in batches for i, _ in b)) or []
+    src._loader = lambda dataset, batches: (
+        seen.append(  # record the keys, load nothing
+            sorted(i for b in batches for i, _ in b)
+        )
+        or []
+    )
     list(src.train_batches(1))
     src.regroup(1, 3, epoch=2)
     list(src.train_batches(1))

@@ -36,14 +36,19 @@ def test_auto_is_adaptive_for_gradient_mixing_only():
     assert ExchangeOptions().sync is Sync.AUTO and ExchangeOptions().mix.value == "param"
 
 
-@pytest.mark.parametrize("flags, message", [
-    ({"sync": "adaptive", "strategy": "allreduce"}, "--sync adaptive applies to --strategy"),
-    ({"mix": "grad", "monitor_every": 0}, "--sync adaptive (the default with --mix grad) "
-                                          "needs --monitor-every >= 1"),
-    ({"sync": "sometimes"}, "unknown sync 'sometimes' (--sync)"),
-    ({"sync_threshold": 0.0}, "--sync-threshold must be > 0"),
-    ({"monitor_every": -1}, "--monitor-every must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        ({"sync": "adaptive", "strategy": "allreduce"}, "--sync adaptive applies to --strategy"),
+        (
+            {"mix": "grad", "monitor_every": 0},
+            "--sync adaptive (the default with --mix grad) needs --monitor-every >= 1",
+        ),
+        ({"sync": "sometimes"}, "unknown sync 'sometimes' (--sync)"),
+        ({"sync_threshold": 0.0}, "--sync-threshold must be > 0"),
+        ({"monitor_every": -1}, "--monitor-every must be >= 0"),
+    ],
+)
 def test_bad_sync_options_name_the_flag(flags, message):
     with pytest.raises(ValueError) as err:
         TrainConfig.from_flags(**flags)

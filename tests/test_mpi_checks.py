@@ -25,8 +25,10 @@ def launched():
     def get(size: int) -> subprocess.CompletedProcess:
         if size not in cache:
             try:
-                cache[size] = run([mpiexec(), "-n", str(size), sys.executable,
-                                   "tests/multirank/run_checks.py"], timeout=180)
+                cache[size] = run(
+                    [mpiexec(), "-n", str(size), sys.executable, "tests/multirank/run_checks.py"],
+                    timeout=180,
+                )
             except AssertionError as exc:  # past the deadline: fail every check of the size
                 cache[size] = exc
         out = cache[size]
@@ -44,10 +46,14 @@ def test_check_under_mpiexec(launched, check, size):
     out = launched(size)
     assert out.returncode == 0, out.stdout + out.stderr
     name = check.__name__
-    verdicts = [line for line in out.stdout.splitlines()
-                if line.startswith((f"PASS {name} ", f"SKIP {name} "))]
+    verdicts = [
+        line
+        for line in out.stdout.splitlines()
+        if line.startswith((f"PASS {name} ", f"SKIP {name} "))
+    ]
     want = "SKIP" if checks.skipped_at(check, size) else "PASS"
-    assert len(verdicts) == 1 and verdicts[0].startswith(f"{want} {name} on {size} ranks"), \
+    assert len(verdicts) == 1 and verdicts[0].startswith(f"{want} {name} on {size} ranks"), (
         f"{name} on {size} ranks: expected {want}, got {verdicts}\n{out.stdout}"
+    )
     if want == "SKIP":
         pytest.skip(verdicts[0])

@@ -62,8 +62,9 @@ def test_parameters_and_small_tensors_stay_and_the_hooks_are_scoped():
 def _sgd_run(wrap: bool, steps: int = 5):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3,
-                          nesterov=True)
+    opt = torch.optim.SGD(
+        model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3, nesterov=True
+    )
     if wrap:
         opt = HostOffloadOptimizer(opt)
     gen = torch.Generator().manual_seed(2)
@@ -90,8 +91,10 @@ def test_host_optimizer_is_bit_identical_and_checkpoints_in_the_same_format():
         assert torch.equal(a["state"][k]["momentum_buffer"], b["state"][k]["momentum_buffer"])
     fresh_model, fresh = _sgd_run(True, steps=0)
     fresh.load_state_dict(a)  # a plain optimizer's checkpoint loads into the host one
-    assert torch.equal(fresh.state[fresh.param_groups[0]["params"][0]]["momentum_buffer"],
-                       a["state"][0]["momentum_buffer"])
+    assert torch.equal(
+        fresh.state[fresh.param_groups[0]["params"][0]]["momentum_buffer"],
+        a["state"][0]["momentum_buffer"],
+    )
     assert host.host_bytes == 3 * sum(p.numel() * 4 for p in host_model.parameters())
 
 
@@ -106,8 +109,12 @@ def test_host_optimizer_refuses_a_stepped_optimizer():
 
 def test_offloads_report_what_moved():
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))
-    plan = Offloads(model, "cpu", ("activations", "optimizer"),
-                    torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
+    plan = Offloads(
+        model,
+        "cpu",
+        ("activations", "optimizer"),
+        torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+    )
     plan.activations.min_bytes = 0
     x, y = torch.randn(4, 64), torch.randint(0, 2, (4,))
     _step_grads(model, x, y, plan.activations)
@@ -122,9 +129,28 @@ def _summary(size: int, strategy: str, offload: str, tmp_path) -> dict:
     """``gossipgrad train`` under mpiexec (separate processes: in the thread world the ranks
     share torch's RNG, so model initialisation is not reproducible there)."""
     out = tmp_path / f"{strategy}-{offload}.jsonl"
-    res = gossipgrad(size, ["train", "-a", "cnn", "--strategy", strategy, "--epochs", "1",
-                            "--max-steps", "6", "--offload", offload, "--no-progress",
-                            "--bucket-mb", "0.01", "--metrics-out", str(out)], timeout=280)
+    res = gossipgrad(
+        size,
+        [
+            "train",
+            "-a",
+            "cnn",
+            "--strategy",
+            strategy,
+            "--epochs",
+            "1",
+            "--max-steps",
+            "6",
+            "--offload",
+            offload,
+            "--no-progress",
+            "--bucket-mb",
+            "0.01",
+            "--metrics-out",
+            str(out),
+        ],
+        timeout=280,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     return [json.loads(line) for line in open(out, encoding="utf-8")][-1]
 
@@ -146,9 +172,27 @@ def test_training_with_offload_matches_training_without(strategy, size, tmp_path
 @pytest.mark.timeout(300)
 def test_profile_reports_bytes_moved_and_peak_memory_with_and_without(tmp_path):
     out = tmp_path / "p.json"
-    res = gossipgrad(0, ["profile", "-a", "cnn", "-b", "64", "--steps", "2", "--warmup", "1",
-                         "--threads", "1", "--offload", "activations,optimizer", "--out",
-                         str(out)], timeout=280)
+    res = gossipgrad(
+        0,
+        [
+            "profile",
+            "-a",
+            "cnn",
+            "-b",
+            "64",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--threads",
+            "1",
+            "--offload",
+            "activations,optimizer",
+            "--out",
+            str(out),
+        ],
+        timeout=280,
+    )
     assert res.returncode == 0, res.stderr
     report = json.loads(out.read_text())["offload"]
     assert report["what"] == ["activations", "optimizer"]

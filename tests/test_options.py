@@ -24,26 +24,29 @@ from gossipgrad.settings import Settings, table_markdown
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize(("build", "flag"), [
-    (lambda: ExchangeOptions(strategy="ring"), "--strategy"),
-    (lambda: ExchangeOptions(mix="weights"), "--mix"),
-    (lambda: ExchangeOptions(topology="torus"), "--topology"),
-    (lambda: ExchangeOptions(staleness=2), "--staleness"),
-    (lambda: ExchangeOptions(strategy="ddp", staleness=1), "--staleness 1"),
-    (lambda: ExchangeOptions(sync_every=-1), "--sync-every"),
-    (lambda: ExchangeOptions(bucket_mb=0), "--bucket-mb"),
-    (lambda: ExchangeOptions(max_lag=-1), "--max-lag"),
-    (lambda: DataOptions(dataset="cifar"), "--dataset"),
-    (lambda: DataOptions(batch_size=0), "--batch-size"),
-    (lambda: DataOptions(partition="dirichlet:-1"), "--partition"),
-    (lambda: ShuffleOptions(shuffle_every=0), "--shuffle-every"),
-    (lambda: OptimOptions(lr=0), "--lr"),
-    (lambda: OptimOptions(weight_decay=-1), "--weight-decay"),
-    (lambda: RunOptions(comm_timeout=0), "--comm-timeout"),
-    (lambda: RunOptions(checkpoint_every=5), "--run-dir"),
-    (lambda: RunOptions(device="tpu"), "--device"),
-    (lambda: TrainConfig(arch="vgg"), "--arch"),
-])
+@pytest.mark.parametrize(
+    ("build", "flag"),
+    [
+        (lambda: ExchangeOptions(strategy="ring"), "--strategy"),
+        (lambda: ExchangeOptions(mix="weights"), "--mix"),
+        (lambda: ExchangeOptions(topology="torus"), "--topology"),
+        (lambda: ExchangeOptions(staleness=2), "--staleness"),
+        (lambda: ExchangeOptions(strategy="ddp", staleness=1), "--staleness 1"),
+        (lambda: ExchangeOptions(sync_every=-1), "--sync-every"),
+        (lambda: ExchangeOptions(bucket_mb=0), "--bucket-mb"),
+        (lambda: ExchangeOptions(max_lag=-1), "--max-lag"),
+        (lambda: DataOptions(dataset="cifar"), "--dataset"),
+        (lambda: DataOptions(batch_size=0), "--batch-size"),
+        (lambda: DataOptions(partition="dirichlet:-1"), "--partition"),
+        (lambda: ShuffleOptions(shuffle_every=0), "--shuffle-every"),
+        (lambda: OptimOptions(lr=0), "--lr"),
+        (lambda: OptimOptions(weight_decay=-1), "--weight-decay"),
+        (lambda: RunOptions(comm_timeout=0), "--comm-timeout"),
+        (lambda: RunOptions(checkpoint_every=5), "--run-dir"),
+        (lambda: RunOptions(device="tpu"), "--device"),
+        (lambda: TrainConfig(arch="vgg"), "--arch"),
+    ],
+)
 def test_bad_values_name_their_flag(build, flag: str) -> None:
     with pytest.raises(ValueError, match=flag):
         build()
@@ -51,8 +54,11 @@ def test_bad_values_name_their_flag(build, flag: str) -> None:
 
 def test_strings_become_enums_once_and_overrides_are_validated_again() -> None:
     opts = ExchangeOptions(strategy="allreduce", mix="grad", topology="dissemination")
-    assert (opts.strategy, opts.mix, opts.topology) == \
-        (Strategy.ALLREDUCE, Mix.GRAD, Topology.DISSEMINATION)
+    assert (opts.strategy, opts.mix, opts.topology) == (
+        Strategy.ALLREDUCE,
+        Mix.GRAD,
+        Topology.DISSEMINATION,
+    )
     assert exchange_options(opts, {"bucket_mb": 4}).bucket_cap_bytes == 4 << 20
     with pytest.raises(ValueError, match="--staleness"):
         exchange_options(opts, {"staleness": 3})
@@ -72,8 +78,9 @@ def test_ring_allreduce_bytes_are_written_once() -> None:
 
 
 def test_train_config_round_trips_flat_names_and_fingerprints_what_ranks_share() -> None:
-    cfg = TrainConfig.from_flags(strategy="allreduce", lr=0.05, batch_size=64, shuffle=False,
-                                 comm_timeout=30.0, seed=3)
+    cfg = TrainConfig.from_flags(
+        strategy="allreduce", lr=0.05, batch_size=64, shuffle=False, comm_timeout=30.0, seed=3
+    )
     flat = cfg.to_dict()
     assert flat["strategy"] == "allreduce" and flat["lr"] == 0.05 and flat["seed"] == 3
     assert TrainConfig.from_flags(**flat) == cfg and cfg.seed == 3
@@ -95,8 +102,9 @@ def test_settings_are_documented_in_one_table() -> None:
     assert Settings.from_env({}) == Settings()
 
 
-@pytest.mark.parametrize("name", ["gossipgrad.options", "gossipgrad.choices",
-                                  "gossipgrad.settings"])
+@pytest.mark.parametrize(
+    "name", ["gossipgrad.options", "gossipgrad.choices", "gossipgrad.settings"]
+)
 def test_docstring_examples_hold(name):
     import doctest
     import importlib

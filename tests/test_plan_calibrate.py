@@ -15,9 +15,16 @@ from gossipgrad.plan.calibrate import (
     scale_profile,
 )
 
-PROFILE = Profile("m", 8, "cpu", forward_s=0.010, backward_s=0.020, optimizer_s=0.002,
-                  param_bytes=2_000_000,
-                  buckets=(Bucket(0, 1_000_000, 0.005), Bucket(1, 1_000_000, 0.020)))
+PROFILE = Profile(
+    "m",
+    8,
+    "cpu",
+    forward_s=0.010,
+    backward_s=0.020,
+    optimizer_s=0.002,
+    param_bytes=2_000_000,
+    buckets=(Bucket(0, 1_000_000, 0.005), Bucket(1, 1_000_000, 0.020)),
+)
 # 1 ms latency, 1 GB/s: a 1 MB gossip bucket costs 2 ms.
 NET = CommModel(alpha_s=1e-3, beta_s_per_byte=1e-9)
 
@@ -45,7 +52,8 @@ def test_scaled_exchange_multiplies_that_strategys_bucket_cost(strategy):
     scaled = scale_exchange(NET, strategy, 3.0)
     for size in (2, 4, 16):
         assert scaled.bucket_s(strategy, 1_000_000, size) == pytest.approx(
-            3.0 * NET.bucket_s(strategy, 1_000_000, size))
+            3.0 * NET.bucket_s(strategy, 1_000_000, size)
+        )
     other = "allreduce" if strategy == "gossip" else "gossip"
     assert scaled.bucket_s(other, 1_000_000, 4) == NET.bucket_s(other, 1_000_000, 4)
     assert scale_exchange(NET, "local", 3.0) == NET
@@ -78,29 +86,33 @@ def test_gossip_factor_is_validated():
 
 
 def _round(strategy: str, local: float, blocking: float, s0: float, s1: float) -> dict:
-    return {"strategy": strategy, "local_s": local, "blocking_s": blocking, "s0_s": s0,
-            "s1_s": s1}
+    return {"strategy": strategy, "local_s": local, "blocking_s": blocking, "s0_s": s0, "s1_s": s1}
 
 
 def test_fit_in_step_compute_from_the_latest_rounds_the_rest_from_all():
     from gossipgrad.plan.calibrate import fit_in_step
 
     prof = Profile("m", 8, "cpu", 0.002, 0.006, 0.002, 1000, (Bucket(0, 1000, 0.006),))
-    old = [_round("gossip", 0.010, 0.020, 0.021, 0.022),
-           _round("allreduce", 0.010, 0.030, 0.033, 0.034)]
-    new = [_round("gossip", 0.030, 0.040, 0.045, 0.046),
-           _round("allreduce", 0.050, 0.060, 0.061, 0.065)]
+    old = [
+        _round("gossip", 0.010, 0.020, 0.021, 0.022),
+        _round("allreduce", 0.010, 0.030, 0.033, 0.034),
+    ]
+    new = [
+        _round("gossip", 0.030, 0.040, 0.045, 0.046),
+        _round("allreduce", 0.050, 0.060, 0.061, 0.065),
+    ]
     f = fit_in_step(old + new, new, prof, {"gossip": 0.005, "allreduce": 0.010})
     assert f["compute_factor"] == pytest.approx(4.0)  # median of 3.0 and 5.0: latest only
     assert f["exchange_factor"]["gossip"] == pytest.approx(2.0)  # (0.010 / 0.005) twice
     assert f["exchange_factor"]["allreduce"] == pytest.approx(1.5)  # 2.0 and 1.0
     assert f["overlap_s"] == pytest.approx(0.002)  # median of 1, 3, 5, 1 ms
     assert f["stale_s_per_byte"] == pytest.approx(1e-6)  # median of 1, 1, 1, 4 ms per 1000 B
-    assert f["stale_s_per_byte_by_strategy"] == pytest.approx({"gossip": 1e-6,
-                                                               "allreduce": 2.5e-6})
+    assert f["stale_s_per_byte_by_strategy"] == pytest.approx({"gossip": 1e-6, "allreduce": 2.5e-6})
     # staleness 1 faster than 0: a saving, at most the round's exchange (blocking - local)
-    faster = [_round("allreduce", 0.010, 0.014, 0.020, 0.012),  # saves 8 ms, capped at 4
-              _round("allreduce", 0.010, 0.020, 0.020, 0.018)]  # saves 2 ms
+    faster = [
+        _round("allreduce", 0.010, 0.014, 0.020, 0.012),  # saves 8 ms, capped at 4
+        _round("allreduce", 0.010, 0.020, 0.020, 0.018),
+    ]  # saves 2 ms
     g = fit_in_step(faster, faster, prof, {"allreduce": 0.01})
     assert g["stale_s_per_byte_by_strategy"]["allreduce"] == pytest.approx(-3e-6)
     with pytest.raises(ValueError, match="at least one round"):

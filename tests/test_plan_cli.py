@@ -120,7 +120,9 @@ def test_plan_host_flags_add_the_contention_term(files):
     assert free.exit_code == 0 and crowded.exit_code == 0, crowded.output
     assert "cores per rank" not in free.output
     assert "1 cores per rank (no spare core: overlap 0 us/step, hand-off 1000 us/bucket" in (
-        crowded.output)
+        crowded.output
+    )
+
     # two 2 MiB buckets: F + B + S + O + 2 ms > the overlapped prediction
     def step(out: str) -> float:
         return float(out.split("| gossip | 2 | 1 | 0 | ")[1].split(" |")[0])
@@ -151,9 +153,21 @@ def test_plan_stale_flag_charges_staleness_one_without_a_spare_core(files):
 def test_calibration_factors_scale_the_prediction(files):
     """--compute-factor 2 doubles a blocking step's compute; --exchange-factor gossip=3
     triples the exchange: with the toy profile and link the step is closed-form."""
+
     def step_s(*extra: str) -> float:
-        res = invoke(*base(files), "--sizes", "2", "--strategies", "gossip", "--bucket-mb",
-                     "100", "--staleness", "0", "--no-overlap", *extra)
+        res = invoke(
+            *base(files),
+            "--sizes",
+            "2",
+            "--strategies",
+            "gossip",
+            "--bucket-mb",
+            "100",
+            "--staleness",
+            "0",
+            "--no-overlap",
+            *extra,
+        )
         assert res.exit_code == 0, res.output
         row = next(line for line in res.output.splitlines() if line.startswith("| gossip | 2 |"))
         return float(row.split("|")[5])
@@ -161,10 +175,18 @@ def test_calibration_factors_scale_the_prediction(files):
     exchange = 1e-5 + 4 * MIB / 1e9  # one 4 MiB bucket: alpha + n beta
     assert step_s() == pytest.approx(0.35 + exchange, abs=1e-4)
     assert step_s("--compute-factor", "2") == pytest.approx(0.70 + exchange, abs=1e-4)
-    assert step_s("--exchange-factor", "gossip=3") == pytest.approx(0.35 + 3 * exchange,
-                                                                     abs=1e-4)
-    res = invoke(*base(files), "--sizes", "2", "--compute-factor", "1.5", "--exchange-factor",
-                 "gossip=3", "--exchange-factor", "allreduce=2")
+    assert step_s("--exchange-factor", "gossip=3") == pytest.approx(0.35 + 3 * exchange, abs=1e-4)
+    res = invoke(
+        *base(files),
+        "--sizes",
+        "2",
+        "--compute-factor",
+        "1.5",
+        "--exchange-factor",
+        "gossip=3",
+        "--exchange-factor",
+        "allreduce=2",
+    )
     assert "in-step calibration: compute x1.5, gossip x3, allreduce x2" in res.output
 
 

@@ -19,11 +19,13 @@ def test_bytes_of_both_forms_in_closed_form(size):
     assert pf.matrix_bytes("gossip", size, m, n, s) == (0 if size == 1 else m * n * s)
     assert pf.factor_bytes("gossip", size, k, m, n, s) == (0 if size == 1 else k * (m + n) * s)
     assert pf.matrix_bytes("allreduce", size, m, n, s) == pytest.approx(
-        2 * (size - 1) / size * m * n * s)
+        2 * (size - 1) / size * m * n * s
+    )
     assert pf.factor_bytes("allreduce", size, k, m, n, s) == (size - 1) * k * (m + n) * s
     assert pf.rebuild_flops("gossip", size, k, m, n) == (0 if size == 1 else 2 * k * m * n)
     assert pf.rebuild_flops("allreduce", size, k, m, n) == (
-        0 if size == 1 else 2 * size * k * m * n)
+        0 if size == 1 else 2 * size * k * m * n
+    )
 
 
 @pytest.mark.parametrize("size", range(2, 18))
@@ -46,20 +48,29 @@ def test_modes_and_degenerate_cases():
     assert pf.decide("on", "gossip", 8, 0, 10, 10).form == "matrix"  # nothing captured
     assert pf.crossover_rows("gossip", 1, 10, 10) == 0
     d = pf.decide("auto", "allreduce", 8, 16, 4096, 25088)
-    assert d.to_json() == {"form": "factors", "rows": 16, "out_features": 4096,
-                           "in_features": 25088, "matrix_bytes": d.matrix_bytes,
-                           "factor_bytes": d.factor_bytes, "rebuild_flops": d.rebuild_flops}
+    assert d.to_json() == {
+        "form": "factors",
+        "rows": 16,
+        "out_features": 4096,
+        "in_features": 25088,
+        "matrix_bytes": d.matrix_bytes,
+        "factor_bytes": d.factor_bytes,
+        "rebuild_flops": d.rebuild_flops,
+    }
     # the VGG head's first layer at batch 16, 8 ranks: the target is <= 0.25x
     assert d.factor_bytes / d.matrix_bytes < 0.02
 
 
-@pytest.mark.parametrize("bad, match", [
-    (dict(strategy="local"), "does not exchange sufficient factors"),
-    (dict(strategy="horovod"), "does not exchange sufficient factors"),
-    (dict(rows=-1), "rows must be an integer >= 0"),
-    (dict(size=0), "size must be an integer >= 1"),
-    (dict(mode="sometimes"), "unknown sufficient-factors 'sometimes'"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (dict(strategy="local"), "does not exchange sufficient factors"),
+        (dict(strategy="horovod"), "does not exchange sufficient factors"),
+        (dict(rows=-1), "rows must be an integer >= 0"),
+        (dict(size=0), "size must be an integer >= 1"),
+        (dict(mode="sometimes"), "unknown sufficient-factors 'sometimes'"),
+    ],
+)
 def test_bad_input_names_what_is_wrong(bad, match):
     args = dict(mode="auto", strategy="gossip", size=4, rows=2, out_features=3, in_features=5)
     args.update(bad)
@@ -67,13 +78,19 @@ def test_bad_input_names_what_is_wrong(bad, match):
         pf.decide(**args)
 
 
-@pytest.mark.parametrize("flags, match", [
-    (dict(sufficient_factors="on"), "needs --mix grad"),
-    (dict(sufficient_factors="on", mix="grad", staleness=1), "needs --staleness 0"),
-    (dict(sufficient_factors="on", mix="grad", strategy="local"), "needs --strategy gossip or "),
-    (dict(sufficient_factors="on", mix="grad", strategy="ddp"), "needs --strategy gossip or "),
-    (dict(sufficient_factors="yes"), r"choose one of: auto, on, off"),
-])
+@pytest.mark.parametrize(
+    "flags, match",
+    [
+        (dict(sufficient_factors="on"), "needs --mix grad"),
+        (dict(sufficient_factors="on", mix="grad", staleness=1), "needs --staleness 0"),
+        (
+            dict(sufficient_factors="on", mix="grad", strategy="local"),
+            "needs --strategy gossip or ",
+        ),
+        (dict(sufficient_factors="on", mix="grad", strategy="ddp"), "needs --strategy gossip or "),
+        (dict(sufficient_factors="yes"), r"choose one of: auto, on, off"),
+    ],
+)
 def test_bad_combinations_are_one_line_errors(flags, match):
     with pytest.raises(ValueError, match=match) as info:
         ExchangeOptions(**flags)
@@ -87,8 +104,9 @@ def test_auto_and_off_are_accepted_everywhere():
                 ExchangeOptions(strategy=strategy, mix=mix, sufficient_factors=mode)
 
 
-@pytest.mark.parametrize("name", ["gossipgrad.plan.factors", "gossipgrad.comm.factors",
-                                  "gossipgrad.options"])
+@pytest.mark.parametrize(
+    "name", ["gossipgrad.plan.factors", "gossipgrad.comm.factors", "gossipgrad.options"]
+)
 def test_docstring_examples(name):
     result = doctest.testmod(importlib.import_module(name))
     assert result.attempted > 0 and result.failed == 0

@@ -17,10 +17,31 @@ from launch import mpiexec, run
 # Generous deadlines: on a shared 2-core machine at load 50 a bare `--help` took 60 s.
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(1200)]
 PLAN_VALIDATE = [sys.executable, "-m", "gossipgrad", "bench", "plan-validate"]
-TINY = ["--hidden", "16", "--bucket-mb", "1", "--only-overlap", "--steps", "2", "--warmup",
-        "1", "--profile-steps", "2", "--net-max-mb", "8", "--net-reps", "3",
-        "--calibrate-pairs", "1", "--passes", "1", "--calibrate-steps", "2",
-        "--confirm-rounds", "1"]
+TINY = [
+    "--hidden",
+    "16",
+    "--bucket-mb",
+    "1",
+    "--only-overlap",
+    "--steps",
+    "2",
+    "--warmup",
+    "1",
+    "--profile-steps",
+    "2",
+    "--net-max-mb",
+    "8",
+    "--net-reps",
+    "3",
+    "--calibrate-pairs",
+    "1",
+    "--passes",
+    "1",
+    "--calibrate-steps",
+    "2",
+    "--confirm-rounds",
+    "1",
+]
 
 
 def _finite(value: object) -> bool:
@@ -33,8 +54,22 @@ def _share(host: dict) -> float:
 
 def test_calibrate_at_two_predict_three_then_reuse_the_calibration(tmp_path):
     out = tmp_path / "oos.json"
-    proc = run([mpiexec(), "-n", "3", *PLAN_VALIDATE, *TINY, "--calibrate-size", "2",
-                "--predict-sizes", "3", "--out", str(out)], timeout=600)
+    proc = run(
+        [
+            mpiexec(),
+            "-n",
+            "3",
+            *PLAN_VALIDATE,
+            *TINY,
+            "--calibrate-size",
+            "2",
+            "--predict-sizes",
+            "3",
+            "--out",
+            str(out),
+        ],
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
     for key in ("oos_mape_pct", "oos_worst_pct", "oos_regret"):
@@ -58,8 +93,20 @@ def test_calibrate_at_two_predict_three_then_reuse_the_calibration(tmp_path):
     assert check["predicted_s"] == pytest.approx(check["profile_s"] * cal["compute_factor"] * r)
     assert set(report["oos_per_size"]) == {"3"}
 
-    again = run([mpiexec(), "-n", "3", *PLAN_VALIDATE, *TINY, "--calibration", str(out),
-                 "--predict-sizes", "3"], timeout=450)
+    again = run(
+        [
+            mpiexec(),
+            "-n",
+            "3",
+            *PLAN_VALIDATE,
+            *TINY,
+            "--calibration",
+            str(out),
+            "--predict-sizes",
+            "3",
+        ],
+        timeout=450,
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     reused = json.loads(again.stdout)
     assert reused["frozen_calibration"] == cal
@@ -67,24 +114,43 @@ def test_calibrate_at_two_predict_three_then_reuse_the_calibration(tmp_path):
     check = reused["launches"][0]["compute_check"]  # its own profile, the file's factors
     assert check["predicted_s"] == pytest.approx(check["profile_s"] * cal["compute_factor"] * r)
 
-    own = run([mpiexec(), "-n", "2", *PLAN_VALIDATE, *TINY, "--calibration", str(out),
-               "--predict-sizes", "2"], timeout=300)
+    own = run(
+        [
+            mpiexec(),
+            "-n",
+            "2",
+            *PLAN_VALIDATE,
+            *TINY,
+            "--calibration",
+            str(out),
+            "--predict-sizes",
+            "2",
+        ],
+        timeout=300,
+    )
     assert own.returncode != 0
     assert "the calibration is fitted at size 2 on loopback" in own.stderr, own.stderr[-2000:]
-    other = run([*PLAN_VALIDATE, "--calibration", str(out), "--hidden", "64",
-                 "--predict-sizes", "3"], timeout=240)
+    other = run(
+        [*PLAN_VALIDATE, "--calibration", str(out), "--hidden", "64", "--predict-sizes", "3"],
+        timeout=240,
+    )
     assert other.returncode != 0
     assert "--calibration" in other.stderr and "'hidden': 16" in other.stderr, other.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--predict-sizes", "4"], "needs exactly one of --calibrate-size"),
-    (["--calibrate-size", "2"], "need --predict-sizes"),
-    (["--sizes", "2", "--predict-sizes", "4", "--calibrate-size", "2"], "pass one of them"),
-    (["--calibrate-size", "2", "--predict-sizes", "2,4"], "2 is the calibration size"),
-    (["--calibrate-size", "2", "--predict-sizes", "4", "--calibrate-allreduce"],
-     "not with --predict-sizes"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--predict-sizes", "4"], "needs exactly one of --calibrate-size"),
+        (["--calibrate-size", "2"], "need --predict-sizes"),
+        (["--sizes", "2", "--predict-sizes", "4", "--calibrate-size", "2"], "pass one of them"),
+        (["--calibrate-size", "2", "--predict-sizes", "2,4"], "2 is the calibration size"),
+        (
+            ["--calibrate-size", "2", "--predict-sizes", "4", "--calibrate-allreduce"],
+            "not with --predict-sizes",
+        ),
+    ],
+)
 def test_held_out_flags_that_do_not_go_together_are_refused(args, message):
     proc = run([*PLAN_VALIDATE, *args], timeout=240)
     assert proc.returncode != 0
@@ -92,8 +158,10 @@ def test_held_out_flags_that_do_not_go_together_are_refused(args, message):
 
 
 def test_a_predicted_size_above_the_launch_is_refused():
-    proc = run([mpiexec(), "-n", "2", *PLAN_VALIDATE, "--calibrate-size", "2",
-                "--predict-sizes", "4"], timeout=240)
+    proc = run(
+        [mpiexec(), "-n", "2", *PLAN_VALIDATE, "--calibrate-size", "2", "--predict-sizes", "4"],
+        timeout=240,
+    )
     assert proc.returncode != 0
     assert "launch at the largest" in proc.stderr, proc.stderr[-2000:]
 

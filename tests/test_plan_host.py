@@ -90,10 +90,12 @@ def test_no_spare_core_staleness_one_may_hide_at_most_the_exchange():
     # S = 0.2 s; G = 4e6 B. k = -2.5e-8 hides 0.1 s; k = -1e-6 would hide 4 s: capped at S.
     some = HostShare(2, 2, stale_s_per_byte=-2.5e-8)
     assert step_time(PROFILE, MODEL, "gossip", 2, staleness=1, host=some).step_s == approx(
-        0.1 + 0.4 + 0.2 + 0.05 - 0.1)
+        0.1 + 0.4 + 0.2 + 0.05 - 0.1
+    )
     everything = HostShare(2, 2, overlap_s=0.01, stale_s_per_byte=-1e-6)
-    assert step_time(PROFILE, MODEL, "gossip", 2, staleness=1,
-                     host=everything).step_s == approx(0.1 + 0.4 + 0.05 + 0.01)
+    assert step_time(PROFILE, MODEL, "gossip", 2, staleness=1, host=everything).step_s == approx(
+        0.1 + 0.4 + 0.05 + 0.01
+    )
     assert step_time(PROFILE, MODEL, "gossip", 2, host=everything).step_s == approx(0.76)
 
 

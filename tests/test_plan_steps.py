@@ -23,7 +23,7 @@ def log_steps(a: float, b: float, p: int) -> float:
 
 
 def power_steps(a: float, b: float, p: int) -> float:
-    return a * p ** b
+    return a * p**b
 
 
 def test_fit_line_recovers_a_known_line_and_is_least_squares():
@@ -47,7 +47,7 @@ def test_power_form_known_coefficients_give_known_predictions(a, b):
     points = {p: power_steps(a, b, p) for p in (1, 2, 4)}
     fit = fit_steps("allreduce", points, form="power")
     assert (fit.a, fit.b) == pytest.approx((a, b))
-    assert fit.predict(8) == pytest.approx(a * 8 ** b)
+    assert fit.predict(8) == pytest.approx(a * 8**b)
 
 
 @pytest.mark.parametrize(("a", "b"), [(20.0, 24.0), (30.0, -10.0)])
@@ -77,11 +77,14 @@ def test_least_squares_over_three_noisy_sizes():
     assert fit.rms_rel > 0
 
 
-@pytest.mark.parametrize(("points", "message"), [
-    ({4: 50}, "at least two"),
-    ({1: 50, 2: 0}, "steps > 0"),
-    ({0: 50, 2: 40}, "sizes must be >= 1"),
-])
+@pytest.mark.parametrize(
+    ("points", "message"),
+    [
+        ({4: 50}, "at least two"),
+        ({1: 50, 2: 0}, "steps > 0"),
+        ({0: 50, 2: 40}, "sizes must be >= 1"),
+    ],
+)
 def test_fit_refuses_what_it_cannot_fit(points, message):
     with pytest.raises(ValueError, match=message):
         fit_steps("gossip", points)
@@ -90,11 +93,20 @@ def test_fit_refuses_what_it_cannot_fit(points, message):
 
 
 def _run(strategy: str, size: int, curve: list[tuple[int, float]]) -> list[str]:
-    lines = [{"event": "eval", "strategy": strategy, "size": size, "step": s,
-              "test_accuracy": a} for s, a in curve]
+    lines = [
+        {"event": "eval", "strategy": strategy, "size": size, "step": s, "test_accuracy": a}
+        for s, a in curve
+    ]
     last = curve[-1]
-    lines.append({"event": "summary", "strategy": strategy, "size": size, "steps": last[0],
-                  "test_accuracy": last[1]})
+    lines.append(
+        {
+            "event": "summary",
+            "strategy": strategy,
+            "size": size,
+            "steps": last[0],
+            "test_accuracy": last[1],
+        }
+    )
     return [json.dumps(x) for x in lines]
 
 
@@ -148,15 +160,29 @@ def _plan_row(strategy: str, size: int, step_s: float, staleness: int = 0) -> Pl
     return PlanRow(strategy, size, 25.0, staleness, step_s, 0.0, 0.0, None, 1, 0.0, 0.0, 0)
 
 
-MEASURED = MeasuredSteps({("gossip", 1): (100,), ("gossip", 2): (95,), ("gossip", 4): (90,),
-                          ("allreduce", 1): (100,), ("allreduce", 2): (90,),
-                          ("allreduce", 4): (80,), ("local", 1): (100,), ("local", 2): (99,),
-                          ("local", 4): (98,)}, {})
+MEASURED = MeasuredSteps(
+    {
+        ("gossip", 1): (100,),
+        ("gossip", 2): (95,),
+        ("gossip", 4): (90,),
+        ("allreduce", 1): (100,),
+        ("allreduce", 2): (90,),
+        ("allreduce", 4): (80,),
+        ("local", 1): (100,),
+        ("local", 2): (99,),
+        ("local", 4): (98,),
+    },
+    {},
+)
 
 
 def test_time_to_accuracy_is_steps_times_step_time_and_names_the_dominant_term():
-    rows = [_plan_row("gossip", 8, 0.5), _plan_row("gossip", 8, 0.1, staleness=1),
-            _plan_row("allreduce", 8, 1.0), _plan_row("local", 8, 0.01)]
+    rows = [
+        _plan_row("gossip", 8, 0.5),
+        _plan_row("gossip", 8, 0.1, staleness=1),
+        _plan_row("allreduce", 8, 1.0),
+        _plan_row("local", 8, 0.01),
+    ]
     ttas = {r.strategy: r for r in tta_rows(rows, MEASURED, [8], form="log")}
     g, a = ttas["gossip"], ttas["allreduce"]
     assert g.steps == pytest.approx(85.0) and g.step_s == 0.5  # staleness 1 is not used
@@ -169,8 +195,15 @@ def test_time_to_accuracy_is_steps_times_step_time_and_names_the_dominant_term()
 
 def test_steps_dominate_when_step_times_are_close():
     rows = [_plan_row("gossip", 8, 0.5), _plan_row("allreduce", 8, 0.55)]
-    m = MeasuredSteps({("gossip", 1): (100,), ("gossip", 2): (150,),
-                       ("allreduce", 1): (100,), ("allreduce", 2): (90,)}, {})
+    m = MeasuredSteps(
+        {
+            ("gossip", 1): (100,),
+            ("gossip", 2): (150,),
+            ("allreduce", 1): (100,),
+            ("allreduce", 2): (90,),
+        },
+        {},
+    )
     ttas = tta_rows(rows, m, [8], form="log")
     best = recommend_tta(ttas)[8]
     assert best.strategy == "allreduce"
@@ -195,24 +228,49 @@ def test_plan_command_recommends_by_time_to_accuracy_from_smaller_sizes(tmp_path
     from gossipgrad.plan.formats import Bucket, LinkFit, NetworkFit, Profile
     from gossipgrad.plan.model import MIB
 
-    Profile("toy", 32, "cpu", 0.1, 0.2, 0.05, 4 * MIB,
-            (Bucket(0, 2 * MIB, 0.1), Bucket(1, 2 * MIB, 0.2))).save(tmp_path / "p.json")
+    Profile(
+        "toy",
+        32,
+        "cpu",
+        0.1,
+        0.2,
+        0.05,
+        4 * MIB,
+        (Bucket(0, 2 * MIB, 0.1), Bucket(1, 2 * MIB, 0.2)),
+    ).save(tmp_path / "p.json")
     NetworkFit(LinkFit(1e-5, 1 / 1e9, 0.999), source="unit test").save(tmp_path / "n.json")
     small, big = tmp_path / "small.jsonl", tmp_path / "big.jsonl"
     # steps = 20 + 24 / size (gossip) and 20 + 40 / size (allreduce): the default form
-    small.write_text("\n".join(_runs("gossip", {1: 44, 2: 32, 4: 26})
-                               + _runs("allreduce", {1: 60, 2: 40, 4: 30})) + "\n")
+    small.write_text(
+        "\n".join(
+            _runs("gossip", {1: 44, 2: 32, 4: 26}) + _runs("allreduce", {1: 60, 2: 40, 4: 30})
+        )
+        + "\n"
+    )
     big.write_text("\n".join(_runs("gossip", {8: 25}) + _runs("allreduce", {8: 24})) + "\n")
-    args = ["plan", "--profile", str(tmp_path / "p.json"), "--network", str(tmp_path / "n.json"),
-            "--sizes", "8", "--staleness", "0", "--target-accuracy", "0.9", "--metrics"]
+    args = [
+        "plan",
+        "--profile",
+        str(tmp_path / "p.json"),
+        "--network",
+        str(tmp_path / "n.json"),
+        "--sizes",
+        "8",
+        "--staleness",
+        "0",
+        "--target-accuracy",
+        "0.9",
+        "--metrics",
+    ]
     res = CliRunner().invoke(main, [*args, f"{small},{big}"])
     assert res.exit_code == 0, res.output
     assert "| gossip, size 4 | 26 |" in res.output  # measured, per size
     assert "Predicted time to test accuracy 0.9" in res.output
     gossip = next(line for line in res.output.splitlines() if line.startswith("| 8 | gossip |"))
     assert "| 1,2,4 | steps = 20 + 24 / size | 23.0 | 25.0 (-8%) |" in gossip
-    allreduce = next(line for line in res.output.splitlines()
-                     if line.startswith("| 8 | allreduce |"))
+    allreduce = next(
+        line for line in res.output.splitlines() if line.startswith("| 8 | allreduce |")
+    )
     assert "| 25.0 | 24.0 (+4%) |" in allreduce
     assert "Size 8: " in res.output and "is predicted fastest to 0.9" in res.output
     missing = CliRunner().invoke(main, [*args, f"{small},{tmp_path / 'none.jsonl'}"])

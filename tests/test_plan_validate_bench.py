@@ -20,10 +20,33 @@ def _finite(value: object) -> bool:
 
 def test_plan_validate_smoke(tmp_path):
     out = tmp_path / "pv.json"
-    cmd = [mpiexec(), "-n", "2", *PLAN_VALIDATE,
-           "--hidden", "32", "--bucket-mb", "1", "--only-overlap", "--steps", "3",
-           "--warmup", "1", "--profile-steps", "3", "--net-max-mb", "1",
-           "--net-reps", "3", "--passes", "2", "--calibrate-steps", "2", "--out", str(out)]
+    cmd = [
+        mpiexec(),
+        "-n",
+        "2",
+        *PLAN_VALIDATE,
+        "--hidden",
+        "32",
+        "--bucket-mb",
+        "1",
+        "--only-overlap",
+        "--steps",
+        "3",
+        "--warmup",
+        "1",
+        "--profile-steps",
+        "3",
+        "--net-max-mb",
+        "1",
+        "--net-reps",
+        "3",
+        "--passes",
+        "2",
+        "--calibrate-steps",
+        "2",
+        "--out",
+        str(out),
+    ]
     proc = run(cmd, timeout=240)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
@@ -32,14 +55,24 @@ def test_plan_validate_smoke(tmp_path):
     configs = report["configs"]
     assert {c["strategy"] for c in configs} == {"gossip", "allreduce"}
     for c in configs:
-        for key in ("predicted_s", "measured_s", "predicted_exposed_comm_s",
-                    "measured_exposed_comm_s", "predicted_spare_core_s"):
+        for key in (
+            "predicted_s",
+            "measured_s",
+            "predicted_exposed_comm_s",
+            "measured_exposed_comm_s",
+            "predicted_spare_core_s",
+        ):
             assert _finite(c[key]), (key, c)
         assert c["predicted_s"] > 0 and c["measured_s"] > 0
         assert len(c["pass_s"]) == 2 and c["min_s"] <= c["measured_s"] <= c["max_s"]
     s = report["summary"]
-    for key in ("mape_pct", "worst_abs_pct", "regret", "mean_abs_compute_error_s",
-                "mean_abs_exposed_comm_error_s"):
+    for key in (
+        "mape_pct",
+        "worst_abs_pct",
+        "regret",
+        "mean_abs_compute_error_s",
+        "mean_abs_exposed_comm_error_s",
+    ):
         assert _finite(s[key]), key
     assert s["kendall_tau"] is None or -1 <= s["kendall_tau"] <= 1
     assert s["regret"] >= 1
@@ -54,23 +87,21 @@ def test_plan_validate_smoke(tmp_path):
     assert cal["compute_factor"] > 0 and set(cal["exchange_factor"]) == {"gossip", "allreduce"}
     check = report["compute_check"]
     assert check["predicted_s"] == pytest.approx(
-        check["profile_s"] * sum(c["compute_factor"] for c in cal["per_pass"]) / 2)
+        check["profile_s"] * sum(c["compute_factor"] for c in cal["per_pass"]) / 2
+    )
     for c in configs:  # each pass predicted from its own calibration; the row has the mean
         assert len(c["pass_predicted_s"]) == 2
         assert c["predicted_s"] == pytest.approx(sum(c["pass_predicted_s"]) / 2)
     if host["spare_core"]:  # overlap can hide: no hand-off charged
-        assert all(c["predicted_uncalibrated_s"] == c["predicted_spare_core_s"]
-                   for c in configs)
+        assert all(c["predicted_uncalibrated_s"] == c["predicted_spare_core_s"] for c in configs)
     else:
         assert cal["overlap_s"] == host["overlap_s"] and host["handoff_s"] == 0
         assert cal["stale_s_per_byte"] == host["stale_s_per_byte"]
-        assert all(c["predicted_uncalibrated_s"] >= c["predicted_spare_core_s"]
-                   for c in configs)
+        assert all(c["predicted_uncalibrated_s"] >= c["predicted_spare_core_s"] for c in configs)
     assert _finite(report["summary_uncalibrated"]["mape_pct"])
     assert _finite(report["summary_spare_core"]["mape_pct"])
 
-    merged = run([*PLAN_VALIDATE, "--merge", str(out),
-                  "--merge", str(out)], timeout=60)
+    merged = run([*PLAN_VALIDATE, "--merge", str(out), "--merge", str(out)], timeout=60)
     assert merged.returncode == 0, merged.stderr
     m = json.loads(merged.stdout)
     assert len(m["configs"]) == 2 * len(configs)
@@ -83,11 +114,37 @@ def test_plan_validate_at_two_sizes_in_one_launch(tmp_path):
     size 3 on all; one report scores both, with the regret taken per size. (Messages up to
     1 MiB: with 3 ranks on 2 cores, 64 KiB ping-pongs are all latency and jitter, and the
     fit's bandwidth can come out negative.)"""
-    cmd = [mpiexec(), "-n", "3", *PLAN_VALIDATE,
-           "--hidden", "16", "--bucket-mb", "1", "--only-overlap", "--strategies", "gossip",
-           "--steps", "2", "--warmup", "1", "--profile-steps", "2", "--net-max-mb", "1",
-           "--net-reps", "3", "--calibrate-pairs", "1", "--passes", "1", "--calibrate-steps", "2",
-           "--sizes", "2,3"]
+    cmd = [
+        mpiexec(),
+        "-n",
+        "3",
+        *PLAN_VALIDATE,
+        "--hidden",
+        "16",
+        "--bucket-mb",
+        "1",
+        "--only-overlap",
+        "--strategies",
+        "gossip",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--profile-steps",
+        "2",
+        "--net-max-mb",
+        "1",
+        "--net-reps",
+        "3",
+        "--calibrate-pairs",
+        "1",
+        "--passes",
+        "1",
+        "--calibrate-steps",
+        "2",
+        "--sizes",
+        "2,3",
+    ]
     proc = run(cmd, timeout=240)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
@@ -102,8 +159,7 @@ def test_plan_validate_at_two_sizes_in_one_launch(tmp_path):
 
 
 def test_plan_validate_refuses_a_size_above_the_launch():
-    proc = run([mpiexec(), "-n", "2", *PLAN_VALIDATE,
-                "--sizes", "2,4"], timeout=60)
+    proc = run([mpiexec(), "-n", "2", *PLAN_VALIDATE, "--sizes", "2,4"], timeout=60)
     assert proc.returncode != 0
     assert "each size must be in 2..2" in proc.stderr, proc.stderr[-2000:]
 
@@ -112,7 +168,8 @@ def test_a_failure_on_the_smaller_size_ends_the_whole_launch():
     """--sizes 2,3 with an unknown --arch: ranks 0-1 fail inside the size-2 run while rank 2
     waits for them in a collective (for up to an hour). The failure must end every rank at
     once, non-zero, naming the cause."""
-    proc = run([mpiexec(), "-n", "3", *PLAN_VALIDATE,
-                "--arch", "nosuch", "--sizes", "2,3"], timeout=90)
+    proc = run(
+        [mpiexec(), "-n", "3", *PLAN_VALIDATE, "--arch", "nosuch", "--sizes", "2,3"], timeout=90
+    )
     assert proc.returncode != 0
     assert "unknown model 'nosuch'" in proc.stderr, proc.stderr[-2000:]

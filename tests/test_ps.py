@@ -66,13 +66,18 @@ def test_ps_is_not_a_library_strategy_and_counts_ring_bytes():
     assert Strategy.PS.bytes_sent(800, 8) == 1400.0 and Strategy.PS.bytes_sent(800, 1) == 0.0
 
 
-@pytest.mark.parametrize("flags,message", [
-    ({"staleness": 1}, "--staleness 1 is not available with --strategy ps: its slack is "
-                       "--max-lag"),
-    ({"mix": "grad"}, "--mix grad does not apply to --strategy ps"),
-    ({"sync_every": 5}, "--sync-every does not apply to --strategy ps"),
-    ({"max_lag": -1}, "--max-lag must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (
+            {"staleness": 1},
+            "--staleness 1 is not available with --strategy ps: its slack is --max-lag",
+        ),
+        ({"mix": "grad"}, "--mix grad does not apply to --strategy ps"),
+        ({"sync_every": 5}, "--sync-every does not apply to --strategy ps"),
+        ({"max_lag": -1}, "--max-lag must be >= 0"),
+    ],
+)
 def test_meaningless_ps_combinations_are_refused(flags, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         ExchangeOptions(strategy="ps", **flags)
@@ -82,14 +87,24 @@ def test_ps_accepts_max_lag():
     assert ExchangeOptions(strategy="ps", max_lag=3).max_lag == 3
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--strategy", "ps", "--staleness", "1"], "--staleness 1 is not available with --strategy"),
-    (["--strategy", "ps", "--mix", "grad"], "--mix grad does not apply to --strategy ps"),
-    (["--offload", "gpu"], "unknown offload 'gpu' (--offload); choose one of: activations, "
-                           "optimizer"),
-    (["--strategy", "horovod", "--offload", "optimizer"],
-     "--offload optimizer is not available with --strategy horovod"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (
+            ["--strategy", "ps", "--staleness", "1"],
+            "--staleness 1 is not available with --strategy",
+        ),
+        (["--strategy", "ps", "--mix", "grad"], "--mix grad does not apply to --strategy ps"),
+        (
+            ["--offload", "gpu"],
+            "unknown offload 'gpu' (--offload); choose one of: activations, optimizer",
+        ),
+        (
+            ["--strategy", "horovod", "--offload", "optimizer"],
+            "--offload optimizer is not available with --strategy horovod",
+        ),
+    ],
+)
 def test_cli_refuses_bad_combinations_in_one_line(args, message):
     result = CliRunner().invoke(main, ["train", "--no-progress", *args])
     assert result.exit_code == 2, result.output
@@ -113,8 +128,9 @@ def test_library_entry_points_build_the_parameter_server(build):
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
     reference = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
     reference.load_state_dict(model.state_dict())
-    opt = build(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), model, _one_rank(),
-                strategy="ps")
+    opt = build(
+        torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), model, _one_rank(), strategy="ps"
+    )
     ref = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
     try:
         assert isinstance(opt, ParameterServerOptimizer) and opt.module_for_forward is model
@@ -150,13 +166,19 @@ def test_a_silent_rank_is_named_with_its_tag():
     """Rank 1 builds the optimizer and then never steps: rank 0 fails within the deadline,
     naming rank 1 and a ps tag, instead of hanging. (Two ranks: with more, a rank may
     first time out on a third rank that is itself stuck on rank 1, and name that one.)"""
+
     def body(comm):
         torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(),
-                                    torch.nn.Linear(32, 32), torch.nn.ReLU(),
-                                    torch.nn.Linear(32, 4))
-        opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model, comm,
-                                   strategy="ps", bucket_mb=0.001)
+        model = torch.nn.Sequential(
+            torch.nn.Linear(8, 32),
+            torch.nn.ReLU(),
+            torch.nn.Linear(32, 32),
+            torch.nn.ReLU(),
+            torch.nn.Linear(32, 4),
+        )
+        opt = DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.1), model, comm, strategy="ps", bucket_mb=0.001
+        )
         if comm.rank == 1:
             return None
         for _ in range(3):
@@ -168,6 +190,9 @@ def test_a_silent_rank_is_named_with_its_tag():
     with pytest.raises(CommTimeout) as info:
         run_ranks(2, body, timeout=40, comm_timeout=2)
     msg = str(info.value)
-    assert re.search(r"rank 0, step \d+: .*(owner, rank 1|rank\(s\) \[[\d, ]*\b1\b"
-                     r"[\d, ]*\]).*PS_(PUSH|PULL)_\d+", msg), msg
+    assert re.search(
+        r"rank 0, step \d+: .*(owner, rank 1|rank\(s\) \[[\d, ]*\b1\b"
+        r"[\d, ]*\]).*PS_(PUSH|PULL)_\d+",
+        msg,
+    ), msg
     assert "for 2 s" in msg and "raise --comm-timeout" in msg

@@ -27,8 +27,12 @@ def _records(path) -> list[dict]:
 
 def _train(tmp_path, size: int, name: str, *args: str, **extra: str) -> list[dict]:
     out = tmp_path / f"{name}.jsonl"
-    res = gossipgrad(size, ["train", "--no-progress", "--print-freq", "1", "--metrics-out",
-                            str(out), *args], timeout=280, **extra)
+    res = gossipgrad(
+        size,
+        ["train", "--no-progress", "--print-freq", "1", "--metrics-out", str(out), *args],
+        timeout=280,
+        **extra,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     return _records(out)
 
@@ -61,13 +65,25 @@ def test_digits_on_four_ranks_reaches_95_percent_and_matches_allreduce_per_step(
 def test_resume_from_a_checkpoint_continues_the_same_trajectory(tmp_path):
     """3 ranks (odd): an uninterrupted 2-epoch run, and a run resumed from its epoch-1
     checkpoint (each rank's shard from its own file) give the same losses afterwards."""
-    full = _train(tmp_path, 3, "full", "--strategy", "ps", "--epochs", "2", "--run-dir",
-                  str(tmp_path / "a"))
+    full = _train(
+        tmp_path, 3, "full", "--strategy", "ps", "--epochs", "2", "--run-dir", str(tmp_path / "a")
+    )
     ckpts = sorted(p for p in os.listdir(tmp_path / "a") if p.endswith(".pt"))
     first = next(p for p in ckpts if ".rank" not in p)
     assert {f"{first[:-3]}.rank{r}.pt" for r in range(3)} <= set(ckpts), ckpts
-    resumed = _train(tmp_path, 3, "resumed", "--strategy", "ps", "--epochs", "2", "--resume",
-                     str(tmp_path / "a" / first), "--run-dir", str(tmp_path / "b"))
+    resumed = _train(
+        tmp_path,
+        3,
+        "resumed",
+        "--strategy",
+        "ps",
+        "--epochs",
+        "2",
+        "--resume",
+        str(tmp_path / "a" / first),
+        "--run-dir",
+        str(tmp_path / "b"),
+    )
     a, b = _losses(full), _losses(resumed)
     start = _summary(resumed)["start_step"]
     end = _summary(full)["steps"]
@@ -78,8 +94,11 @@ def test_resume_from_a_checkpoint_continues_the_same_trajectory(tmp_path):
 
 @pytest.mark.timeout(600)
 def test_max_lag_two_with_a_slow_rank_trains_on_five_ranks(tmp_path):
-    s = _summary(_train(tmp_path, 5, "lag", "--strategy", "ps", "--max-lag", "2",
-                        GOSSIPGRAD_INJECT_SLOW="4:3"))
+    s = _summary(
+        _train(
+            tmp_path, 5, "lag", "--strategy", "ps", "--max-lag", "2", GOSSIPGRAD_INJECT_SLOW="4:3"
+        )
+    )
     assert s["strategy"] == "ps" and s["size"] == 5
     assert s["test_accuracy"] >= 0.93, s
     assert s["consensus_distance"] == 0.0  # measured after the drain before evaluation
@@ -89,8 +108,9 @@ def test_max_lag_two_with_a_slow_rank_trains_on_five_ranks(tmp_path):
 def test_a_stopped_rank_ends_every_rank_with_a_message_naming_it(tmp_path):
     """Rank 2 stops (SIGSTOP): a rank waiting for its push or pull names it and a ps tag,
     and the whole job ends non-zero within the deadline."""
-    code, err, elapsed = signal_rank_in_training(tmp_path, signal.SIGSTOP, 5,
-                                                 ["--strategy", "ps"], wait_s=60)
+    code, err, elapsed = signal_rank_in_training(
+        tmp_path, signal.SIGSTOP, 5, ["--strategy", "ps"], wait_s=60
+    )
     assert code != 0
     assert elapsed <= 5 + 15, elapsed
     # A rank waiting for rank 2's parameters names it; an owner names every rank whose push
@@ -98,6 +118,9 @@ def test_a_stopped_rank_ends_every_rank_with_a_message_naming_it(tmp_path):
     # rank that failed in a collective (the per-step stop agreement) lists the peers its ps
     # messages still wait for.
     # A collective (evaluation, consensus distance, stop agreement) names rank 2 too.
-    assert re.search(r"rank \d, step \d+: .*(owner, rank 2|rank\(s\) \[[\d, ]*\b2\b[\d, ]*\])"
-                     r".*PS_(PUSH|PULL)_\d+"
-                     r"|did not complete for \d+ s; ranks? [\d, ]*\b2\b", err), err[-3000:]
+    assert re.search(
+        r"rank \d, step \d+: .*(owner, rank 2|rank\(s\) \[[\d, ]*\b2\b[\d, ]*\])"
+        r".*PS_(PUSH|PULL)_\d+"
+        r"|did not complete for \d+ s; ranks? [\d, ]*\b2\b",
+        err,
+    ), err[-3000:]

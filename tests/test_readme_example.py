@@ -30,8 +30,10 @@ def test_readme_example_single_rank(tmp_path):
 def test_readme_example_under_mpiexec(tmp_path):
     # one stdout file per rank, so the ranks' lines cannot interleave
     pattern = str(tmp_path / "out.%r")
-    out = run([mpiexec(), "-outfile-pattern", pattern, "-n", "4", sys.executable,
-               _example(tmp_path)], timeout=100)
+    out = run(
+        [mpiexec(), "-outfile-pattern", pattern, "-n", "4", sys.executable, _example(tmp_path)],
+        timeout=100,
+    )
     assert out.returncode == 0, out.stderr
     drifts = []
     for rank in range(4):

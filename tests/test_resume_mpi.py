@@ -24,8 +24,20 @@ pytestmark = pytest.mark.mpi
 
 STEPS = 160
 STEPS_PER_EPOCH = 22  # digits: 1437 train images, 2 ranks, batch 32
-ARGS = ["train", "--hidden", "1024", "--epochs", "20", "--max-steps", str(STEPS),
-        "--print-freq", "1", "--no-progress", "--seed", "3"]
+ARGS = [
+    "train",
+    "--hidden",
+    "1024",
+    "--epochs",
+    "20",
+    "--max-steps",
+    str(STEPS),
+    "--print-freq",
+    "1",
+    "--no-progress",
+    "--seed",
+    "3",
+]
 
 
 def records(path: Path, event: str) -> dict[int, dict]:
@@ -50,8 +62,9 @@ def wait_for_steps(path: Path, steps: int, proc, timeout: float) -> None:
 @pytest.mark.timeout(420)
 def test_sigterm_then_resume_matches_uninterrupted_run(tmp_path: Path) -> None:
     run_a, run_b = tmp_path / "a", tmp_path / "b"
-    proc = launch.start_gossipgrad(2, [*ARGS, "--run-dir", str(run_a), "--metrics-out",
-                                       str(tmp_path / "a.jsonl")])
+    proc = launch.start_gossipgrad(
+        2, [*ARGS, "--run-dir", str(run_a), "--metrics-out", str(tmp_path / "a.jsonl")]
+    )
     wait_for_steps(tmp_path / "a.jsonl", 6, proc, timeout=120)
     pids = launch.rank_pids(proc.pid)
     assert sorted(pids) == [0, 1], pids
@@ -67,21 +80,42 @@ def test_sigterm_then_resume_matches_uninterrupted_run(tmp_path: Path) -> None:
     assert first["checkpoint"] == str(run_a / f"ckpt-{stop:09d}.pt")
     assert f"stopping every rank at step {stop}" in stopped.stderr
 
-    resumed = launch.gossipgrad(2, [*ARGS, "--run-dir", str(run_a), "--resume", "auto",
-                                    "--checkpoint-every", str(stop), "--metrics-out",
-                                    str(tmp_path / "c.jsonl")], timeout=180)
+    resumed = launch.gossipgrad(
+        2,
+        [
+            *ARGS,
+            "--run-dir",
+            str(run_a),
+            "--resume",
+            "auto",
+            "--checkpoint-every",
+            str(stop),
+            "--metrics-out",
+            str(tmp_path / "c.jsonl"),
+        ],
+        timeout=180,
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert f"at step {stop} (epoch {stop // STEPS_PER_EPOCH}, batch " in resumed.stderr
-    reference = launch.gossipgrad(2, [*ARGS, "--run-dir", str(run_b), "--checkpoint-every",
-                                      str(stop), "--metrics-out", str(tmp_path / "b.jsonl")],
-                                  timeout=180)
+    reference = launch.gossipgrad(
+        2,
+        [
+            *ARGS,
+            "--run-dir",
+            str(run_b),
+            "--checkpoint-every",
+            str(stop),
+            "--metrics-out",
+            str(tmp_path / "b.jsonl"),
+        ],
+        timeout=180,
+    )
     assert reference.returncode == 0, reference.stderr
 
     a, b = records(tmp_path / "a.jsonl", "log"), records(tmp_path / "b.jsonl", "log")
     c = records(tmp_path / "c.jsonl", "log")
     assert min(c) == stop + 1 and max(c) == STEPS, sorted(c)
-    assert [a[s]["loss"] for s in range(1, stop + 1)] == \
-        [b[s]["loss"] for s in range(1, stop + 1)]
+    assert [a[s]["loss"] for s in range(1, stop + 1)] == [b[s]["loss"] for s in range(1, stop + 1)]
     for s in range(stop + 1, STEPS + 1):
         assert c[s]["loss"] == pytest.approx(b[s]["loss"], rel=1e-6, abs=1e-9), s
         assert c[s]["lr"] == b[s]["lr"], s

@@ -23,8 +23,13 @@ def test_ranks_with_a_core_each_spin_in_waits_and_oversubscribed_ones_yield() ->
 
 
 def test_environment_overrides_and_bad_values_are_named() -> None:
-    env = Settings.from_env({"GOSSIPGRAD_WAIT_SPIN_S": "0.25", "GOSSIPGRAD_PROGRESS_BURST": "4",
-                             "GOSSIPGRAD_POLL_MAX_PAUSE_S": "0.002"})
+    env = Settings.from_env(
+        {
+            "GOSSIPGRAD_WAIT_SPIN_S": "0.25",
+            "GOSSIPGRAD_PROGRESS_BURST": "4",
+            "GOSSIPGRAD_POLL_MAX_PAUSE_S": "0.002",
+        }
+    )
     assert runtime.wait_policy(cores=2, per_node=8, env=env) == WaitPolicy(0.25, 4, 0.002)
     with pytest.raises(ValueError, match="GOSSIPGRAD_WAIT_SPIN_S='fast'"):
         Settings.from_env({"GOSSIPGRAD_WAIT_SPIN_S": "fast"})
@@ -67,12 +72,16 @@ def test_ranks_on_one_host_share_its_cores_under_mpiexec() -> None:
     4 ranks count 4 on the node even with NOLOCAL, and back off instead of spinning when
     they outnumber the cores."""
     n = 4
-    out = run([mpiexec(), "-n", str(n), sys.executable, "-c", PROBE], timeout=100,
-              MPIR_CVAR_NOLOCAL="1", GOSSIPGRAD_THREADS="", OMP_NUM_THREADS="")
+    out = run(
+        [mpiexec(), "-n", str(n), sys.executable, "-c", PROBE],
+        timeout=100,
+        MPIR_CVAR_NOLOCAL="1",
+        GOSSIPGRAD_THREADS="",
+        OMP_NUM_THREADS="",
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     # ranks print at once: lines may run together, so match records, not lines
-    lines = sorted(re.findall(r"rank=\d+ node=\d+ local=\d+ threads=\d+ spin=[\d.]+",
-                              out.stdout))
+    lines = sorted(re.findall(r"rank=\d+ node=\d+ local=\d+ threads=\d+ spin=[\d.]+", out.stdout))
     assert len(lines) == n, out.stdout
     cores = len(os.sched_getaffinity(0))
     spin = "0.0" if n > cores else str(runtime.WAIT_SPIN_S)

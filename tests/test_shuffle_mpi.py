@@ -26,18 +26,30 @@ def launch(n: int, rounds: int, *args: str, timeout: float = 240) -> dict:
     args = ("--rounds", str(rounds), *args)
     if not MPIEXEC.exists():
         pytest.skip(f"no mpiexec next to {sys.executable}; install mpich (pip) in this venv")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
-    proc = subprocess.Popen([str(MPIEXEC), "-n", str(n), sys.executable, str(CHECK), *args],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+        ),
+    }
+    proc = subprocess.Popen(
+        [str(MPIEXEC), "-n", str(n), sys.executable, str(CHECK), *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        pytest.fail(f"mpiexec -n {n} shuffle_check {' '.join(args)} still running after "
-                    f"{timeout} s:\n{out[-2000:]}\n{err[-4000:]}")
+        pytest.fail(
+            f"mpiexec -n {n} shuffle_check {' '.join(args)} still running after "
+            f"{timeout} s:\n{out[-2000:]}\n{err[-4000:]}"
+        )
     assert proc.returncode == 0, f"mpiexec -n {n} exited {proc.returncode}:\n{out}\n{err[-4000:]}"
     result = json.loads(out.strip().splitlines()[-1])
     assert result["ok"] and result["size"] == n

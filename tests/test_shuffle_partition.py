@@ -42,8 +42,19 @@ def test_dirichlet_alpha_controls_skew() -> None:
     assert skew("dirichlet:1000") < 0.2
 
 
-@pytest.mark.parametrize("bad", ["", "random", "dirichlet", "dirichlet:", "dirichlet:-1",
-                                 "dirichlet:abc", "dirichlet:inf", "iid:3"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "random",
+        "dirichlet",
+        "dirichlet:",
+        "dirichlet:-1",
+        "dirichlet:abc",
+        "dirichlet:inf",
+        "iid:3",
+    ],
+)
 def test_bad_kinds_name_the_flag(bad: str) -> None:
     with pytest.raises(ValueError, match="--partition"):
         parse_partition(bad)

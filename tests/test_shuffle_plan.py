@@ -58,14 +58,20 @@ def test_partners_rotate_and_plan_is_deterministic() -> None:
     a, b = plan.round(2, 11), plan_round(5, 11, 2, 7, 9, 3)
     assert (a.dst, a.src) == (b.dst, b.src) and np.array_equal(a.slots, b.slots)
     other = ShufflePlan(7, 9, 3, seed=6)
-    assert any(not np.array_equal(plan.round(0, k).slots, other.round(0, k).slots)
-               for k in range(5))
+    assert any(
+        not np.array_equal(plan.round(0, k).slots, other.round(0, k).slots) for k in range(5)
+    )
 
 
-@pytest.mark.parametrize("args,match", [
-    ((0, 4, 1), "size"), ((2, 0, 0), "shard_len"), ((2, 4, 5), "--shuffle-samples"),
-    ((2, 4, -1), "--shuffle-samples"),
-])
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        ((0, 4, 1), "size"),
+        ((2, 0, 0), "shard_len"),
+        ((2, 4, 5), "--shuffle-samples"),
+        ((2, 4, -1), "--shuffle-samples"),
+    ],
+)
 def test_bad_arguments_name_the_argument(args: tuple, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         ShufflePlan(*args)

@@ -17,8 +17,9 @@ from gossipgrad.shuffle import Samples, ShardDataset, ShardStore, SnapshotBatchS
 
 def tensor_store(n: int = 8, dim: int = 4) -> ShardStore:
     ids = np.arange(100, 100 + n)
-    return ShardStore.of_tensors(ids, ids % 3, torch.arange(100, 100 + n).float()
-                                 .unsqueeze(1).repeat(1, dim))
+    return ShardStore.of_tensors(
+        ids, ids % 3, torch.arange(100, 100 + n).float().unsqueeze(1).repeat(1, dim)
+    )
 
 
 def test_read_copies_and_write_replaces_in_place() -> None:
@@ -33,14 +34,17 @@ def test_read_copies_and_write_replaces_in_place() -> None:
     assert torch.equal(after.payload[2], torch.full((4,), 5.0))
 
 
-@pytest.mark.parametrize("make,match", [
-    (lambda: ShardStore.of_indices([1, 1], [0, 0]), "unique"),
-    (lambda: ShardStore.of_indices([1, 2], [0]), "labels"),
-    (lambda: ShardStore.of_indices([], []), "at least one"),
-    (lambda: ShardStore.of_tensors([1, 2], [0, 0], torch.zeros(3, 2)), "2 rows"),
-    (lambda: ShardStore.of_bytes([1, 2], [0, 0], [b"x"]), "2 blobs"),
-    (lambda: ShardStore("jpeg", [1], [0]), "jpeg"),
-])
+@pytest.mark.parametrize(
+    "make,match",
+    [
+        (lambda: ShardStore.of_indices([1, 1], [0, 0]), "unique"),
+        (lambda: ShardStore.of_indices([1, 2], [0]), "labels"),
+        (lambda: ShardStore.of_indices([], []), "at least one"),
+        (lambda: ShardStore.of_tensors([1, 2], [0, 0], torch.zeros(3, 2)), "2 rows"),
+        (lambda: ShardStore.of_bytes([1, 2], [0, 0], [b"x"]), "2 blobs"),
+        (lambda: ShardStore("jpeg", [1], [0]), "jpeg"),
+    ],
+)
 def test_bad_construction_is_a_value_error(make, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         make()
@@ -58,9 +62,11 @@ def test_state_dict_round_trip_through_weights_only_load(kind: str) -> None:
         return ShardStore.of_indices(ids, [0, 1, 2])
 
     store = make()
-    new = Samples(np.array([42, 43]), np.array([7, 8]),
-                  torch.ones(2, 2) if kind == "tensor" else [b"\x00\xff", b"q"] if kind == "bytes"
-                  else None)
+    new = Samples(
+        np.array([42, 43]),
+        np.array([7, 8]),
+        torch.ones(2, 2) if kind == "tensor" else [b"\x00\xff", b"q"] if kind == "bytes" else None,
+    )
     store.write_([2, 0], new)
     buf = io.BytesIO()
     torch.save(store.state_dict(), buf)
@@ -74,8 +80,9 @@ def test_state_dict_round_trip_through_weights_only_load(kind: str) -> None:
     else:
         assert a.payload == b.payload
     with pytest.raises(ValueError, match="same --partition"):
-        ShardStore.of_indices([1], [0]).load_state_dict(ShardStore.of_indices([1, 2], [0, 0])
-                                                          .state_dict())
+        ShardStore.of_indices([1], [0]).load_state_dict(
+            ShardStore.of_indices([1, 2], [0, 0]).state_dict()
+        )
 
 
 def test_dataset_reads_the_live_store() -> None:
@@ -98,8 +105,9 @@ def test_index_and_bytes_payloads_go_through_the_transform() -> None:
 
 @pytest.mark.timeout(60)
 def test_snapshot_sampler_feeds_worker_processes() -> None:
-    store = ShardStore.of_bytes(np.arange(10), np.arange(10) % 2,
-                                [bytes([i]) * i for i in range(10)])
+    store = ShardStore.of_bytes(
+        np.arange(10), np.arange(10) % 2, [bytes([i]) * i for i in range(10)]
+    )
     ds = ShardDataset(store, transform=len, with_ids=True)
     sampler = SnapshotBatchSampler(store, batch_size=4, seed=3)
     assert len(sampler) == 3
@@ -117,8 +125,9 @@ def test_a_batch_is_never_torn_by_concurrent_writes() -> None:
     """The writer moves samples between slots (rotations): a batch read slot by slot across a
     write would see a sample twice or a slot whose id and payload disagree."""
     n = 64
-    store = ShardStore.of_tensors(np.arange(n), np.arange(n) % 5,
-                                  torch.arange(n).float().unsqueeze(1).repeat(1, 256))
+    store = ShardStore.of_tensors(
+        np.arange(n), np.arange(n) % 5, torch.arange(n).float().unsqueeze(1).repeat(1, 256)
+    )
     ds, done, bad = ShardDataset(store, with_ids=True), threading.Event(), []
     writes = [0]
 
@@ -144,8 +153,9 @@ def test_a_batch_is_never_torn_by_concurrent_writes() -> None:
             reads += 1
             batch = ds.__getitems__(list(range(n)))
             ids = [i for _, _, i in batch]
-            if len(set(ids)) != n or any(y != i % 5 or not bool((x == i).all())
-                                         for x, y, i in batch):
+            if len(set(ids)) != n or any(
+                y != i % 5 or not bool((x == i).all()) for x, y, i in batch
+            ):
                 bad.append(ids)
     finally:
         done.set()

@@ -25,8 +25,9 @@ def make_store(rank: int, kind: str = "tensor") -> ShardStore:
     """Slot i of rank r holds sample id r*SHARD+i, label id % 7, payload derived from the id."""
     ids = np.arange(rank * SHARD, (rank + 1) * SHARD)
     if kind == "tensor":
-        return ShardStore.of_tensors(ids, ids % 7, torch.tensor(ids, dtype=torch.float32)
-                                     .unsqueeze(1).repeat(1, DIM))
+        return ShardStore.of_tensors(
+            ids, ids % 7, torch.tensor(ids, dtype=torch.float32).unsqueeze(1).repeat(1, DIM)
+        )
     if kind == "bytes":
         return ShardStore.of_bytes(ids, ids % 7, [str(i).encode() * (i % 5) for i in ids])
     return ShardStore.of_indices(ids, ids % 7)
@@ -36,8 +37,9 @@ def assert_consistent(store: ShardStore) -> None:
     s = store.read_all()
     assert np.array_equal(s.labels, s.ids % 7)
     if store.kind == "tensor":
-        assert torch.equal(s.payload, torch.tensor(s.ids, dtype=torch.float32)
-                           .unsqueeze(1).expand(-1, DIM))
+        assert torch.equal(
+            s.payload, torch.tensor(s.ids, dtype=torch.float32).unsqueeze(1).expand(-1, DIM)
+        )
     elif store.kind == "bytes":
         assert s.payload == [str(i).encode() * (i % 5) for i in s.ids]
 
@@ -172,8 +174,10 @@ def test_exception_in_the_loop_cancels_the_round_promptly() -> None:
         if comm.rank == 0:
             time.sleep(2.0)  # rank 0 is late: the others' round 0 cannot finish yet
         t0 = time.monotonic()
-        with pytest.raises(KeyError), \
-                ShuffleWorker(make_store(comm.rank), comm, samples=2) as worker:
+        with (
+            pytest.raises(KeyError),
+            ShuffleWorker(make_store(comm.rank), comm, samples=2) as worker,
+        ):
             worker.on_step(0)
             raise KeyError("the trainer failed")
         return time.monotonic() - t0
@@ -221,8 +225,10 @@ def test_load_state_dict_rejects_another_plan() -> None:
     def body(comm):
         with ShuffleWorker(make_store(comm.rank), comm, samples=3) as w:
             state = w.state_dict()
-        with ShuffleWorker(make_store(comm.rank), comm, samples=2) as w, \
-                pytest.raises(ValueError, match="--shuffle-samples"):
+        with (
+            ShuffleWorker(make_store(comm.rank), comm, samples=2) as w,
+            pytest.raises(ValueError, match="--shuffle-samples"),
+        ):
             w.load_state_dict(state)
 
     run_ranks(2, body, timeout=20)
@@ -290,8 +296,9 @@ def test_arguments_and_mode_resolution(caplog) -> None:
 def test_ranks_with_different_sample_shapes_are_told_so() -> None:
     def body(comm):
         data = torch.zeros(SHARD, 4 if comm.rank == 0 else 8)
-        store = ShardStore.of_tensors(np.arange(SHARD) + comm.rank * SHARD,
-                                      np.zeros(SHARD, dtype=int), data)
+        store = ShardStore.of_tensors(
+            np.arange(SHARD) + comm.rank * SHARD, np.zeros(SHARD, dtype=int), data
+        )
         with ShuffleWorker(store, comm, samples=2, timeout=5) as worker:
             for step in range(3):
                 worker.on_step(step)

@@ -20,8 +20,9 @@ def _ratios(tensors: list[torch.Tensor], seeds: int = 100, bins: int = 256) -> n
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("case", ["constant", "periodic-blocks", "repeated-columns",
-                                  "repeated-tensors", "sparse"])
+@pytest.mark.parametrize(
+    "case", ["constant", "periodic-blocks", "repeated-columns", "repeated-tensors", "sparse"]
+)
 def test_sketch_norm_is_unbiased_for_structured_vectors(case):
     """E ||S v||² = ||v||² also where coordinates are correlated: every coordinate equal,
     blocks that repeat, a tensor whose folded columns are identical (they share the pattern:
@@ -29,12 +30,13 @@ def test_sketch_norm_is_unbiased_for_structured_vectors(case):
     tensors, a few large coordinates. 100 maps: the mean is within 5% (about 5 sigma)."""
     gen = torch.Generator().manual_seed(0)
     block = torch.randn(BLOCK, generator=gen)
-    tensors = {"constant": [torch.ones(2 * BLOCK + 123), torch.ones(50)],
-               "periodic-blocks": [torch.cat([block, block, block[:999]])],
-               "repeated-columns": [torch.repeat_interleave(block, 3)],
-               "repeated-tensors": [block[:5000].clone() for _ in range(4)],
-               "sparse": [torch.zeros(3 * BLOCK).index_fill_(0, torch.arange(0, 3 * BLOCK, 997),
-                                                             1.0)]}[case]
+    tensors = {
+        "constant": [torch.ones(2 * BLOCK + 123), torch.ones(50)],
+        "periodic-blocks": [torch.cat([block, block, block[:999]])],
+        "repeated-columns": [torch.repeat_interleave(block, 3)],
+        "repeated-tensors": [block[:5000].clone() for _ in range(4)],
+        "sparse": [torch.zeros(3 * BLOCK).index_fill_(0, torch.arange(0, 3 * BLOCK, 997), 1.0)],
+    }[case]
     ratios = _ratios(tensors)
     assert abs(ratios.mean() - 1) < 0.05, ratios.mean()
     assert ratios.std() < 0.3, ratios.std()  # about sqrt(2 / bins) for diffuse vectors

@@ -198,8 +198,9 @@ def test_usr1_checkpoints_real_training_and_resubmission_resumes(
         JOBS / "resnet50.sbatch", env=env, sbatch_args=ONE_NODE_TWO_RANKS, workdir=tmp_path
     )
     # once the first epoch is done (a checkpoint): training runs
-    job = _usr1_once(job_id, output, lambda: bool(list(run_dir.glob("ckpt-*.pt"))), 240, 120,
-                     "no checkpoint")
+    job = _usr1_once(
+        job_id, output, lambda: bool(list(run_dir.glob("ckpt-*.pt"))), 240, 120, "no checkpoint"
+    )
     assert (job.state, job.exit_code) == ("COMPLETED", 0), job.stdout_text
     assert "SIGUSR1: stopping every rank at step " in job.stdout_text, job.stdout_text
     stop = int(job.stdout_text.split("SIGUSR1: stopping every rank at step ")[1].split()[0])
@@ -207,7 +208,10 @@ def test_usr1_checkpoints_real_training_and_resubmission_resumes(
 
     env["EXTRA_ARGS"] += f" --max-steps {stop + 1}"
     again = slurm_cluster.sbatch_and_wait(
-        JOBS / "resnet50.sbatch", env=env, timeout=240, sbatch_args=ONE_NODE_TWO_RANKS,
+        JOBS / "resnet50.sbatch",
+        env=env,
+        timeout=240,
+        sbatch_args=ONE_NODE_TWO_RANKS,
         workdir=tmp_path,
     )
     assert (again.state, again.exit_code) == ("COMPLETED", 0), again.stdout_text
@@ -250,15 +254,25 @@ def expected_argv(env: dict[str, str], arch: str, gossipgrad: str, workers: str)
     ]  # fmt: skip
 
 
-def _run_with_fakes(script: Path, fake_bin: Path, tmp_path: Path, env: dict[str, str],
-                    **extra: str) -> subprocess.CompletedProcess:
+def _run_with_fakes(
+    script: Path, fake_bin: Path, tmp_path: Path, env: dict[str, str], **extra: str
+) -> subprocess.CompletedProcess:
     """Run a job template with ``fake_bin`` (fake srun/mpirun writing to FAKE_OUT) first on
     PATH and ``env`` plus ``extra`` in its environment."""
     return subprocess.run(
         ["bash", str(script)],
-        env={**os.environ, **env, "PATH": f"{fake_bin}:{os.environ['PATH']}",
-             "FAKE_OUT": str(tmp_path), **extra},
-        cwd=tmp_path, capture_output=True, text=True, timeout=30)
+        env={
+            **os.environ,
+            **env,
+            "PATH": f"{fake_bin}:{os.environ['PATH']}",
+            "FAKE_OUT": str(tmp_path),
+            **extra,
+        },
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 @pytest.mark.timeout(60)
@@ -297,8 +311,15 @@ def test_mpirun_template_passes_values_verbatim(tmp_path: Path) -> None:
     hostfile = tmp_path / f"hosts {NASTY}"
     hostfile.write_text("localhost:2\n")
     env = nasty_env(tmp_path)
-    proc = _run_with_fakes(JOBS / "mpirun-hostfile.sh", fake_bin, tmp_path, env,
-                           HOSTFILE=str(hostfile), NP="2", GOSSIPGRAD="gossipgrad")
+    proc = _run_with_fakes(
+        JOBS / "mpirun-hostfile.sh",
+        fake_bin,
+        tmp_path,
+        env,
+        HOSTFILE=str(hostfile),
+        NP="2",
+        GOSSIPGRAD="gossipgrad",
+    )
     assert proc.returncode == 0, proc.stderr
     argv = read_argv(tmp_path / "mpirun.argv")
     assert argv[:4] == ["-n", "2", "-f", str(hostfile)]
@@ -354,9 +375,14 @@ def test_sbatch_template_forwards_usr1_to_every_rank(slurm: None, tmp_path: Path
         sbatch_args=ONE_NODE_TWO_RANKS,
         workdir=tmp_path,
     )
-    job = _usr1_once(job_id, output,
-                     lambda: all((tmp_path / f"ready.{r}").exists() for r in (0, 1)), 120, 60,
-                     "ranks not started")
+    job = _usr1_once(
+        job_id,
+        output,
+        lambda: all((tmp_path / f"ready.{r}").exists() for r in (0, 1)),
+        120,
+        60,
+        "ranks not started",
+    )
     assert (job.state, job.exit_code) == ("COMPLETED", 0), job.stdout_text
     for rank in (0, 1):
         assert job.stdout_text.count(f"rank {rank} got USR1") == 1, job.stdout_text

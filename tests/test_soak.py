@@ -19,8 +19,13 @@ spec.loader.exec_module(soak)
 
 
 def _sample(step, rss, threads=4, fds=20):
-    return {"step": step, "ranks": {"0": {"rss_kib": rss, "threads": threads, "fds": fds},
-                                    "1": {"rss_kib": 1000, "threads": 4, "fds": 20}}}
+    return {
+        "step": step,
+        "ranks": {
+            "0": {"rss_kib": rss, "threads": threads, "fds": fds},
+            "1": {"rss_kib": 1000, "threads": 4, "fds": 20},
+        },
+    }
 
 
 def test_growth_is_measured_from_the_first_sample_and_counts_must_stay_constant():
@@ -35,8 +40,23 @@ def test_growth_is_measured_from_the_first_sample_and_counts_must_stay_constant(
 @pytest.mark.timeout(400)
 def test_short_soak_samples_every_rank(tmp_path):
     out_file = tmp_path / "soak.json"
-    res = run([sys.executable, str(SCRIPT), "--ranks", "2", "--steps", "300", "--every", "100",
-               "--eval-every", "10", "--out", str(out_file)], timeout=380)
+    res = run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--ranks",
+            "2",
+            "--steps",
+            "300",
+            "--every",
+            "100",
+            "--eval-every",
+            "10",
+            "--out",
+            str(out_file),
+        ],
+        timeout=380,
+    )
     record = json.loads(out_file.read_text())
     assert record["returncode"] == 0, record.get("stderr_tail")
     assert res.returncode == (0 if record["passed"] else 1)

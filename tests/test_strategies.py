@@ -47,8 +47,11 @@ def test_factory_builds_distributed_optimizer_for_bucket_strategies(strategy):
 
 def test_factory_names_the_choices_for_an_unknown_strategy():
     model = torch.nn.Linear(4, 2)
-    with pytest.raises(ValueError, match=r"unknown strategy 'nccl' \(--strategy\); choose one "
-                                         "of: gossip, allreduce, local, horovod, ddp, ps"):
+    with pytest.raises(
+        ValueError,
+        match=r"unknown strategy 'nccl' \(--strategy\); choose one "
+        "of: gossip, allreduce, local, horovod, ddp, ps",
+    ):
         make_distributed(_sgd(model), model, _one_rank(), strategy="nccl")
 
 
@@ -122,8 +125,9 @@ def test_missing_horovod_ends_the_cli_with_the_message_not_a_traceback(monkeypat
 
     _block_horovod(monkeypatch)
     monkeypatch.delenv("GOSSIPGRAD_MPI", raising=False)
-    result = CliRunner().invoke(main, ["train", "--strategy", "horovod", "--no-progress",
-                                       "--epochs", "1"])
+    result = CliRunner().invoke(
+        main, ["train", "--strategy", "horovod", "--no-progress", "--epochs", "1"]
+    )
     assert result.exit_code == 1, result.output
     assert "bash scripts/install-horovod.sh" in result.output
     assert "Traceback" not in result.output
@@ -182,8 +186,9 @@ def test_horovod_world_must_match_the_communicator(monkeypatch):
 @pytest.mark.timeout(180)
 def test_horovod_on_one_rank_without_a_launcher():
     pytest.importorskip("horovod.torch", reason="build Horovod: bash scripts/install-horovod.sh")
-    out = gossipgrad(0, ["train", "--strategy", "horovod", "--no-progress", "--epochs", "2"],
-                     timeout=150)
+    out = gossipgrad(
+        0, ["train", "--strategy", "horovod", "--no-progress", "--epochs", "2"], timeout=150
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert '"strategy": "horovod"' in out.stdout and '"size": 1' in out.stdout
 

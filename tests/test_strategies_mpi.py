@@ -25,8 +25,9 @@ from launch import REPO, gossipgrad, mpiexec, run, signal_rank_in_training
 pytestmark = pytest.mark.mpi
 
 HAVE_HOROVOD = importlib.util.find_spec("horovod") is not None
-needs_horovod = pytest.mark.skipif(not HAVE_HOROVOD,
-                                   reason="build Horovod: bash scripts/install-horovod.sh")
+needs_horovod = pytest.mark.skipif(
+    not HAVE_HOROVOD, reason="build Horovod: bash scripts/install-horovod.sh"
+)
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +38,11 @@ def trained(tmp_path_factory):
     def get(size: int, strategy: str) -> dict:
         if (size, strategy) not in cache:
             out = tmp_path_factory.mktemp("run") / "metrics.jsonl"
-            res = gossipgrad(size, ["train", "--strategy", strategy, "--no-progress",
-                                    "--metrics-out", str(out)], timeout=280)
+            res = gossipgrad(
+                size,
+                ["train", "--strategy", strategy, "--no-progress", "--metrics-out", str(out)],
+                timeout=280,
+            )
             assert res.returncode == 0, res.stderr[-3000:]
             records = [json.loads(line) for line in open(out, encoding="utf-8")]
             summaries = [r for r in records if r.get("event") == "summary"]
@@ -50,8 +54,13 @@ def trained(tmp_path_factory):
     return get
 
 
-STRATEGIES = ["gossip", "allreduce", "local",
-              pytest.param("horovod", marks=[needs_horovod, pytest.mark.horovod]), "ddp"]
+STRATEGIES = [
+    "gossip",
+    "allreduce",
+    "local",
+    pytest.param("horovod", marks=[needs_horovod, pytest.mark.horovod]),
+    "ddp",
+]
 
 
 @pytest.mark.timeout(300)
@@ -98,8 +107,9 @@ def test_a_stopped_rank_ends_the_library_strategies_within_the_deadline(tmp_path
     """Rank 2 stops (SIGSTOP) mid-training: a deadline fires on the others (Horovod: our
     poll of its handles; DDP: the process group timeout; or the shuffle's own wait) and the
     job ends non-zero on every rank instead of hanging."""
-    code, err, elapsed = signal_rank_in_training(tmp_path, signal.SIGSTOP, 5,
-                                                 ["--strategy", strategy], wait_s=35)
+    code, err, elapsed = signal_rank_in_training(
+        tmp_path, signal.SIGSTOP, 5, ["--strategy", strategy], wait_s=35
+    )
     assert code != 0
     assert elapsed <= 5 + 15, elapsed
     # Which deadline fires first is a race: the library's, the background shuffle's, the
@@ -109,32 +119,57 @@ def test_a_stopped_rank_ends_the_library_strategies_within_the_deadline(tmp_path
     # collectives name the ranks that did not arrive (rank 2, maybe with others stuck
     # behind it).
     agreement_s = 5 + int(AGREEMENT_GRACE_S)
-    assert re.search(r"allreduce of \S+ did not complete for 5 s|Timed out waiting 5000ms"
-                     rf"|allreduce\(\w+\) did not complete for {agreement_s} s"
-                     rf"|did not complete for ({agreement_s}|5) s; ranks? [\d, ]*\b2\b"
-                     r"|allreduce\(sum\) did not complete for 5 s"
-                     r"|peer 2 (sent|received) nothing for 5 s", err), err[-3000:]
+    assert re.search(
+        r"allreduce of \S+ did not complete for 5 s|Timed out waiting 5000ms"
+        rf"|allreduce\(\w+\) did not complete for {agreement_s} s"
+        rf"|did not complete for ({agreement_s}|5) s; ranks? [\d, ]*\b2\b"
+        r"|allreduce\(sum\) did not complete for 5 s"
+        r"|peer 2 (sent|received) nothing for 5 s",
+        err,
+    ), err[-3000:]
 
 
 @pytest.mark.netns
-@pytest.mark.skipif(os.geteuid() != 0 or not (shutil.which("ip") and shutil.which("tc")),
-                    reason="needs root and iproute2 (ip, tc) to create network namespaces")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not (shutil.which("ip") and shutil.which("tc")),
+    reason="needs root and iproute2 (ip, tc) to create network namespaces",
+)
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("strategy", ["ddp", pytest.param("horovod", marks=needs_horovod)])
 def test_library_strategies_across_namespaces(strategy):
     """Each rank in its own network namespace (scripts/emucluster.py), so loopback is not
     shared: DDP's rendezvous must pick rank 0's eth0 address, and Horovod's MPI goes over
     TCP. Same seed, same size: the same model as on one host."""
-    out = run([sys.executable, os.path.join(REPO, "scripts", "emucluster.py"), "run", "-n", "2",
-               "--rate", "1gbit", "--", sys.executable, "-m", "gossipgrad", "train",
-               "--strategy", strategy, "--no-progress", "--epochs", "2"], timeout=200)
+    out = run(
+        [
+            sys.executable,
+            os.path.join(REPO, "scripts", "emucluster.py"),
+            "run",
+            "-n",
+            "2",
+            "--rate",
+            "1gbit",
+            "--",
+            sys.executable,
+            "-m",
+            "gossipgrad",
+            "train",
+            "--strategy",
+            strategy,
+            "--no-progress",
+            "--epochs",
+            "2",
+        ],
+        timeout=200,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["size"] == 2 and summary["consensus_distance"] == 0.0
     if strategy == "ddp":
         assert re.search(r"store 10\.213\.0\.1:\d+, interface eth0", out.stderr), out.stderr
-    one_host = gossipgrad(2, ["train", "--strategy", strategy, "--no-progress", "--epochs", "2"],
-                          timeout=200)
+    one_host = gossipgrad(
+        2, ["train", "--strategy", strategy, "--no-progress", "--epochs", "2"], timeout=200
+    )
     assert one_host.returncode == 0, one_host.stderr[-3000:]
     local = json.loads(one_host.stdout.strip().splitlines()[-1])
     assert summary["test_loss"] == pytest.approx(local["test_loss"], rel=1e-6)
@@ -167,5 +202,4 @@ def test_ddp_refuses_a_step_whose_forward_skipped_its_wrapper(tmp_path):
     script.write_text(FORGOT_THE_WRAPPER)
     out = run([mpiexec(), "-n", "2", sys.executable, str(script)], timeout=100)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.count("no forward pass went through DDP's wrapper this step") == 2, \
-        out.stdout
+    assert out.stdout.count("no forward pass went through DDP's wrapper this step") == 2, out.stdout

@@ -29,8 +29,11 @@ def trained(tmp_path_factory):
         key = (size, strategy, *extra)
         if key not in cache:
             out = tmp_path_factory.mktemp("run") / "metrics.jsonl"
-            res = gossipgrad(size, ["train", "--strategy", strategy, "--metrics-out", str(out),
-                                    *extra], timeout=300)
+            res = gossipgrad(
+                size,
+                ["train", "--strategy", strategy, "--metrics-out", str(out), *extra],
+                timeout=300,
+            )
             assert res.returncode == 0, res.stderr[-3000:]
             cache[key] = {**_summary(out), "_stderr": res.stderr, "_stdout": res.stdout}
         return cache[key]
@@ -42,8 +45,16 @@ def trained(tmp_path_factory):
 def test_quick_start_reaches_95_percent_with_progress_and_summary(trained):
     s = trained(4)
     assert s["test_accuracy"] >= 0.95, s
-    for field in ("test_accuracy", "steps", "size", "strategy", "topology",
-                  "bytes_sent_per_step", "wall_seconds", "comm_seconds"):
+    for field in (
+        "test_accuracy",
+        "steps",
+        "size",
+        "strategy",
+        "topology",
+        "bytes_sent_per_step",
+        "wall_seconds",
+        "comm_seconds",
+    ):
         assert field in s
     assert s["size"] == 4 and s["strategy"] == "gossip" and s["topology"] == "hypercube"
     assert "train: 100%" in s["_stderr"], "no progress bar on rank 0"
@@ -76,10 +87,12 @@ def test_shuffle_brings_a_label_sorted_start_within_a_point_of_iid_at_eight_rank
     the bound catches a shuffle that moves nothing)."""
     iid = trained(8, "gossip", "--partition", "iid")
     skewed = trained(8, "gossip", "--partition", "sorted")
-    assert re.search(r"shuffle\.worker: shuffle: \w+ mode", skewed["_stderr"]), \
+    assert re.search(r"shuffle\.worker: shuffle: \w+ mode", skewed["_stderr"]), (
         "the shuffle did not start"
+    )
     assert abs(skewed["test_accuracy"] - iid["test_accuracy"]) <= 0.01, (
-        f"sorted {skewed['test_accuracy']:.4f} vs iid {iid['test_accuracy']:.4f}")
+        f"sorted {skewed['test_accuracy']:.4f} vs iid {iid['test_accuracy']:.4f}"
+    )
 
 
 @pytest.mark.timeout(150)
@@ -101,13 +114,19 @@ def test_killed_rank_ends_every_rank_non_zero(tmp_path):
     killed process. The deadline path is covered by the SIGSTOP test above.
     """
     code, err, elapsed = signal_rank_in_training(
-        tmp_path, signal.SIGKILL, 5, launcher_flags=["-disable-auto-cleanup"])
+        tmp_path, signal.SIGKILL, 5, launcher_flags=["-disable-auto-cleanup"]
+    )
     assert code != 0
     assert elapsed <= 5 + 10, elapsed
     # Hydra's report varies (killed by signal 9, a peer's failed process_vm_readv, or a
     # survivor's crash while MPICH tears down around the dead rank, reported as "TERMINATED
     # WITH THE EXIT STRING: Segmentation fault"): what matters is that the job ended,
     # non-zero, with a report of the bad termination.
-    reports = ("BAD TERMINATION", "Killed (signal 9)", "peer 2", "process_vm_readv failed",
-               "TERMINATED WITH THE EXIT STRING")
+    reports = (
+        "BAD TERMINATION",
+        "Killed (signal 9)",
+        "peer 2",
+        "process_vm_readv failed",
+        "TERMINATED WITH THE EXIT STRING",
+    )
     assert any(m in err for m in reports), err[-3000:]

@@ -31,8 +31,9 @@ def mpiexec_path() -> str:
     beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     path = beside if os.path.exists(beside) else shutil.which("mpiexec")
     if path is None:
-        raise ValueError("no mpiexec beside this Python or on PATH: "
-                         "pip install 'gossipgrad[mpich]'")
+        raise ValueError(
+            "no mpiexec beside this Python or on PATH: pip install 'gossipgrad[mpich]'"
+        )
     return path
 
 
@@ -74,7 +75,7 @@ def make_stack(width: int, layers: int, seed: int = 0) -> torch.nn.Module:
     for _ in range(layers):
         lin = torch.nn.Linear(width, width)
         with torch.no_grad():
-            lin.weight.normal_(0.0, width ** -0.5, generator=gen)
+            lin.weight.normal_(0.0, width**-0.5, generator=gen)
             lin.bias.zero_()
         mods += [lin, torch.nn.ReLU()]
     return torch.nn.Sequential(*mods)
@@ -88,14 +89,16 @@ def make_fc_head(dims: tuple[int, ...], seed: int = 0) -> torch.nn.Module:
     """Linear(dims[0], dims[1]), ReLU, ..., Linear(dims[-2], dims[-1]): an FC-heavy model
     (the VGG head by default) over generated features; the same weights for the same seed."""
     if len(dims) < 2 or any(d < 1 for d in dims):
-        raise ValueError(f"--dims {','.join(map(str, dims))}: need at least two sizes >= 1, "
-                         "e.g. 25088,4096,4096,1000")
+        raise ValueError(
+            f"--dims {','.join(map(str, dims))}: need at least two sizes >= 1, "
+            "e.g. 25088,4096,4096,1000"
+        )
     gen = torch.Generator().manual_seed(seed)
     mods: list[torch.nn.Module] = []
     for n_in, n_out in zip(dims, dims[1:], strict=False):
         lin = torch.nn.Linear(n_in, n_out)
         with torch.no_grad():
-            lin.weight.normal_(0.0, n_in ** -0.5, generator=gen)
+            lin.weight.normal_(0.0, n_in**-0.5, generator=gen)
             lin.bias.zero_()
         mods += [lin, torch.nn.ReLU()]
     return torch.nn.Sequential(*mods[:-1])
@@ -109,13 +112,25 @@ class Trainer:
     and its distributed optimizer, built by the engine factory from a strategy name; ``kw``
     go to the factory."""
 
-    def __init__(self, comm: Communicator, strategy: str, width: int, layers: int,
-                 dims: tuple[int, ...] | None = None, **kw: Any) -> None:
+    def __init__(
+        self,
+        comm: Communicator,
+        strategy: str,
+        width: int,
+        layers: int,
+        dims: tuple[int, ...] | None = None,
+        **kw: Any,
+    ) -> None:
         self.model = make_fc_head(dims) if dims else make_stack(width, layers)
         # Timing benchmarks time the exchange alone: no consensus monitor, no adaptive average.
         kw = {"sync": "off", "monitor_every": 0, **kw}
-        self.opt = make_distributed(torch.optim.SGD(self.model.parameters(), lr=1e-3),
-                                    self.model, comm, strategy=strategy, **kw)
+        self.opt = make_distributed(
+            torch.optim.SGD(self.model.parameters(), lr=1e-3),
+            self.model,
+            comm,
+            strategy=strategy,
+            **kw,
+        )
         self.width = dims[0] if dims else width
         self.x = torch.empty(0)
         self.straggler = Straggler(comm.rank)
@@ -174,8 +189,11 @@ def parse_sizes_mb(text: str) -> list[float]:
 def link_info() -> dict[str, Any]:
     """Where this runs: the emulated cluster's namespace/rate and the injected delay."""
     env = settings()
-    return {"emu_netns": bool(env.emu_netns), "emu_rate": env.emu_rate,
-            "inject_delay_ms": env.inject_delay_ms}
+    return {
+        "emu_netns": bool(env.emu_netns),
+        "emu_rate": env.emu_rate,
+        "inject_delay_ms": env.inject_delay_ms,
+    }
 
 
 def wire_tx_bytes(dev: str = "eth0") -> int | None:
@@ -209,15 +227,17 @@ MPI (``GOSSIPGRAD_COMM_WAIT=block``), next to a plain ``gossip`` in the same lau
 def split_variant(name: str) -> tuple[str, bool | None]:
     """``"gossip@block"`` -> ``("gossip", True)``; a plain name keeps the launch's setting.
 
-        >>> split_variant("gossip@block"), split_variant("ddp")
-        (('gossip', True), ('ddp', None))
+    >>> split_variant("gossip@block"), split_variant("ddp")
+    (('gossip', True), ('ddp', None))
     """
     base, sep, variant = name.partition("@")
     if not sep:
         return name, None
     if variant not in WAIT_VARIANTS:
-        raise ValueError(f"--strategies: unknown variant {name!r}; add @poll or @block to a "
-                         "strategy name, e.g. gossip@block")
+        raise ValueError(
+            f"--strategies: unknown variant {name!r}; add @poll or @block to a "
+            "strategy name, e.g. gossip@block"
+        )
     return base, WAIT_VARIANTS[variant]
 
 
@@ -232,8 +252,12 @@ class CountingCommunicator:
     ``block`` (not None) overrides the wait policy's ``block`` for whoever builds on it.
     """
 
-    def __init__(self, comm: Communicator, block: bool | None = None,
-                 counts: CountingCommunicator | None = None) -> None:
+    def __init__(
+        self,
+        comm: Communicator,
+        block: bool | None = None,
+        counts: CountingCommunicator | None = None,
+    ) -> None:
         self.inner = comm
         self.rank, self.size, self.timeout = comm.rank, comm.size, comm.timeout
         self._counts = counts if counts is not None else self

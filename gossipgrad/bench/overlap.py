@@ -37,8 +37,11 @@ from gossipgrad.bench import common
 from gossipgrad.bench.common import PHASES, Trainer, finite, link_info, median, rounded, timed
 from gossipgrad.comm.base import Communicator, Tag
 
-CONFIGS = {"compute": ("local", False), "blocking": ("gossip", False),
-           "overlapped": ("gossip", True)}
+CONFIGS = {
+    "compute": ("local", False),
+    "blocking": ("gossip", False),
+    "overlapped": ("gossip", True),
+}
 
 
 def backward_seconds(comm: Communicator, trainer: Trainer, batch: int, reps: int) -> float:
@@ -48,8 +51,9 @@ def backward_seconds(comm: Communicator, trainer: Trainer, batch: int, reps: int
     return median(common.max_over_ranks(comm, [trainer.step()["backward"] for _ in range(reps)]))
 
 
-def calibrate(comm: Communicator, trainers: dict[str, Trainer], fraction: float,
-              reps: int = 3) -> tuple[int, float]:
+def calibrate(
+    comm: Communicator, trainers: dict[str, Trainer], fraction: float, reps: int = 3
+) -> tuple[int, float]:
     """(batch, exchange seconds) such that the exchange is ``fraction`` of backward.
 
     Backward time is not proportional to the batch (the weight-gradient and memory-bound
@@ -80,22 +84,41 @@ def calibrate(comm: Communicator, trainers: dict[str, Trainer], fraction: float,
     return guess, ex
 
 
-def run_overlap(comm: Communicator, width: int = 1024, layers: int = 8, mix: str = "param",
-                comm_fraction: float = 0.5, batch: int = 0, bucket_mb: float = 4.0,
-                steps: int = 4, reps: int = 3, staleness: int = 0) -> dict[str, Any]:
+def run_overlap(
+    comm: Communicator,
+    width: int = 1024,
+    layers: int = 8,
+    mix: str = "param",
+    comm_fraction: float = 0.5,
+    batch: int = 0,
+    bucket_mb: float = 4.0,
+    steps: int = 4,
+    reps: int = 3,
+    staleness: int = 0,
+) -> dict[str, Any]:
     """The whole benchmark; returns the JSON record (the same on every rank)."""
     if comm.size < 2:
-        raise ValueError("bench overlap needs at least 2 ranks: mpiexec -n 2 gossipgrad bench "
-                         "overlap")
+        raise ValueError(
+            "bench overlap needs at least 2 ranks: mpiexec -n 2 gossipgrad bench overlap"
+        )
     if not 0 < comm_fraction <= 10 or batch < 0 or steps < 1 or reps < 1:
-        raise ValueError("need 0 < --comm-fraction <= 10, --batch >= 0, --steps >= 1, "
-                         "--reps >= 1")
+        raise ValueError("need 0 < --comm-fraction <= 10, --batch >= 0, --steps >= 1, --reps >= 1")
     if staleness not in (0, 1):
         raise ValueError(f"--staleness must be 0 or 1, got {staleness}")
-    trainers = {name: Trainer(comm, strategy, width, layers, mix=mix, bucket_mb=bucket_mb,
-                              overlap=overlap, staleness=staleness if overlap else 0,
-                              sufficient_factors="off")  # buckets: what this measures
-                for name, (strategy, overlap) in CONFIGS.items()}
+    trainers = {
+        name: Trainer(
+            comm,
+            strategy,
+            width,
+            layers,
+            mix=mix,
+            bucket_mb=bucket_mb,
+            overlap=overlap,
+            staleness=staleness if overlap else 0,
+            sufficient_factors="off",
+        )  # buckets: what this measures
+        for name, (strategy, overlap) in CONFIGS.items()
+    }
     try:
         chosen, exchange_s = calibrate(comm, trainers, comm_fraction)
         batch = batch or chosen
@@ -105,12 +128,14 @@ def run_overlap(comm: Communicator, width: int = 1024, layers: int = 8, mix: str
         names = list(CONFIGS)
         times: dict[str, dict[str, list[float]]] = {n: {k: [] for k in PHASES} for n in names}
         for rep in range(reps):
-            for n in names[rep % 3:] + names[:rep % 3]:
+            for n in names[rep % 3 :] + names[: rep % 3]:
                 comm.barrier()
                 for k, v in trainers[n].block(steps).items():
                     times[n][k].append(v)
-        phases = {n: {k: median(common.max_over_ranks(comm, v)) for k, v in times[n].items()}
-                  for n in names}
+        phases = {
+            n: {k: median(common.max_over_ranks(comm, v)) for k, v in times[n].items()}
+            for n in names
+        }
         med = {n: phases[n]["total"] for n in names}
         backward_s, forward_s = phases["compute"]["backward"], phases["compute"]["forward"]
         model_bytes = trainers["blocking"].opt.layout.nbytes
@@ -120,18 +145,30 @@ def run_overlap(comm: Communicator, width: int = 1024, layers: int = 8, mix: str
             t.close()
     exposed = med["blocking"] - med["compute"]
     hidden = (med["blocking"] - med["overlapped"]) / exposed if exposed > 0 else None
-    return {"bench": "overlap", "size": comm.size, "mix": mix, "width": width,
-            "layers": layers, "batch": batch, "bucket_mb": bucket_mb, "buckets": buckets,
-            "staleness": staleness,
-            "model_bytes": model_bytes, "steps": steps, "reps": reps,
-            "comm_fraction_target": comm_fraction,
-            "exchange_s": rounded(exchange_s), "forward_s": rounded(forward_s),
-            "backward_s": rounded(backward_s),
-            "comm_fraction_measured": rounded(exchange_s / backward_s, 3),
-            **{f"{n}_step_s": rounded(med[n]) for n in names},
-            "overlapped_over_compute": rounded(med["overlapped"] / med["compute"], 4),
-            "blocking_over_compute": rounded(med["blocking"] / med["compute"], 4),
-            "hidden_fraction": finite(hidden),
-            "phase_s": {n: {k: rounded(v, 4) for k, v in phases[n].items() if k != "total"}
-                        for n in names},
-            **link_info()}
+    return {
+        "bench": "overlap",
+        "size": comm.size,
+        "mix": mix,
+        "width": width,
+        "layers": layers,
+        "batch": batch,
+        "bucket_mb": bucket_mb,
+        "buckets": buckets,
+        "staleness": staleness,
+        "model_bytes": model_bytes,
+        "steps": steps,
+        "reps": reps,
+        "comm_fraction_target": comm_fraction,
+        "exchange_s": rounded(exchange_s),
+        "forward_s": rounded(forward_s),
+        "backward_s": rounded(backward_s),
+        "comm_fraction_measured": rounded(exchange_s / backward_s, 3),
+        **{f"{n}_step_s": rounded(med[n]) for n in names},
+        "overlapped_over_compute": rounded(med["overlapped"] / med["compute"], 4),
+        "blocking_over_compute": rounded(med["blocking"] / med["compute"], 4),
+        "hidden_fraction": finite(hidden),
+        "phase_s": {
+            n: {k: rounded(v, 4) for k, v in phases[n].items() if k != "total"} for n in names
+        },
+        **link_info(),
+    }

@@ -54,40 +54,48 @@ class Inputs:
     profiles: dict[Config, Profile]
 
 
-def measure_inputs(comm: Any, configs: Sequence[Config], *, arch: str, hidden: int,
-                   batch_size: int, profile_steps: int, net_max_mb: float, net_reps: int,
-                   calibrate_allreduce: bool, calibrate_mb: float | None) -> Inputs:
+def measure_inputs(
+    comm: Any,
+    configs: Sequence[Config],
+    *,
+    arch: str,
+    hidden: int,
+    batch_size: int,
+    profile_steps: int,
+    net_max_mb: float,
+    net_reps: int,
+    calibrate_allreduce: bool,
+    calibrate_mb: float | None,
+) -> Inputs:
     """Profile the model on every rank at once, fit the network, find the host (all
     collective, in this order on every rank)."""
     torch.set_num_threads(1)
     comm.barrier()
-    step = profile_arch(arch, batch_size=batch_size, hidden=hidden, steps=profile_steps,
-                        warmup=5)
+    step = profile_arch(arch, batch_size=batch_size, hidden=hidden, steps=profile_steps, warmup=5)
     comm.barrier()
     fit = measure_network(comm, max_bytes=int(net_max_mb * 2**20), reps=net_reps)
     duplex = min(2.0, max(1.0, fit.duplex or 1.0))
-    cm = CommModel.from_network(fit.network, duplex=duplex,
-                                calibrate_allreduce=calibrate_allreduce)
+    cm = CommModel.from_network(fit.network, duplex=duplex, calibrate_allreduce=calibrate_allreduce)
     net = build_model(arch, input_shape(arch, 224), default_classes(arch), hidden)
     found = HostShare(*host_share(comm))
     strategies = list(dict.fromkeys(c.strategy for c in configs if c.strategy != "local"))
     cap_mb = calibrate_mb or min(c.bucket_mb for c in configs)
     cal_prof = layout_profile(step, net, bucket_cap_bytes(cap_mb))
-    exchange_s = {s: sum(cm.bucket_s(s, b.bytes, comm.size) for b in cal_prof.buckets)
-                  for s in strategies}
+    exchange_s = {
+        s: sum(cm.bucket_s(s, b.bytes, comm.size) for b in cal_prof.buckets) for s in strategies
+    }
     profiles = {cfg: layout_profile(step, net, bucket_cap_bytes(cfg.bucket_mb)) for cfg in configs}
-    return Inputs(step, fit, duplex, cm, found, strategies, cap_mb, cal_prof, exchange_s,
-                  profiles)
+    return Inputs(step, fit, duplex, cm, found, strategies, cap_mb, cal_prof, exchange_s, profiles)
 
 
-def calibrated_host(found: HostShare, cal: dict[str, Any],
-                    strategy: str | None = None) -> HostShare:
+def calibrated_host(
+    found: HostShare, cal: dict[str, Any], strategy: str | None = None
+) -> HostShare:
     """The host as calibrated: without a spare core, ``cal``'s overlap and staleness-1
     costs (``strategy``'s own staleness-1 cost when given, else the pooled one)."""
     if found.spare_core:
         return found
-    stale = (cal["stale_s_per_byte_by_strategy"][strategy] if strategy
-             else cal["stale_s_per_byte"])
+    stale = cal["stale_s_per_byte_by_strategy"][strategy] if strategy else cal["stale_s_per_byte"]
     return HostShare(found.cores, found.ranks_per_host, 0.0, stale, cal["overlap_s"])
 
 
@@ -101,15 +109,23 @@ def predict(inputs: Inputs, cal: dict[str, Any], size: int, cfg: Config) -> dict
     kw = {"staleness": cfg.staleness, "overlap": cfg.overlap and cfg.mix == "grad"}
     factor = cal["exchange_factor"].get(cfg.strategy, 1.0)
     own = calibrated_host(inputs.host, cal, cfg.strategy)
-    st = step_time(scale_profile(prof, cal["compute_factor"]),
-                   scale_exchange(cm, cfg.strategy, factor), cfg.strategy, size,
-                   host=own, **kw)
+    st = step_time(
+        scale_profile(prof, cal["compute_factor"]),
+        scale_exchange(cm, cfg.strategy, factor),
+        cfg.strategy,
+        size,
+        host=own,
+        **kw,
+    )
     raw = step_time(prof, cm, cfg.strategy, size, host=own, **kw)
     free = step_time(prof, cm, cfg.strategy, size, **kw)
-    return {"predicted_s": st.step_s, "predicted_comm_s": st.comm_s,
-            "predicted_exposed_comm_s": st.exposed_comm_s,
-            "predicted_uncalibrated_s": raw.step_s,
-            "predicted_spare_core_s": free.step_s}
+    return {
+        "predicted_s": st.step_s,
+        "predicted_comm_s": st.comm_s,
+        "predicted_exposed_comm_s": st.exposed_comm_s,
+        "predicted_uncalibrated_s": raw.step_s,
+        "predicted_spare_core_s": free.step_s,
+    }
 
 
 class PassCalibration:
@@ -119,8 +135,9 @@ class PassCalibration:
     rounds (``runs``, each tagged with the size and ``link``) and each pass's fit
     (``fits``). Collective."""
 
-    def __init__(self, comm: Any, inputs: Inputs, work: Workload, pairs: int,
-                 steps: int, link: str = "") -> None:
+    def __init__(
+        self, comm: Any, inputs: Inputs, work: Workload, pairs: int, steps: int, link: str = ""
+    ) -> None:
         self.comm, self.inputs, self.work = comm, inputs, work
         self.pairs, self.steps, self.link = pairs, steps, link
         self.runs: list[dict[str, Any]] = []
@@ -128,9 +145,18 @@ class PassCalibration:
 
     def __call__(self, p: int) -> Callable[[Config], dict[str, float]]:
         w, i = self.work, self.inputs
-        new = calibration_rounds(self.comm, i.strategies, i.cap_mb, self.pairs, w.arch,
-                                 w.hidden, w.batch_size, self.steps, w.warmup,
-                                 first_round=p * self.pairs)
+        new = calibration_rounds(
+            self.comm,
+            i.strategies,
+            i.cap_mb,
+            self.pairs,
+            w.arch,
+            w.hidden,
+            w.batch_size,
+            self.steps,
+            w.warmup,
+            first_round=p * self.pairs,
+        )
         # Each round says where it was measured: a frozen calibration takes only its own.
         new = [{**r, "size": self.comm.size, "link": self.link} for r in new]
         self.runs.extend(new)
@@ -142,7 +168,11 @@ class PassCalibration:
         """The calibration section of the report: every round, fitted together, and the
         per-pass fits the predictions used."""
         i = self.inputs
-        return {"bucket_mb": i.cap_mb, "n_buckets": len(i.cal_profile.buckets),
-                "grad_bytes": i.cal_profile.grad_bytes, "runs": self.runs,
-                **fit_in_step(self.runs, self.runs, i.cal_profile, i.exchange_s),
-                "per_pass": self.fits}
+        return {
+            "bucket_mb": i.cap_mb,
+            "n_buckets": len(i.cal_profile.buckets),
+            "grad_bytes": i.cal_profile.grad_bytes,
+            "runs": self.runs,
+            **fit_in_step(self.runs, self.runs, i.cal_profile, i.exchange_s),
+            "per_pass": self.fits,
+        }

@@ -35,8 +35,9 @@ class Config:
         return " ".join(parts)
 
 
-def default_configs(strategies: Sequence[str], buckets: Sequence[float],
-                    staleness: Sequence[int] = (0,)) -> list[Config]:
+def default_configs(
+    strategies: Sequence[str], buckets: Sequence[float], staleness: Sequence[int] = (0,)
+) -> list[Config]:
     """Every strategy x bucket cap with overlap; plus, at the median cap, no overlap and
     mix=param; plus staleness 1 at the smallest cap."""
     out: list[Config] = []
@@ -57,8 +58,9 @@ def _slowest(comm: Any, values: list[float]) -> list[float]:
     return buf.tolist()
 
 
-def run_config(comm: Any, cfg: Config, arch: str, hidden: int, batch_size: int,
-               steps: int, warmup: int) -> dict[str, Any]:
+def run_config(
+    comm: Any, cfg: Config, arch: str, hidden: int, batch_size: int, steps: int, warmup: int
+) -> dict[str, Any]:
     """Train ``cfg`` for ``warmup + steps`` steps; per-step time of the slowest rank."""
     shape = input_shape(arch, 224)
     classes = default_classes(arch)
@@ -67,11 +69,19 @@ def run_config(comm: Any, cfg: Config, arch: str, hidden: int, batch_size: int,
     g = torch.Generator().manual_seed(1 + comm.rank)
     x = torch.randn(batch_size, *shape, generator=g)
     y = torch.randint(0, classes, (batch_size,), generator=g)
-    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
-                               model, comm, strategy=cfg.strategy, mix=cfg.mix,
-                               staleness=cfg.staleness, bucket_mb=cfg.bucket_mb,
-                               overlap=cfg.overlap, sync="off", monitor_every=0,
-                               sufficient_factors="off")  # the model prices buckets only
+    opt = DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
+        model,
+        comm,
+        strategy=cfg.strategy,
+        mix=cfg.mix,
+        staleness=cfg.staleness,
+        bucket_mb=cfg.bucket_mb,
+        overlap=cfg.overlap,
+        sync="off",
+        monitor_every=0,
+        sufficient_factors="off",
+    )  # the model prices buckets only
     loss_fn = torch.nn.CrossEntropyLoss()
     times: list[float] = []
     try:
@@ -91,14 +101,25 @@ def run_config(comm: Any, cfg: Config, arch: str, hidden: int, batch_size: int,
     finally:
         opt.close()
     slow = _slowest(comm, times)
-    return {"measured_s": statistics.median(slow), "min_s": min(slow), "max_s": max(slow),
-            "steps_s": slow}
+    return {
+        "measured_s": statistics.median(slow),
+        "min_s": min(slow),
+        "max_s": max(slow),
+        "steps_s": slow,
+    }
 
 
-def run_passes(comm: Any, configs: Sequence[Config], passes: int, arch: str, hidden: int,
-               batch_size: int, steps: int, warmup: int,
-               before_pass: Callable[[int], Callable[[Config], dict[str, float]]] | None = None,
-               ) -> list[dict[str, Any]]:
+def run_passes(
+    comm: Any,
+    configs: Sequence[Config],
+    passes: int,
+    arch: str,
+    hidden: int,
+    batch_size: int,
+    steps: int,
+    warmup: int,
+    before_pass: Callable[[int], Callable[[Config], dict[str, float]]] | None = None,
+) -> list[dict[str, Any]]:
     """Every config measured in ``passes`` passes of ``ceil(steps / passes)`` timed steps
     each (plus ``warmup`` per pass), the order reversed every other pass (A..Z, Z..A, ...),
     so that a slow drift of the machine over the minutes a launch takes falls on every
@@ -129,8 +150,12 @@ def run_passes(comm: Any, configs: Sequence[Config], passes: int, arch: str, hid
                 predicted[i].setdefault(name, []).append(value)
     out = []
     for t, med, pred in zip(pooled, medians, predicted, strict=True):
-        row: dict[str, Any] = {"measured_s": statistics.median(t), "min_s": min(t),
-                               "max_s": max(t), "pass_s": med}
+        row: dict[str, Any] = {
+            "measured_s": statistics.median(t),
+            "min_s": min(t),
+            "max_s": max(t),
+            "pass_s": med,
+        }
         for name, values in pred.items():
             row[name] = statistics.fmean(values)
             row[f"pass_{name}"] = values
@@ -138,8 +163,9 @@ def run_passes(comm: Any, configs: Sequence[Config], passes: int, arch: str, hid
     return out
 
 
-def confirm_regret(rows: Sequence[dict[str, Any]], chosen_index: int, rounds: int,
-                   run: Callable[[str], float]) -> dict[str, Any]:
+def confirm_regret(
+    rows: Sequence[dict[str, Any]], chosen_index: int, rounds: int, run: Callable[[str], float]
+) -> dict[str, Any]:
     """The regret re-measured: the model's choice (``rows[chosen_index]``, the smallest
     ``predicted_s`` on rank 0) and the fastest measured configuration run again, ``rounds``
     times each, alternating. The first pass
@@ -158,13 +184,27 @@ def confirm_regret(rows: Sequence[dict[str, Any]], chosen_index: int, rounds: in
         for label in (chosen, best) if i % 2 == 0 else (best, chosen):
             times[label].append(run(label))
     ratio = statistics.median(times[chosen]) / statistics.median(times[best])
-    return {**out, "chosen_s": times[chosen], "best_s": times[best], "ratio": ratio,
-            "regret": max(1.0, ratio)}
+    return {
+        **out,
+        "chosen_s": times[chosen],
+        "best_s": times[best],
+        "ratio": ratio,
+        "regret": max(1.0, ratio),
+    }
 
 
-def calibration_rounds(comm: Any, strategies: Sequence[str], cap_mb: float, pairs: int,
-                       arch: str, hidden: int, batch_size: int, steps: int, warmup: int,
-                       first_round: int = 0) -> list[dict[str, Any]]:
+def calibration_rounds(
+    comm: Any,
+    strategies: Sequence[str],
+    cap_mb: float,
+    pairs: int,
+    arch: str,
+    hidden: int,
+    batch_size: int,
+    steps: int,
+    warmup: int,
+    first_round: int = 0,
+) -> list[dict[str, Any]]:
     """The runs of the in-step calibration, apart from the scored ones: ``pairs`` rounds per
     strategy of four short runs at ``cap_mb`` (grad mix) -- compute-only (``local``),
     blocking, overlapped staleness 0, overlapped staleness 1 -- the order rotated each
@@ -174,15 +214,20 @@ def calibration_rounds(comm: Any, strategies: Sequence[str], cap_mb: float, pair
     :func:`gossipgrad.plan.calibrate.fit_in_step`. Collective."""
     if pairs < 1:
         raise ValueError(f"calibrate_pairs must be >= 1, got {pairs}")
-    kinds = [("local", "local", False, 0), ("blocking", None, False, 0), ("s0", None, True, 0),
-             ("s1", None, True, 1)]
+    kinds = [
+        ("local", "local", False, 0),
+        ("blocking", None, False, 0),
+        ("s0", None, True, 0),
+        ("s1", None, True, 1),
+    ]
     runs = []
     for strategy in strategies:
         for i in range(first_round, first_round + pairs):
             t = {}
-            for name, kind, overlapped, staleness in kinds[i % 4:] + kinds[:i % 4]:
+            for name, kind, overlapped, staleness in kinds[i % 4 :] + kinds[: i % 4]:
                 cfg = Config(kind or strategy, cap_mb, "grad", overlapped, staleness)
-                t[f"{name}_s"] = run_config(comm, cfg, arch, hidden, batch_size, steps,
-                                            warmup)["measured_s"]
+                t[f"{name}_s"] = run_config(comm, cfg, arch, hidden, batch_size, steps, warmup)[
+                    "measured_s"
+                ]
             runs.append({"strategy": strategy, **t})
     return runs

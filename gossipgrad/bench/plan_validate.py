@@ -78,18 +78,35 @@ from gossipgrad.plan import Profile
 from gossipgrad.runtime import usable_cores
 
 
-def config_rows(configs: Sequence[Config], measured: Sequence[dict[str, Any]],
-                local: dict[str, Any], inputs: Inputs, size: int) -> list[dict[str, Any]]:
+def config_rows(
+    configs: Sequence[Config],
+    measured: Sequence[dict[str, Any]],
+    local: dict[str, Any],
+    inputs: Inputs,
+    size: int,
+) -> list[dict[str, Any]]:
     """One report row per configuration: its options, predicted and measured seconds, and
     the measured exposed communication (its step minus the compute-only step)."""
-    return [{"config": cfg.label, **asdict(cfg), "size": size,
-             "n_buckets": len(inputs.profiles[cfg].buckets), **m,
-             "measured_exposed_comm_s": m["measured_s"] - local["measured_s"]}
-            for cfg, m in zip(configs, measured, strict=True)]
+    return [
+        {
+            "config": cfg.label,
+            **asdict(cfg),
+            "size": size,
+            "n_buckets": len(inputs.profiles[cfg].buckets),
+            **m,
+            "measured_exposed_comm_s": m["measured_s"] - local["measured_s"],
+        }
+        for cfg, m in zip(configs, measured, strict=True)
+    ]
 
 
-def confirm_choice(comm: Any, rows: Sequence[dict[str, Any]], configs: Sequence[Config],
-                   rounds: int, work: Workload) -> dict[str, Any]:
+def confirm_choice(
+    comm: Any,
+    rows: Sequence[dict[str, Any]],
+    configs: Sequence[Config],
+    rounds: int,
+    work: Workload,
+) -> dict[str, Any]:
     """Re-measure the model's choice against the fastest measured configuration. Each rank
     predicts from its own profile; rank 0's choice is the one re-measured. Collective."""
     chosen = np.array([min(range(len(rows)), key=lambda i: rows[i]["predicted_s"])])
@@ -100,35 +117,59 @@ def confirm_choice(comm: Any, rows: Sequence[dict[str, Any]], configs: Sequence[
 
 def measured_s(comm: Any, by_label: dict[str, Config], work: Workload, label: str) -> float:
     """One more run of the configuration labelled ``label``: its step time. Collective."""
-    return run_config(comm, by_label[label], work.arch, work.hidden, work.batch_size,
-                      work.steps, work.warmup)["measured_s"]
+    return run_config(
+        comm, by_label[label], work.arch, work.hidden, work.batch_size, work.steps, work.warmup
+    )["measured_s"]
 
 
 def compute_check(profile: Profile, local: dict[str, Any]) -> dict[str, Any]:
     """The compute-only row: the calibrated and the raw profile's ``F + B + O`` against the
     measured local step."""
     meas = local["measured_s"]
-    return {"profile_s": profile.local_step_s, **local,
-            "error_pct": 100 * (local["predicted_s"] - meas) / meas,
-            "profile_error_pct": 100 * (profile.local_step_s - meas) / meas}
+    return {
+        "profile_s": profile.local_step_s,
+        **local,
+        "error_pct": 100 * (local["predicted_s"] - meas) / meas,
+        "profile_error_pct": 100 * (profile.local_step_s - meas) / meas,
+    }
 
 
-def assemble_report(size: int, work: Workload, passes: int, inputs: Inputs,
-                    calibration: PassCalibration, local: dict[str, Any],
-                    rows: list[dict[str, Any]], confirm: dict[str, Any]) -> dict[str, Any]:
+def assemble_report(
+    size: int,
+    work: Workload,
+    passes: int,
+    inputs: Inputs,
+    calibration: PassCalibration,
+    local: dict[str, Any],
+    rows: list[dict[str, Any]],
+    confirm: dict[str, Any],
+) -> dict[str, Any]:
     """One launch's report at ``size`` ranks, scored (``summary`` and its two variants)."""
     p = inputs.step.profile
     host = calibrated_host(inputs.host, calibration.fits[-1])  # last pass's, s1 pooled
     report = {
-        "benchmark": "plan-validate", "size": size, "arch": work.arch, "hidden": work.hidden,
-        "batch_size": work.batch_size, "steps": work.steps, "warmup": work.warmup,
+        "benchmark": "plan-validate",
+        "size": size,
+        "arch": work.arch,
+        "hidden": work.hidden,
+        "batch_size": work.batch_size,
+        "steps": work.steps,
+        "warmup": work.warmup,
         "passes": passes,
-        "profile": {"forward_s": p.forward_s, "backward_s": p.backward_s,
-                    "optimizer_s": p.optimizer_s, "local_step_s": p.local_step_s,
-                    "param_bytes": p.param_bytes},
+        "profile": {
+            "forward_s": p.forward_s,
+            "backward_s": p.backward_s,
+            "optimizer_s": p.optimizer_s,
+            "local_step_s": p.local_step_s,
+            "param_bytes": p.param_bytes,
+        },
         "network": {**inputs.fit.network.to_json(), "duplex": inputs.duplex},
-        "host": {**host.to_json(), "cores_per_rank": host.cores_per_rank,
-                 "spare_core": host.spare_core, "rank0_cores": usable_cores()},
+        "host": {
+            **host.to_json(),
+            "cores_per_rank": host.cores_per_rank,
+            "spare_core": host.spare_core,
+            "rank0_cores": usable_cores(),
+        },
         "calibration": calibration.to_json(),
         "compute_check": compute_check(p, local),
         "configs": rows,
@@ -158,26 +199,57 @@ def measure(comm: Any, **kw: Any) -> dict[str, Any]:
     return measure_in_sample(comm, **kw).report
 
 
-def measure_in_sample(comm: Any, *, arch: str = "mlp", hidden: int = 1024,
-                      batch_size: int = 32, configs: Sequence[Config], steps: int = 20,
-                      warmup: int = 5, profile_steps: int = 20, net_max_mb: float = 16.0,
-                      net_reps: int = 5, calibrate_allreduce: bool = False,
-                      calibrate_mb: float | None = None, calibrate_pairs: int = 2,
-                      calibrate_steps: int | None = None, confirm_rounds: int = 3,
-                      passes: int = 1, link: str = "") -> InSample:
+def measure_in_sample(
+    comm: Any,
+    *,
+    arch: str = "mlp",
+    hidden: int = 1024,
+    batch_size: int = 32,
+    configs: Sequence[Config],
+    steps: int = 20,
+    warmup: int = 5,
+    profile_steps: int = 20,
+    net_max_mb: float = 16.0,
+    net_reps: int = 5,
+    calibrate_allreduce: bool = False,
+    calibrate_mb: float | None = None,
+    calibrate_pairs: int = 2,
+    calibrate_steps: int | None = None,
+    confirm_rounds: int = 3,
+    passes: int = 1,
+    link: str = "",
+) -> InSample:
     """:func:`measure`, keeping its inputs and calibration. ``link`` labels the calibration
     rounds (with the size) for :class:`~gossipgrad.plan.heldout.FrozenCalibration`.
     Collective."""
     work = Workload(arch, hidden, batch_size, steps, warmup)
-    inputs = measure_inputs(comm, configs, arch=arch, hidden=hidden, batch_size=batch_size,
-                            profile_steps=profile_steps, net_max_mb=net_max_mb,
-                            net_reps=net_reps, calibrate_allreduce=calibrate_allreduce,
-                            calibrate_mb=calibrate_mb)
-    calibration = PassCalibration(comm, inputs, work, calibrate_pairs, calibrate_steps or steps,
-                                  link=link)
+    inputs = measure_inputs(
+        comm,
+        configs,
+        arch=arch,
+        hidden=hidden,
+        batch_size=batch_size,
+        profile_steps=profile_steps,
+        net_max_mb=net_max_mb,
+        net_reps=net_reps,
+        calibrate_allreduce=calibrate_allreduce,
+        calibrate_mb=calibrate_mb,
+    )
+    calibration = PassCalibration(
+        comm, inputs, work, calibrate_pairs, calibrate_steps or steps, link=link
+    )
     # The compute-only configuration goes first in every pass, like any other.
-    local, *measured = run_passes(comm, [Config("local", 25.0), *configs], passes, arch,
-                                  hidden, batch_size, steps, warmup, before_pass=calibration)
+    local, *measured = run_passes(
+        comm,
+        [Config("local", 25.0), *configs],
+        passes,
+        arch,
+        hidden,
+        batch_size,
+        steps,
+        warmup,
+        before_pass=calibration,
+    )
     rows = config_rows(configs, measured, local, inputs, comm.size)
     confirm = confirm_choice(comm, rows, configs, confirm_rounds, work)
     report = assemble_report(comm.size, work, passes, inputs, calibration, local, rows, confirm)
@@ -212,8 +284,12 @@ def combined_report(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return reports[0] if len(reports) == 1 else {**combine(reports), "launches": list(reports)}
 
 
-def validation_configs(strategies: Sequence[str], buckets: Sequence[float],
-                       staleness: Sequence[int], only_overlap: bool) -> list[Config]:
+def validation_configs(
+    strategies: Sequence[str],
+    buckets: Sequence[float],
+    staleness: Sequence[int],
+    only_overlap: bool,
+) -> list[Config]:
     """:func:`~gossipgrad.bench.plan_runs.default_configs`; with ``only_overlap`` only the
     overlapped ``mix=grad`` ones."""
     configs = default_configs(strategies, buckets, staleness)

@@ -93,18 +93,30 @@ def parse_slow(text: str, size: int) -> tuple[int, float]:
     try:
         rank, factor = Settings.from_env({"GOSSIPGRAD_INJECT_SLOW": text}).inject_slow
     except (ValueError, TypeError):
-        raise ValueError(f"--slow {text!r}: expected RANK:FACTOR with FACTOR >= 1, e.g. "
-                         "3:2") from None
+        raise ValueError(
+            f"--slow {text!r}: expected RANK:FACTOR with FACTOR >= 1, e.g. 3:2"
+        ) from None
     if rank >= size:
-        raise ValueError(f"--slow {text!r}: rank {rank} does not exist at {size} ranks; "
-                         f"choose 0..{size - 1}")
+        raise ValueError(
+            f"--slow {text!r}: rank {rank} does not exist at {size} ranks; choose 0..{size - 1}"
+        )
     return rank, factor
 
 
-def run_ps_lag(comm: Communicator, lags: list[int], slow: tuple[int, float], slow_every: int = 1,
-               width: int = 512, layers: int = 4, batch: int = 8, bucket_mb: float = 25.0,
-               steps: int = 10, reps: int = 3, warmup: int = 1,
-               rotate: bool = False) -> dict[str, Any]:
+def run_ps_lag(
+    comm: Communicator,
+    lags: list[int],
+    slow: tuple[int, float],
+    slow_every: int = 1,
+    width: int = 512,
+    layers: int = 4,
+    batch: int = 8,
+    bucket_mb: float = 25.0,
+    steps: int = 10,
+    reps: int = 3,
+    warmup: int = 1,
+    rotate: bool = False,
+) -> dict[str, Any]:
     """The whole benchmark; returns the JSON record (the same on every rank)."""
     if not lags or len(set(lags)) != len(lags) or min(lags) < 0:
         raise ValueError(f"--lags {lags}: name each lag (>= 0) once, e.g. 0,2")
@@ -118,8 +130,11 @@ def run_ps_lag(comm: Communicator, lags: list[int], slow: tuple[int, float], slo
         for lag in lags:
             trainers[lag] = Trainer(comm, "ps", width, layers, bucket_mb=bucket_mb, max_lag=lag)
             trainers[lag].set_batch(batch)
-            slowed[lag] = (Rotating(comm.rank, comm.size, (slow[1] - 1) * compute_s) if rotate
-                           else Intermittent(Straggler(comm.rank, env=env), slow_every))
+            slowed[lag] = (
+                Rotating(comm.rank, comm.size, (slow[1] - 1) * compute_s)
+                if rotate
+                else Intermittent(Straggler(comm.rank, env=env), slow_every)
+            )
         configs = [(lag, on) for lag in lags for on in (False, True)]
         times: dict[tuple[int, bool], list[float]] = {c: [] for c in configs}
         for rep in range(warmup + reps):
@@ -136,19 +151,37 @@ def run_ps_lag(comm: Communicator, lags: list[int], slow: tuple[int, float], slo
     rows = []
     for lag, on in configs:
         step_s = median(max_over_ranks(comm, times[(lag, on)]))
-        rows.append({"max_lag": lag, "straggler": on, "step_s": rounded(step_s),
-                     "samples_per_s": rounded(batch * comm.size / step_s, 5)})
+        rows.append(
+            {
+                "max_lag": lag,
+                "straggler": on,
+                "step_s": rounded(step_s),
+                "samples_per_s": rounded(batch * comm.size / step_s, 5),
+            }
+        )
     rate = {(r["max_lag"], r["straggler"]): r["samples_per_s"] for r in rows}
     base = lags[0]
-    return {"bench": "ps-lag", "size": comm.size, "width": width, "layers": layers,
-            "batch": batch, "bucket_mb": bucket_mb, "slow": list(slow), "slow_every": slow_every,
-            "rotate": rotate, "compute_s": finite(compute_s) if rotate else None,
-            "steps": steps, "reps": reps, "warmup": warmup, "results": rows,
-            "relative": {str(lag): finite(rate[(lag, True)] / rate[(lag, False)])
-                         for lag in lags},
-            "lag_over_first_lag": {str(lag): finite(rate[(lag, True)] / rate[(base, True)])
-                                   for lag in lags},
-            **link_info()}
+    return {
+        "bench": "ps-lag",
+        "size": comm.size,
+        "width": width,
+        "layers": layers,
+        "batch": batch,
+        "bucket_mb": bucket_mb,
+        "slow": list(slow),
+        "slow_every": slow_every,
+        "rotate": rotate,
+        "compute_s": finite(compute_s) if rotate else None,
+        "steps": steps,
+        "reps": reps,
+        "warmup": warmup,
+        "results": rows,
+        "relative": {str(lag): finite(rate[(lag, True)] / rate[(lag, False)]) for lag in lags},
+        "lag_over_first_lag": {
+            str(lag): finite(rate[(lag, True)] / rate[(base, True)]) for lag in lags
+        },
+        **link_info(),
+    }
 
 
 def _block(comm: Communicator, trainer: Trainer, steps: int) -> float:

@@ -29,9 +29,18 @@ def measure(comm: Communicator, base: TrainConfig, reps: int) -> dict[str, Any]:
             times[on].append(summary["wall_seconds"] / summary["steps"])
     on, off = statistics.median(times[True]), statistics.median(times[False])
     paired = statistics.median(a / b for a, b in zip(times[True], times[False], strict=True))
-    return {"benchmark": "shuffle", "size": comm.size, "steps": base.optim.max_steps,
-            "reps": reps, "shuffle_samples": base.shuffle.shuffle_samples,
-            "shuffle_every": base.shuffle.shuffle_every,
-            "step_s_shuffle_on": on, "step_s_shuffle_off": off, "ratio": on / off,
-            "ratio_paired": paired, "target_ratio": 1.05, "samples_on": times[True],
-            "samples_off": times[False]}
+    return {
+        "benchmark": "shuffle",
+        "size": comm.size,
+        "steps": base.optim.max_steps,
+        "reps": reps,
+        "shuffle_samples": base.shuffle.shuffle_samples,
+        "shuffle_every": base.shuffle.shuffle_every,
+        "step_s_shuffle_on": on,
+        "step_s_shuffle_off": off,
+        "ratio": on / off,
+        "ratio_paired": paired,
+        "target_ratio": 1.05,
+        "samples_on": times[True],
+        "samples_off": times[False],
+    }

@@ -39,8 +39,8 @@ DEFAULT_CONTENDERS = "gossip:0,gossip:2,gossip:4,allreduce,ddp"
 def parse_contenders(text: str) -> list[tuple[str, int]]:
     """``"gossip:2,allreduce"`` -> ``[("gossip", 2), ("allreduce", 0)]``.
 
-        >>> parse_contenders("gossip:0,gossip:4,ddp")
-        [('gossip', 0), ('gossip', 4), ('ddp', 0)]
+    >>> parse_contenders("gossip:0,gossip:4,ddp")
+    [('gossip', 0), ('gossip', 4), ('ddp', 0)]
     """
     out = []
     for item in (t.strip() for t in text.split(",") if t.strip()):
@@ -48,8 +48,10 @@ def parse_contenders(text: str) -> list[tuple[str, int]]:
         try:
             out.append((name, int(lag) if lag else 0))
         except ValueError:
-            raise ValueError(f"--contenders {text!r}: {item!r} is not STRATEGY or "
-                             "STRATEGY:MAX_LAG (e.g. gossip:2)") from None
+            raise ValueError(
+                f"--contenders {text!r}: {item!r} is not STRATEGY or "
+                "STRATEGY:MAX_LAG (e.g. gossip:2)"
+            ) from None
     if not out or len(set(out)) != len(out):
         raise ValueError(f"--contenders {text!r}: name each contender once")
     return out
@@ -62,15 +64,25 @@ def parse_slow(text: str | None, size: int, env: Settings) -> tuple[int, float]:
     try:
         return Settings.from_env({"GOSSIPGRAD_INJECT_SLOW": text}).inject_slow
     except ValueError:
-        raise ValueError(f"--slow {text!r}: expected RANK:FACTOR with FACTOR >= 1, "
-                         "e.g. 7:2") from None
+        raise ValueError(
+            f"--slow {text!r}: expected RANK:FACTOR with FACTOR >= 1, e.g. 7:2"
+        ) from None
 
 
 class Contender:
     """One strategy's model copy and distributed optimizer, its straggler pair and blocks."""
 
-    def __init__(self, comm: Communicator, name: str, max_lag: int, width: int, layers: int,
-                 batch: int, slow: tuple[int, float], bucket_mb: float) -> None:
+    def __init__(
+        self,
+        comm: Communicator,
+        name: str,
+        max_lag: int,
+        width: int,
+        layers: int,
+        batch: int,
+        slow: tuple[int, float],
+        bucket_mb: float,
+    ) -> None:
         from gossipgrad.engine.factory import make_distributed
 
         self.comm, self.name, self.max_lag, self.batch = comm, name, max_lag, batch
@@ -79,11 +91,14 @@ class Contender:
         kw: dict[str, Any] = {"bucket_mb": bucket_mb}
         if name == "gossip":
             kw["max_lag"] = max_lag
-        self.opt = make_distributed(torch.optim.SGD(self.model.parameters(), lr=1e-3),
-                                    self.model, comm, strategy=name, **kw)
+        self.opt = make_distributed(
+            torch.optim.SGD(self.model.parameters(), lr=1e-3), self.model, comm, strategy=name, **kw
+        )
         self.x = torch.randn(batch, width, generator=torch.Generator().manual_seed(1))
-        self.stragglers = {False: Straggler(comm.rank, Settings()),
-                           True: Straggler(comm.rank, Settings(inject_slow=slow))}
+        self.stragglers = {
+            False: Straggler(comm.rank, Settings()),
+            True: Straggler(comm.rank, Settings(inject_slow=slow)),
+        }
         self.rates: dict[bool, list[float]] = {False: [], True: []}
         self.skipped: dict[bool, list[np.ndarray]] = {False: [], True: []}
 
@@ -118,25 +133,40 @@ class Contender:
         paired = [s / p for s, p in zip(self.rates[True], self.rates[False], strict=True)]
         skip_slow = np.mean(self.skipped[True], axis=0)
         skip_plain = np.mean(self.skipped[False], axis=0)
-        return {"contender": self.label, "strategy": self.name, "max_lag": self.max_lag,
-                "samples_per_s": finite(plain, 5), "samples_per_s_slow": finite(slowed, 5),
-                "ratio": finite(slowed / plain), "ratio_paired": finite(median(paired)),
-                "slow_rank_skipped": finite(float(skip_slow[slow_rank])),
-                "skipped_slow": finite(float(skip_slow.mean())),
-                "skipped_no_slow": finite(float(skip_plain.mean())),
-                "blocks": len(self.rates[True])}
+        return {
+            "contender": self.label,
+            "strategy": self.name,
+            "max_lag": self.max_lag,
+            "samples_per_s": finite(plain, 5),
+            "samples_per_s_slow": finite(slowed, 5),
+            "ratio": finite(slowed / plain),
+            "ratio_paired": finite(median(paired)),
+            "slow_rank_skipped": finite(float(skip_slow[slow_rank])),
+            "skipped_slow": finite(float(skip_slow.mean())),
+            "skipped_no_slow": finite(float(skip_plain.mean())),
+            "blocks": len(self.rates[True]),
+        }
 
 
-def run_stragglers(comm: Communicator, contenders: list[tuple[str, int]],
-                   slow: tuple[int, float], width: int = 512, layers: int = 4,
-                   batch: int = 64, steps: int = 40, reps: int = 3, warmup: int = 1,
-                   bucket_mb: float = 25.0) -> dict[str, Any]:
+def run_stragglers(
+    comm: Communicator,
+    contenders: list[tuple[str, int]],
+    slow: tuple[int, float],
+    width: int = 512,
+    layers: int = 4,
+    batch: int = 64,
+    steps: int = 40,
+    reps: int = 3,
+    warmup: int = 1,
+    bucket_mb: float = 25.0,
+) -> dict[str, Any]:
     """The whole benchmark; returns the JSON record (the same on every rank)."""
     if comm.size < 2:
         raise ValueError("bench stragglers needs at least 2 ranks (mpiexec -n 8 ...)")
     if not 0 <= slow[0] < comm.size:
-        raise ValueError(f"--slow {slow[0]}:{slow[1]:g}: rank {slow[0]} is not in "
-                         f"0..{comm.size - 1}")
+        raise ValueError(
+            f"--slow {slow[0]}:{slow[1]:g}: rank {slow[0]} is not in 0..{comm.size - 1}"
+        )
     if min(batch, steps, reps) < 1 or warmup < 0:
         raise ValueError("need --batch, --steps, --reps >= 1 and --warmup >= 0")
     built: list[Contender] = []
@@ -146,37 +176,53 @@ def run_stragglers(comm: Communicator, contenders: list[tuple[str, int]],
         for rep in range(warmup + reps):
             k = rep % len(built)
             for c in built[k:] + built[:k]:
-                for slowed in ((False, True) if rep % 2 == 0 else (True, False)):
+                for slowed in (False, True) if rep % 2 == 0 else (True, False):
                     c.block(steps, slowed, record=rep >= warmup)
         rows = [c.row(slow[0]) for c in built]
         lockstep = next((r for r in rows if r["strategy"] == "gossip" and not r["max_lag"]), None)
         for r in rows:  # what lag itself costs or saves, against lockstep gossip unslowed
-            r["slow_vs_lockstep"] = (finite(r["samples_per_s_slow"] / lockstep["samples_per_s"])
-                                     if lockstep else None)
+            r["slow_vs_lockstep"] = (
+                finite(r["samples_per_s_slow"] / lockstep["samples_per_s"]) if lockstep else None
+            )
     finally:
         for c in built:
             c.opt.close()
     model_bytes = sum(p.numel() * p.element_size() for p in built[0].model.parameters())
-    return {"bench": "stragglers", "size": comm.size, "slow_rank": slow[0],
-            "factor": slow[1], "width": width, "layers": layers, "batch": batch,
-            "steps": steps, "reps": reps, "warmup": warmup, "model_bytes": model_bytes,
-            "results": rows}
+    return {
+        "bench": "stragglers",
+        "size": comm.size,
+        "slow_rank": slow[0],
+        "factor": slow[1],
+        "width": width,
+        "layers": layers,
+        "batch": batch,
+        "steps": steps,
+        "reps": reps,
+        "warmup": warmup,
+        "model_bytes": model_bytes,
+        "results": rows,
+    }
 
 
 def markdown_table(record: dict[str, Any]) -> str:
     """The results as a Markdown table."""
-    lines = [f"{record['size']} ranks, rank {record['slow_rank']} {record['factor']:g}x slow, "
-             f"{record['layers']} x Linear({record['width']}), batch {record['batch']}, "
-             f"{record['steps']} steps per block, {record['reps']} blocks each", "",
-             "| contender | samples/s | samples/s, slow rank | ratio | ratio (paired) | "
-             "slow / lockstep unslowed | slow rank skipped | all skipped |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"{record['size']} ranks, rank {record['slow_rank']} {record['factor']:g}x slow, "
+        f"{record['layers']} x Linear({record['width']}), batch {record['batch']}, "
+        f"{record['steps']} steps per block, {record['reps']} blocks each",
+        "",
+        "| contender | samples/s | samples/s, slow rank | ratio | ratio (paired) | "
+        "slow / lockstep unslowed | slow rank skipped | all skipped |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in record["results"]:
-        lines.append(f"| {r['contender']} | {r['samples_per_s']:.0f} | "
-                     f"{r['samples_per_s_slow']:.0f} | {r['ratio']:.2f} | "
-                     f"{r['ratio_paired']:.2f} | {_fmt(r.get('slow_vs_lockstep'))} | "
-                     f"{100 * r['slow_rank_skipped']:.0f}% | "
-                     f"{100 * r['skipped_slow']:.0f}% |")
+        lines.append(
+            f"| {r['contender']} | {r['samples_per_s']:.0f} | "
+            f"{r['samples_per_s_slow']:.0f} | {r['ratio']:.2f} | "
+            f"{r['ratio_paired']:.2f} | {_fmt(r.get('slow_vs_lockstep'))} | "
+            f"{100 * r['slow_rank_skipped']:.0f}% | "
+            f"{100 * r['skipped_slow']:.0f}% |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -81,8 +81,9 @@ BUSY_BACKGROUND = frozenset({"horovod"})
 FACTOR_NAMES = frozenset(s.value for s in FACTOR_STRATEGIES)
 
 
-def strategy_kwargs(name: str, mix: str, bucket_mb: float, overlap: bool,
-                    staleness: int = 0, factors: str = "off") -> dict[str, Any]:
+def strategy_kwargs(
+    name: str, mix: str, bucket_mb: float, overlap: bool, staleness: int = 0, factors: str = "off"
+) -> dict[str, Any]:
     """Factory arguments for ``name``: the built-in bucket strategies take the engine's
     options; other adapters get their own defaults; ``factors`` goes to every strategy
     that can send sufficient factors."""
@@ -90,8 +91,7 @@ def strategy_kwargs(name: str, mix: str, bucket_mb: float, overlap: bool,
     if name == "gossip":
         kw = {"mix": mix, "bucket_mb": bucket_mb, "overlap": overlap, "staleness": staleness}
     elif name == "allreduce":
-        kw = {"mix": "grad", "bucket_mb": bucket_mb, "overlap": overlap,
-              "staleness": staleness}
+        kw = {"mix": "grad", "bucket_mb": bucket_mb, "overlap": overlap, "staleness": staleness}
     elif name == "local":
         kw = {"mix": mix, "bucket_mb": bucket_mb}
     elif name == "ps":  # pushes gradients, pulls parameters; synchronous (max-lag 0)
@@ -104,23 +104,32 @@ def strategy_kwargs(name: str, mix: str, bucket_mb: float, overlap: bool,
 def contenders(strategies: list[str], factors: list[str]) -> list[tuple[str, str, str]]:
     """``(name, strategy, factors)`` of every contender, in order (see the module docstring).
 
-        >>> [n for n, _, _ in contenders(["gossip", "local"], ["off", "on"])]
-        ['gossip', 'gossip+factors', 'local']
+    >>> [n for n, _, _ in contenders(["gossip", "local"], ["off", "on"])]
+    ['gossip', 'gossip+factors', 'local']
     """
     out = []
     for s in strategies:
         for f in factors if s in FACTOR_NAMES else ["off"]:
-            out.append((s if f == "off" else f"{s}+factors" if f == "on" else f"{s}+factors-{f}",
-                        s, f))
+            out.append(
+                (s if f == "off" else f"{s}+factors" if f == "on" else f"{s}+factors-{f}", s, f)
+            )
     return list(dict.fromkeys(out))
 
 
 class Contender:
     """One strategy's model copy, its counting communicator and its measurements."""
 
-    def __init__(self, comm: Communicator, name: str, width: int, layers: int, batch: int,
-                 kw: dict[str, Any], strategy: str | None = None,
-                 dims: tuple[int, ...] | None = None) -> None:
+    def __init__(
+        self,
+        comm: Communicator,
+        name: str,
+        width: int,
+        layers: int,
+        batch: int,
+        kw: dict[str, Any],
+        strategy: str | None = None,
+        dims: tuple[int, ...] | None = None,
+    ) -> None:
         self.name, self.strategy = name, strategy or name
         self.staleness = int(kw.get("staleness", 0))
         self.factors = kw.get("sufficient_factors", "off")
@@ -157,8 +166,10 @@ def run_order(names: list[str], together: str = "all") -> list[list[str]]:
     group per strategy, with ``"one"`` each alone), then each busy one alone."""
     quiet = [n for n in names if n not in BUSY_BACKGROUND]
     if together == "strategy":
-        groups = [[n for n in quiet if n.split("+")[0] == s]
-                  for s in dict.fromkeys(n.split("+")[0] for n in quiet)]
+        groups = [
+            [n for n in quiet if n.split("+")[0] == s]
+            for s in dict.fromkeys(n.split("+")[0] for n in quiet)
+        ]
     elif together == "one":
         groups = [[n] for n in quiet]
     else:
@@ -166,12 +177,23 @@ def run_order(names: list[str], together: str = "all") -> list[list[str]]:
     return groups + [[n] for n in names if n in BUSY_BACKGROUND]
 
 
-def run_strategies(comm: Communicator, strategies: list[str], width: int = 1024,
-                   layers: int = 8, batch: int = 8, mix: str = "param",
-                   bucket_mb: float = 25.0, overlap: bool = True, steps: int = 3,
-                   reps: int = 3, warmup: int = 1, staleness: int = 0,
-                   factors: tuple[str, ...] = ("off",), dims: tuple[int, ...] | None = None,
-                   together: str = "all") -> dict[str, Any]:
+def run_strategies(
+    comm: Communicator,
+    strategies: list[str],
+    width: int = 1024,
+    layers: int = 8,
+    batch: int = 8,
+    mix: str = "param",
+    bucket_mb: float = 25.0,
+    overlap: bool = True,
+    steps: int = 3,
+    reps: int = 3,
+    warmup: int = 1,
+    staleness: int = 0,
+    factors: tuple[str, ...] = ("off",),
+    dims: tuple[int, ...] | None = None,
+    together: str = "all",
+) -> dict[str, Any]:
     """The whole benchmark; returns the JSON record (the same on every rank)."""
     _check_arguments(strategies, batch, steps, reps, warmup, staleness, factors)
     specs = {name: (s, f) for name, s, f in contenders(strategies, list(factors))}
@@ -183,11 +205,21 @@ def run_strategies(comm: Communicator, strategies: list[str], width: int = 1024,
         try:
             for n in names:  # one by one: those built are closed if a later one fails
                 s, f = specs[n]
-                alive.append(Contender(comm, n, width, layers, batch, strategy_kwargs(
-                    split_variant(s)[0], mix, bucket_mb, overlap, staleness, f), strategy=s,
-                    dims=dims))
-            model_bytes = sum(p.numel() * p.element_size()
-                              for p in alive[0].trainer.model.parameters())
+                alive.append(
+                    Contender(
+                        comm,
+                        n,
+                        width,
+                        layers,
+                        batch,
+                        strategy_kwargs(split_variant(s)[0], mix, bucket_mb, overlap, staleness, f),
+                        strategy=s,
+                        dims=dims,
+                    )
+                )
+            model_bytes = sum(
+                p.numel() * p.element_size() for p in alive[0].trainer.model.parameters()
+            )
             for rep in range(warmup + reps):
                 k = rep % len(alive)
                 for c in alive[k:] + alive[:k]:
@@ -201,17 +233,37 @@ def run_strategies(comm: Communicator, strategies: list[str], width: int = 1024,
                 c.trainer.close()
             del alive  # a big model's copies go before the next group is built
     record: dict[str, Any] = {
-        "bench": "strategies", "size": comm.size, "width": width, "layers": layers,
-        "dims": list(dims) if dims else None, "batch": batch, "mix": mix,
-        "bucket_mb": bucket_mb, "overlap": overlap, "staleness": staleness,
-        "factors": list(factors), "together": together, "steps": steps, "reps": reps,
-        "warmup": warmup, "model_bytes": model_bytes, "results": [rows[n] for n in specs],
-        **link_info()}
+        "bench": "strategies",
+        "size": comm.size,
+        "width": width,
+        "layers": layers,
+        "dims": list(dims) if dims else None,
+        "batch": batch,
+        "mix": mix,
+        "bucket_mb": bucket_mb,
+        "overlap": overlap,
+        "staleness": staleness,
+        "factors": list(factors),
+        "together": together,
+        "steps": steps,
+        "reps": reps,
+        "warmup": warmup,
+        "model_bytes": model_bytes,
+        "results": [rows[n] for n in specs],
+        **link_info(),
+    }
     return _with_ratios(record, rows, times, strategies)
 
 
-def _check_arguments(strategies: list[str], batch: int, steps: int, reps: int, warmup: int,
-                     staleness: int, factors: tuple[str, ...]) -> None:
+def _check_arguments(
+    strategies: list[str],
+    batch: int,
+    steps: int,
+    reps: int,
+    warmup: int,
+    staleness: int,
+    factors: tuple[str, ...],
+) -> None:
     if not strategies or len(set(strategies)) != len(strategies):
         raise ValueError(f"--strategies {','.join(strategies)!r}: name each strategy once")
     if batch < 1 or steps < 1 or reps < 1 or warmup < 0:
@@ -222,24 +274,31 @@ def _check_arguments(strategies: list[str], batch: int, steps: int, reps: int, w
         raise ValueError(f"--factors {','.join(factors)!r}: a list of on, off, auto")
 
 
-def _with_ratios(record: dict[str, Any], rows: dict[str, dict[str, Any]],
-                 times: dict[str, tuple[int, list[float]]],
-                 strategies: list[str]) -> dict[str, Any]:
+def _with_ratios(
+    record: dict[str, Any],
+    rows: dict[str, dict[str, Any]],
+    times: dict[str, tuple[int, list[float]]],
+    strategies: list[str],
+) -> dict[str, Any]:
     """``record`` plus gossip's step time over allreduce's (and the allreduce family's best)
     and, per strategy run with and without factors, ``factors_over_plain``."""
     if "gossip" in rows and "allreduce" in rows:
-        record["gossip_over_allreduce"] = finite(rows["gossip"]["step_s"]
-                                                 / rows["allreduce"]["step_s"])
-        record["gossip_over_allreduce_paired"] = paired_ratio(times["gossip"],
-                                                              times["allreduce"])
+        record["gossip_over_allreduce"] = finite(
+            rows["gossip"]["step_s"] / rows["allreduce"]["step_s"]
+        )
+        record["gossip_over_allreduce_paired"] = paired_ratio(times["gossip"], times["allreduce"])
     family = [n for n in ALLREDUCE_FAMILY if n in rows]
     if "gossip" in rows and family:
         best = min(family, key=lambda n: rows[n]["step_s"])
         record["best_allreduce_family"] = best
-        record["gossip_over_best_allreduce_family"] = finite(rows["gossip"]["step_s"]
-                                                             / rows[best]["step_s"])
-    ratios = {s: factor_ratios(rows[f"{s}+factors"], rows[s], times[f"{s}+factors"], times[s])
-              for s in strategies if s in rows and f"{s}+factors" in rows}
+        record["gossip_over_best_allreduce_family"] = finite(
+            rows["gossip"]["step_s"] / rows[best]["step_s"]
+        )
+    ratios = {
+        s: factor_ratios(rows[f"{s}+factors"], rows[s], times[f"{s}+factors"], times[s])
+        for s in strategies
+        if s in rows and f"{s}+factors" in rows
+    }
     if ratios:
         record["factors_over_plain"] = ratios
     return record
@@ -253,17 +312,25 @@ def paired_ratio(a: tuple[int, list[float]], b: tuple[int, list[float]]) -> floa
     return finite(median([x / y for x, y in zip(a[1], b[1], strict=True)]))
 
 
-def factor_ratios(on: dict[str, Any], off: dict[str, Any], t_on: tuple[int, list[float]],
-                  t_off: tuple[int, list[float]]) -> dict[str, float | None]:
+def factor_ratios(
+    on: dict[str, Any],
+    off: dict[str, Any],
+    t_on: tuple[int, list[float]],
+    t_off: tuple[int, list[float]],
+) -> dict[str, float | None]:
     """Factors on / off for one strategy: step time (medians; paired) and bytes."""
+
     def ratio(key: str) -> float | None:
         a, b = on[key], off[key]
         return finite(a / b) if a is not None and b else None
 
-    return {"step_s": ratio("step_s"), "step_s_paired": paired_ratio(t_on, t_off),
-            "wire_bytes": ratio("wire_bytes_per_step"),
-            "posted_bytes": ratio("posted_bytes_per_step"),
-            "theory_bytes": ratio("theory_bytes_per_step")}
+    return {
+        "step_s": ratio("step_s"),
+        "step_s_paired": paired_ratio(t_on, t_off),
+        "wire_bytes": ratio("wire_bytes_per_step"),
+        "posted_bytes": ratio("posted_bytes_per_step"),
+        "theory_bytes": ratio("theory_bytes_per_step"),
+    }
 
 
 def mean_over_ranks(comm: Communicator, values: list[float]) -> list[float]:
@@ -280,31 +347,42 @@ def summarize(comm: Communicator, c: Contender, batch: int) -> dict[str, Any]:
     theory = float(c.trainer.opt.bytes_sent_per_step())
     posted = median(mean_over_ranks(comm, c.posted))
     wire = median(mean_over_ranks(comm, c.wire)) if c.wire else None
-    phases = {k: rounded(median(max_over_ranks(comm, v)), 4) for k, v in c.phases.items()
-              if k != "total"}
+    phases = {
+        k: rounded(median(max_over_ranks(comm, v)), 4) for k, v in c.phases.items() if k != "total"
+    }
     table = getattr(c.trainer.opt, "factor_table", None)
-    return {"strategy": c.strategy, "name": c.name, "sufficient_factors": c.factors,
-            "factor_forms": [r["form"] for r in table] if table else None,
-            "staleness": c.staleness, "step_s": rounded(step_s),
-            "phase_s": phases,
-            "samples_per_s": rounded(batch * comm.size / step_s, 5),
-            "posted_bytes_per_step": round(posted, 1), "theory_bytes_per_step": round(theory, 1),
-            "wire_bytes_per_step": round(wire, 1) if wire is not None else None,
-            "wire_over_theory": finite(wire / theory) if wire is not None and theory else None}
+    return {
+        "strategy": c.strategy,
+        "name": c.name,
+        "sufficient_factors": c.factors,
+        "factor_forms": [r["form"] for r in table] if table else None,
+        "staleness": c.staleness,
+        "step_s": rounded(step_s),
+        "phase_s": phases,
+        "samples_per_s": rounded(batch * comm.size / step_s, 5),
+        "posted_bytes_per_step": round(posted, 1),
+        "theory_bytes_per_step": round(theory, 1),
+        "wire_bytes_per_step": round(wire, 1) if wire is not None else None,
+        "wire_over_theory": finite(wire / theory) if wire is not None and theory else None,
+    }
 
 
 def markdown_table(record: dict[str, Any]) -> str:
     """The results as a Markdown table (MB = 10^6 bytes)."""
-    lines = ["| strategy | staleness | step (s) | samples/s | posted MB/step | wire MB/step "
-             "| theory MB/step |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| strategy | staleness | step (s) | samples/s | posted MB/step | wire MB/step "
+        "| theory MB/step |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in record["results"]:
         wire = f"{r['wire_bytes_per_step'] / 1e6:.2f}" if r["wire_bytes_per_step"] else "-"
         name = r.get("name", r["strategy"])
-        lines.append(f"| {name} | {r.get('staleness', 0)} | {r['step_s']:.4f} | "
-                     f"{r['samples_per_s']:.1f} | "
-                     f"{r['posted_bytes_per_step'] / 1e6:.2f} | {wire} | "
-                     f"{r['theory_bytes_per_step'] / 1e6:.2f} |")
+        lines.append(
+            f"| {name} | {r.get('staleness', 0)} | {r['step_s']:.4f} | "
+            f"{r['samples_per_s']:.1f} | "
+            f"{r['posted_bytes_per_step'] / 1e6:.2f} | {wire} | "
+            f"{r['theory_bytes_per_step'] / 1e6:.2f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -323,18 +401,28 @@ def plot_png(record: dict[str, Any], path: str) -> None:
     ax1.bar(names, [r["step_s"] for r in rows], color="tab:blue")
     ax1.set_ylabel("step time (s)")
     xs = range(len(rows))
-    ax2.bar([x - 0.2 for x in xs], [r["theory_bytes_per_step"] / 1e6 for r in rows], 0.4,
-            label="theory", color="tab:gray")
-    ax2.bar([x + 0.2 for x in xs],
-            [(r["wire_bytes_per_step"] or r["posted_bytes_per_step"]) / 1e6 for r in rows], 0.4,
-            label="wire" if any(r["wire_bytes_per_step"] for r in rows) else "posted",
-            color="tab:orange")
+    ax2.bar(
+        [x - 0.2 for x in xs],
+        [r["theory_bytes_per_step"] / 1e6 for r in rows],
+        0.4,
+        label="theory",
+        color="tab:gray",
+    )
+    ax2.bar(
+        [x + 0.2 for x in xs],
+        [(r["wire_bytes_per_step"] or r["posted_bytes_per_step"]) / 1e6 for r in rows],
+        0.4,
+        label="wire" if any(r["wire_bytes_per_step"] for r in rows) else "posted",
+        color="tab:orange",
+    )
     ax2.set_xticks(list(xs), names)
     ax2.set_ylabel("MB sent per step per rank")
     ax2.legend()
     link = record.get("emu_rate") or "host"
-    fig.suptitle(f"{record['size']} ranks, {link}, {record['model_bytes'] / 1e6:.1f} MB model, "
-                 f"batch {record['batch']}")
+    fig.suptitle(
+        f"{record['size']} ranks, {link}, {record['model_bytes'] / 1e6:.1f} MB model, "
+        f"batch {record['batch']}"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -93,8 +93,9 @@ class TtaOptions:
         if not 0 < self.target <= 1:
             raise ValueError(f"--target must be an accuracy in (0, 1], got {self.target}")
         if self.steps < 1 or self.eval_every < 1:
-            raise ValueError(f"--steps and --eval-every must be >= 1, got {self.steps} and "
-                             f"{self.eval_every}")
+            raise ValueError(
+                f"--steps and --eval-every must be >= 1, got {self.steps} and {self.eval_every}"
+            )
         if not self.time_limit_s >= 0:
             raise ValueError(f"--time-limit must be >= 0 seconds, got {self.time_limit_s}")
 
@@ -114,13 +115,16 @@ class Contender:
             torch.manual_seed(cfg.seed)  # the same initial weights for every contender
             self.model = self._build()
             self.scratch = self._build()  # where the consensus model is evaluated
-        sgd = torch.optim.SGD(self.model.parameters(), lr=cfg.optim.lr,
-                              momentum=cfg.optim.momentum, weight_decay=cfg.optim.weight_decay)
+        sgd = torch.optim.SGD(
+            self.model.parameters(),
+            lr=cfg.optim.lr,
+            momentum=cfg.optim.momentum,
+            weight_decay=cfg.optim.weight_decay,
+        )
         ex = cfg.exchange
         kw = strategy_kwargs(self.strategy, ex.mix.value, ex.bucket_mb, ex.overlap)
         self.counter = CountingCommunicator(comm, block)
-        self.opt = make_distributed(sgd, self.model, self.counter, ex, strategy=self.strategy,
-                                    **kw)
+        self.opt = make_distributed(sgd, self.model, self.counter, ex, strategy=self.strategy, **kw)
         self.shuffle = None
         try:
             self.shuffle = make_shuffle(cfg, self.source, comm)
@@ -138,8 +142,9 @@ class Contender:
         self.stopped = ""
 
     def _build(self) -> torch.nn.Module:
-        return build_model(self.cfg.arch, self.source.in_shape, self.source.classes,
-                           self.cfg.hidden)
+        return build_model(
+            self.cfg.arch, self.source.in_shape, self.source.classes, self.cfg.hidden
+        )
 
     def _batches(self) -> Any:
         epoch = 0
@@ -153,8 +158,7 @@ class Contender:
         x, y = next(self.batches)
         torch.manual_seed(step_seed(cfg.seed, self.comm.rank, step))
         for g in self.opt.param_groups:
-            g["lr"] = lr_at(cfg.optim, cfg.optim.lr, step, self.budget,
-                            self.source.steps_per_epoch)
+            g["lr"] = lr_at(cfg.optim, cfg.optim.lr, step, self.budget, self.source.steps_per_epoch)
         self.opt.zero_grad()
         with self.straggler.compute():
             loss_fn(self.opt.module_for_forward(x), y).backward()
@@ -234,13 +238,26 @@ def run_tta(comm: Communicator, cfg: TrainConfig, opts: TtaOptions) -> dict[str,
             for c in contenders:
                 c.close()
     record: dict[str, Any] = {
-        "bench": "tta", "size": comm.size, "arch": cfg.arch, "hidden": cfg.hidden,
-        "dataset": cfg.data.dataset, "batch": cfg.data.batch_size, "lr": cfg.optim.lr,
-        "momentum": cfg.optim.momentum, "mix": cfg.exchange.mix.value, "seed": cfg.seed,
-        "bucket_mb": cfg.exchange.bucket_mb, "target": opts.target, "steps": opts.steps,
-        "eval_every": opts.eval_every, "stop_at_target": opts.stop_at_target,
-        "time_limit_s": opts.time_limit_s, "model_bytes": model_bytes,
-        "results": {n: rows[n] for n in opts.strategies}, **link_info()}
+        "bench": "tta",
+        "size": comm.size,
+        "arch": cfg.arch,
+        "hidden": cfg.hidden,
+        "dataset": cfg.data.dataset,
+        "batch": cfg.data.batch_size,
+        "lr": cfg.optim.lr,
+        "momentum": cfg.optim.momentum,
+        "mix": cfg.exchange.mix.value,
+        "seed": cfg.seed,
+        "bucket_mb": cfg.exchange.bucket_mb,
+        "target": opts.target,
+        "steps": opts.steps,
+        "eval_every": opts.eval_every,
+        "stop_at_target": opts.stop_at_target,
+        "time_limit_s": opts.time_limit_s,
+        "model_bytes": model_bytes,
+        "results": {n: rows[n] for n in opts.strategies},
+        **link_info(),
+    }
     record.update(ratios(record))
     return record
 
@@ -262,13 +279,16 @@ def race(contenders: list[Contender], opts: TtaOptions) -> None:
         log.info("tta: %s done", ", ".join(f"{c.name} ({c.stopped})" for c in contenders))
 
 
-def summarize(comm: Communicator, c: Contender, cfg: TrainConfig,
-              opts: TtaOptions) -> dict[str, Any]:
+def summarize(
+    comm: Communicator, c: Contender, cfg: TrainConfig, opts: TtaOptions
+) -> dict[str, Any]:
     """One strategy's row; times are MAX over ranks, bytes rank 0's."""
     clock = np.cumsum([0.0] + max_over_ranks(comm, c.segments))
     eval_s = max_over_ranks(comm, [c.eval_s])[0]
-    curve = [[rounded(float(t), 5), step, rounded(acc, 5)]
-             for t, (step, acc) in zip(clock, c.evals, strict=True)]
+    curve = [
+        [rounded(float(t), 5), step, rounded(acc, 5)]
+        for t, (step, acc) in zip(clock, c.evals, strict=True)
+    ]
     hit = next((p for p in curve if p[2] >= opts.target), None)
     steps = max(1, c.step)
     samples_per_step = cfg.data.batch_size * comm.size
@@ -277,13 +297,16 @@ def summarize(comm: Communicator, c: Contender, cfg: TrainConfig,
         "seconds_to_target": hit[0] if hit else None,
         "steps_to_target": hit[1] if hit else None,
         "samples_to_target": hit[1] * samples_per_step if hit else None,
-        "final_accuracy": curve[-1][2], "best_accuracy": max(p[2] for p in curve),
-        "steps": c.step, "train_seconds": rounded(float(clock[-1]), 5),
-        "step_s": rounded(float(clock[-1]) / steps, 5), "eval_seconds": rounded(eval_s, 5),
-        "evaluations": len(curve), "stopped": c.stopped,
+        "final_accuracy": curve[-1][2],
+        "best_accuracy": max(p[2] for p in curve),
+        "steps": c.step,
+        "train_seconds": rounded(float(clock[-1]), 5),
+        "step_s": rounded(float(clock[-1]) / steps, 5),
+        "eval_seconds": rounded(eval_s, 5),
+        "evaluations": len(curve),
+        "stopped": c.stopped,
         "posted_bytes_per_step": round(c.posted / steps, 1),
         "theory_bytes_per_step": round(float(c.opt.bytes_sent_per_step()), 1),
         "wire_bytes_per_step": round(c.wire / steps, 1) if c.wire is not None else None,
         "curve": curve,
     }
-

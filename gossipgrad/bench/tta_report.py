@@ -20,12 +20,15 @@ def markdown_table(record: dict[str, Any]) -> str:
     def cell(value: Any, fmt: str) -> str:
         return "-" if value is None else format(value, fmt)
 
-    lines = [f"Target test accuracy {record['target']:g}, {record['size']} ranks, "
-             f"{record.get('emu_rate') or 'host'}; evaluation every {record['eval_every']} "
-             "steps, off the training clock.", "",
-             "| strategy | steps to target | samples to target | seconds to target | "
-             "final acc. | step (s) | eval (s) | wire MB/step | theory MB/step |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"Target test accuracy {record['target']:g}, {record['size']} ranks, "
+        f"{record.get('emu_rate') or 'host'}; evaluation every {record['eval_every']} "
+        "steps, off the training clock.",
+        "",
+        "| strategy | steps to target | samples to target | seconds to target | "
+        "final acc. | step (s) | eval (s) | wire MB/step | theory MB/step |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for name, r in record["results"].items():
         wire = r["wire_bytes_per_step"]
         lines.append(
@@ -33,30 +36,40 @@ def markdown_table(record: dict[str, Any]) -> str:
             f"{cell(r['samples_to_target'], 'd')} | {cell(r['seconds_to_target'], '.2f')} | "
             f"{r['final_accuracy']:.4f} | {r['step_s']:.4f} | {r['eval_seconds']:.2f} | "
             f"{cell(None if wire is None else wire / 1e6, '.2f')} | "
-            f"{r['theory_bytes_per_step'] / 1e6:.2f} |")
+            f"{r['theory_bytes_per_step'] / 1e6:.2f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def metrics_lines(record: dict[str, Any]) -> list[str]:
     """JSON lines: each strategy's evaluations, then its summary.
 
-        >>> rec = {"size": 2, "target": 0.9, "results": {"gossip": {
-        ...     "curve": [[0.0, 0, 0.1], [1.5, 5, 0.93]], "steps": 5, "final_accuracy": 0.93,
-        ...     "seconds_to_target": 1.5, "steps_to_target": 5, "step_s": 0.3}}}
-        >>> [json.loads(x)["event"] for x in metrics_lines(rec)]
-        ['eval', 'eval', 'summary']
+    >>> rec = {"size": 2, "target": 0.9, "results": {"gossip": {
+    ...     "curve": [[0.0, 0, 0.1], [1.5, 5, 0.93]], "steps": 5, "final_accuracy": 0.93,
+    ...     "seconds_to_target": 1.5, "steps_to_target": 5, "step_s": 0.3}}}
+    >>> [json.loads(x)["event"] for x in metrics_lines(rec)]
+    ['eval', 'eval', 'summary']
     """
     out = []
     for name, r in record["results"].items():
         base = {"strategy": name, "size": record["size"]}
         for wall, step, acc in r["curve"]:
-            out.append({"event": "eval", **base, "step": step, "test_accuracy": acc,
-                        "train_seconds": wall})
-        out.append({"event": "summary", **base, "steps": r["steps"],
-                    "test_accuracy": r["final_accuracy"], "target": record["target"],
-                    "steps_to_target": r["steps_to_target"],
-                    "seconds_to_target": r["seconds_to_target"], "step_s": r["step_s"],
-                    "source": "bench tta"})
+            out.append(
+                {"event": "eval", **base, "step": step, "test_accuracy": acc, "train_seconds": wall}
+            )
+        out.append(
+            {
+                "event": "summary",
+                **base,
+                "steps": r["steps"],
+                "test_accuracy": r["final_accuracy"],
+                "target": record["target"],
+                "steps_to_target": r["steps_to_target"],
+                "seconds_to_target": r["seconds_to_target"],
+                "step_s": r["step_s"],
+                "source": "bench tta",
+            }
+        )
     return [json.dumps(x, sort_keys=True) for x in out]
 
 
@@ -72,16 +85,23 @@ def plot_png(record: dict[str, Any], path: str) -> None:
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for name, r in record["results"].items():
         ax.plot([p[0] for p in r["curve"]], [p[2] for p in r["curve"]], marker=".", label=name)
-    ax.axhline(record["target"], color="gray", linestyle="--", linewidth=1,
-               label=f"target {record['target']:g}")
+    ax.axhline(
+        record["target"],
+        color="gray",
+        linestyle="--",
+        linewidth=1,
+        label=f"target {record['target']:g}",
+    )
     ax.set_xlabel("training seconds (evaluation excluded)")
     ax.set_ylabel("test accuracy (consensus model)")
     ax.set_ylim(0, 1)
     ax.grid(True, alpha=0.3)
     ax.legend(loc="lower right")
     mb = record["model_bytes"] / 1e6
-    ax.set_title(f"{record['size']} ranks, {record.get('emu_rate') or 'host'}, "
-                 f"{record['arch']} {mb:.1f} MB, batch {record['batch']}/rank")
+    ax.set_title(
+        f"{record['size']} ranks, {record.get('emu_rate') or 'host'}, "
+        f"{record['arch']} {mb:.1f} MB, batch {record['batch']}/rank"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -119,8 +139,8 @@ def ratios(record: dict[str, Any]) -> dict[str, Any]:
 def link_bits_per_s(rate: str | None) -> float | None:
     """``"1gbit"`` -> 1e9 (tc's units: kbit, mbit, gbit, or bits); None when unknown.
 
-        >>> link_bits_per_s("1gbit"), link_bits_per_s("100mbit"), link_bits_per_s(None)
-        (1000000000.0, 100000000.0, None)
+    >>> link_bits_per_s("1gbit"), link_bits_per_s("100mbit"), link_bits_per_s(None)
+    (1000000000.0, 100000000.0, None)
     """
     if not rate:
         return None
@@ -128,7 +148,7 @@ def link_bits_per_s(rate: str | None) -> float | None:
     for suffix, scale in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3), ("bit", 1.0)):
         if text.endswith(suffix):
             try:
-                return float(text[:-len(suffix)]) * scale
+                return float(text[: -len(suffix)]) * scale
             except ValueError:
                 return None
     return None

@@ -36,10 +36,20 @@ from gossipgrad.runtime import init
 
 log = logging.getLogger("gossipgrad")
 
-_REPS = click.option("--reps", type=click.IntRange(1), default=10, show_default=True,
-                     help="Timed repetitions (the median is reported).")
-_WARMUP = click.option("--warmup", type=click.IntRange(0), default=2, show_default=True,
-                       help="Untimed repetitions first.")
+_REPS = click.option(
+    "--reps",
+    type=click.IntRange(1),
+    default=10,
+    show_default=True,
+    help="Timed repetitions (the median is reported).",
+)
+_WARMUP = click.option(
+    "--warmup",
+    type=click.IntRange(0),
+    default=2,
+    show_default=True,
+    help="Untimed repetitions first.",
+)
 
 
 _run = run_bench  # every bench command below prints one record, on rank 0
@@ -51,100 +61,234 @@ def bench() -> None:
 
 
 @bench.command()
-@click.option("--sizes-mb", default="1,100", show_default=True,
-              help="Comma-separated model sizes in MiB.")
+@click.option(
+    "--sizes-mb", default="1,100", show_default=True, help="Comma-separated model sizes in MiB."
+)
 @BUCKET_MB
-@click.option("--cprofile", type=click.IntRange(0), default=0, show_default=True,
-              help="Add the N functions with the most own time in exchange_mix (rank 0).")
+@click.option(
+    "--cprofile",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    help="Add the N functions with the most own time in exchange_mix (rank 0).",
+)
 @_REPS
 @_WARMUP
 @COMM_TIMEOUT
-def exchange(sizes_mb: str, bucket_mb: float, cprofile: int, reps: int, warmup: int,
-             comm_timeout: float) -> None:
+def exchange(
+    sizes_mb: str, bucket_mb: float, cprofile: int, reps: int, warmup: int, comm_timeout: float
+) -> None:
     """gossipgrad's bucketed exchange (comm thread) vs one raw MPI Sendrecv of the same bytes."""
     try:
         sizes = parse_sizes_mb(sizes_mb)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
-    _run(comm_timeout, lambda comm: run_exchange(comm, sizes, bucket_mb, reps, warmup,
-                                                 cprofile=cprofile))
+    _run(
+        comm_timeout,
+        lambda comm: run_exchange(comm, sizes, bucket_mb, reps, warmup, cprofile=cprofile),
+    )
 
 
 @bench.command()
-@click.option("--width", type=click.IntRange(1), default=1024, show_default=True,
-              help="Features of each Linear layer.")
+@click.option(
+    "--width",
+    type=click.IntRange(1),
+    default=1024,
+    show_default=True,
+    help="Features of each Linear layer.",
+)
 @click.option("--layers", type=click.IntRange(1), default=8, show_default=True)
 @click.option("--mix", type=click.Choice(["param", "grad"]), default="param", show_default=True)
-@click.option("--comm-fraction", type=float, default=0.5, show_default=True,
-              help="Choose the batch so the exchange takes this fraction of backward.")
-@click.option("--batch", type=click.IntRange(0), default=0, show_default=True,
-              help="Samples per rank per step (0 = calibrate from --comm-fraction).")
-@click.option("--bucket-mb", type=click.FloatRange(0, min_open=True), default=4.0,
-              show_default=True)
-@click.option("--staleness", type=click.IntRange(0, 1), default=0, show_default=True,
-              help="Of the overlapped configuration (1: complete each exchange at the next "
-                   "step, behind its forward and backward).")
-@click.option("--steps", type=click.IntRange(1), default=4, show_default=True,
-              help="Timed steps per block.")
-@click.option("--reps", type=click.IntRange(1), default=3, show_default=True,
-              help="Blocks per configuration (the median is reported).")
+@click.option(
+    "--comm-fraction",
+    type=float,
+    default=0.5,
+    show_default=True,
+    help="Choose the batch so the exchange takes this fraction of backward.",
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    help="Samples per rank per step (0 = calibrate from --comm-fraction).",
+)
+@click.option(
+    "--bucket-mb", type=click.FloatRange(0, min_open=True), default=4.0, show_default=True
+)
+@click.option(
+    "--staleness",
+    type=click.IntRange(0, 1),
+    default=0,
+    show_default=True,
+    help="Of the overlapped configuration (1: complete each exchange at the next "
+    "step, behind its forward and backward).",
+)
+@click.option(
+    "--steps", type=click.IntRange(1), default=4, show_default=True, help="Timed steps per block."
+)
+@click.option(
+    "--reps",
+    type=click.IntRange(1),
+    default=3,
+    show_default=True,
+    help="Blocks per configuration (the median is reported).",
+)
 @COMM_TIMEOUT
-def overlap(width: int, layers: int, mix: str, comm_fraction: float, batch: int,
-            bucket_mb: float, staleness: int, steps: int, reps: int,
-            comm_timeout: float) -> None:
+def overlap(
+    width: int,
+    layers: int,
+    mix: str,
+    comm_fraction: float,
+    batch: int,
+    bucket_mb: float,
+    staleness: int,
+    steps: int,
+    reps: int,
+    comm_timeout: float,
+) -> None:
     """Step time: compute only vs blocking exchange vs overlapped exchange."""
-    _run(comm_timeout, lambda comm: run_overlap(comm, width, layers, mix, comm_fraction, batch,
-                                                bucket_mb, steps, reps, staleness))
+    _run(
+        comm_timeout,
+        lambda comm: run_overlap(
+            comm, width, layers, mix, comm_fraction, batch, bucket_mb, steps, reps, staleness
+        ),
+    )
 
 
 @bench.command()
-@click.option("--strategies", default="gossip,allreduce,local", show_default=True,
-              help="Comma-separated strategy names (any the engine factory knows).")
+@click.option(
+    "--strategies",
+    default="gossip,allreduce,local",
+    show_default=True,
+    help="Comma-separated strategy names (any the engine factory knows).",
+)
 @click.option("--width", type=click.IntRange(1), default=1024, show_default=True)
-@click.option("--layers", type=click.IntRange(1), default=8, show_default=True,
-              help="Linear(width, width) layers: 8 x 1024 is a 33.6 MB model.")
-@click.option("--model", type=click.Choice(["stack", "fc-head"]), default="stack",
-              show_default=True, help="stack: --layers x Linear(--width); fc-head: the "
-                                      "Linear layers of --dims (FC-heavy).")
-@click.option("--dims", default="25088,4096,4096,1000", show_default=True,
-              help="Sizes of the fc-head (the VGG-16 head by default).")
-@click.option("--factors", default="off", show_default=True,
-              help="Comma-separated sufficient-factor settings (on, off, auto): one "
-                   "contender each for strategies that can send factors.")
-@click.option("--together", type=click.Choice(["all", "strategy", "one"]), default="all",
-              show_default=True, help="Which contenders are alive and rotate together "
-                                      "(strategy: one strategy's at a time; one: each alone).")
-@click.option("--batch", type=click.IntRange(1), default=8, show_default=True,
-              help="Samples per rank per step (small: communication-bound).")
-@click.option("--mix", type=click.Choice(["param", "grad"]), default="param", show_default=True,
-              help="What gossip mixes (allreduce always averages gradients).")
+@click.option(
+    "--layers",
+    type=click.IntRange(1),
+    default=8,
+    show_default=True,
+    help="Linear(width, width) layers: 8 x 1024 is a 33.6 MB model.",
+)
+@click.option(
+    "--model",
+    type=click.Choice(["stack", "fc-head"]),
+    default="stack",
+    show_default=True,
+    help="stack: --layers x Linear(--width); fc-head: the Linear layers of --dims (FC-heavy).",
+)
+@click.option(
+    "--dims",
+    default="25088,4096,4096,1000",
+    show_default=True,
+    help="Sizes of the fc-head (the VGG-16 head by default).",
+)
+@click.option(
+    "--factors",
+    default="off",
+    show_default=True,
+    help="Comma-separated sufficient-factor settings (on, off, auto): one "
+    "contender each for strategies that can send factors.",
+)
+@click.option(
+    "--together",
+    type=click.Choice(["all", "strategy", "one"]),
+    default="all",
+    show_default=True,
+    help="Which contenders are alive and rotate together "
+    "(strategy: one strategy's at a time; one: each alone).",
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(1),
+    default=8,
+    show_default=True,
+    help="Samples per rank per step (small: communication-bound).",
+)
+@click.option(
+    "--mix",
+    type=click.Choice(["param", "grad"]),
+    default="param",
+    show_default=True,
+    help="What gossip mixes (allreduce always averages gradients).",
+)
 @BUCKET_MB
 @click.option("--overlap/--no-overlap", default=True, show_default=True)
-@click.option("--staleness", type=click.IntRange(0, 1), default=0, show_default=True,
-              help="For gossip and allreduce (1: complete each exchange at the next step).")
-@timed_blocks(3, "Timed steps per block.", "Timed blocks per strategy (the median is reported).",
-              "Untimed blocks per strategy first.")
-@click.option("--png", type=click.Path(dir_okay=False), default=None,
-              help="Write a bar chart here (rank 0; needs matplotlib).")
-@click.option("--markdown", type=click.Path(dir_okay=False), default=None,
-              help="Write a Markdown table here (rank 0).")
+@click.option(
+    "--staleness",
+    type=click.IntRange(0, 1),
+    default=0,
+    show_default=True,
+    help="For gossip and allreduce (1: complete each exchange at the next step).",
+)
+@timed_blocks(
+    3,
+    "Timed steps per block.",
+    "Timed blocks per strategy (the median is reported).",
+    "Untimed blocks per strategy first.",
+)
+@click.option(
+    "--png",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write a bar chart here (rank 0; needs matplotlib).",
+)
+@click.option(
+    "--markdown",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write a Markdown table here (rank 0).",
+)
 @COMM_TIMEOUT
-def strategies(strategies: str, width: int, layers: int, model: str, dims: str, factors: str,
-               together: str, batch: int, mix: str, bucket_mb: float, overlap: bool,
-               staleness: int, steps: int, reps: int, warmup: int, png: str | None,
-               markdown: str | None, comm_timeout: float) -> None:
+def strategies(
+    strategies: str,
+    width: int,
+    layers: int,
+    model: str,
+    dims: str,
+    factors: str,
+    together: str,
+    batch: int,
+    mix: str,
+    bucket_mb: float,
+    overlap: bool,
+    staleness: int,
+    steps: int,
+    reps: int,
+    warmup: int,
+    png: str | None,
+    markdown: str | None,
+    comm_timeout: float,
+) -> None:
     """gossip vs allreduce vs local on the same model, ranks and links, in one launch."""
     names = [s.strip() for s in strategies.split(",") if s.strip()]
     settings = tuple(f.strip() for f in factors.split(",") if f.strip())
     try:
         sizes = tuple(int(d) for d in dims.split(",")) if model == "fc-head" else None
     except ValueError:
-        raise click.BadParameter(f"{dims!r}: comma-separated layer sizes, e.g. "
-                                 "25088,4096,4096,1000", param_hint="--dims") from None
+        raise click.BadParameter(
+            f"{dims!r}: comma-separated layer sizes, e.g. 25088,4096,4096,1000", param_hint="--dims"
+        ) from None
 
     def body(comm: Any) -> dict[str, Any]:
-        record = run_strategies(comm, names, width, layers, batch, mix, bucket_mb, overlap,
-                                steps, reps, warmup, staleness, settings, sizes, together)
+        record = run_strategies(
+            comm,
+            names,
+            width,
+            layers,
+            batch,
+            mix,
+            bucket_mb,
+            overlap,
+            steps,
+            reps,
+            warmup,
+            staleness,
+            settings,
+            sizes,
+            together,
+        )
         if comm.rank == 0 and markdown:
             with open(markdown, "w", encoding="utf-8") as f:
                 f.write(markdown_table(record))
@@ -158,42 +302,82 @@ def strategies(strategies: str, width: int, layers: int, model: str, dims: str, 
 @bench.command("shuffle")
 @click.option("--steps", type=int, default=300, show_default=True, help="Steps per run.")
 @click.option("--reps", type=int, default=3, show_default=True, help="Runs of each setting.")
-@click.option("--samples", type=int, default=ShuffleOptions().shuffle_samples, show_default=True,
-              help="--shuffle-samples.")
-@click.option("--every", type=int, default=ShuffleOptions().shuffle_every, show_default=True,
-              help="--shuffle-every.")
+@click.option(
+    "--samples",
+    type=int,
+    default=ShuffleOptions().shuffle_samples,
+    show_default=True,
+    help="--shuffle-samples.",
+)
+@click.option(
+    "--every",
+    type=int,
+    default=ShuffleOptions().shuffle_every,
+    show_default=True,
+    help="--shuffle-every.",
+)
 @click.option("--arch", default="mlp", show_default=True)
 @click.option("--hidden", type=int, default=0, show_default=True)
 def shuffle(steps: int, reps: int, samples: int, every: int, arch: str, hidden: int) -> None:
     """Step time with the sample shuffle on vs off (JSON on rank 0)."""
     comm = init()
     logging.getLogger("gossipgrad").setLevel(logging.WARNING)
-    base = TrainConfig.from_flags(arch=arch, hidden=hidden, epochs=10_000, max_steps=steps,
-                                  shuffle_samples=samples, shuffle_every=every,
-                                  eval_every=10_000)
+    base = TrainConfig.from_flags(
+        arch=arch,
+        hidden=hidden,
+        epochs=10_000,
+        max_steps=steps,
+        shuffle_samples=samples,
+        shuffle_every=every,
+        eval_every=10_000,
+    )
     result = shuffle_cost.measure(comm, base, reps)
     if comm.rank == 0:
         click.echo(json.dumps(result))
 
 
 @bench.command()
-@click.option("--contenders", default="gossip:0,gossip:2,gossip:4,allreduce,ddp",
-              show_default=True,
-              help="Comma-separated strategies; gossip:S is gossip with --max-lag S.")
-@click.option("--slow", default=None, metavar="RANK:FACTOR",
-              help="The slow rank and how many times as long its compute takes "
-                   "(default: GOSSIPGRAD_INJECT_SLOW, else the last rank at 2).")
+@click.option(
+    "--contenders",
+    default="gossip:0,gossip:2,gossip:4,allreduce,ddp",
+    show_default=True,
+    help="Comma-separated strategies; gossip:S is gossip with --max-lag S.",
+)
+@click.option(
+    "--slow",
+    default=None,
+    metavar="RANK:FACTOR",
+    help="The slow rank and how many times as long its compute takes "
+    "(default: GOSSIPGRAD_INJECT_SLOW, else the last rank at 2).",
+)
 @mlp_model(batch=64)
 @BUCKET_MB
-@timed_blocks(40, "Steps per block.",
-              "Timed blocks per contender and condition (the median is reported).",
-              "Untimed blocks per contender and condition first.")
-@click.option("--markdown", type=click.Path(dir_okay=False), default=None,
-              help="Write a Markdown table here (rank 0).")
+@timed_blocks(
+    40,
+    "Steps per block.",
+    "Timed blocks per contender and condition (the median is reported).",
+    "Untimed blocks per contender and condition first.",
+)
+@click.option(
+    "--markdown",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write a Markdown table here (rank 0).",
+)
 @COMM_TIMEOUT
-def stragglers(contenders: str, slow: str | None, width: int, layers: int, batch: int,
-               bucket_mb: float, steps: int, reps: int, warmup: int, markdown: str | None,
-               comm_timeout: float) -> None:
+def stragglers(
+    contenders: str,
+    slow: str | None,
+    width: int,
+    layers: int,
+    batch: int,
+    bucket_mb: float,
+    steps: int,
+    reps: int,
+    warmup: int,
+    markdown: str | None,
+    comm_timeout: float,
+) -> None:
     """Samples/s of the whole job with one slow rank vs without, per strategy."""
     from gossipgrad.bench.stragglers import (
         markdown_table,
@@ -209,8 +393,18 @@ def stragglers(contenders: str, slow: str | None, width: int, layers: int, batch
         raise click.UsageError(str(exc)) from exc
 
     def body(comm: Any) -> dict[str, Any]:
-        record = run_stragglers(comm, names, parse_slow(slow, comm.size, settings()), width,
-                                layers, batch, steps, reps, warmup, bucket_mb)
+        record = run_stragglers(
+            comm,
+            names,
+            parse_slow(slow, comm.size, settings()),
+            width,
+            layers,
+            batch,
+            steps,
+            reps,
+            warmup,
+            bucket_mb,
+        )
         if comm.rank == 0 and markdown:
             with open(markdown, "w", encoding="utf-8") as f:
                 f.write(markdown_table(record))

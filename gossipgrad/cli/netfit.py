@@ -26,25 +26,65 @@ POOR_R2 = 0.9
 
 
 @click.command()
-@click.option("--min-kb", type=click.FloatRange(min=0.004), default=4, show_default=True,
-              help="Smallest message (KiB); sizes double from here.")
-@click.option("--max-mb", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Largest message (MiB) [default: 64 on one host, 256 across hosts].")
-@click.option("--reps", type=click.IntRange(min=1), default=10, show_default=True,
-              help="Timed repetitions per size (after one warm-up); the median is kept.")
-@click.option("--stat", type=click.Choice(["median", "min"]), default="median", show_default=True,
-              help="Per size: median of the reps, or the fastest (robust on a busy machine).")
-@click.option("--max-message-s", type=click.FloatRange(min=0, min_open=True), default=0.25,
-              show_default=True, help="Stop growing the message once one takes longer (s).")
-@click.option("--peer", type=click.IntRange(min=1), default=None,
-              help="Rank 0's ping-pong partner [default: first rank on another host, else 1].")
-@click.option("--exchange/--no-exchange", default=True, show_default=True,
-              help="Also time simultaneous send+receive (estimates the duplex factor).")
-@click.option("--allreduce/--no-allreduce", default=True, show_default=True,
-              help="Also time allreduce at the launched size.")
+@click.option(
+    "--min-kb",
+    type=click.FloatRange(min=0.004),
+    default=4,
+    show_default=True,
+    help="Smallest message (KiB); sizes double from here.",
+)
+@click.option(
+    "--max-mb",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Largest message (MiB) [default: 64 on one host, 256 across hosts].",
+)
+@click.option(
+    "--reps",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Timed repetitions per size (after one warm-up); the median is kept.",
+)
+@click.option(
+    "--stat",
+    type=click.Choice(["median", "min"]),
+    default="median",
+    show_default=True,
+    help="Per size: median of the reps, or the fastest (robust on a busy machine).",
+)
+@click.option(
+    "--max-message-s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=0.25,
+    show_default=True,
+    help="Stop growing the message once one takes longer (s).",
+)
+@click.option(
+    "--peer",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Rank 0's ping-pong partner [default: first rank on another host, else 1].",
+)
+@click.option(
+    "--exchange/--no-exchange",
+    default=True,
+    show_default=True,
+    help="Also time simultaneous send+receive (estimates the duplex factor).",
+)
+@click.option(
+    "--allreduce/--no-allreduce",
+    default=True,
+    show_default=True,
+    help="Also time allreduce at the launched size.",
+)
 @COMM_TIMEOUT
-@click.option("--out", type=click.Path(dir_okay=False), default=None,
-              help="Rank 0 writes the network JSON here (default: stdout).")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Rank 0 writes the network JSON here (default: stdout).",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log on every rank.")
 def netfit(
     min_kb: float,
@@ -75,18 +115,28 @@ def netfit(
 
     try:
         result = measure_network(
-            comm, min_bytes=round(min_kb * 1024),
-            max_bytes=None if max_mb is None else round(max_mb * 2**20), reps=reps, peer=peer,
-            max_message_s=max_message_s, exchange=exchange, allreduce=allreduce, stat=stat,
-            source=" ".join(library_version().split()))
+            comm,
+            min_bytes=round(min_kb * 1024),
+            max_bytes=None if max_mb is None else round(max_mb * 2**20),
+            reps=reps,
+            peer=peer,
+            max_message_s=max_message_s,
+            exchange=exchange,
+            allreduce=allreduce,
+            stat=stat,
+            source=" ".join(library_version().split()),
+        )
     except (CommError, ValueError) as exc:
         abort_job(comm, f"rank {comm.rank}: netfit: {exc}")
     if comm.rank != 0:
         return
     write_output(json.dumps(result.to_json(), indent=2), out)
     log.info("%s", _summary(result))
-    for name, sweep in (("ping-pong", result.pingpong), ("exchange", result.exchange),
-                        ("allreduce", result.allreduce)):
+    for name, sweep in (
+        ("ping-pong", result.pingpong),
+        ("exchange", result.exchange),
+        ("allreduce", result.allreduce),
+    ):
         if sweep is not None and sweep.problem is not None:
             log.warning("%s not fitted: %s", name, sweep.problem)
         elif sweep is not None and sweep.fit is not None and sweep.fit.r2 < POOR_R2:

@@ -31,9 +31,10 @@ def load_config_file(ctx: click.Context, _param: click.Parameter, path: str | No
             try:
                 import yaml
             except ImportError:
-                raise click.BadParameter("YAML config files need PyYAML: pip install pyyaml; "
-                                         "or write the file as TOML",
-                                         param_hint="--config") from None
+                raise click.BadParameter(
+                    "YAML config files need PyYAML: pip install pyyaml; or write the file as TOML",
+                    param_hint="--config",
+                ) from None
             with open(path, encoding="utf-8") as f:
                 data = yaml.safe_load(f) or {}
         else:
@@ -68,12 +69,20 @@ def stacked(*decorators: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 
 # The options several benchmarks share, with the library's defaults.
-COMM_TIMEOUT = click.option("--comm-timeout", type=click.FloatRange(0, min_open=True),
-                            default=DEFAULT_TIMEOUT_S, show_default=True,
-                            help="Seconds any wait may take before the job aborts.")
-BUCKET_MB = click.option("--bucket-mb", type=click.FloatRange(0, min_open=True),
-                         default=DEFAULT_BUCKET_MB, show_default=True,
-                         help="Largest bucket (MiB), as in training.")
+COMM_TIMEOUT = click.option(
+    "--comm-timeout",
+    type=click.FloatRange(0, min_open=True),
+    default=DEFAULT_TIMEOUT_S,
+    show_default=True,
+    help="Seconds any wait may take before the job aborts.",
+)
+BUCKET_MB = click.option(
+    "--bucket-mb",
+    type=click.FloatRange(0, min_open=True),
+    default=DEFAULT_BUCKET_MB,
+    show_default=True,
+    help="Largest bucket (MiB), as in training.",
+)
 
 
 def mlp_model(batch: int) -> Callable[[Any], Any]:
@@ -81,17 +90,28 @@ def mlp_model(batch: int) -> Callable[[Any], Any]:
     return stacked(
         click.option("--width", type=click.IntRange(1), default=512, show_default=True),
         click.option("--layers", type=click.IntRange(1), default=4, show_default=True),
-        click.option("--batch", type=click.IntRange(1), default=batch, show_default=True,
-                     help="Samples per rank per step."))
+        click.option(
+            "--batch",
+            type=click.IntRange(1),
+            default=batch,
+            show_default=True,
+            help="Samples per rank per step.",
+        ),
+    )
 
 
-def timed_blocks(steps: int, steps_help: str, reps_help: str,
-                 warmup_help: str = "Untimed blocks first.") -> Callable[[Any], Any]:
+def timed_blocks(
+    steps: int, steps_help: str, reps_help: str, warmup_help: str = "Untimed blocks first."
+) -> Callable[[Any], Any]:
     """--steps, --reps, --warmup of a benchmark timed in blocks of steps."""
     return stacked(
-        click.option("--steps", type=click.IntRange(1), default=steps, show_default=True,
-                     help=steps_help),
-        click.option("--reps", type=click.IntRange(1), default=3, show_default=True,
-                     help=reps_help),
-        click.option("--warmup", type=click.IntRange(0), default=1, show_default=True,
-                     help=warmup_help))
+        click.option(
+            "--steps", type=click.IntRange(1), default=steps, show_default=True, help=steps_help
+        ),
+        click.option(
+            "--reps", type=click.IntRange(1), default=3, show_default=True, help=reps_help
+        ),
+        click.option(
+            "--warmup", type=click.IntRange(0), default=1, show_default=True, help=warmup_help
+        ),
+    )

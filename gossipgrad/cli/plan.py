@@ -48,70 +48,154 @@ def _factors(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ..
             factor = float(number)
             strategy = parse_strategy(name.strip()).value
         except ValueError as exc:
-            raise click.BadParameter(f"expected STRATEGY=X, e.g. gossip=3.2, got {text!r} "
-                                     f"({exc})", param_hint="--exchange-factor") from None
+            raise click.BadParameter(
+                f"expected STRATEGY=X, e.g. gossip=3.2, got {text!r} ({exc})",
+                param_hint="--exchange-factor",
+            ) from None
         if not sep or not factor > 0 or factor == float("inf"):
-            raise click.BadParameter(f"expected STRATEGY=X with X > 0, got {text!r}",
-                                     param_hint="--exchange-factor")
+            raise click.BadParameter(
+                f"expected STRATEGY=X with X > 0, got {text!r}", param_hint="--exchange-factor"
+            )
         out[strategy] = factor
     return out
 
 
 @click.command(name="plan")
-@click.option("--profile", "profile_path", required=True,
-              type=click.Path(exists=True, dir_okay=False), help="From gossipgrad profile.")
-@click.option("--network", "network_path", required=True,
-              type=click.Path(exists=True, dir_okay=False), help="From gossipgrad netfit.")
-@click.option("--sizes", required=True, callback=_numbers(int, "--sizes"),
-              help="Ranks to predict, e.g. 2,4,8,16.")
-@click.option("--strategies", default="gossip,allreduce", show_default=True,
-              callback=_numbers(str, "--strategies"))
-@click.option("--bucket-mb", default="1,4,25,100", show_default=True,
-              callback=_numbers(float, "--bucket-mb"), help="Bucket caps to try (MiB).")
-@click.option("--staleness", default="0,1", show_default=True,
-              callback=_numbers(int, "--staleness"))
+@click.option(
+    "--profile",
+    "profile_path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="From gossipgrad profile.",
+)
+@click.option(
+    "--network",
+    "network_path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="From gossipgrad netfit.",
+)
+@click.option(
+    "--sizes",
+    required=True,
+    callback=_numbers(int, "--sizes"),
+    help="Ranks to predict, e.g. 2,4,8,16.",
+)
+@click.option(
+    "--strategies",
+    default="gossip,allreduce",
+    show_default=True,
+    callback=_numbers(str, "--strategies"),
+)
+@click.option(
+    "--bucket-mb",
+    default="1,4,25,100",
+    show_default=True,
+    callback=_numbers(float, "--bucket-mb"),
+    help="Bucket caps to try (MiB).",
+)
+@click.option(
+    "--staleness", default="0,1", show_default=True, callback=_numbers(int, "--staleness")
+)
 @click.option("--overlap/--no-overlap", default=True, show_default=True)
-@click.option("--duplex", type=click.FloatRange(1, 2), default=1.0, show_default=True,
-              help="1 = full-duplex links; 2 = send and receive share the link.")
-@click.option("--calibrate-allreduce", is_flag=True,
-              help="Scale the ring model by the network file's measured allreduce fit.")
-@click.option("--host-cores", type=click.IntRange(min=1), default=None,
-              help="Cores each rank may run on (default: the network file's 'host' record).")
-@click.option("--ranks-per-host", type=click.IntRange(min=1), default=None,
-              help="Ranks per host (default: the network file's 'host' record). Below 2 cores per "
-              "rank, overlap cannot hide communication.")
-@click.option("--handoff-us", type=click.FloatRange(min=0), default=None,
-              help="Extra microseconds per bucket of an overlapped exchange without a spare core "
-              "(plan-validate's 'host.handoff_s'; default: the network file's, else 0).")
-@click.option("--overlap-us", type=click.FloatRange(min=0), default=None,
-              help="Extra microseconds per overlapped step without a spare core (plan-validate's "
-              "'host.overlap_s' x 1e6; default: the network file's, else 0).")
-@click.option("--stale-ns-per-byte", type=float, default=None,
-              help="Extra nanoseconds per gradient byte of a staleness-1 step without a spare "
-              "core, negative where staleness 1 hides part of the exchange (plan-validate's "
-              "'host.stale_s_per_byte' x 1e9; default: the network file's, else 0).")
-@click.option("--compute-factor", type=click.FloatRange(min=0, min_open=True), default=1.0,
-              show_default=True,
-              help="Multiply the profile's compute times (plan-validate's "
-              "'calibration.compute_factor').")
-@click.option("--exchange-factor", multiple=True, callback=_factors, metavar="STRATEGY=X",
-              help="Multiply that strategy's bucket costs (plan-validate's "
-              "'calibration.exchange_factor'); repeat per strategy, e.g. gossip=3.2.")
-@click.option("--device-memory-gb", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Check each configuration against this much device memory (GB).")
-@click.option("--optimizer-state-factor", type=click.FloatRange(min=0), default=1.0,
-              show_default=True, help="Optimizer state as a multiple of the parameters.")
-@click.option("--metrics", default=None, callback=_numbers(str, "--metrics"),
-              metavar="FILE[,FILE...]",
-              help="Metrics JSONL (gossipgrad train or bench tta --metrics-out): measured steps to "
-              "--target-accuracy per strategy and size, and, from runs at two or more smaller "
-              "sizes, the predicted time to accuracy (steps x step time).")
+@click.option(
+    "--duplex",
+    type=click.FloatRange(1, 2),
+    default=1.0,
+    show_default=True,
+    help="1 = full-duplex links; 2 = send and receive share the link.",
+)
+@click.option(
+    "--calibrate-allreduce",
+    is_flag=True,
+    help="Scale the ring model by the network file's measured allreduce fit.",
+)
+@click.option(
+    "--host-cores",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Cores each rank may run on (default: the network file's 'host' record).",
+)
+@click.option(
+    "--ranks-per-host",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Ranks per host (default: the network file's 'host' record). Below 2 cores per "
+    "rank, overlap cannot hide communication.",
+)
+@click.option(
+    "--handoff-us",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Extra microseconds per bucket of an overlapped exchange without a spare core "
+    "(plan-validate's 'host.handoff_s'; default: the network file's, else 0).",
+)
+@click.option(
+    "--overlap-us",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Extra microseconds per overlapped step without a spare core (plan-validate's "
+    "'host.overlap_s' x 1e6; default: the network file's, else 0).",
+)
+@click.option(
+    "--stale-ns-per-byte",
+    type=float,
+    default=None,
+    help="Extra nanoseconds per gradient byte of a staleness-1 step without a spare "
+    "core, negative where staleness 1 hides part of the exchange (plan-validate's "
+    "'host.stale_s_per_byte' x 1e9; default: the network file's, else 0).",
+)
+@click.option(
+    "--compute-factor",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Multiply the profile's compute times (plan-validate's 'calibration.compute_factor').",
+)
+@click.option(
+    "--exchange-factor",
+    multiple=True,
+    callback=_factors,
+    metavar="STRATEGY=X",
+    help="Multiply that strategy's bucket costs (plan-validate's "
+    "'calibration.exchange_factor'); repeat per strategy, e.g. gossip=3.2.",
+)
+@click.option(
+    "--device-memory-gb",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Check each configuration against this much device memory (GB).",
+)
+@click.option(
+    "--optimizer-state-factor",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    help="Optimizer state as a multiple of the parameters.",
+)
+@click.option(
+    "--metrics",
+    default=None,
+    callback=_numbers(str, "--metrics"),
+    metavar="FILE[,FILE...]",
+    help="Metrics JSONL (gossipgrad train or bench tta --metrics-out): measured steps to "
+    "--target-accuracy per strategy and size, and, from runs at two or more smaller "
+    "sizes, the predicted time to accuracy (steps x step time).",
+)
 @click.option("--target-accuracy", type=click.FloatRange(0, 1), default=None)
-@click.option("--png", type=click.Path(dir_okay=False), default=None,
-              help="Also plot predicted efficiency vs size here.")
+@click.option(
+    "--png",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also plot predicted efficiency vs size here.",
+)
 @click.option("--all-rows", is_flag=True, help="List every configuration, not only the best.")
-@click.option("--out", type=click.Path(dir_okay=False), default=None,
-              help="Write the markdown here (default: stdout).")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the markdown here (default: stdout).",
+)
 def plan(
     profile_path: str,
     network_path: str,
@@ -142,21 +226,36 @@ def plan(
     predict steps to --target-accuracy and recommend by time to accuracy."""
     try:
         text = plan_report(
-            profile_path, network_path, sizes=sizes, strategies=strategies,
-            bucket_mb=bucket_mb, staleness=staleness, overlap=overlap, duplex=duplex,
+            profile_path,
+            network_path,
+            sizes=sizes,
+            strategies=strategies,
+            bucket_mb=bucket_mb,
+            staleness=staleness,
+            overlap=overlap,
+            duplex=duplex,
             calibrate_allreduce=calibrate_allreduce,
             device_memory_bytes=None if device_memory_gb is None else int(device_memory_gb * 1e9),
-            optimizer_state_factor=optimizer_state_factor, metrics_path=metrics,
-            target_accuracy=target_accuracy, png_path=png, all_rows=all_rows,
-            host_cores=host_cores, ranks_per_host=ranks_per_host,
+            optimizer_state_factor=optimizer_state_factor,
+            metrics_path=metrics,
+            target_accuracy=target_accuracy,
+            png_path=png,
+            all_rows=all_rows,
+            host_cores=host_cores,
+            ranks_per_host=ranks_per_host,
             handoff_s=None if handoff_us is None else handoff_us * 1e-6,
             stale_s_per_byte=None if stale_ns_per_byte is None else stale_ns_per_byte * 1e-9,
             overlap_s=None if overlap_us is None else overlap_us * 1e-6,
-            compute_factor=compute_factor, exchange_factor=exchange_factor)
+            compute_factor=compute_factor,
+            exchange_factor=exchange_factor,
+        )
     except (ValueError, OSError, ImportError) as exc:
         raise click.ClickException(str(exc)) from exc
     write_output(text, out)
     if out is not None:
         click.echo(f"wrote {out}" + (f" and {png}" if png else ""), err=True)
-    click.echo("note: step times are throughput predictions only; time to accuracy needs "
-               "--metrics runs at smaller sizes", err=True)
+    click.echo(
+        "note: step times are throughput predictions only; time to accuracy needs "
+        "--metrics runs at smaller sizes",
+        err=True,
+    )

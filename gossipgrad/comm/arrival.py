@@ -39,8 +39,9 @@ def _code(what: str) -> int:
     return zlib.crc32(what.encode()) & 0x7FFFFFFF
 
 
-def probe(comm: Communicator, what: str, step: int | None,
-          window_s: float) -> tuple[list[int], dict[int, tuple[int, int]]]:
+def probe(
+    comm: Communicator, what: str, step: int | None, window_s: float
+) -> tuple[list[int], dict[int, tuple[int, int]]]:
     """Tell every other rank that this one is in collective ``what`` at ``step`` and listen
     for ``window_s`` seconds. Returns (ranks not heard from, {rank: (its step, its
     collective's code)} of those heard)."""
@@ -62,9 +63,15 @@ def probe(comm: Communicator, what: str, step: int | None,
     return [r for r in others if r not in heard], heard
 
 
-def missing_message(rank: int, what: str, step: int | None, timeout: float,
-                    missing: list[int], heard: dict[int, tuple[int, int]],
-                    window_s: float) -> str:
+def missing_message(
+    rank: int,
+    what: str,
+    step: int | None,
+    timeout: float,
+    missing: list[int],
+    heard: dict[int, tuple[int, int]],
+    window_s: float,
+) -> str:
     """The timeout's message: who, when, what, who did not arrive, what to do."""
     where = f"rank {rank}" + (f", step {step}" if step is not None else "")
     mine = (-1 if step is None else step, _code(what))
@@ -72,17 +79,22 @@ def missing_message(rank: int, what: str, step: int | None, timeout: float,
     elsewhere = {r: s for r, (s, c) in heard.items() if r not in here}
     ranks = ", ".join(map(str, missing))
     if missing:
-        who = (f"rank{'s' if len(missing) > 1 else ''} {ranks} did not arrive (heard from "
-               f"{_list(here + [rank])} within {window_s:g} s)")
+        who = (
+            f"rank{'s' if len(missing) > 1 else ''} {ranks} did not arrive (heard from "
+            f"{_list(here + [rank])} within {window_s:g} s)"
+        )
         hint = f"is rank {missing[0]} alive?" if len(missing) == 1 else f"are ranks {ranks} alive?"
     else:
         who = "every rank answered the probe"
         hint = "is every rank at the same step?"
     if elsewhere:
         who += "; in another collective: " + ", ".join(
-            f"rank {r} (step {s})" for r, s in sorted(elsewhere.items()))
-    return (f"{where}: {what} did not complete for {timeout:g} s; {who}; {hint} "
-            "raise --comm-timeout if the network is slow")
+            f"rank {r} (step {s})" for r, s in sorted(elsewhere.items())
+        )
+    return (
+        f"{where}: {what} did not complete for {timeout:g} s; {who}; {hint} "
+        "raise --comm-timeout if the network is slow"
+    )
 
 
 def _list(ranks: list[int]) -> str:
@@ -90,8 +102,13 @@ def _list(ranks: list[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
 
-def wait_collective(comm: Communicator, request: Request, what: str, step: int | None = None,
-                    timeout: float | None = None) -> None:
+def wait_collective(
+    comm: Communicator,
+    request: Request,
+    what: str,
+    step: int | None = None,
+    timeout: float | None = None,
+) -> None:
     """Wait for collective ``request``; on its deadline (``timeout``, default the
     communicator's) probe the others and raise CommTimeout naming the ranks that did not
     arrive."""
@@ -103,5 +120,6 @@ def wait_collective(comm: Communicator, request: Request, what: str, step: int |
             raise
         window = probe_window(comm.timeout)
         missing, heard = probe(comm, what, step, window)
-        raise CommTimeout(missing_message(comm.rank, what, step, timeout, missing, heard,
-                                          window)) from None
+        raise CommTimeout(
+            missing_message(comm.rank, what, step, timeout, missing, heard, window)
+        ) from None

@@ -42,8 +42,10 @@ class WaitPolicy:
 
     def __post_init__(self) -> None:
         if self.spin_s < 0 or self.burst < 1 or self.max_pause_s < 0:
-            raise ValueError(f"invalid wait policy {self}: spin_s >= 0, burst >= 1 and "
-                             "max_pause_s >= 0 are needed")
+            raise ValueError(
+                f"invalid wait policy {self}: spin_s >= 0, burst >= 1 and "
+                "max_pause_s >= 0 are needed"
+            )
 
     def spin_for_this_thread(self) -> float:
         """``spin_s`` on the main (training) thread, which has nothing else to do while it
@@ -111,8 +113,13 @@ class PeerFailed(CommError):
     duplicated from the same one, is revoked by then: each of their pending and future
     operations raises this too, on every rank, so no survivor keeps waiting."""
 
-    def __init__(self, message: str, ranks: tuple[int, ...] = (), step: int | None = None,
-                 revoked: bool = False) -> None:
+    def __init__(
+        self,
+        message: str,
+        ranks: tuple[int, ...] = (),
+        step: int | None = None,
+        revoked: bool = False,
+    ) -> None:
         super().__init__(message)
         self.ranks, self.step, self.revoked = tuple(ranks), step, revoked
 
@@ -150,21 +157,26 @@ class WaitContext:
             hint = f"is rank {self.peer} alive?"
         return f"{where}: {what}; {hint} raise --comm-timeout if the network is slow"
 
-
     def describe_failure(self, rank: int, dead: tuple[int, ...], revoked: bool) -> str:
         """What a :class:`PeerFailed` says: who died (or that the communicator was revoked)."""
         where = f"rank {rank}" + (f", step {self.step}" if self.step is not None else "")
-        during = (f"waiting for tag {tag_name(self.tag)}" if self.tag is not None
-                  else f"in {self.op}")
+        during = (
+            f"waiting for tag {tag_name(self.tag)}" if self.tag is not None else f"in {self.op}"
+        )
         if revoked:
             what = f"another rank saw a rank die and revoked the communicator ({during})"
         else:
             dead = dead or ((self.peer,) if self.peer is not None else ())
-            who = (f"rank{'s' if len(dead) > 1 else ''} {', '.join(map(str, dead))}"
-                   if dead else "a rank")
+            who = (
+                f"rank{'s' if len(dead) > 1 else ''} {', '.join(map(str, dead))}"
+                if dead
+                else "a rank"
+            )
             what = f"{who} died ({during})"
-        return (f"{where}: {what}; --on-failure continue (under mpiexec --with-ft ulfm) "
-                "keeps the survivors training")
+        return (
+            f"{where}: {what}; --on-failure continue (under mpiexec --with-ft ulfm) "
+            "keeps the survivors training"
+        )
 
 
 def tag_name(tag: int) -> str:
@@ -252,8 +264,9 @@ class Shrinkable(Protocol):
         ...
 
 
-def poll(test: Callable[[], bool], timeout: float, fail: Callable[[], BaseException],
-         policy: WaitPolicy) -> None:
+def poll(
+    test: Callable[[], bool], timeout: float, fail: Callable[[], BaseException], policy: WaitPolicy
+) -> None:
     """Return once ``test()`` is true; call it in bursts of ``policy.burst``, pausing between
     bursts as :class:`Backoff` (spinning first on the training thread); raise ``fail()``
     after ``timeout`` seconds."""
@@ -268,8 +281,14 @@ def poll(test: Callable[[], bool], timeout: float, fail: Callable[[], BaseExcept
         backoff.sleep()
 
 
-def allreduce_(comm: Communicator, buf: Any, op: ReduceOp = ReduceOp.SUM, *,
-               what: str = "", step: int | None = None) -> Any:
+def allreduce_(
+    comm: Communicator,
+    buf: Any,
+    op: ReduceOp = ReduceOp.SUM,
+    *,
+    what: str = "",
+    step: int | None = None,
+) -> Any:
     """Blocking in-place allreduce with the communicator's deadline; returns ``buf``. On
     the deadline the CommTimeout names the ranks that did not arrive (``comm.arrival``);
     ``what`` and ``step`` say which collective it was."""
@@ -280,7 +299,12 @@ def allreduce_(comm: Communicator, buf: Any, op: ReduceOp = ReduceOp.SUM, *,
 
 
 def sendrecv_(
-    comm: Communicator, sendbuf: Any, dst: int, recvbuf: Any, src: int, tag: int,
+    comm: Communicator,
+    sendbuf: Any,
+    dst: int,
+    recvbuf: Any,
+    src: int,
+    tag: int,
     step: int | None = None,
 ) -> Any:
     """Send ``sendbuf`` to ``dst`` while receiving into ``recvbuf`` from ``src``."""

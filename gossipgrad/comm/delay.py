@@ -40,8 +40,12 @@ class DelayedRequest:
         return self.inner is not None and self.inner.test()
 
     def wait(self, timeout: float) -> None:
-        poll(self.test, timeout, lambda: CommTimeout(self.ctx.describe(self.rank, timeout)),
-             self.policy)
+        poll(
+            self.test,
+            timeout,
+            lambda: CommTimeout(self.ctx.describe(self.rank, timeout)),
+            self.policy,
+        )
 
 
 class DelayedPoster:
@@ -82,4 +86,3 @@ class DelayedPoster:
                 req.inner = start()
             except BaseException as exc:  # noqa: BLE001 - raised by req.test() in the caller
                 req.error = exc
-

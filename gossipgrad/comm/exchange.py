@@ -60,8 +60,13 @@ class GossipExchange(Exchange):
 
     strategy = Strategy.GOSSIP
 
-    def __init__(self, comm: Communicator, schedule: Schedule, stager: Stager | None = None,
-                 copy_send: bool = False) -> None:
+    def __init__(
+        self,
+        comm: Communicator,
+        schedule: Schedule,
+        stager: Stager | None = None,
+        copy_send: bool = False,
+    ) -> None:
         super().__init__(comm, stager)
         if schedule.size != comm.size:
             raise ValueError(f"schedule is for {schedule.size} ranks, communicator has {comm.size}")
@@ -81,12 +86,23 @@ class GossipExchange(Exchange):
             return Pending(buf)
         recv = self._buffer(self._recv, index, buf)
         self.stager.ready(buf)  # before the receive too: last step's mix may still read recv
-        send = self.stager.outgoing(buf, self._send, index) if (self.copy_send or
-                                                                self.stager.staging(buf)) else buf
-        rq = self.comm.irecv(self._view(self._recv_view, index, recv), peers.src, tag,
-                             WaitContext("sent nothing", peers.src, tag, step))
-        sq = self.comm.isend(self._view(self._send_view, index, send), peers.dst, tag,
-                             WaitContext("received nothing", peers.dst, tag, step))
+        send = (
+            self.stager.outgoing(buf, self._send, index)
+            if (self.copy_send or self.stager.staging(buf))
+            else buf
+        )
+        rq = self.comm.irecv(
+            self._view(self._recv_view, index, recv),
+            peers.src,
+            tag,
+            WaitContext("sent nothing", peers.src, tag, step),
+        )
+        sq = self.comm.isend(
+            self._view(self._send_view, index, send),
+            peers.dst,
+            tag,
+            WaitContext("received nothing", peers.dst, tag, step),
+        )
         return Pending(buf, [rq, sq], recv=recv)
 
     @staticmethod
@@ -141,8 +157,13 @@ class AllreduceExchange(Exchange):
             pending.buf.div_(self.comm.size)
 
 
-def make_exchange(strategy: Strategy, comm: Communicator, schedule: Schedule,
-                  stager: Stager | None = None, copy_send: bool = False) -> Exchange:
+def make_exchange(
+    strategy: Strategy,
+    comm: Communicator,
+    schedule: Schedule,
+    stager: Stager | None = None,
+    copy_send: bool = False,
+) -> Exchange:
     """The bucket exchange of ``strategy`` (gossip, allreduce or local)."""
     s = Strategy(strategy)
     if s is Strategy.GOSSIP:
@@ -151,5 +172,6 @@ def make_exchange(strategy: Strategy, comm: Communicator, schedule: Schedule,
         return AllreduceExchange(comm, stager)
     if s is Strategy.LOCAL:
         return Exchange(comm, stager)
-    raise ValueError(f"strategy {s.value!r} is not a bucket exchange; it runs through its own "
-                     "engine adapter")
+    raise ValueError(
+        f"strategy {s.value!r} is not a bucket exchange; it runs through its own engine adapter"
+    )

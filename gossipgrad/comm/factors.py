@@ -74,8 +74,13 @@ class FactorExchange:
     while its exchange is in flight (every exchange finishes within its step).
     """
 
-    def __init__(self, comm: Communicator, strategy: Strategy | str,
-                 schedule: Schedule | None = None, stager: Stager | None = None) -> None:
+    def __init__(
+        self,
+        comm: Communicator,
+        strategy: Strategy | str,
+        schedule: Schedule | None = None,
+        stager: Stager | None = None,
+    ) -> None:
         self.comm = comm
         self.strategy = Strategy(strategy)
         self.pattern = pattern(self.strategy)
@@ -96,9 +101,15 @@ class FactorExchange:
         return FactorPending(grad, list(inner.requests), inner=inner)
 
     # -- the factors -----------------------------------------------------------------
-    def start_factors(self, grad: torch.Tensor, dys: Sequence[torch.Tensor],
-                      xs: Sequence[torch.Tensor], rows: int, index: int,
-                      step: int) -> FactorPending:
+    def start_factors(
+        self,
+        grad: torch.Tensor,
+        dys: Sequence[torch.Tensor],
+        xs: Sequence[torch.Tensor],
+        rows: int,
+        index: int,
+        step: int,
+    ) -> FactorPending:
         """Pack ``dys`` (each ``k_i x M``) and ``xs`` (each ``k_i x N``), zero-padded to
         ``rows`` rows in all, and post their exchange. ``grad`` is not read until
         :meth:`finish`. ValueError if the pieces hold more than ``rows`` rows."""
@@ -106,24 +117,33 @@ class FactorExchange:
         if self.comm.size == 1:
             return FactorPending(grad, rows=rows)
         self.stager.ready(send)
-        wire = self.stager.outgoing(send, self._staged, index) if self.stager.staging(send) \
-            else send
+        wire = (
+            self.stager.outgoing(send, self._staged, index) if self.stager.staging(send) else send
+        )
         tag = Tag.FACTOR + index
         if self.pattern is Pattern.PEER:
             peers = self.schedule.peers(self.comm.rank, step)
             if peers is None:
                 return FactorPending(grad, rows=rows)
             recv = self._buffer(index, wire, 1)
-            rq = self.comm.irecv(recv, peers.src, tag,
-                                 WaitContext("sent nothing", peers.src, tag, step))
-            sq = self.comm.isend(wire, peers.dst, tag,
-                                 WaitContext("received nothing", peers.dst, tag, step))
+            rq = self.comm.irecv(
+                recv, peers.src, tag, WaitContext("sent nothing", peers.src, tag, step)
+            )
+            sq = self.comm.isend(
+                wire, peers.dst, tag, WaitContext("received nothing", peers.dst, tag, step)
+            )
             return FactorPending(grad, [rq, sq], recv=recv, rows=rows)
         recv = self._buffer(index, wire, self.comm.size)
         return FactorPending(grad, [self.comm.iallgather(wire, recv)], recv=recv, rows=rows)
 
-    def _pack(self, grad: torch.Tensor, dys: Sequence[torch.Tensor],
-              xs: Sequence[torch.Tensor], rows: int, index: int) -> torch.Tensor:
+    def _pack(
+        self,
+        grad: torch.Tensor,
+        dys: Sequence[torch.Tensor],
+        xs: Sequence[torch.Tensor],
+        rows: int,
+        index: int,
+    ) -> torch.Tensor:
         m, n = grad.shape
         k = sum(int(d.shape[0]) for d in dys)
         if k > rows or len(dys) != len(xs):
@@ -132,14 +152,16 @@ class FactorExchange:
         send = self._send.get(index)
         if send is None or send.numel() != numel or send.device != grad.device:
             send = self._send[index] = torch.zeros(numel, dtype=grad.dtype, device=grad.device)
-        dy_all, x_all = send[:rows * m].view(rows, m), send[rows * m:].view(rows, n)
+        dy_all, x_all = send[: rows * m].view(rows, m), send[rows * m :].view(rows, n)
         at = 0
         for dy, x in zip(dys, xs, strict=True):
             if dy.shape[0] != x.shape[0] or dy.shape[1] != m or x.shape[1] != n:
-                raise ValueError(f"layer {index}: factors {tuple(dy.shape)} and "
-                                 f"{tuple(x.shape)} do not make a {m} x {n} gradient")
-            dy_all[at:at + dy.shape[0]].copy_(dy)
-            x_all[at:at + x.shape[0]].copy_(x)
+                raise ValueError(
+                    f"layer {index}: factors {tuple(dy.shape)} and "
+                    f"{tuple(x.shape)} do not make a {m} x {n} gradient"
+                )
+            dy_all[at : at + dy.shape[0]].copy_(dy)
+            x_all[at : at + x.shape[0]].copy_(x)
             at += int(dy.shape[0])
         dy_all[at:].zero_()
         x_all[at:].zero_()
@@ -149,8 +171,9 @@ class FactorExchange:
         numel = like.numel() * copies
         buf = self._recv.get(index)
         if buf is None or buf.numel() != numel or buf.device != like.device:
-            buf = self._recv[index] = torch.empty(numel, dtype=like.dtype, device=like.device,
-                                                  pin_memory=False)
+            buf = self._recv[index] = torch.empty(
+                numel, dtype=like.dtype, device=like.device, pin_memory=False
+            )
         return buf
 
     # -- completion ------------------------------------------------------------------
@@ -168,12 +191,12 @@ class FactorExchange:
         m, n = grad.shape
         recv = self.stager.incoming(pending.recv, grad)
         if self.pattern is Pattern.PEER:
-            dy, x = recv[:rows * m].view(rows, m), recv[rows * m:].view(rows, n)
+            dy, x = recv[: rows * m].view(rows, m), recv[rows * m :].view(rows, n)
             grad.addmm_(dy.t(), x, beta=0.5, alpha=0.5)  # (own + peer's) / 2
             return
         blocks = recv.view(self.comm.size, rows * (m + n))
-        dy = blocks[:, :rows * m].reshape(-1, m)  # [dY_0; ...; dY_p-1]: a copy, K p x M
-        x = blocks[:, rows * m:].reshape(-1, n)
+        dy = blocks[:, : rows * m].reshape(-1, m)  # [dY_0; ...; dY_p-1]: a copy, K p x M
+        x = blocks[:, rows * m :].reshape(-1, n)
         grad.addmm_(dy.t(), x, beta=0.0, alpha=1.0 / self.comm.size)
 
     @staticmethod
@@ -182,9 +205,16 @@ class FactorExchange:
         return decision.factor_bytes if decision.form == Form.FACTORS else decision.matrix_bytes
 
 
-def exchange_layer_(exchange: FactorExchange, mode: SufficientFactors | str,
-                    grad: torch.Tensor, dys: Sequence[torch.Tensor],
-                    xs: Sequence[torch.Tensor], rows: int, index: int, step: int) -> Decision:
+def exchange_layer_(
+    exchange: FactorExchange,
+    mode: SufficientFactors | str,
+    grad: torch.Tensor,
+    dys: Sequence[torch.Tensor],
+    xs: Sequence[torch.Tensor],
+    rows: int,
+    index: int,
+    step: int,
+) -> Decision:
     """Decide one layer's form for ``rows`` rows (the same on every rank), exchange it and
     rebuild ``grad`` (this rank's own gradient on entry, the mixed one on return) in place.
     Blocking; collective for the all-gather pattern. Returns the decision."""

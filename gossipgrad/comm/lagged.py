@@ -95,9 +95,15 @@ class LagLink:
     from another thread. Posting and mixing are the training thread's.
     """
 
-    def __init__(self, comm: Communicator, schedule: Schedule,
-                 buckets: list[tuple[int, torch.dtype]], tags: list[int], max_lag: int,
-                 lookahead: int) -> None:
+    def __init__(
+        self,
+        comm: Communicator,
+        schedule: Schedule,
+        buckets: list[tuple[int, torch.dtype]],
+        tags: list[int],
+        max_lag: int,
+        lookahead: int,
+    ) -> None:
         if max_lag < 1 or lookahead < 1:
             raise ValueError(f"max_lag and lookahead must be >= 1, got {max_lag}, {lookahead}")
         self.comm, self.schedule, self.tags = comm, schedule, tags
@@ -124,14 +130,14 @@ class LagLink:
             src = self.schedule.peers(self.comm.rank, step).src
             frames = self._frames(self._free_recvs)
             for f, tag in zip(frames, self.tags, strict=True):
-                f.request = self.comm.irecv(f.wire, src, tag,
-                                            WaitContext("sent nothing", src, tag, step))
+                f.request = self.comm.irecv(
+                    f.wire, src, tag, WaitContext("sent nothing", src, tag, step)
+                )
             with self.lock:
                 self.recvs.append((step, frames))
         self.posted_to = max(self.posted_to, upto)
 
-    def post(self, step: int, fill: Any, weight: float, flags: int = 0,
-             pace: float = 0.0) -> None:
+    def post(self, step: int, fill: Any, weight: float, flags: int = 0, pace: float = 0.0) -> None:
         """Send step ``step``'s frames to ``dst(step)``: ``fill(i, frame)`` writes bucket
         i's payload; the header gets ``weight``, ``step``, ``flags`` and ``pace``. Receives
         are then posted up to ``step + 1 + lookahead`` (what :meth:`ahead` looks at next
@@ -146,8 +152,9 @@ class LagLink:
             if fill is not None:
                 fill(i, f)
             f.stamp(weight, step, flags, pace)
-            f.request = self.comm.isend(f.wire, dst, tag,
-                                        WaitContext("received nothing", dst, tag, step))
+            f.request = self.comm.isend(
+                f.wire, dst, tag, WaitContext("received nothing", dst, tag, step)
+            )
         with self.lock:
             self.sends.append((step, frames))
 
@@ -174,8 +181,11 @@ class LagLink:
     def done_through(self, step: int) -> bool:
         """True when every frame of steps ``<= step`` has been sent and received (the
         received ones may not have been taken yet). Never blocks."""
-        return all(s > step or self._complete(frames)
-                   for queue in (list(self.recvs), list(self.sends)) for s, frames in queue)
+        return all(
+            s > step or self._complete(frames)
+            for queue in (list(self.recvs), list(self.sends))
+            for s, frames in queue
+        )
 
     def ahead(self, step: int, least: int) -> int:
         """The largest k in ``least .. lookahead`` such that every frame of step
@@ -192,8 +202,9 @@ class LagLink:
         (a later step may be taken before an earlier one that is still on its way: the
         freshest frames are used as soon as they are here). Release the send frames that
         completed. Give taken frames back with :meth:`release`."""
-        ready = [(s, frames) for s, frames in list(self.recvs)
-                 if s <= upto and self._complete(frames)]
+        ready = [
+            (s, frames) for s, frames in list(self.recvs) if s <= upto and self._complete(frames)
+        ]
         if ready:
             with self.lock:
                 steps = {s for s, _ in ready}
@@ -239,8 +250,10 @@ class LagLink:
     def _check(self, step: int, frames: list[Frame]) -> None:
         for f in frames:
             if f.step != step:
-                raise RuntimeError(f"rank {self.comm.rank}: a frame of step {f.step} matched "
-                                   f"the receive of step {step}; this is a bug, please report it")
+                raise RuntimeError(
+                    f"rank {self.comm.rank}: a frame of step {f.step} matched "
+                    f"the receive of step {step}; this is a bug, please report it"
+                )
 
     @property
     def in_flight(self) -> int:

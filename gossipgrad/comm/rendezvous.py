@@ -40,7 +40,7 @@ def encode_address(host: str, port: int) -> np.ndarray:
     if not host or len(raw) >= ADDRESS_BYTES or b"\0" in raw:
         raise ValueError(f"address {host!r}:{port} does not fit {ADDRESS_BYTES} bytes")
     buf = np.zeros(ADDRESS_BYTES, dtype=np.uint8)
-    buf[:len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+    buf[: len(raw)] = np.frombuffer(raw, dtype=np.uint8)
     return buf
 
 
@@ -53,11 +53,11 @@ def decode_address(buf: np.ndarray) -> tuple[str, int]:
     return host, int(port)
 
 
-def share_address(comm: Communicator, address: tuple[str, int] | None,
-                  root: int = 0) -> tuple[str, int]:
+def share_address(
+    comm: Communicator, address: tuple[str, int] | None, root: int = 0
+) -> tuple[str, int]:
     """Broadcast ``root``'s ``(host, port)``; other ranks pass None. Collective."""
-    buf = (encode_address(*address) if comm.rank == root
-           else np.zeros(ADDRESS_BYTES, dtype=np.uint8))
+    buf = encode_address(*address) if comm.rank == root else np.zeros(ADDRESS_BYTES, dtype=np.uint8)
     if comm.rank == root and address is None:
         raise ValueError(f"rank {root} must pass the address it shares")
     comm.bcast_(buf, root)
@@ -78,8 +78,9 @@ def ipv4_of(ifname: str) -> str | None:
     """The IPv4 address of interface ``ifname``, or None when it has none."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
-            packed = fcntl.ioctl(s.fileno(), _SIOCGIFADDR,
-                                 struct.pack("256s", ifname.encode()[:15]))
+            packed = fcntl.ioctl(
+                s.fileno(), _SIOCGIFADDR, struct.pack("256s", ifname.encode()[:15])
+            )
         except OSError:
             return None
     return socket.inet_ntoa(packed[20:24])
@@ -98,11 +99,15 @@ def choose_interface(one_host: bool) -> tuple[str, str]:
     if chosen:
         ip = ipv4_of(chosen)
         if ip is None:
-            raise OSError(f"GLOO_SOCKET_IFNAME={chosen} has no IPv4 address on "
-                          f"{socket.gethostname()}; interfaces: {', '.join(n for n, _ in named)}")
+            raise OSError(
+                f"GLOO_SOCKET_IFNAME={chosen} has no IPv4 address on "
+                f"{socket.gethostname()}; interfaces: {', '.join(n for n, _ in named)}"
+            )
         return chosen, ip
     for n, ip in with_ip:
         if not ip.startswith("127."):
             return n, ip
-    raise OSError(f"ranks run on several hosts but {socket.gethostname()} has no "
-                  "non-loopback IPv4 interface; set GLOO_SOCKET_IFNAME")
+    raise OSError(
+        f"ranks run on several hosts but {socket.gethostname()} has no "
+        "non-loopback IPv4 interface; set GLOO_SOCKET_IFNAME"
+    )

@@ -56,8 +56,9 @@ def ignore_stop_signals(_worker_id: int) -> None:
     torch.set_num_threads(1)
 
 
-def scan_split(root: str, split: str, classes: list[str] | None = None
-               ) -> tuple[list[tuple[str, int]], list[str]]:
+def scan_split(
+    root: str, split: str, classes: list[str] | None = None
+) -> tuple[list[tuple[str, int]], list[str]]:
     """``(samples, classes)`` of ``root/split``; ValueError naming the path if unusable.
 
     ``classes`` (from the train split) fixes the label numbering; the split must have
@@ -67,24 +68,31 @@ def scan_split(root: str, split: str, classes: list[str] | None = None
 
     path = os.path.join(root, split)
     if not os.path.isdir(path):
-        raise ValueError(f"{path} does not exist or is not a directory; --data must hold "
-                         f"train/<class>/<image> and val/<class>/<image>")
+        raise ValueError(
+            f"{path} does not exist or is not a directory; --data must hold "
+            f"train/<class>/<image> and val/<class>/<image>"
+        )
     found = sorted(e.name for e in os.scandir(path) if e.is_dir())
     if not found:
         raise ValueError(f"{path} has no class folders; expected {path}/<class>/<image>")
     if classes is not None and found != classes:
         missing, extra = sorted(set(classes) - set(found)), sorted(set(found) - set(classes))
-        raise ValueError(f"{path} has different class folders from the train split: "
-                         f"missing {missing[:5]}, extra {extra[:5]}")
+        raise ValueError(
+            f"{path} has different class folders from the train split: "
+            f"missing {missing[:5]}, extra {extra[:5]}"
+        )
     classes = found
-    samples = make_dataset(path, {c: i for i, c in enumerate(classes)}, EXTENSIONS,
-                           allow_empty=True)
+    samples = make_dataset(
+        path, {c: i for i, c in enumerate(classes)}, EXTENSIONS, allow_empty=True
+    )
     counts = np.bincount([y for _, y in samples], minlength=len(classes))
     empty = [c for c, n in zip(classes, counts, strict=True) if n == 0]
     if empty:
-        raise ValueError(f"class folder {os.path.join(path, empty[0])} holds no images "
-                         f"({len(empty)} empty in all; extensions {', '.join(EXTENSIONS)}); "
-                         "add images or remove the folder")
+        raise ValueError(
+            f"class folder {os.path.join(path, empty[0])} holds no images "
+            f"({len(empty)} empty in all; extensions {', '.join(EXTENSIONS)}); "
+            "add images or remove the folder"
+        )
     return samples, classes
 
 
@@ -122,8 +130,9 @@ class ImageSamples(torch.utils.data.Dataset):
         return self.transform(img), label, ""
 
 
-def collate(items: list[tuple[torch.Tensor | None, int, str]]
-            ) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+def collate(
+    items: list[tuple[torch.Tensor | None, int, str]],
+) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
     """Stack the decodable samples; pass the unreadable ones' descriptions along."""
     good = [(x, y) for x, y, err in items if not err]
     bad = [err for _, _, err in items if err]
@@ -134,9 +143,18 @@ def collate(items: list[tuple[torch.Tensor | None, int, str]]
 class ImageFolderSource:
     """This rank's view of an ImageFolder: sharded train batches and a validation share."""
 
-    def __init__(self, root: str, image_size: int, batch_size: int, workers: int, seed: int,
-                 rank: int, size: int, skip_corrupt: bool = False, pin_memory: bool = False
-                 ) -> None:
+    def __init__(
+        self,
+        root: str,
+        image_size: int,
+        batch_size: int,
+        workers: int,
+        seed: int,
+        rank: int,
+        size: int,
+        skip_corrupt: bool = False,
+        pin_memory: bool = False,
+    ) -> None:
         if workers < 0:
             raise ValueError(f"--workers must be >= 0, got {workers}")
         train, self.class_names = scan_split(root, "train")
@@ -147,10 +165,12 @@ class ImageFolderSource:
         self.val = ImageSamples(val, transforms(image_size, False), seed)
         self.shard = strided_indices(len(train), rank, size)
         if len(self.shard) < batch_size:
-            raise ValueError(f"rank {rank}: --batch-size {batch_size} is larger than this "
-                             f"rank's shard of {len(self.shard)} images ({len(train)} in "
-                             f"{root}/train over {size} ranks); lower --batch-size or use "
-                             "fewer ranks")
+            raise ValueError(
+                f"rank {rank}: --batch-size {batch_size} is larger than this "
+                f"rank's shard of {len(self.shard)} images ({len(train)} in "
+                f"{root}/train over {size} ranks); lower --batch-size or use "
+                "fewer ranks"
+            )
         self.val_share = strided_indices(len(val), rank, size)
         self.batch_size, self.workers, self.seed, self.rank = batch_size, workers, seed, rank
         self.skip_corrupt, self.pin_memory = skip_corrupt, pin_memory
@@ -173,31 +193,42 @@ class ImageFolderSource:
             _, shard, rank = self._regrouped
         order = shard[np.random.default_rng([self.seed + rank, epoch]).permutation(len(shard))]
         b = self.batch_size
-        keys = [[(int(i), epoch) for i in order[k * b:(k + 1) * b]]
-                for k in range(start, self.steps_per_epoch)]
+        keys = [
+            [(int(i), epoch) for i in order[k * b : (k + 1) * b]]
+            for k in range(start, self.steps_per_epoch)
+        ]
         return self._checked(self._loader(self.train, keys))
 
     def eval_batches(self) -> Iterator[tuple[torch.Tensor, ...]]:
         b, idx = self.batch_size, self.val_share
-        keys = [[(int(i), -1) for i in idx[k:k + b]] for k in range(0, len(idx), b)]
+        keys = [[(int(i), -1) for i in idx[k : k + b]] for k in range(0, len(idx), b)]
         return self._checked(self._loader(self.val, keys))
 
-    def _loader(self, dataset: ImageSamples, batches: list[list[tuple[int, int]]]
-                ) -> torch.utils.data.DataLoader:
+    def _loader(
+        self, dataset: ImageSamples, batches: list[list[tuple[int, int]]]
+    ) -> torch.utils.data.DataLoader:
         extra: dict[str, Any] = {}
         if self.workers:
             extra = {"worker_init_fn": ignore_stop_signals, "multiprocessing_context": "fork"}
-        return torch.utils.data.DataLoader(dataset, batch_sampler=batches, collate_fn=collate,
-                                           num_workers=self.workers,
-                                           pin_memory=self.pin_memory, **extra)
+        return torch.utils.data.DataLoader(
+            dataset,
+            batch_sampler=batches,
+            collate_fn=collate,
+            num_workers=self.workers,
+            pin_memory=self.pin_memory,
+            **extra,
+        )
 
-    def _checked(self, loader: torch.utils.data.DataLoader
-                 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _checked(
+        self, loader: torch.utils.data.DataLoader
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for x, y, bad in loader:
             if bad and not self.skip_corrupt:
-                raise ValueError(f"rank {self.rank}: cannot read image {bad[0]}; replace or "
-                                 "remove the file, or pass --skip-corrupt to skip unreadable "
-                                 "images (they are counted)")
+                raise ValueError(
+                    f"rank {self.rank}: cannot read image {bad[0]}; replace or "
+                    "remove the file, or pass --skip-corrupt to skip unreadable "
+                    "images (they are counted)"
+                )
             if bad:
                 self.skipped += len(bad)
                 log.warning("rank %d: skipped unreadable image %s", self.rank, "; ".join(bad))

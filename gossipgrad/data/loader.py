@@ -23,9 +23,11 @@ class ShardLoader:
         if batch_size <= 0:
             raise ValueError(f"--batch-size must be > 0, got {batch_size}")
         if len(store) < batch_size:
-            raise ValueError(f"rank {rank}: --batch-size {batch_size} is larger than this rank's "
-                             f"shard of {len(store)} samples; lower --batch-size or use fewer "
-                             "ranks")
+            raise ValueError(
+                f"rank {rank}: --batch-size {batch_size} is larger than this rank's "
+                f"shard of {len(store)} samples; lower --batch-size or use fewer "
+                "ranks"
+            )
         self.store, self.batch_size, self.seed, self.rank = store, batch_size, seed, rank
         self.epoch = 0
 
@@ -43,7 +45,7 @@ class ShardLoader:
         rng = np.random.default_rng([self.seed + self.rank, self.epoch])
         order = rng.permutation(len(self.store))
         for i in range(start, len(self)):
-            batch = self.store.read(order[i * self.batch_size:(i + 1) * self.batch_size])
+            batch = self.store.read(order[i * self.batch_size : (i + 1) * self.batch_size])
             yield batch.payload, torch.from_numpy(batch.labels)
 
 

@@ -53,8 +53,14 @@ def partition(labels: np.ndarray, size: int, kind: str = "iid", seed: int = 0) -
     return _dirichlet(labels, kept, size, per, alpha, rng)
 
 
-def _dirichlet(labels: np.ndarray, kept: np.ndarray, size: int, per: int, alpha: float,
-               rng: np.random.Generator) -> list[np.ndarray]:
+def _dirichlet(
+    labels: np.ndarray,
+    kept: np.ndarray,
+    size: int,
+    per: int,
+    alpha: float,
+    rng: np.random.Generator,
+) -> list[np.ndarray]:
     shards: list[list[np.ndarray]] = [[] for _ in range(size)]
     for c in np.unique(labels[kept]):
         members = kept[labels[kept] == c]  # already in random order
@@ -68,7 +74,7 @@ def _dirichlet(labels: np.ndarray, kept: np.ndarray, size: int, per: int, alpha:
     out, used = [], 0
     for p in pieces:
         need = per - min(len(p), per)
-        out.append(np.concatenate([p[:per], surplus[used:used + need]]).astype(np.int64))
+        out.append(np.concatenate([p[:per], surplus[used : used + need]]).astype(np.int64))
         used += need
     assert used == len(surplus) and all(len(s) == per for s in out)
     return out

@@ -52,8 +52,15 @@ class TensorSource:
     :class:`~gossipgrad.shuffle.ShardStore` the background shuffle swaps samples into,
     reshuffled per epoch; a strided test share."""
 
-    def __init__(self, name: str, batch_size: int, seed: int, rank: int, size: int,
-                 partition_kind: str = "iid") -> None:
+    def __init__(
+        self,
+        name: str,
+        batch_size: int,
+        seed: int,
+        rank: int,
+        size: int,
+        partition_kind: str = "iid",
+    ) -> None:
         data = load_tensor_data(name)
         self.name, self.classes, self.in_shape = data.name, data.classes, data.in_shape
         ids = partition(data.train_y.numpy(), size, partition_kind, seed)[rank]
@@ -74,7 +81,7 @@ class TensorSource:
 
     def eval_batches(self) -> Iterator[tuple[torch.Tensor, ...]]:
         for i in range(0, len(self.share), 512):
-            idx = self.share[i:i + 512]
+            idx = self.share[i : i + 512]
             yield self.test_x[idx], self.test_y[idx]
 
 
@@ -87,14 +94,16 @@ class SyntheticImages:
 
     POOL = 4
 
-    def __init__(self, image_size: int, classes: int, batch_size: int, seed: int, rank: int,
-                 size: int) -> None:
+    def __init__(
+        self, image_size: int, classes: int, batch_size: int, seed: int, rank: int, size: int
+    ) -> None:
         self.name, self.classes = "synthetic-images", classes
         self.in_shape = (3, image_size, image_size)
         self.steps_per_epoch = max(1, SYNTHETIC_EPOCH // (batch_size * size))
         self.skipped = 0
-        g = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, rank])
-                                              .generate_state(1)[0]))
+        g = torch.Generator().manual_seed(
+            int(np.random.SeedSequence([seed, rank]).generate_state(1)[0])
+        )
         n = (self.POOL + 1) * batch_size
         self.x = torch.randn(n, *self.in_shape, generator=g)
         self.y = torch.randint(0, classes, (n,), generator=g)
@@ -102,7 +111,7 @@ class SyntheticImages:
 
     def _batch(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         b = self.batch_size
-        return self.x[k * b:(k + 1) * b], self.y[k * b:(k + 1) * b]
+        return self.x[k * b : (k + 1) * b], self.y[k * b : (k + 1) * b]
 
     def train_batches(self, epoch: int, start: int = 0) -> Iterator[tuple[torch.Tensor, ...]]:
         for k in range(start, self.steps_per_epoch):
@@ -112,8 +121,9 @@ class SyntheticImages:
         yield self._batch(self.POOL)
 
 
-def open_source(options: DataOptions, *, rank: int, size: int, seed: int = 0,
-                pin_memory: bool = False) -> DataSource:
+def open_source(
+    options: DataOptions, *, rank: int, size: int, seed: int = 0, pin_memory: bool = False
+) -> DataSource:
     """The source the options select: ``synthetic`` > ``data`` (ImageFolder) > ``dataset``.
 
     ``num_classes`` sets the class count of synthetic images (0: 1000, as ImageNet-1k).
@@ -121,14 +131,26 @@ def open_source(options: DataOptions, *, rank: int, size: int, seed: int = 0,
     """
     o = options
     if o.synthetic:
-        return SyntheticImages(o.image_size, o.num_classes or IMAGENET_CLASSES, o.batch_size,
-                               seed, rank, size)
+        return SyntheticImages(
+            o.image_size, o.num_classes or IMAGENET_CLASSES, o.batch_size, seed, rank, size
+        )
     if o.data:
-        source: DataSource = ImageFolderSource(o.data, o.image_size, o.batch_size, o.workers,
-                                               seed, rank, size, o.skip_corrupt, pin_memory)
+        source: DataSource = ImageFolderSource(
+            o.data,
+            o.image_size,
+            o.batch_size,
+            o.workers,
+            seed,
+            rank,
+            size,
+            o.skip_corrupt,
+            pin_memory,
+        )
     else:
         source = TensorSource(o.dataset, o.batch_size, seed, rank, size, o.partition)
     if o.num_classes and o.num_classes != source.classes:
-        raise ValueError(f"--num-classes {o.num_classes} does not match the {source.classes} "
-                         f"classes of {o.data or o.dataset}; drop --num-classes or fix the data")
+        raise ValueError(
+            f"--num-classes {o.num_classes} does not match the {source.classes} "
+            f"classes of {o.data or o.dataset}; drop --num-classes or fix the data"
+        )
     return source

@@ -37,8 +37,14 @@ def digits() -> TensorData:
     x, y = _digits_arrays()
     x = (x / 16.0).astype(np.float32).reshape(-1, 1, 8, 8)
     test = _stratified_test_mask(y, fraction=0.2, seed=0)
-    return TensorData("digits", torch.from_numpy(x[~test]), torch.from_numpy(y[~test]),
-                      torch.from_numpy(x[test]), torch.from_numpy(y[test]), classes=10)
+    return TensorData(
+        "digits",
+        torch.from_numpy(x[~test]),
+        torch.from_numpy(y[~test]),
+        torch.from_numpy(x[test]),
+        torch.from_numpy(y[test]),
+        classes=10,
+    )
 
 
 def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
@@ -61,8 +67,9 @@ def _stratified_test_mask(y: np.ndarray, fraction: float, seed: int) -> np.ndarr
     return mask
 
 
-def synthetic(samples: int = 4096, shape: tuple[int, ...] = (1, 8, 8), classes: int = 10,
-              seed: int = 0) -> TensorData:
+def synthetic(
+    samples: int = 4096, shape: tuple[int, ...] = (1, 8, 8), classes: int = 10, seed: int = 0
+) -> TensorData:
     """Random inputs whose label is a fixed random linear function of them (learnable)."""
     if samples < 2:
         raise ValueError(f"synthetic samples must be >= 2, got {samples}")
@@ -79,8 +86,14 @@ def templates() -> TensorData:
     from gossipgrad.data import templates as gen
 
     train_x, train_y, test_x, test_y = gen.splits()
-    return TensorData("templates", torch.from_numpy(train_x), torch.from_numpy(train_y),
-                      torch.from_numpy(test_x), torch.from_numpy(test_y), classes=gen.CLASSES)
+    return TensorData(
+        "templates",
+        torch.from_numpy(train_x),
+        torch.from_numpy(train_y),
+        torch.from_numpy(test_x),
+        torch.from_numpy(test_y),
+        classes=gen.CLASSES,
+    )
 
 
 DATASETS = {"digits": digits, "templates": templates, "synthetic": synthetic}
@@ -88,6 +101,8 @@ DATASETS = {"digits": digits, "templates": templates, "synthetic": synthetic}
 
 def load_tensor_data(name: str) -> TensorData:
     if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; choose one of: {', '.join(DATASETS)}, "
-                         "or pass --data DIR for an ImageFolder")
+        raise ValueError(
+            f"unknown dataset {name!r}; choose one of: {', '.join(DATASETS)}, "
+            "or pass --data DIR for an ImageFolder"
+        )
     return DATASETS[name]()

@@ -44,8 +44,12 @@ class BucketLayout:
         exclude: ids of parameters to leave out (there may then be no bucket at all).
     """
 
-    def __init__(self, params: list[torch.nn.Parameter], cap_bytes: int,
-                 exclude: frozenset[int] = frozenset()) -> None:
+    def __init__(
+        self,
+        params: list[torch.nn.Parameter],
+        cap_bytes: int,
+        exclude: frozenset[int] = frozenset(),
+    ) -> None:
         if cap_bytes <= 0:
             raise ValueError(f"bucket size must be > 0 bytes, got {cap_bytes}")
         trainable = [p for p in params if p.requires_grad]
@@ -69,8 +73,9 @@ class BucketLayout:
         for p in params:
             offsets.append(total)
             total += p.numel()
-        self.buckets.append(Bucket(len(self.buckets), params, offsets, total,
-                                   param_ids={id(p) for p in params}))
+        self.buckets.append(
+            Bucket(len(self.buckets), params, offsets, total, param_ids={id(p) for p in params})
+        )
 
     @property
     def nbytes(self) -> int:
@@ -82,7 +87,7 @@ class BucketLayout:
             p0 = b.params[0]
             b.grads = torch.zeros(b.numel, dtype=p0.dtype, device=p0.device)
             for p, off in zip(b.params, b.offsets, strict=True):
-                p.grad = b.grads[off:off + p.numel()].view_as(p)
+                p.grad = b.grads[off : off + p.numel()].view_as(p)
 
     def bind_params_(self) -> None:
         """Move parameter values into flat buffers; each ``p.data`` becomes a view."""
@@ -90,7 +95,7 @@ class BucketLayout:
             p0 = b.params[0]
             b.values = torch.empty(b.numel, dtype=p0.dtype, device=p0.device)
             for p, off in zip(b.params, b.offsets, strict=True):
-                view = b.values[off:off + p.numel()].view_as(p)
+                view = b.values[off : off + p.numel()].view_as(p)
                 view.copy_(p.data)
                 p.data = view
 
@@ -108,16 +113,17 @@ def _kind(p: torch.Tensor) -> tuple:
     return (p.dtype, p.device)
 
 
-def install_forward_waits(model: torch.nn.Module, bucket_of: dict[int, int],
-                          wait: Callable[[list[int]], None]) -> list[Any]:
+def install_forward_waits(
+    model: torch.nn.Module, bucket_of: dict[int, int], wait: Callable[[list[int]], None]
+) -> list[Any]:
     """A forward pre-hook on every module that owns bucketed parameters (``bucket_of``:
     ``id(p)`` -> bucket index): before the module runs, ``wait(its buckets)``. Returns the
     hook handles."""
     hooks = []
     for module in model.modules():
-        own = sorted({bucket_of[id(p)] for p in module.parameters(recurse=False)
-                      if id(p) in bucket_of})
+        own = sorted(
+            {bucket_of[id(p)] for p in module.parameters(recurse=False) if id(p) in bucket_of}
+        )
         if own:
-            hooks.append(module.register_forward_pre_hook(
-                lambda _m, _args, own=own: wait(own)))
+            hooks.append(module.register_forward_pre_hook(lambda _m, _args, own=own: wait(own)))
     return hooks

@@ -61,7 +61,7 @@ def checkpoint_path(run_dir: str, step: int) -> str:
 
 
 def rank_path(path: str, rank: int) -> str:
-    return f"{path[:-len('.pt')]}.rank{rank}.pt"
+    return f"{path[: -len('.pt')]}.rank{rank}.pt"
 
 
 def find_latest(run_dir: str) -> str | None:
@@ -85,8 +85,7 @@ def locate(resume: str | None, run_dir: str | None) -> str | None:
     return resume
 
 
-def write_atomic(obj: Any, path: str, before_rename: Callable[[str], None] | None = None
-                 ) -> int:
+def write_atomic(obj: Any, path: str, before_rename: Callable[[str], None] | None = None) -> int:
     """``torch.save`` to ``path.tmp``, fsync, rename over ``path``; returns bytes written.
     ``before_rename(tmp)`` runs between the two (the failure tests tear the file there and
     kill the rank)."""
@@ -112,14 +111,18 @@ def read(path: str) -> dict[str, Any]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unreadable file is the user's to fix
-        raise ValueError(f"cannot read checkpoint {path}: {_reason(exc)}; the file is damaged "
-                         "or not a gossipgrad checkpoint (resume from an older ckpt-*.pt, or "
-                         "start afresh)") from None
+        raise ValueError(
+            f"cannot read checkpoint {path}: {_reason(exc)}; the file is damaged "
+            "or not a gossipgrad checkpoint (resume from an older ckpt-*.pt, or "
+            "start afresh)"
+        ) from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise ValueError(f"{path} is not a gossipgrad checkpoint (no format {FORMAT!r})")
     if state.get("version") != VERSION:
-        raise ValueError(f"{path} is checkpoint version {state.get('version')}; this "
-                         f"gossipgrad reads version {VERSION}")
+        raise ValueError(
+            f"{path} is checkpoint version {state.get('version')}; this "
+            f"gossipgrad reads version {VERSION}"
+        )
     return state
 
 
@@ -135,12 +138,17 @@ def _reason(exc: BaseException) -> str:
 def check_compatible(state: dict[str, Any], expected: dict[str, Any], path: str) -> None:
     """Raise ValueError listing every ``compat`` entry that differs from this run."""
     saved = state.get("compat", {})
-    diffs = [f"{k} is {saved.get(k)!r} in the checkpoint but {v!r} in this run"
-             for k, v in expected.items() if saved.get(k) != v]
+    diffs = [
+        f"{k} is {saved.get(k)!r} in the checkpoint but {v!r} in this run"
+        for k, v in expected.items()
+        if saved.get(k) != v
+    ]
     if diffs:
-        raise ValueError(f"checkpoint {path} does not fit this run: {'; '.join(diffs)}. "
-                         "Resume with the settings it was written with, or use a new "
-                         "--run-dir to start afresh")
+        raise ValueError(
+            f"checkpoint {path} does not fit this run: {'; '.join(diffs)}. "
+            "Resume with the settings it was written with, or use a new "
+            "--run-dir to start afresh"
+        )
 
 
 def cpu(tree: Any) -> Any:
@@ -170,8 +178,9 @@ class Checkpointer:
         if comm.rank == 0:
             os.makedirs(run_dir, exist_ok=True)
 
-    def save(self, step: int, state: dict[str, Any],
-             rank_states: dict[str, Stateful] | None = None) -> str:
+    def save(
+        self, step: int, state: dict[str, Any], rank_states: dict[str, Stateful] | None = None
+    ) -> str:
         """Write ``state`` (rank 0's is used) as step ``step``'s checkpoint; returns its path.
 
         Raises OSError on every rank if any rank failed to write; the previous checkpoint
@@ -184,10 +193,14 @@ class Checkpointer:
             state = {**state, "rank_states": sorted(rank_states)}
             mine = {k: cpu(v.state_dict()) for k, v in rank_states.items()}
             hook = self.before_rename if self.comm.rank else None  # rank 0's: the main file
-            nbytes += self._all_ok(lambda: write_atomic(mine, rank_path(path, self.comm.rank),
-                                                        hook), f"its part of checkpoint {path}")
-        nbytes += self._all_ok(lambda: write_atomic(state, path, self.before_rename)
-                               if self.comm.rank == 0 else 0, f"checkpoint {path}")
+            nbytes += self._all_ok(
+                lambda: write_atomic(mine, rank_path(path, self.comm.rank), hook),
+                f"its part of checkpoint {path}",
+            )
+        nbytes += self._all_ok(
+            lambda: write_atomic(state, path, self.before_rename) if self.comm.rank == 0 else 0,
+            f"checkpoint {path}",
+        )
         if self.comm.rank == 0:
             self._prune(step)
         self.last_step, self.last_bytes = step, nbytes
@@ -201,21 +214,25 @@ class Checkpointer:
             nbytes = write()
         except OSError as exc:
             error = exc
-        failed = allreduce_(self.comm, np.array([error is not None], dtype=np.int64),
-                            ReduceOp.MAX)[0]
+        failed = allreduce_(self.comm, np.array([error is not None], dtype=np.int64), ReduceOp.MAX)[
+            0
+        ]
         if error is not None:
-            raise OSError(f"rank {self.comm.rank}: could not write {what}: {error}; earlier "
-                          f"checkpoints in {self.run_dir} are kept") from error
+            raise OSError(
+                f"rank {self.comm.rank}: could not write {what}: {error}; earlier "
+                f"checkpoints in {self.run_dir} are kept"
+            ) from error
         if failed:
-            raise OSError(f"rank {self.comm.rank}: another rank could not write {what} (see "
-                          f"its error); earlier checkpoints in {self.run_dir} are kept")
+            raise OSError(
+                f"rank {self.comm.rank}: another rank could not write {what} (see "
+                f"its error); earlier checkpoints in {self.run_dir} are kept"
+            )
         return nbytes
 
     def _prune(self, step: int) -> None:
         """Delete checkpoints older than the newest ``keep`` complete ones, and stale tmps."""
-        entries = [(int(m.group(1)), e) for e in os.listdir(self.run_dir)
-                   if (m := _ANY.match(e))]
-        kept = sorted({s for s, e in entries if _MAIN.match(e)}, reverse=True)[:self.keep]
+        entries = [(int(m.group(1)), e) for e in os.listdir(self.run_dir) if (m := _ANY.match(e))]
+        kept = sorted({s for s, e in entries if _MAIN.match(e)}, reverse=True)[: self.keep]
         for s, e in entries:
             if s not in kept and s <= step:
                 try:
@@ -228,5 +245,4 @@ def read_rank(path: str) -> dict[str, Any]:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unreadable file is the user's to fix
-        raise ValueError(f"cannot read per-rank checkpoint file {path}: "
-                         f"{_reason(exc)}") from None
+        raise ValueError(f"cannot read per-rank checkpoint file {path}: {_reason(exc)}") from None

@@ -50,8 +50,14 @@ class CommThread:
     list under the lock and mixed by that thread alone, outside it.
     """
 
-    def __init__(self, exchange: Exchange, timeout: float, window: int | None = None,
-                 name: str = "gossipgrad-comm", block: bool = False) -> None:
+    def __init__(
+        self,
+        exchange: Exchange,
+        timeout: float,
+        window: int | None = None,
+        name: str = "gossipgrad-comm",
+        block: bool = False,
+    ) -> None:
         if window is not None and window < 1:
             raise ValueError(f"window must be >= 1 or None, got {window}")
         self.exchange = exchange
@@ -71,8 +77,9 @@ class CommThread:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, key: int, start: Callable[[], Pending], eager: bool = False,
-               collective: bool = False) -> None:
+    def submit(
+        self, key: int, start: Callable[[], Pending], eager: bool = False, collective: bool = False
+    ) -> None:
         """Queue a bucket exchange under ``key``; ``start()`` posts it.
 
         ``eager``: call ``start()`` here, in the caller's thread, when the window has room
@@ -170,7 +177,8 @@ class CommThread:
                 f"rank {self.exchange.comm.rank}: communication thread {self._thread.name!r} "
                 f"did not stop within {limit:g} s of close() ({len(self._inflight)} bucket "
                 f"exchange(s) in flight, {len(self._queued)} queued); it may be stuck in an "
-                "MPI call: end the job")
+                "MPI call: end the job"
+            )
 
     def _describe_stall(self, key: int) -> str:
         """Why the wait for bucket ``key`` expired: its first unfinished request's context
@@ -188,11 +196,16 @@ class CommThread:
                         return ctx.describe(rank, self.timeout)
             finally:
                 self._lock.release()
-        where = ("queued, not yet posted" if any(k == key for k, _ in self._queued)
-                 else "posted, not yet mixed")
-        return (f"rank {rank}: bucket exchange {key} did not finish within {self.timeout:g} s "
-                f"({where}); is every rank alive and at the same step? raise --comm-timeout "
-                "if the network is slow")
+        where = (
+            "queued, not yet posted"
+            if any(k == key for k, _ in self._queued)
+            else "posted, not yet mixed"
+        )
+        return (
+            f"rank {rank}: bucket exchange {key} did not finish within {self.timeout:g} s "
+            f"({where}); is every rank alive and at the same step? raise --comm-timeout "
+            "if the network is slow"
+        )
 
     def _room(self) -> bool:
         return self.window is None or len(self._inflight) < self.window

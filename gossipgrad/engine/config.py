@@ -48,17 +48,29 @@ def imagenet_defaults(batch_size: int) -> dict[str, float | int | bool]:
     momentum 0.9; 90 epochs, with cosine decay (:func:`gossipgrad.engine.run.lr_at`)
     instead of steps at epochs 30/60/80.
     """
-    return {"lr": 0.1 * batch_size / 256, "scale_lr": True, "warmup_epochs": 5.0,
-            "weight_decay": 1e-4, "momentum": 0.9, "epochs": 90}
+    return {
+        "lr": 0.1 * batch_size / 256,
+        "scale_lr": True,
+        "warmup_epochs": 5.0,
+        "weight_decay": 1e-4,
+        "momentum": 0.9,
+        "epochs": 90,
+    }
 
 
 #: The option groups of a TrainConfig, by attribute name.
-GROUPS: dict[str, type] = {"optim": OptimOptions, "exchange": ExchangeOptions,
-                           "data": DataOptions, "shuffle": ShuffleOptions, "run": RunOptions}
+GROUPS: dict[str, type] = {
+    "optim": OptimOptions,
+    "exchange": ExchangeOptions,
+    "data": DataOptions,
+    "shuffle": ShuffleOptions,
+    "run": RunOptions,
+}
 
 #: Options that may differ between ranks (paths, logging): left out of the fingerprint.
-RANK_LOCAL = frozenset({"metrics_out", "progress", "workers", "run_dir", "resume", "data",
-                        "device"})
+RANK_LOCAL = frozenset(
+    {"metrics_out", "progress", "workers", "run_dir", "resume", "data", "device"}
+)
 
 
 @dataclass(frozen=True)
@@ -79,30 +91,43 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         if self.arch not in MODELS:
-            raise ValueError(f"unknown model {self.arch!r} (--arch); choose one of: "
-                             f"{', '.join(MODELS)}")
+            raise ValueError(
+                f"unknown model {self.arch!r} (--arch); choose one of: {', '.join(MODELS)}"
+            )
         at_least(self.hidden, 0, "--hidden")
         if self.run.on_failure is OnFailure.CONTINUE and (
-                self.exchange.strategy.library or self.exchange.strategy is Strategy.PS):
-            raise ValueError(f"--on-failure continue needs --strategy gossip, allreduce or "
-                             f"local: {self.exchange.strategy} cannot shrink its communicator")
+            self.exchange.strategy.library or self.exchange.strategy is Strategy.PS
+        ):
+            raise ValueError(
+                f"--on-failure continue needs --strategy gossip, allreduce or "
+                f"local: {self.exchange.strategy} cannot shrink its communicator"
+            )
         if self.run.on_failure is OnFailure.CONTINUE and self.exchange.max_lag:
-            raise ValueError("--on-failure continue needs --max-lag 0: a lagged mixer cannot "
-                             "follow a membership change yet")
-        if (self.run.on_failure is OnFailure.CONTINUE
-                and self.exchange.sufficient_factors is SufficientFactors.ON):
-            raise ValueError("--on-failure continue needs --sufficient-factors auto or off "
-                             "(auto sends none when ranks may die)")
+            raise ValueError(
+                "--on-failure continue needs --max-lag 0: a lagged mixer cannot "
+                "follow a membership change yet"
+            )
+        if (
+            self.run.on_failure is OnFailure.CONTINUE
+            and self.exchange.sufficient_factors is SufficientFactors.ON
+        ):
+            raise ValueError(
+                "--on-failure continue needs --sufficient-factors auto or off "
+                "(auto sends none when ranks may die)"
+            )
         if Offload.OPTIMIZER in self.run.offload and self.exchange.strategy is Strategy.HOROVOD:
-            raise ValueError("--offload optimizer is not available with --strategy horovod: "
-                             "Horovod wraps the optimizer's class itself; drop one of them")
+            raise ValueError(
+                "--offload optimizer is not available with --strategy horovod: "
+                "Horovod wraps the optimizer's class itself; drop one of them"
+            )
 
     @classmethod
     def from_flags(cls, **flags: Any) -> TrainConfig:
         """Build from flat option names (``lr=0.1, strategy="gossip", ...``); unknown names
         raise ValueError. Missing ones take their defaults."""
-        known = {"arch", "hidden"} | {f.name for g in GROUPS.values()
-                                      for f in dataclasses.fields(g)}
+        known = {"arch", "hidden"} | {
+            f.name for g in GROUPS.values() for f in dataclasses.fields(g)
+        }
         unknown = sorted(set(flags) - known)
         if unknown:
             raise ValueError(f"unknown option(s): {', '.join(unknown)}")

@@ -30,7 +30,7 @@ def _unflat_(tensors: list[torch.Tensor], flat: torch.Tensor) -> None:
     off = 0
     for t in tensors:
         n = t.numel()
-        t.copy_(flat[off:off + n].view_as(t).to(t.dtype))
+        t.copy_(flat[off : off + n].view_as(t).to(t.dtype))
         off += n
 
 
@@ -58,13 +58,16 @@ def agree(comm: Communicator, value: int) -> bool:
     return bool(lo == hi == value) if comm.size > 1 else True
 
 
-def verify_identical(model: torch.nn.Module, comm: Communicator,
-                     when: str = "after the broadcast from rank 0") -> None:
+def verify_identical(
+    model: torch.nn.Module, comm: Communicator, when: str = "after the broadcast from rank 0"
+) -> None:
     """Raise unless every rank holds bit-identical parameters and buffers."""
     mine = fingerprint(_flat(model_tensors(model)))
     if not agree(comm, mine):
-        raise RuntimeError(f"rank {comm.rank}: parameters differ between ranks {when}; "
-                           "this is a bug, please report it")
+        raise RuntimeError(
+            f"rank {comm.rank}: parameters differ between ranks {when}; "
+            "this is a bug, please report it"
+        )
 
 
 def average_parameters_(model: torch.nn.Module, comm: Communicator) -> None:
@@ -95,5 +98,5 @@ def consensus_distance(model: torch.nn.Module, comm: Communicator) -> float:
     mean = allreduce_(comm, x.clone(), what="consensus distance").div_(comm.size)
     dist = torch.tensor([float(torch.sum((x - mean) ** 2))], dtype=torch.float64)
     allreduce_(comm, dist, what="consensus distance").div_(comm.size)
-    denom = float(torch.sum(mean ** 2))
+    denom = float(torch.sum(mean**2))
     return float(dist[0]) / denom if denom > 0 else float(dist[0])

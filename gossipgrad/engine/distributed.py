@@ -96,26 +96,45 @@ class DistributedOptimizer(WrappedOptimizer):
         stager: how device tensors reach MPI (default: direct on CPU).
     """
 
-    def __new__(cls, optimizer: torch.optim.Optimizer, model: torch.nn.Module,
-                comm: Communicator, options: ExchangeOptions | None = None, *,
-                stager: Stager | None = None, **overrides: Any) -> Any:
+    def __new__(
+        cls,
+        optimizer: torch.optim.Optimizer,
+        model: torch.nn.Module,
+        comm: Communicator,
+        options: ExchangeOptions | None = None,
+        *,
+        stager: Stager | None = None,
+        **overrides: Any,
+    ) -> Any:
         """``strategy="ps"`` builds :class:`gossipgrad.engine.ps.ParameterServerOptimizer`
         (same interface, not a subclass); every other strategy this class."""
-        if cls is DistributedOptimizer and exchange_options(
-                options, overrides).strategy is Strategy.PS:
+        if (
+            cls is DistributedOptimizer
+            and exchange_options(options, overrides).strategy is Strategy.PS
+        ):
             from gossipgrad.engine.ps import ParameterServerOptimizer
 
-            return ParameterServerOptimizer(optimizer, model, comm, options, stager=stager,
-                                            **overrides)
+            return ParameterServerOptimizer(
+                optimizer, model, comm, options, stager=stager, **overrides
+            )
         return super().__new__(cls)
 
-    def __init__(self, optimizer: torch.optim.Optimizer, model: torch.nn.Module,
-                 comm: Communicator, options: ExchangeOptions | None = None, *,
-                 stager: Stager | None = None, **overrides: Any) -> None:
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        model: torch.nn.Module,
+        comm: Communicator,
+        options: ExchangeOptions | None = None,
+        *,
+        stager: Stager | None = None,
+        **overrides: Any,
+    ) -> None:
         opts = exchange_options(options, overrides)
         if opts.strategy.library:
-            raise ValueError(f"--strategy {opts.strategy} runs through its library adapter: "
-                             "build it with gossipgrad.engine.factory.make_distributed")
+            raise ValueError(
+                f"--strategy {opts.strategy} runs through its library adapter: "
+                "build it with gossipgrad.engine.factory.make_distributed"
+            )
         self.optimizer, self.model, self.options = optimizer, model, opts
         self.strategy, self.mix = opts.strategy, opts.mix
         self.staleness, self.sync_every = opts.staleness, opts.sync_every
@@ -126,8 +145,9 @@ class DistributedOptimizer(WrappedOptimizer):
         self._collective = self.strategy is Strategy.ALLREDUCE  # posted in order, by the caller
         self._thread: CommThread | None = None
         # Linear weights that may go as sufficient factors (engine/factors.py) get no bucket.
-        self.factors = make_factor_path(model, comm, opts, Schedule(comm.size, opts.topology,
-                                        opts.seed, opts.rotate), stager)
+        self.factors = make_factor_path(
+            model, comm, opts, Schedule(comm.size, opts.topology, opts.seed, opts.rotate), stager
+        )
         self._bind_layout(self.factors.weight_ids if self.factors else frozenset())
         self._connect(comm)
         self.monitor = ConsensusMonitor(model, comm, opts, self.synchronize, self.wait_parameters)
@@ -136,8 +156,11 @@ class DistributedOptimizer(WrappedOptimizer):
         self._params_inflight: set[int] = set()
         self._hooks: list[Any] = []
         if self.overlap and self.staleness == 0 and self.mix is Mix.GRAD:
-            self._hooks = [p.register_post_accumulate_grad_hook(self._grad_ready)
-                           for p in model.parameters() if p.requires_grad]
+            self._hooks = [
+                p.register_post_accumulate_grad_hook(self._grad_ready)
+                for p in model.parameters()
+                if p.requires_grad
+            ]
         elif self.overlap and self.staleness == 0:
             self._hooks = self._install_forward_waits(model)
         self.monitor = ConsensusMonitor(model, comm, opts, self.synchronize, self.wait_parameters)
@@ -146,8 +169,9 @@ class DistributedOptimizer(WrappedOptimizer):
         """Bucket every trainable parameter not in ``exclude`` (``p.grad``, and ``p.data``
         with ``mix="param"``, become views of the buckets). Built again, once, after the
         first step when sufficient factors hand back the layers they send as matrices."""
-        self.layout = BucketLayout(list(self.model.parameters()),
-                                   self.options.bucket_cap_bytes, exclude)
+        self.layout = BucketLayout(
+            list(self.model.parameters()), self.options.bucket_cap_bytes, exclude
+        )
         self.layout.bind_grads_()
         if self.mix is Mix.PARAM:
             self.layout.bind_params_()
@@ -161,19 +185,32 @@ class DistributedOptimizer(WrappedOptimizer):
         opts = self.options
         self.comm = comm
         self.schedule = Schedule(comm.size, opts.topology, opts.seed, opts.rotate)
-        self.exchange: Exchange = make_exchange(self.strategy, comm, self.schedule,
-                                                self._stager, copy_send=False)
+        self.exchange: Exchange = make_exchange(
+            self.strategy, comm, self.schedule, self._stager, copy_send=False
+        )
         self.communicates = comm.size > 1 and self.strategy is not Strategy.LOCAL
         lagged = opts.max_lag > 0 and self.communicates
-        self.lagged = LaggedMixer(comm, self.schedule, self.layout, self.mix, opts.max_lag,
-                                  self.staleness, poll=opts.overlap) if lagged else None
+        self.lagged = (
+            LaggedMixer(
+                comm,
+                self.schedule,
+                self.layout,
+                self.mix,
+                opts.max_lag,
+                self.staleness,
+                poll=opts.overlap,
+            )
+            if lagged
+            else None
+        )
         self.overlap = opts.overlap and self.communicates and not lagged  # lag: its own poller
         # A window only where a forward waits for buckets in order (and the order is fixed).
         window = PARAM_WINDOW if self.mix is Mix.PARAM and self.staleness == 0 else None
         finisher = Router(self.exchange, self.factors.exchange) if self.factors else self.exchange
         block = comm.policy.block and not self._collective  # a collective posts under the lock
-        self._thread = (CommThread(finisher, comm.timeout, window, block=block)
-                        if self.overlap else None)
+        self._thread = (
+            CommThread(finisher, comm.timeout, window, block=block) if self.overlap else None
+        )
         if self.factors:
             self.factors.bind(self._thread, lambda: self.step_count)
 
@@ -196,8 +233,7 @@ class DistributedOptimizer(WrappedOptimizer):
         the caller follows with a global average. Sufficient factors and a lagged mixer
         cannot follow a membership change (``--on-failure continue`` refuses them)."""
         if self.factors is not None or self.lagged is not None:
-            raise RuntimeError("a membership change needs --sufficient-factors off and "
-                               "--max-lag 0")
+            raise RuntimeError("a membership change needs --sufficient-factors off and --max-lag 0")
         self.step_count = step
         self._connect(comm)
         self.monitor.comm = comm
@@ -225,9 +261,11 @@ class DistributedOptimizer(WrappedOptimizer):
     def step(self, closure: Any = None) -> Any:
         """Mix and take the optimizer step; returns the closure's loss if given."""
         if self.communicates and not self.layout.grads_bound():
-            raise RuntimeError("gradients were detached from their buckets (was "
-                               "zero_grad(set_to_none=True) called on the inner optimizer?); "
-                               "call zero_grad() on the DistributedOptimizer instead")
+            raise RuntimeError(
+                "gradients were detached from their buckets (was "
+                "zero_grad(set_to_none=True) called on the inner optimizer?); "
+                "call zero_grad() on the DistributedOptimizer instead"
+            )
         if self.lagged is not None:
             loss = self.lagged.step_(self.step_count, self.optimizer, closure, computed=True)
             self._advance()
@@ -311,8 +349,12 @@ class DistributedOptimizer(WrappedOptimizer):
     def _submit(self, index: int, buf: torch.Tensor, tag_base: int) -> None:
         self._submitted[index] = True
         step = self.step_count
-        self._thread.submit(index, lambda: self.exchange.start(buf, index, step, tag_base + index),
-                            eager=not buf.is_cuda, collective=self._collective)
+        self._thread.submit(
+            index,
+            lambda: self.exchange.start(buf, index, step, tag_base + index),
+            eager=not buf.is_cuda,
+            collective=self._collective,
+        )
 
     def _mix_buckets(self, bufs: list[torch.Tensor], tag_base: int) -> None:
         if not self.communicates:
@@ -326,8 +368,10 @@ class DistributedOptimizer(WrappedOptimizer):
             for i in range(len(bufs)):
                 self._thread.wait(i)
         else:
-            pending = [self.exchange.start(buf, i, self.step_count, tag_base + i)
-                       for i, buf in enumerate(bufs)]
+            pending = [
+                self.exchange.start(buf, i, self.step_count, tag_base + i)
+                for i, buf in enumerate(bufs)
+            ]
             for p in pending:
                 self.exchange.finish(p)
 
@@ -349,9 +393,12 @@ class DistributedOptimizer(WrappedOptimizer):
             if self._thread is None:
                 self._stale.append((i, self.exchange.start(mixed, i, step, tag_base + i), buf))
             else:
-                self._thread.submit(i, lambda i=i, mixed=mixed: self.exchange.start(
-                    mixed, i, step, tag_base + i), eager=not mixed.is_cuda,
-                    collective=self._collective)
+                self._thread.submit(
+                    i,
+                    lambda i=i, mixed=mixed: self.exchange.start(mixed, i, step, tag_base + i),
+                    eager=not mixed.is_cuda,
+                    collective=self._collective,
+                )
                 self._stale.append((i, None, buf))
 
     def _complete_stale(self, key: int, pending: Pending | None) -> None:
@@ -395,8 +442,9 @@ class DistributedOptimizer(WrappedOptimizer):
             return 0.0
         factors = self.factors.bytes_sent() if self.factors else 0.0
         extra = HEADER_BYTES if self.lagged is not None else 0
-        return factors + sum(self.exchange.bytes_sent(b.nbytes) + extra
-                             for b in self.layout.buckets)
+        return factors + sum(
+            self.exchange.bytes_sent(b.nbytes) + extra for b in self.layout.buckets
+        )
 
     @property
     def factor_table(self) -> list[dict[str, Any]] | None:

@@ -17,8 +17,12 @@ from gossipgrad.models import logits
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, source: DataSource, comm: Communicator,
-             device: torch.device | str = "cpu") -> dict[str, float]:
+def evaluate(
+    model: torch.nn.Module,
+    source: DataSource,
+    comm: Communicator,
+    device: torch.device | str = "cpu",
+) -> dict[str, float]:
     """``top1``, ``top5`` (fractions), ``test_loss`` and ``val_images`` over all ranks.
 
     ``test_accuracy`` repeats ``top1`` for the planner's convergence records. With fewer
@@ -35,13 +39,21 @@ def evaluate(model: torch.nn.Module, source: DataSource, comm: Communicator,
             k = min(5, out.shape[1])
             top = out.topk(k, dim=1).indices
             hit = top == y[:, None]
-            totals += [float(hit[:, 0].sum()), float(hit.any(dim=1).sum()),
-                       float(torch.nn.functional.cross_entropy(out, y, reduction="sum")),
-                       len(y)]
+            totals += [
+                float(hit[:, 0].sum()),
+                float(hit.any(dim=1).sum()),
+                float(torch.nn.functional.cross_entropy(out, y, reduction="sum")),
+                len(y),
+            ]
     finally:
         model.train()
     allreduce_(comm, totals, ReduceOp.SUM, what="evaluation")
     top1, top5, loss, count = (float(v) for v in totals)
     n = max(1.0, count)
-    return {"top1": top1 / n, "top5": top5 / n, "test_accuracy": top1 / n,
-            "test_loss": loss / n, "val_images": int(count)}
+    return {
+        "top1": top1 / n,
+        "top5": top5 / n,
+        "test_accuracy": top1 / n,
+        "test_loss": loss / n,
+        "val_images": int(count),
+    }

@@ -42,12 +42,16 @@ class FactorLayer:
     def weight(self) -> torch.nn.Parameter:
         return self.module.weight
 
-    def capture(self, module: torch.nn.Module, args: tuple, kwargs: dict[str, Any],
-                output: torch.Tensor) -> None:
+    def capture(
+        self, module: torch.nn.Module, args: tuple, kwargs: dict[str, Any], output: torch.Tensor
+    ) -> None:
         """Forward hook (``with_kwargs=True``): keep X; hook the output for dY (only when a
         backward can follow)."""
-        if not torch.is_grad_enabled() or not isinstance(output, torch.Tensor) \
-                or not output.requires_grad:
+        if (
+            not torch.is_grad_enabled()
+            or not isinstance(output, torch.Tensor)
+            or not output.requires_grad
+        ):
             return
         x = args[0] if args else kwargs["input"]
         pair: list[torch.Tensor | None] = [x.detach().reshape(-1, self.module.in_features), None]
@@ -82,6 +86,8 @@ def eligible_layers(model: torch.nn.Module) -> list[tuple[str, torch.nn.Linear]]
     for _, module in model.named_modules():
         for p in module.parameters(recurse=False):
             owners[id(p)] = owners.get(id(p), 0) + 1
-    return [(name or "<model>", m) for name, m in model.named_modules()
-            if type(m) is torch.nn.Linear and m.weight.requires_grad
-            and owners[id(m.weight)] == 1]
+    return [
+        (name or "<model>", m)
+        for name, m in model.named_modules()
+        if type(m) is torch.nn.Linear and m.weight.requires_grad and owners[id(m.weight)] == 1
+    ]

@@ -67,8 +67,10 @@ def why_not(opts: ExchangeOptions, size: int) -> str | None:
     if opts.strategy not in FACTOR_STRATEGIES:
         return f"--strategy {opts.strategy.value} exchanges no factors"
     if opts.strategy is Strategy.PS and opts.sufficient_factors is SufficientFactors.AUTO:
-        return ("--strategy ps sends factors with --sufficient-factors on only: its shards "
-                "are fixed before the first step shows each layer's rows")
+        return (
+            "--strategy ps sends factors with --sufficient-factors on only: its shards "
+            "are fixed before the first step shows each layer's rows"
+        )
     if opts.mix is not Mix.GRAD and opts.strategy is not Strategy.PS:
         return "--mix param averages parameters, which have no factors"
     if opts.staleness:
@@ -99,9 +101,15 @@ class FactorPath:
     ones until the first step ends, then those decided ``factors``).
     """
 
-    def __init__(self, layers: list[tuple[str, torch.nn.Linear]], comm: Communicator,
-                 opts: ExchangeOptions, schedule: Schedule, stager: Stager | None,
-                 keep_matrices: bool = False) -> None:
+    def __init__(
+        self,
+        layers: list[tuple[str, torch.nn.Linear]],
+        comm: Communicator,
+        opts: ExchangeOptions,
+        schedule: Schedule,
+        stager: Stager | None,
+        keep_matrices: bool = False,
+    ) -> None:
         self.mode = opts.sufficient_factors
         self.keep_matrices = keep_matrices
         self.comm = comm.dup()
@@ -113,8 +121,7 @@ class FactorPath:
         self._thread: Any = None
         self._step: Callable[[], int] = lambda: 0
         for layer in self.layers:
-            layer.hooks.append(layer.module.register_forward_hook(layer.capture,
-                                                                 with_kwargs=True))
+            layer.hooks.append(layer.module.register_forward_hook(layer.capture, with_kwargs=True))
             layer.grad()  # a tensor of its own from the start: zeroed in place, never None
 
     def _use(self, layers: list[FactorLayer]) -> None:
@@ -128,8 +135,11 @@ class FactorPath:
         self._thread, self._step = thread, step
         if thread is not None:
             for layer in self.layers:
-                layer.hooks.append(layer.weight.register_post_accumulate_grad_hook(
-                    lambda _p, layer=layer: self._ready(layer)))
+                layer.hooks.append(
+                    layer.weight.register_post_accumulate_grad_hook(
+                        lambda _p, layer=layer: self._ready(layer)
+                    )
+                )
 
     # -- per step --------------------------------------------------------------------
     def zero_grad_(self) -> None:
@@ -143,7 +153,8 @@ class FactorPath:
             raise RuntimeError(
                 f"rank {self.comm.rank}, step {self._step()}: layer {layer.name!r} got a "
                 "second backward pass after its gradient was sent (gradient accumulation?); "
-                "accumulate with overlap=False (--no-overlap)")
+                "accumulate with overlap=False (--no-overlap)"
+            )
         layer.ready = True
         while self._next < len(self.order) and self.order[self._next].ready:
             self._post(self.order[self._next])
@@ -167,19 +178,26 @@ class FactorPath:
                     f"rank {self.comm.rank}, step {step}: layer {layer.name!r} has {rows} rows "
                     f"of sufficient factors, more than the {d.rows} agreed at the first step "
                     "(batch x positions x backward passes must not grow); pass "
-                    "--sufficient-factors off")
+                    "--sufficient-factors off"
+                )
 
             def start() -> Pending:
                 return self.exchange.start_factors(grad, dys, xs, d.rows, layer.index, step)
         else:
+
             def start() -> Pending:
                 return self.exchange.start_matrix(grad, layer.index, step)
+
         layer.pairs = []  # X and dY are packed (or not needed): let them go
         if self._thread is None:
             layer.pending = start()
         else:
-            self._thread.submit(factor_key(layer.index), start, eager=not grad.is_cuda,
-                                collective=self.exchange.pattern is Pattern.ALLGATHER)
+            self._thread.submit(
+                factor_key(layer.index),
+                start,
+                eager=not grad.is_cuda,
+                collective=self.exchange.pattern is Pattern.ALLGATHER,
+            )
 
     def wait_all(self) -> None:
         """Wait for every layer's exchange; the mixed gradients are then in ``weight.grad``."""
@@ -199,8 +217,11 @@ class FactorPath:
         if self._settled:
             return False
         self._settled = True
-        keep = [layer for layer in self.layers
-                if self.keep_matrices or layer.decision.form == Form.FACTORS]
+        keep = [
+            layer
+            for layer in self.layers
+            if self.keep_matrices or layer.decision.form == Form.FACTORS
+        ]
         if len(keep) == len(self.layers):
             return False
         for layer in self.layers:
@@ -217,24 +238,35 @@ class FactorPath:
         allreduce_(self.comm, rows, ReduceOp.MAX)
         for layer, k in zip(self.layers, rows.tolist(), strict=True):
             w = layer.weight
-            layer.decision = decide(self.mode, self.exchange.strategy, self.comm.size, int(k),
-                                    w.shape[0], w.shape[1], w.element_size())
+            layer.decision = decide(
+                self.mode,
+                self.exchange.strategy,
+                self.comm.size,
+                int(k),
+                w.shape[0],
+                w.shape[1],
+                w.element_size(),
+            )
         if self.comm.rank == 0:
             for line in self.describe():
                 log.info("%s", line)
 
     def describe(self) -> list[str]:
         """The decision table as text, one line per layer (rank 0 logs it)."""
-        head = (f"sufficient factors ({self.mode.value}, {self.exchange.strategy.value}, "
-                f"{self.comm.size} ranks): {len(self.layers)} Linear layer(s)")
+        head = (
+            f"sufficient factors ({self.mode.value}, {self.exchange.strategy.value}, "
+            f"{self.comm.size} ranks): {len(self.layers)} Linear layer(s)"
+        )
         lines = [head]
         for layer in self.all_layers:
             d = layer.decision
             if d is None:
                 continue
-            lines.append(f"  {layer.name}: K={d.rows} M={d.out_features} N={d.in_features} "
-                         f"matrix {_size(d.matrix_bytes)}, factors {_size(d.factor_bytes)} "
-                         f"per step -> {d.form}")
+            lines.append(
+                f"  {layer.name}: K={d.rows} M={d.out_features} N={d.in_features} "
+                f"matrix {_size(d.matrix_bytes)}, factors {_size(d.factor_bytes)} "
+                f"per step -> {d.form}"
+            )
         return lines
 
     def table(self) -> list[dict[str, Any]] | None:
@@ -249,9 +281,14 @@ class FactorPath:
         before the decision; after the first step only those sent as factors)."""
         total = 0.0
         for layer in self.layers:
-            d = layer.decision or decide(SufficientFactors.OFF, self.exchange.strategy,
-                                         self.comm.size, 0, *layer.weight.shape,
-                                         layer.weight.element_size())
+            d = layer.decision or decide(
+                SufficientFactors.OFF,
+                self.exchange.strategy,
+                self.comm.size,
+                0,
+                *layer.weight.shape,
+                layer.weight.element_size(),
+            )
             total += FactorExchange.bytes_sent(d)
         return total
 
@@ -278,9 +315,14 @@ class Router:
             self.buckets.finish(pending)
 
 
-def make_factor_path(model: torch.nn.Module, comm: Communicator, opts: ExchangeOptions,
-                     schedule: Schedule, stager: Stager | None,
-                     keep_matrices: bool = False) -> FactorPath | None:
+def make_factor_path(
+    model: torch.nn.Module,
+    comm: Communicator,
+    opts: ExchangeOptions,
+    schedule: Schedule,
+    stager: Stager | None,
+    keep_matrices: bool = False,
+) -> FactorPath | None:
     """The factor path of ``model`` under ``opts``, or None (no eligible layer, or options
     that exchange no factors; rank 0 logs why once when ``auto`` found layers)."""
     if opts.sufficient_factors is SufficientFactors.OFF:

@@ -22,15 +22,23 @@ from gossipgrad.engine.distributed import DistributedOptimizer
 from gossipgrad.options import ExchangeOptions, Strategy, exchange_options
 
 
-def make_distributed(optimizer: torch.optim.Optimizer, model: torch.nn.Module,
-                     comm: Communicator, options: ExchangeOptions | None = None, *,
-                     stager: Stager | None = None, **overrides: Any) -> Any:
+def make_distributed(
+    optimizer: torch.optim.Optimizer,
+    model: torch.nn.Module,
+    comm: Communicator,
+    options: ExchangeOptions | None = None,
+    *,
+    stager: Stager | None = None,
+    **overrides: Any,
+) -> Any:
     """The distributed optimizer for ``options.strategy`` (keyword arguments override the
     options' fields). Collective: every rank calls it with the same options."""
     if not (hasattr(optimizer, "step") and hasattr(optimizer, "param_groups")):
-        raise TypeError("make_distributed(optimizer, model, comm, options=None, **overrides) "
-                        f"takes an optimizer (step, param_groups) first, got {optimizer!r}; "
-                        "pass the strategy as strategy=... or in ExchangeOptions")
+        raise TypeError(
+            "make_distributed(optimizer, model, comm, options=None, **overrides) "
+            f"takes an optimizer (step, param_groups) first, got {optimizer!r}; "
+            "pass the strategy as strategy=... or in ExchangeOptions"
+        )
     opts = exchange_options(options, overrides)
     # Lazy: each library is loaded only when its strategy is chosen.
     if opts.strategy is Strategy.HOROVOD:

@@ -44,8 +44,13 @@ class KillSwitch:
         """Die here if a kill names this rank, ``step`` and ``where``; else return."""
         if not self.armed(where, step):
             return
-        log.warning("GOSSIPGRAD_INJECT_KILL: launch rank %d dies at step %d (%s), time %.3f",
-                    self.launch_rank, step, where, time.time())
+        log.warning(
+            "GOSSIPGRAD_INJECT_KILL: launch rank %d dies at step %d (%s), time %.3f",
+            self.launch_rank,
+            step,
+            where,
+            time.time(),
+        )
         for h in logging.getLogger("gossipgrad").handlers:
             h.flush()
         comm.die()  # type: ignore[attr-defined]

@@ -87,17 +87,29 @@ class LaggedMixer:
         poll: keep frames moving on a thread of its own while the caller computes.
     """
 
-    def __init__(self, comm: Communicator, schedule: Schedule, layout: BucketLayout, mix: Mix,
-                 max_lag: int, staleness: int = 0, poll: bool = True) -> None:
+    def __init__(
+        self,
+        comm: Communicator,
+        schedule: Schedule,
+        layout: BucketLayout,
+        mix: Mix,
+        max_lag: int,
+        staleness: int = 0,
+        poll: bool = True,
+    ) -> None:
         if max_lag < 1:
             raise ValueError(f"--max-lag must be >= 1 here, got {max_lag}")
         self.layout, self.mix, self.max_lag, self.staleness = layout, mix, max_lag, staleness
         self.comm = comm.dup()
         base = Tag.PARAM_BUCKET if mix is Mix.PARAM else Tag.GRAD_BUCKET
-        self.link = LagLink(self.comm, schedule,
-                            [(b.nbytes, b.params[0].dtype) for b in layout.buckets],
-                            [base + b.index for b in layout.buckets], max_lag,
-                            lookahead=max_lag)
+        self.link = LagLink(
+            self.comm,
+            schedule,
+            [(b.nbytes, b.params[0].dtype) for b in layout.buckets],
+            [base + b.index for b in layout.buckets],
+            max_lag,
+            lookahead=max_lag,
+        )
         self.poller = Poller(self.link, self.comm.policy.max_pause_s) if poll else None
         self.weight = 1.0  # push-sum weight (param); 1 for grad
         self.least_ahead = skip_threshold(max_lag)
@@ -116,14 +128,20 @@ class LaggedMixer:
         self._resume()
         ahead = self.link.ahead(step, self.least_ahead)
         self.max_ahead = max(self.max_ahead, ahead)
-        slower = (self.pace is None or self.peer_pace is None
-                  or self.pace > PACE_MARGIN * self.peer_pace)
+        slower = (
+            self.pace is None or self.peer_pace is None or self.pace > PACE_MARGIN * self.peer_pace
+        )
         skip = ahead >= self.least_ahead and slower
         self._computing_since = None if skip else time.perf_counter()
         return skip
 
-    def step_(self, step: int, optimizer: torch.optim.Optimizer, closure: Any = None,
-              computed: bool = True) -> Any:
+    def step_(
+        self,
+        step: int,
+        optimizer: torch.optim.Optimizer,
+        closure: Any = None,
+        computed: bool = True,
+    ) -> Any:
         """Step ``step``'s exchange and ``optimizer``'s update, in the order of ``mix``
         (param: update, then send; grad: send, then update with the mixed halves). Without a
         gradient of this rank's (``computed=False``), param mix takes no update."""
@@ -153,8 +171,12 @@ class LaggedMixer:
         add what has arrived, and wait for step ``step - S`` if it has not."""
         self._resume()
         half = self.weight / 2
-        self.link.post(step, lambda i, f: f.payload.copy_(self.layout.buckets[i].values), half,
-                       pace=self.pace or 0.0)
+        self.link.post(
+            step,
+            lambda i, f: f.payload.copy_(self.layout.buckets[i].values),
+            half,
+            pace=self.pace or 0.0,
+        )
         self.weight = half
         self._take(step)
 
@@ -164,8 +186,12 @@ class LaggedMixer:
         and wait for step ``step - S`` if it has not."""
         self._resume()
         buckets = self.layout.buckets
-        self.link.post(step, lambda i, f: f.payload.copy_(buckets[i].grads), float(computed),
-                       pace=self.pace or 0.0)
+        self.link.post(
+            step,
+            lambda i, f: f.payload.copy_(buckets[i].grads),
+            float(computed),
+            pace=self.pace or 0.0,
+        )
         for b in buckets:
             b.grads.mul_(0.5)
         self._take(step)
@@ -245,31 +271,41 @@ class LaggedMixer:
     def stats(self) -> dict[str, float]:
         """What lag cost this rank: steps that waited for a frame S steps old and the
         seconds they waited; the most steps ahead a peer was seen."""
-        return {"lag_waits": self.waits, "lag_wait_seconds": self.wait_s,
-                "max_peer_ahead": self.max_ahead}
+        return {
+            "lag_waits": self.waits,
+            "lag_wait_seconds": self.wait_s,
+            "max_peer_ahead": self.max_ahead,
+        }
 
 
 def _smooth(average: float | None, sample: float) -> float:
     return sample if average is None else (1 - PACE_SMOOTHING) * average + PACE_SMOOTHING * sample
 
 
-def skip_summary(comm: Communicator, opt: Any, skipped_steps: int, samples_skipped: int,
-                 samples_scheduled: int) -> dict[str, Any]:
+def skip_summary(
+    comm: Communicator, opt: Any, skipped_steps: int, samples_skipped: int, samples_scheduled: int
+) -> dict[str, Any]:
     """Collective: what catching up cost, for the run's summary (identical on every rank):
     steps and samples skipped per rank and summed, the share of scheduled samples that was
     computed, and each rank's waits for a frame ``max_lag`` steps old."""
     lag = getattr(opt, "lagged", None)
     stats = lag.stats() if lag is not None else {"lag_waits": 0, "lag_wait_seconds": 0.0}
     per_rank = np.zeros((4, comm.size), dtype=np.float64)
-    per_rank[:, comm.rank] = (skipped_steps, samples_skipped, stats["lag_waits"],
-                              stats["lag_wait_seconds"])
+    per_rank[:, comm.rank] = (
+        skipped_steps,
+        samples_skipped,
+        stats["lag_waits"],
+        stats["lag_wait_seconds"],
+    )
     if comm.size > 1:
         allreduce_(comm, per_rank, what="run summary")
     total = comm.size * samples_scheduled
-    return {"skipped_steps": int(per_rank[0].sum()),
-            "samples_skipped": int(per_rank[1].sum()),
-            "skipped_steps_per_rank": [int(v) for v in per_rank[0]],
-            "samples_skipped_per_rank": [int(v) for v in per_rank[1]],
-            "computed_fraction": 1.0 - per_rank[1].sum() / total if total else 1.0,
-            "lag_waits_per_rank": [int(v) for v in per_rank[2]],
-            "lag_wait_seconds_per_rank": [round(float(v), 3) for v in per_rank[3]]}
+    return {
+        "skipped_steps": int(per_rank[0].sum()),
+        "samples_skipped": int(per_rank[1].sum()),
+        "skipped_steps_per_rank": [int(v) for v in per_rank[0]],
+        "samples_skipped_per_rank": [int(v) for v in per_rank[1]],
+        "computed_fraction": 1.0 - per_rank[1].sum() / total if total else 1.0,
+        "lag_waits_per_rank": [int(v) for v in per_rank[2]],
+        "lag_wait_seconds_per_rank": [round(float(v), 3) for v in per_rank[3]],
+    }

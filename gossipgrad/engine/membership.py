@@ -59,8 +59,9 @@ class Membership:
         make_shuffle: builds the shuffle worker on a communicator (None: no shuffle).
     """
 
-    def __init__(self, comm: Communicator,
-                 make_shuffle: Callable[[Communicator], ShuffleWorker | None]) -> None:
+    def __init__(
+        self, comm: Communicator, make_shuffle: Callable[[Communicator], ShuffleWorker | None]
+    ) -> None:
         self.launch: tuple[int, ...] = tuple(range(comm.size))  # rank -> launch rank
         self.make_shuffle = make_shuffle
         self.failures: list[dict[str, Any]] = []
@@ -75,8 +76,11 @@ class Membership:
             self._samples = len(store) * run.comm.size
 
     def summary(self) -> dict[str, Any]:
-        return {"failures": list(self.failures), "samples_lost": self.samples_lost,
-                "samples_twice": self.samples_twice}
+        return {
+            "failures": list(self.failures),
+            "samples_lost": self.samples_lost,
+            "samples_twice": self.samples_twice,
+        }
 
     def recover(self, run: Run, stop: StopSignals, exc: BaseException) -> int:
         """Survive ``exc`` if a rank's death caused it (else re-raise it); return the step
@@ -90,8 +94,11 @@ class Membership:
             except Exception as again:  # noqa: BLE001 - only a death is survived
                 if failure_of(again) is None:
                     raise
-                log.warning("launch rank %d: another rank died during recovery: %s",
-                            self.launch[run.comm.rank], again)
+                log.warning(
+                    "launch rank %d: another rank died during recovery: %s",
+                    self.launch[run.comm.rank],
+                    again,
+                )
         raise PeerFailed(f"rank {run.comm.rank}: {MAX_RECOVERIES} recoveries in a row failed")
 
     def _recover(self, run: Run, stop: StopSignals, detected: float) -> int:
@@ -113,19 +120,34 @@ class Membership:
         run.step, run.closed = step, closed
         lost, twice = self._count_samples(run, new)
         snap.consensus_(run.opt, new)  # one model: the survivors' average
-        seconds, resumed_at = allreduce_(new, np.array([time.perf_counter() - detected,
-                                                         time.time()]), ReduceOp.MAX)
-        record = {"ranks": dead, "step": step, "size": new.size, "steps_redone": reached - step,
-                  "samples_lost": lost, "seconds": round(float(seconds), 3),
-                  "resumed_at": round(float(resumed_at), 3)}
+        seconds, resumed_at = allreduce_(
+            new, np.array([time.perf_counter() - detected, time.time()]), ReduceOp.MAX
+        )
+        record = {
+            "ranks": dead,
+            "step": step,
+            "size": new.size,
+            "steps_redone": reached - step,
+            "samples_lost": lost,
+            "seconds": round(float(seconds), 3),
+            "resumed_at": round(float(resumed_at), 3),
+        }
         self.failures += [{"rank": r, **record} for r in dead]
         if new.rank == 0:
-            log.warning("launch rank%s %s died; %d survivors renumbered (launch rank -> rank) "
-                        "%s; resuming at step %d (%d redone), %d in-memory samples lost%s, "
-                        "training again %.2f s after the failure was detected",
-                        "s" if len(dead) > 1 else "", ", ".join(map(str, dead)), new.size,
-                        renumbered, step, reached - step, lost,
-                        f", {twice} now on two ranks" if twice else "", seconds)
+            log.warning(
+                "launch rank%s %s died; %d survivors renumbered (launch rank -> rank) "
+                "%s; resuming at step %d (%d redone), %d in-memory samples lost%s, "
+                "training again %.2f s after the failure was detected",
+                "s" if len(dead) > 1 else "",
+                ", ".join(map(str, dead)),
+                new.size,
+                renumbered,
+                step,
+                reached - step,
+                lost,
+                f", {twice} now on two ranks" if twice else "",
+                seconds,
+            )
         return step
 
     @staticmethod
@@ -163,8 +185,7 @@ class Membership:
         if store is None or self._samples is None:
             return 0, 0
         ids = store.sample_ids()
-        top = allreduce_(comm, np.array([ids.max(initial=-1) + 1], dtype=np.int64),
-                         ReduceOp.MAX)[0]
+        top = allreduce_(comm, np.array([ids.max(initial=-1) + 1], dtype=np.int64), ReduceOp.MAX)[0]
         counts = np.zeros(int(top), dtype=np.int64)
         np.add.at(counts, ids, 1)
         allreduce_(comm, counts, ReduceOp.SUM)
@@ -181,8 +202,10 @@ def check_support(on_failure: OnFailure, comm: Communicator) -> None:
     support = getattr(comm, "failure_support", None)
     why = support() if support is not None else f"{type(comm).__name__} cannot shrink"
     if why is not None:
-        raise ValueError(f"--on-failure continue needs an MPI with ULFM: {why}; or use "
-                         "--on-failure abort (the default)")
+        raise ValueError(
+            f"--on-failure continue needs an MPI with ULFM: {why}; or use "
+            "--on-failure abort (the default)"
+        )
 
 
 def leads(launch_rank: int, summary: dict[str, Any]) -> bool:

@@ -55,15 +55,23 @@ def _cut_torn_line(path: str) -> None:
 class Progress:
     """A tqdm bar on rank 0 when enabled; silent elsewhere."""
 
-    def __init__(self, total: int, rank: int, enabled: bool, initial: int = 0,
-                 desc: str = "train") -> None:
+    def __init__(
+        self, total: int, rank: int, enabled: bool, initial: int = 0, desc: str = "train"
+    ) -> None:
         self.bar = None
         self.rank = rank
         if enabled and rank == 0:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, initial=initial, desc=desc, unit="step",
-                            file=sys.stderr, dynamic_ncols=True, mininterval=0.5)
+            self.bar = tqdm(
+                total=total,
+                initial=initial,
+                desc=desc,
+                unit="step",
+                file=sys.stderr,
+                dynamic_ncols=True,
+                mininterval=0.5,
+            )
 
     def update(self, n: int = 1, **postfix: Any) -> None:
         if self.bar is not None:

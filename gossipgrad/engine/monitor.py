@@ -47,9 +47,15 @@ class ConsensusMonitor:
         bins: the sketch length.
     """
 
-    def __init__(self, model: torch.nn.Module, comm: Communicator, options: ExchangeOptions,
-                 synchronize: Callable[[], None], before_read: Callable[[], None],
-                 bins: int = DEFAULT_BINS) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        comm: Communicator,
+        options: ExchangeOptions,
+        synchronize: Callable[[], None],
+        before_read: Callable[[], None],
+        bins: int = DEFAULT_BINS,
+    ) -> None:
         self.comm, self.every = comm, options.monitor_every if options.monitors else 0
         self.adaptive, self.threshold = options.adaptive, options.sync_threshold
         self._params = list(model.parameters())
@@ -98,8 +104,13 @@ class ConsensusMonitor:
         self.syncs += 1
         self.sync_steps.append(step)
         if self.comm.rank == 0:
-            log.info("step %d: consensus distance %.3g > threshold %.3g: global average "
-                     "(sync %d)", step, distance, self.threshold, self.syncs)
+            log.info(
+                "step %d: consensus distance %.3g > threshold %.3g: global average (sync %d)",
+                step,
+                distance,
+                self.threshold,
+                self.syncs,
+            )
         return True
 
     def observe(self, distance: float) -> None:
@@ -118,13 +129,17 @@ class ConsensusMonitor:
         """The monitor's figures for the training summary (all but ``monitor_seconds`` are
         identical on every rank)."""
         message_bytes = 8 * (self.sketch.bins + 1) if self.sketch is not None else 0
-        return {"syncs": self.syncs, "sync_bytes": self.sync_bytes(),
-                "sync_threshold": self.threshold if self.adaptive else None,
-                "max_consensus_distance": self.max_distance,
-                "monitor_every": self.every if self.active else 0,
-                "monitor_calls": self.calls, "monitor_seconds": self.seconds,
-                "monitor_sketch_seconds": self.sketch_seconds,
-                "monitor_bytes_per_call": message_bytes}
+        return {
+            "syncs": self.syncs,
+            "sync_bytes": self.sync_bytes(),
+            "sync_threshold": self.threshold if self.adaptive else None,
+            "max_consensus_distance": self.max_distance,
+            "monitor_every": self.every if self.active else 0,
+            "monitor_calls": self.calls,
+            "monitor_seconds": self.seconds,
+            "monitor_sketch_seconds": self.sketch_seconds,
+            "monitor_bytes_per_call": message_bytes,
+        }
 
 
 def monitor_log_fields(opt: Any) -> dict[str, Any]:
@@ -141,17 +156,30 @@ def monitor_summary(opt: Any) -> dict[str, Any]:
     monitor = getattr(opt, "monitor", None)
     if monitor is not None:
         return monitor.summary()
-    return {"syncs": 0, "sync_bytes": 0.0, "sync_threshold": None, "max_consensus_distance": 0.0,
-            "monitor_every": 0, "monitor_calls": 0, "monitor_seconds": 0.0,
-            "monitor_sketch_seconds": 0.0, "monitor_bytes_per_call": 0}
+    return {
+        "syncs": 0,
+        "sync_bytes": 0.0,
+        "sync_threshold": None,
+        "max_consensus_distance": 0.0,
+        "monitor_every": 0,
+        "monitor_calls": 0,
+        "monitor_seconds": 0.0,
+        "monitor_sketch_seconds": 0.0,
+        "monitor_bytes_per_call": 0,
+    }
 
 
 def describe_monitor(summary: dict[str, Any]) -> str:
     """One line for the log from :meth:`ConsensusMonitor.summary`'s fields."""
-    syncs = (f"{summary['syncs']} adaptive global averages above {summary['sync_threshold']:g} "
-             f"({summary['sync_bytes'] / 1e6:.2f} MB sent)" if summary["sync_threshold"]
-             else "adaptive averaging off")
-    return (f"max distance {summary['max_consensus_distance']:.3g}; {syncs}; "
-            f"{summary['monitor_calls']} estimates every {summary['monitor_every']} steps took "
-            f"{summary['monitor_seconds']:.3f} s ({summary['monitor_sketch_seconds']:.3f} s "
-            "sketching)")
+    syncs = (
+        f"{summary['syncs']} adaptive global averages above {summary['sync_threshold']:g} "
+        f"({summary['sync_bytes'] / 1e6:.2f} MB sent)"
+        if summary["sync_threshold"]
+        else "adaptive averaging off"
+    )
+    return (
+        f"max distance {summary['max_consensus_distance']:.3g}; {syncs}; "
+        f"{summary['monitor_calls']} estimates every {summary['monitor_every']} steps took "
+        f"{summary['monitor_seconds']:.3f} s ({summary['monitor_sketch_seconds']:.3f} s "
+        "sketching)"
+    )

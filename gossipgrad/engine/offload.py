@@ -66,8 +66,13 @@ class ActivationOffload:
     blocks; ``last_bytes`` is the last block's.
     """
 
-    def __init__(self, model: torch.nn.Module, device: torch.device | str,
-                 min_bytes: int = MIN_BYTES, depth: int = 2) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        device: torch.device | str,
+        min_bytes: int = MIN_BYTES,
+        depth: int = 2,
+    ) -> None:
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
         self.min_bytes, self.depth = min_bytes, depth
@@ -91,8 +96,11 @@ class ActivationOffload:
             self._packed = []
 
     def _keep(self, t: torch.Tensor) -> bool:
-        return (t.device != self.device or t.numel() * t.element_size() < self.min_bytes
-                or t.untyped_storage().data_ptr() in self._params)
+        return (
+            t.device != self.device
+            or t.numel() * t.element_size() < self.min_bytes
+            or t.untyped_storage().data_ptr() in self._params
+        )
 
     def _pack(self, t: torch.Tensor) -> Any:
         if self._keep(t):
@@ -187,8 +195,7 @@ class HostOffloadOptimizer:
                     h.grad = torch.zeros_like(h)
                     self._pairs.append((p, h))
                     hosts.append(h)
-                groups.append({**{k: v for k, v in g.items() if k != "params"},
-                               "params": hosts})
+                groups.append({**{k: v for k, v in g.items() if k != "params"}, "params": hosts})
             self._inner = type(self.original)(groups, **self.defaults)
         return self._inner
 
@@ -204,8 +211,12 @@ class HostOffloadOptimizer:
     def host_bytes(self) -> int:
         """Bytes of host memory held: parameter and gradient copies plus optimizer state."""
         inner = self.inner
-        state = sum(t.numel() * t.element_size() for s in inner.state.values()
-                    for t in s.values() if isinstance(t, torch.Tensor))
+        state = sum(
+            t.numel() * t.element_size()
+            for s in inner.state.values()
+            for t in s.values()
+            if isinstance(t, torch.Tensor)
+        )
         return state + sum(2 * h.numel() * h.element_size() for _, h in self._pairs)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -248,19 +259,27 @@ class Offloads:
     optimizer (wrapped in :class:`HostOffloadOptimizer` for ``optimizer``), and a report
     of what moved to host memory."""
 
-    def __init__(self, model: torch.nn.Module, device: torch.device | str,
-                 what: tuple[str, ...], optimizer: torch.optim.Optimizer) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        device: torch.device | str,
+        what: tuple[str, ...],
+        optimizer: torch.optim.Optimizer,
+    ) -> None:
         self.what = tuple(what)
-        self.activations = (ActivationOffload(model, device) if Offload.ACTIVATIONS in what
-                            else None)
-        self.optimizer: Any = (HostOffloadOptimizer(optimizer) if Offload.OPTIMIZER in what
-                               else optimizer)
+        self.activations = ActivationOffload(model, device) if Offload.ACTIVATIONS in what else None
+        self.optimizer: Any = (
+            HostOffloadOptimizer(optimizer) if Offload.OPTIMIZER in what else optimizer
+        )
 
     def report(self) -> dict[str, Any]:
         """``what``, the last step's activation bytes moved to host, the optimizer's host
         bytes (parameter and gradient copies plus state)."""
         act, opt = self.activations, self.optimizer
-        return {"what": list(self.what),
-                "activation_bytes_to_host_per_step": act.last_bytes if act is not None else 0,
-                "optimizer_host_bytes": (opt.host_bytes if isinstance(opt, HostOffloadOptimizer)
-                                         else 0)}
+        return {
+            "what": list(self.what),
+            "activation_bytes_to_host_per_step": act.last_bytes if act is not None else 0,
+            "optimizer_host_bytes": (
+                opt.host_bytes if isinstance(opt, HostOffloadOptimizer) else 0
+            ),
+        }

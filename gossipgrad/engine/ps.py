@@ -90,10 +90,17 @@ class ParameterServerOptimizer(WrappedOptimizer):
             :class:`DensePush`, the gradient); the plug for another encoding.
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer | HostOffloadOptimizer,
-                 model: torch.nn.Module, comm: Communicator, options: ExchangeOptions | None = None,
-                 *, stager: Stager | None = None, push: DensePush | None = None,
-                 **overrides: Any) -> None:
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer | HostOffloadOptimizer,
+        model: torch.nn.Module,
+        comm: Communicator,
+        options: ExchangeOptions | None = None,
+        *,
+        stager: Stager | None = None,
+        push: DensePush | None = None,
+        **overrides: Any,
+    ) -> None:
         opts = exchange_options(options, overrides)
         if opts.strategy is not Strategy.PS:
             raise ValueError(f"ParameterServerOptimizer is --strategy ps, got {opts.strategy}")
@@ -121,39 +128,65 @@ class ParameterServerOptimizer(WrappedOptimizer):
         server_device = torch.device("cpu") if host else device
         self.push = push or DensePush()
         owned = [b for b in self.layout.buckets if self.owners[b.index] == comm.rank]
-        self.server = ShardServer(owned, base, comm, self._thread, self.stager, self.max_lag,
-                                  server_device, pin=host and device.type == "cuda",
-                                  push=self.push)
+        self.server = ShardServer(
+            owned,
+            base,
+            comm,
+            self._thread,
+            self.stager,
+            self.max_lag,
+            server_device,
+            pin=host and device.type == "cuda",
+            push=self.push,
+        )
         self.rank_states = {"ps": self.server}  # the trainer checkpoints each rank's shard
-        self.worker = ShardWorker(self.layout, self.owners, self.server, comm, self._thread,
-                                  self.stager, self.max_lag, self.push)
+        self.worker = ShardWorker(
+            self.layout,
+            self.owners,
+            self.server,
+            comm,
+            self._thread,
+            self.stager,
+            self.max_lag,
+            self.push,
+        )
         nb = len(self.layout.buckets)
         self._fresh, self._ready, self._pushed = [False] * nb, [0] * nb, [False] * nb
         self._hooks: list[Any] = []
         if self.overlap:
             self._bucket_of = {id(p): b.index for b in self.layout.buckets for p in b.params}
-            self._hooks = [p.register_post_accumulate_grad_hook(self._grad_ready)
-                           for b in self.layout.buckets for p in b.params]
+            self._hooks = [
+                p.register_post_accumulate_grad_hook(self._grad_ready)
+                for b in self.layout.buckets
+                for p in b.params
+            ]
             self._hooks += self._install_forward_waits(model)
         if comm.rank == 0:
             mine = sum(b.nbytes for b in owned)
-            log.info("ps: %d buckets over %d ranks (rank 0 serves %.2f MB of %.2f MB), "
-                     "max-lag %d", nb, comm.size, mine / 1e6, self.layout.nbytes / 1e6,
-                     self.max_lag)
+            log.info(
+                "ps: %d buckets over %d ranks (rank 0 serves %.2f MB of %.2f MB), max-lag %d",
+                nb,
+                comm.size,
+                mine / 1e6,
+                self.layout.nbytes / 1e6,
+                self.max_lag,
+            )
 
-    def _split(self, params: list[torch.nn.Parameter], stager: Stager | None,
-               host: bool) -> None:
+    def _split(self, params: list[torch.nn.Parameter], stager: Stager | None, host: bool) -> None:
         """Poseidon's hybrid: Linear weights sent as factors (``self.factors``, updated on
         every rank by ``self.local_optimizer``) and the buckets the servers hold."""
-        self.factors = make_factor_path(self.model, self.comm, self.options, self.schedule,
-                                        stager, keep_matrices=True)
+        self.factors = make_factor_path(
+            self.model, self.comm, self.options, self.schedule, stager, keep_matrices=True
+        )
         local = self.factors.weight_ids if self.factors else frozenset()
-        nbytes = sum(p.numel() * p.element_size() for p in params
-                     if p.requires_grad and id(p) not in local)
+        nbytes = sum(
+            p.numel() * p.element_size() for p in params if p.requires_grad and id(p) not in local
+        )
         cap = ps_bucket_cap(nbytes, self.comm.size, self.options.bucket_cap_bytes)
         self.layout = BucketLayout(params, cap, exclude=local)
         self.local_optimizer, self._local_group_of = (
-            _local_optimizer(self.optimizer, local, host) if local else (None, []))
+            _local_optimizer(self.optimizer, local, host) if local else (None, [])
+        )
 
     def _start_thread(self) -> CommThread:
         """The polling thread. Its waits (ps_worker) have the deadline, from when a rank
@@ -171,8 +204,7 @@ class ParameterServerOptimizer(WrappedOptimizer):
         """Wait for the factor-path layers' mean gradients and update them here."""
         self.factors.post_all()  # those no backward hook has posted
         self.factors.wait_all()
-        for inner, j in zip(self.local_optimizer.param_groups, self._local_group_of,
-                            strict=True):
+        for inner, j in zip(self.local_optimizer.param_groups, self._local_group_of, strict=True):
             inner.update(hyperparameters(self.optimizer.param_groups[j]))
         self.local_optimizer.step()
         self.factors.end_step()
@@ -213,9 +245,11 @@ class ParameterServerOptimizer(WrappedOptimizer):
             with torch.enable_grad():
                 loss = closure()
         if not self.layout.grads_bound():
-            raise RuntimeError("gradients were detached from their buckets (was "
-                               "zero_grad(set_to_none=True) called on the inner optimizer?); "
-                               "call zero_grad() on the DistributedOptimizer instead")
+            raise RuntimeError(
+                "gradients were detached from their buckets (was "
+                "zero_grad(set_to_none=True) called on the inner optimizer?); "
+                "call zero_grad() on the DistributedOptimizer instead"
+            )
         t, worker = self.step_count, self.worker
         for b in self.layout.buckets:
             if not self._pushed[b.index]:
@@ -263,17 +297,21 @@ class ParameterServerOptimizer(WrappedOptimizer):
         afterwards nothing is in flight and all ranks hold the same parameters."""
         for b in self.layout.buckets:
             self.worker.refresh(b.index, self.step_count)
-        self.worker.wait(self.worker.quiet,
-                         lambda: "the last parameter and gradient sends have not completed; "
-                                 "is every rank alive?")
+        self.worker.wait(
+            self.worker.quiet,
+            lambda: (
+                "the last parameter and gradient sends have not completed; is every rank alive?"
+            ),
+        )
 
     def synchronize(self) -> None:
         """Drain, then average floating buffers (BatchNorm statistics, which ps does not
         share) and check that parameters and buffers are identical on every rank."""
         self.drain()
         average_buffers_(self.model, self.comm)
-        verify_identical(self.model, self.comm,
-                         when=f"at step {self.step_count} under --strategy ps")
+        verify_identical(
+            self.model, self.comm, when=f"at step {self.step_count} under --strategy ps"
+        )
 
     def consensus_distance(self) -> float:
         """Measured after a drain: 0.0 when every rank holds the server's parameters."""
@@ -289,8 +327,12 @@ class ParameterServerOptimizer(WrappedOptimizer):
     def bytes_sent_by_rank(self) -> list[int]:
         """What each rank sends per step (it depends on how much the rank owns)."""
         local = round(self.factors.bytes_sent()) if self.factors else 0
-        return [n + local for n in bytes_sent_by_rank([b.nbytes for b in self.layout.buckets],
-                                                      self.owners, self.comm.size)]
+        return [
+            n + local
+            for n in bytes_sent_by_rank(
+                [b.nbytes for b in self.layout.buckets], self.owners, self.comm.size
+            )
+        ]
 
     def close(self) -> None:
         """Drain, remove the hooks, stop the thread. When the job is failing (a wait here
@@ -335,8 +377,9 @@ class ParameterServerOptimizer(WrappedOptimizer):
             self.local_optimizer.load_state_dict(state["factor_optimizer"])
 
 
-def _local_optimizer(base: torch.optim.Optimizer, weights: frozenset[int], host: bool
-                     ) -> tuple[torch.optim.Optimizer | HostOffloadOptimizer, list[int]]:
+def _local_optimizer(
+    base: torch.optim.Optimizer, weights: frozenset[int], host: bool
+) -> tuple[torch.optim.Optimizer | HostOffloadOptimizer, list[int]]:
     """``type(base)`` over the factor-path weights, in their user groups' settings (copied
     from those groups before every step, so a learning-rate schedule applies), and the index
     of each of its groups among ``base``'s."""

@@ -88,17 +88,24 @@ class _Slot:
 class OwnedBucket:
     """One bucket this rank serves: master copy, mean gradient, optimizer, push slots."""
 
-    def __init__(self, bucket: Bucket, optimizer: torch.optim.Optimizer, device: torch.device,
-                 pin: bool, slots: int) -> None:
+    def __init__(
+        self,
+        bucket: Bucket,
+        optimizer: torch.optim.Optimizer,
+        device: torch.device,
+        pin: bool,
+        slots: int,
+    ) -> None:
         self.bucket = bucket
         self.index = bucket.index
-        self.master = torch.empty(bucket.numel, dtype=bucket.params[0].dtype, device=device,
-                                  pin_memory=pin)
+        self.master = torch.empty(
+            bucket.numel, dtype=bucket.params[0].dtype, device=device, pin_memory=pin
+        )
         self.grad = torch.zeros_like(self.master)
         self.masters: list[torch.nn.Parameter] = []
         for p, off in zip(bucket.params, bucket.offsets, strict=True):
-            m = torch.nn.Parameter(self.master[off:off + p.numel()].view_as(p))
-            m.grad = self.grad[off:off + p.numel()].view_as(p)
+            m = torch.nn.Parameter(self.master[off : off + p.numel()].view_as(p))
+            m.grad = self.grad[off : off + p.numel()].view_as(p)
             self.masters.append(m)
         self.load_from_model_()
         self.group_of: list[int] = []  # inner group -> user group index
@@ -110,14 +117,18 @@ class OwnedBucket:
                 groups.append({**hyperparameters(g), "params": mine})
                 self.group_of.append(j)
         if sum(len(g["params"]) for g in groups) != len(self.masters):
-            raise ValueError(f"bucket {bucket.index}: some of its parameters are in no param "
-                             "group of the optimizer; pass every trainable parameter to it")
+            raise ValueError(
+                f"bucket {bucket.index}: some of its parameters are in no param "
+                "group of the optimizer; pass every trainable parameter to it"
+            )
         try:
             self.optimizer = type(optimizer)(groups, **optimizer.defaults)
         except TypeError as exc:
-            raise ValueError(f"--strategy ps builds one {type(optimizer).__name__} per owned "
-                             "bucket as type(optimizer)(param_groups, **optimizer.defaults), "
-                             f"which failed ({exc}); use a torch.optim optimizer") from exc
+            raise ValueError(
+                f"--strategy ps builds one {type(optimizer).__name__} per owned "
+                "bucket as type(optimizer)(param_groups, **optimizer.defaults), "
+                f"which failed ({exc}); use a torch.optim optimizer"
+            ) from exc
         self.slots = [_Slot() for _ in range(slots)]
         self.version = 0  # updates applied (the server clock)
         self.sending: list[int] = []  # keys of the pull sends of the current version
@@ -145,14 +156,22 @@ class ShardServer:
         device: where master copies and optimizer state live; ``pin`` pins them.
     """
 
-    def __init__(self, buckets: list[Bucket], optimizer: torch.optim.Optimizer,
-                 comm: Communicator, thread: CommThread | None, stager: Stager, max_lag: int,
-                 device: torch.device, pin: bool = False, push: DensePush | None = None) -> None:
+    def __init__(
+        self,
+        buckets: list[Bucket],
+        optimizer: torch.optim.Optimizer,
+        comm: Communicator,
+        thread: CommThread | None,
+        stager: Stager,
+        max_lag: int,
+        device: torch.device,
+        pin: bool = False,
+        push: DensePush | None = None,
+    ) -> None:
         self.comm, self.thread, self.stager = comm, thread, stager
         self.nslots = max_lag + 2
         self.push = push or DensePush()
-        self.owned = {b.index: OwnedBucket(b, optimizer, device, pin, self.nslots)
-                      for b in buckets}
+        self.owned = {b.index: OwnedBucket(b, optimizer, device, pin, self.nslots) for b in buckets}
         self._staged: dict[int, Any] = {}
 
     # -- the step's side ---------------------------------------------------------------
@@ -182,8 +201,13 @@ class ShardServer:
                 buf = slot.recv[src]
             ctx = WaitContext("sent nothing", src, tag, step)
             key = request_key(PUSH_RECV, ob.index, step % self.nslots, src)
-            self.thread.submit(key, lambda buf=buf, src=src, ctx=ctx: Pending(
-                buf, [self.comm.irecv(buf, src, tag, ctx)]), eager=not buf.is_cuda)
+            self.thread.submit(
+                key,
+                lambda buf=buf, src=src, ctx=ctx: Pending(
+                    buf, [self.comm.irecv(buf, src, tag, ctx)]
+                ),
+                eager=not buf.is_cuda,
+            )
 
     def contribute(self, step: int, hyper: list[dict[str, Any]]) -> None:
         """This rank's own gradients of ``step`` (read from the owned buckets' ``grads``)
@@ -212,8 +236,11 @@ class ShardServer:
         if not all(self.thread.done(k) for k in ob.sending):
             return False  # the previous version is still being read by its sends
         nslot = ob.version % self.nslots
-        return all(self.thread.done(request_key(PUSH_RECV, ob.index, nslot, src))
-                   for src in range(self.comm.size) if src != self.comm.rank)
+        return all(
+            self.thread.done(request_key(PUSH_RECV, ob.index, nslot, src))
+            for src in range(self.comm.size)
+            if src != self.comm.rank
+        )
 
     def _update(self, ob: OwnedBucket) -> None:
         slot = ob.slots[ob.version % self.nslots]
@@ -242,8 +269,11 @@ class ShardServer:
                 continue
             key = request_key(PULL_SEND, ob.index, 0, dst)
             ctx = WaitContext("received nothing", dst, tag, ob.version - 1)
-            self.thread.submit(key, lambda dst=dst, ctx=ctx: Pending(
-                buf, [self.comm.isend(buf, dst, tag, ctx)]), eager=not buf.is_cuda)
+            self.thread.submit(
+                key,
+                lambda dst=dst, ctx=ctx: Pending(buf, [self.comm.isend(buf, dst, tag, ctx)]),
+                eager=not buf.is_cuda,
+            )
             ob.sending.append(key)
 
     def quiet(self) -> bool:
@@ -262,18 +292,24 @@ class ShardServer:
 
     def state_dict(self) -> dict[str, Any]:
         """The owned buckets' optimizer states (plain tensors), by bucket index."""
-        return {"buckets": sorted(self.owned),
-                "numel": [self.owned[b].bucket.numel for b in sorted(self.owned)],
-                "optimizers": [self.owned[b].optimizer.state_dict() for b in sorted(self.owned)]}
+        return {
+            "buckets": sorted(self.owned),
+            "numel": [self.owned[b].bucket.numel for b in sorted(self.owned)],
+            "optimizers": [self.owned[b].optimizer.state_dict() for b in sorted(self.owned)],
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Load what :meth:`state_dict` saved; ValueError if the shards differ (another
         size, ``--bucket-mb`` or model)."""
-        mine = {"buckets": sorted(self.owned),
-                "numel": [self.owned[b].bucket.numel for b in sorted(self.owned)]}
+        mine = {
+            "buckets": sorted(self.owned),
+            "numel": [self.owned[b].bucket.numel for b in sorted(self.owned)],
+        }
         if [state.get("buckets"), state.get("numel")] != [mine["buckets"], mine["numel"]]:
-            raise ValueError(f"rank {self.comm.rank}: the checkpoint's ps shards (buckets "
-                             f"{state.get('buckets')}) are not this run's ({mine['buckets']}); "
-                             "resume with the same number of ranks, --bucket-mb and model")
+            raise ValueError(
+                f"rank {self.comm.rank}: the checkpoint's ps shards (buckets "
+                f"{state.get('buckets')}) are not this run's ({mine['buckets']}); "
+                "resume with the same number of ranks, --bucket-mb and model"
+            )
         for b, sd in zip(mine["buckets"], state["optimizers"], strict=True):
             self.owned[b].optimizer.load_state_dict(sd)

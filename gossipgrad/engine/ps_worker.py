@@ -54,12 +54,25 @@ class ShardWorker:
         comm, thread, stager, max_lag, push: as for :class:`ShardServer`.
     """
 
-    def __init__(self, layout: BucketLayout, owners: list[int], server: ShardServer,
-                 comm: Communicator, thread: CommThread | None, stager: Stager, max_lag: int,
-                 push: DensePush) -> None:
+    def __init__(
+        self,
+        layout: BucketLayout,
+        owners: list[int],
+        server: ShardServer,
+        comm: Communicator,
+        thread: CommThread | None,
+        stager: Stager,
+        max_lag: int,
+        push: DensePush,
+    ) -> None:
         self.layout, self.owners, self.server = layout, owners, server
-        self.comm, self.thread, self.stager, self.max_lag, self.push = (comm, thread, stager,
-                                                                        max_lag, push)
+        self.comm, self.thread, self.stager, self.max_lag, self.push = (
+            comm,
+            thread,
+            stager,
+            max_lag,
+            push,
+        )
         self.step = 0  # for messages: the step the caller is at
         self.broken = False  # a wait failed: nothing more to wait for at close
         self.reset(0)
@@ -75,8 +88,9 @@ class ShardWorker:
         for b in self.layout.buckets:
             theirs = self.owners[b.index] != self.comm.rank
             direct = self.max_lag == 0 and not self.stager.staging(b.values)
-            pulls = [b.values] if direct else [self.stager.empty_like(b.values)
-                                               for _ in range(ring)]
+            pulls = (
+                [b.values] if direct else [self.stager.empty_like(b.values) for _ in range(ring)]
+            )
             pushes = [] if direct else [self.stager.empty_like(b.grads) for _ in range(ring)]
             self.pull_bufs.append(pulls if theirs else [])
             self.push_bufs.append(pushes if theirs else [])
@@ -94,30 +108,45 @@ class ShardWorker:
         key = request_key(PUSH_SEND, index, slot)
         if ring:
             if key in self.used:
-                self.wait(lambda: self.thread.done(key),
-                          lambda: f"the push of bucket {index} of step {step - len(ring)} "
-                                  f"to rank {owner} has not completed (tag PS_PUSH_{index}); "
-                                  f"is rank {owner} alive?")
+                self.wait(
+                    lambda: self.thread.done(key),
+                    lambda: (
+                        f"the push of bucket {index} of step {step - len(ring)} "
+                        f"to rank {owner} has not completed (tag PS_PUSH_{index}); "
+                        f"is rank {owner} alive?"
+                    ),
+                )
             ring[slot].copy_(payload)
             payload = ring[slot]
         self.stager.ready(payload)  # a device buffer goes to MPI after the kernels filling it
         self.used.add(key)
         tag = Tag.PS_PUSH + index
         ctx = WaitContext("received nothing", owner, tag, step)
-        self.thread.submit(key, lambda: Pending(payload, [self.comm.isend(
-            payload, owner, tag, ctx)]), eager=not payload.is_cuda)
+        self.thread.submit(
+            key,
+            lambda: Pending(payload, [self.comm.isend(payload, owner, tag, ctx)]),
+            eager=not payload.is_cuda,
+        )
 
     def wait_direct_pushes(self) -> None:
         """Before the gradient buckets are zeroed: pushes sent from them have completed."""
-        direct = {b.index: request_key(PUSH_SEND, b.index, 0) for b in self.layout.buckets
-                  if not self.push_bufs[b.index]}
+        direct = {
+            b.index: request_key(PUSH_SEND, b.index, 0)
+            for b in self.layout.buckets
+            if not self.push_bufs[b.index]
+        }
         direct = {b: k for b, k in direct.items() if k in self.used}
-        self.wait(lambda: all(self.thread.done(k) for k in direct.values()),
-                  lambda: "the gradient pushes of step {} to rank(s) {} have not completed "
-                          "(tags {}); are they alive?".format(
-                              self.step - 1, sorted({self.owners[b] for b, k in direct.items()
-                                                     if not self.thread.done(k)}),
-                              ", ".join(f"PS_PUSH_{b}" for b in direct)))
+        self.wait(
+            lambda: all(self.thread.done(k) for k in direct.values()),
+            lambda: (
+                "the gradient pushes of step {} to rank(s) {} have not completed "
+                "(tags {}); are they alive?".format(
+                    self.step - 1,
+                    sorted({self.owners[b] for b, k in direct.items() if not self.thread.done(k)}),
+                    ", ".join(f"PS_PUSH_{b}" for b in direct),
+                )
+            ),
+        )
 
     def post_pull(self, index: int, version: int) -> None:
         """Post the receive of bucket ``index``'s parameters of clock ``version`` (a bucket
@@ -127,8 +156,11 @@ class ShardWorker:
         slot = version % len(bufs)
         buf, owner, tag = bufs[slot], self.owners[index], Tag.PS_PULL + index
         ctx = WaitContext("sent nothing", owner, tag, version - 1)
-        self.thread.submit(request_key(PULL_RECV, index, slot), lambda: Pending(
-            buf, [self.comm.irecv(buf, owner, tag, ctx)]), eager=not buf.is_cuda)
+        self.thread.submit(
+            request_key(PULL_RECV, index, slot),
+            lambda: Pending(buf, [self.comm.irecv(buf, owner, tag, ctx)]),
+            eager=not buf.is_cuda,
+        )
         self.pulls[index].append((version, slot))
 
     # -- bringing a bucket up to date --------------------------------------------------------
@@ -155,8 +187,10 @@ class ShardWorker:
         """Bring bucket ``index`` in the model to server clock >= ``need``."""
         self.take(index)
         if self.have[index] < need:
-            self.wait(lambda: self.take(index) or self.have[index] >= need,
-                      lambda: self._stuck(index, need))
+            self.wait(
+                lambda: self.take(index) or self.have[index] >= need,
+                lambda: self._stuck(index, need),
+            )
 
     def wait(self, ready: Callable[[], bool], what: Callable[[], str]) -> None:
         """Poll (and serve the owned shard) until ``ready()``; CommTimeout after the
@@ -175,9 +209,11 @@ class ShardWorker:
                     return
                 if time.monotonic() > deadline:
                     said, _, hint = what().partition("; ")
-                    raise CommTimeout(f"rank {self.comm.rank}, step {self.step}: {said} for "
-                                      f"{self.comm.timeout:g} s; {hint} raise --comm-timeout "
-                                      "if the network is slow")
+                    raise CommTimeout(
+                        f"rank {self.comm.rank}, step {self.step}: {said} for "
+                        f"{self.comm.timeout:g} s; {hint} raise --comm-timeout "
+                        "if the network is slow"
+                    )
                 if not moved:
                     backoff.sleep()
         except BaseException:
@@ -186,8 +222,9 @@ class ShardWorker:
 
     def quiet(self) -> bool:
         """No push or pull send of this rank is in flight."""
-        return self.thread is None or (self.server.quiet() and
-                                       all(self.thread.done(k) for k in self.used))
+        return self.thread is None or (
+            self.server.quiet() and all(self.thread.done(k) for k in self.used)
+        )
 
     def outstanding(self) -> tuple[dict[int, set[str]], dict[int, set[str]]]:
         """What this rank still waits for (never waits): per peer, the tags of the gradient
@@ -206,8 +243,7 @@ class ShardWorker:
                 if src != self.comm.rank and not self.thread.done(key):
                     grads.setdefault(src, set()).add(f"PS_PUSH_{index}")
         for index, pulls in enumerate(self.pulls):
-            if any(not self.thread.done(request_key(PULL_RECV, index, slot))
-                   for _, slot in pulls):
+            if any(not self.thread.done(request_key(PULL_RECV, index, slot)) for _, slot in pulls):
                 params.setdefault(self.owners[index], set()).add(f"PS_PULL_{index}")
         return grads, params
 
@@ -216,8 +252,12 @@ class ShardWorker:
         try:
             grads, params = self.outstanding()
         except Exception as exc:  # noqa: BLE001 - the thread's own error names its peer
-            log.error("rank %d, step %d: ps stopped with its communication thread failed: %s",
-                      self.comm.rank, self.step, exc)
+            log.error(
+                "rank %d, step %d: ps stopped with its communication thread failed: %s",
+                self.comm.rank,
+                self.step,
+                exc,
+            )
             return
 
         def listed(found: dict[int, set[str]]) -> str:
@@ -225,19 +265,29 @@ class ShardWorker:
             return f"rank(s) {sorted(found)} (tags {tags})"
 
         parts = ([f"gradients from {listed(grads)}"] if grads else []) + (
-            [f"parameters from {listed(params)}"] if params else [])
+            [f"parameters from {listed(params)}"] if params else []
+        )
         if parts:
-            log.error("rank %d, step %d: ps stopped waiting for %s; is every one of them "
-                      "alive?", self.comm.rank, self.step, " and ".join(parts))
+            log.error(
+                "rank %d, step %d: ps stopped waiting for %s; is every one of them alive?",
+                self.comm.rank,
+                self.step,
+                " and ".join(parts),
+            )
 
     def _stuck(self, index: int, need: int) -> str:
         owner = self.owners[index]
         if owner != self.comm.rank:
-            return (f"bucket {index}'s parameters of clock {need} have not arrived from its "
-                    f"owner, rank {owner} (tag PS_PULL_{index}); is rank {owner} alive?")
+            return (
+                f"bucket {index}'s parameters of clock {need} have not arrived from its "
+                f"owner, rank {owner} (tag PS_PULL_{index}); is rank {owner} alive?"
+            )
         ob = self.server.owned[index]
         key = lambda s: request_key(PUSH_RECV, index, ob.version % self.server.nslots, s)  # noqa: E731
-        missing = [s for s in range(self.comm.size)
-                   if s != self.comm.rank and not self.thread.done(key(s))]
-        return (f"the gradients of bucket {index} for step {ob.version} have not arrived from "
-                f"rank(s) {missing} (tag PS_PUSH_{index}); are they alive?")
+        missing = [
+            s for s in range(self.comm.size) if s != self.comm.rank and not self.thread.done(key(s))
+        ]
+        return (
+            f"the gradients of bucket {index} for step {ob.version} have not arrived from "
+            f"rank(s) {missing} (tag PS_PUSH_{index}); are they alive?"
+        )

@@ -44,8 +44,9 @@ from gossipgrad.shuffle import ShuffleWorker
 log = logging.getLogger(__name__)
 
 
-def lr_at(optim: OptimOptions, base_lr: float, step: int, total: int,
-          steps_per_epoch: int) -> float:
+def lr_at(
+    optim: OptimOptions, base_lr: float, step: int, total: int, steps_per_epoch: int
+) -> float:
     """Linear warm-up over ``warmup_epochs``, then cosine decay to zero at ``total``."""
     warm = int(optim.warmup_epochs * steps_per_epoch)
     if step < warm:
@@ -62,11 +63,20 @@ def step_seed(seed: int, rank: int, step: int) -> int:
 class Run:
     """One training run's moving parts and the steps between them."""
 
-    def __init__(self, cfg: TrainConfig, comm: Communicator, model: torch.nn.Module,
-                 opt: DistributedOptimizer, source: DataSource, device: torch.device,
-                 base_lr: float, states: dict, rank_states: dict,
-                 shuffle: ShuffleWorker | None = None,
-                 membership: Membership | None = None) -> None:
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        comm: Communicator,
+        model: torch.nn.Module,
+        opt: DistributedOptimizer,
+        source: DataSource,
+        device: torch.device,
+        base_lr: float,
+        states: dict,
+        rank_states: dict,
+        shuffle: ShuffleWorker | None = None,
+        membership: Membership | None = None,
+    ) -> None:
         self.cfg, self.comm, self.model, self.opt, self.source = cfg, comm, model, opt, source
         self.device, self.base_lr = device, base_lr
         self.states, self.rank_states = states, rank_states
@@ -88,12 +98,14 @@ class Run:
         self.faults = KillSwitch(comm.rank)
         self.membership = membership  # None: a dead rank ends the job (--on-failure abort)
         self.step = self.closed = -1  # steps completed, last epoch evaluated + checkpointed
-        self.offload = (ActivationOffload(model, device) if Offload.ACTIVATIONS in cfg.run.offload
-                        else None)
+        self.offload = (
+            ActivationOffload(model, device) if Offload.ACTIVATIONS in cfg.run.offload else None
+        )
         self.progress: Progress | None = None
         self.factors_written = False
-        self.model_bytes = sum(p.numel() * p.element_size() for p in model.parameters()
-                               if p.requires_grad)
+        self.model_bytes = sum(
+            p.numel() * p.element_size() for p in model.parameters() if p.requires_grad
+        )
 
     def compat(self) -> dict[str, Any]:
         """What a checkpoint must match: the model; when training also the data order,
@@ -102,23 +114,39 @@ class Run:
         model = {"arch": cfg.arch, "hidden": cfg.hidden, "classes": self.source.classes}
         if cfg.run.evaluate:
             return model
-        return {**model, "in_shape": list(self.source.in_shape), "data": self.source.name,
-                "size": self.comm.size, "batch_size": cfg.data.batch_size, "seed": cfg.seed,
-                "steps_per_epoch": self.spe, "strategy": cfg.exchange.strategy.value,
-                "mix": cfg.exchange.mix.value,
-                "topology": self.opt.schedule.topology.value, "staleness": cfg.exchange.staleness}
+        return {
+            **model,
+            "in_shape": list(self.source.in_shape),
+            "data": self.source.name,
+            "size": self.comm.size,
+            "batch_size": cfg.data.batch_size,
+            "seed": cfg.seed,
+            "steps_per_epoch": self.spe,
+            "strategy": cfg.exchange.strategy.value,
+            "mix": cfg.exchange.mix.value,
+            "topology": self.opt.schedule.topology.value,
+            "staleness": cfg.exchange.staleness,
+        }
 
     def run(self, stop: StopSignals) -> dict[str, Any]:
         try:
             step = self.resume()
             if self.comm.rank == 0:
-                log.info("size %d, strategy %s, topology %s, mix %s, data %s, steps %d to %d "
-                         "(%d per epoch), %.2f MB model in %d buckets, device %s",
-                         self.comm.size, self.cfg.exchange.strategy,
-                         self.opt.schedule.topology.value, self.cfg.exchange.mix,
-                         self.source.name, step, self.total, self.spe,
-                         self.model_bytes / 1e6, len(self.opt.layout.buckets),
-                         self.device)
+                log.info(
+                    "size %d, strategy %s, topology %s, mix %s, data %s, steps %d to %d "
+                    "(%d per epoch), %.2f MB model in %d buckets, device %s",
+                    self.comm.size,
+                    self.cfg.exchange.strategy,
+                    self.opt.schedule.topology.value,
+                    self.cfg.exchange.mix,
+                    self.source.name,
+                    step,
+                    self.total,
+                    self.spe,
+                    self.model_bytes / 1e6,
+                    len(self.opt.layout.buckets),
+                    self.device,
+                )
             if self.cfg.run.evaluate:
                 self.evaluate(step)
                 return self.finish(step, step, None)
@@ -136,8 +164,9 @@ class Run:
         lag = ex.max_lag if ex.strategy is Strategy.GOSSIP else 0
         self.agreement = PeriodicAgreement(stop, agreement_period(lag))
         if stop.agreed(start):  # signalled during start-up: nothing new to save
-            self.progress.write(f"{signal_name(stop.stopped)} during start-up: stopping at step "
-                                f"{start}")
+            self.progress.write(
+                f"{signal_name(stop.stopped)} during start-up: stopping at step {start}"
+            )
             return self.finish(start, start, signal_name(stop.stopped))
         step, self.step, self.closed = start, start, start // self.spe - 1
         if self.membership is not None:
@@ -233,16 +262,25 @@ class Run:
 
     def log_window(self, window: dict, step: int, epoch: int) -> None:
         now = time.perf_counter()
-        rec = {"event": "log", "step": step, "epoch": epoch,
-               "loss": window["loss"] / max(1, window["n"]),
-               "train_accuracy": window["correct"] / max(1, window["n"]),
-               "samples_per_s": window["n"] * self.comm.size / max(1e-9, now - window["t"]),
-               "lr": self.opt.param_groups[0]["lr"], "comm_seconds": self.comm_s,
-               **monitor_log_fields(self.opt)}
+        rec = {
+            "event": "log",
+            "step": step,
+            "epoch": epoch,
+            "loss": window["loss"] / max(1, window["n"]),
+            "train_accuracy": window["correct"] / max(1, window["n"]),
+            "samples_per_s": window["n"] * self.comm.size / max(1e-9, now - window["t"]),
+            "lr": self.opt.param_groups[0]["lr"],
+            "comm_seconds": self.comm_s,
+            **monitor_log_fields(self.opt),
+        }
         window.update(loss=0.0, correct=0.0, n=0, t=now)
         self.metrics.write(rec)
-        self.progress.update(0, loss=f"{rec['loss']:.3f}", acc=f"{rec['train_accuracy']:.3f}",
-                             img_s=f"{rec['samples_per_s']:.0f}")
+        self.progress.update(
+            0,
+            loss=f"{rec['loss']:.3f}",
+            acc=f"{rec['train_accuracy']:.3f}",
+            img_s=f"{rec['samples_per_s']:.0f}",
+        )
 
     def evaluate(self, step: int) -> None:
         t0 = time.perf_counter()
@@ -250,14 +288,20 @@ class Run:
             distance = self.opt.consensus_distance()
             self.opt.synchronize()
             self.faults.at("eval", step, self.comm)
-            self.last = {"event": "eval", "step": step, "epoch": step / self.spe,
-                         "consensus_distance": distance,
-                         **evaluate(self.model, self.source, self.comm, self.device)}
+            self.last = {
+                "event": "eval",
+                "step": step,
+                "epoch": step / self.spe,
+                "consensus_distance": distance,
+                **evaluate(self.model, self.source, self.comm, self.device),
+            }
         self.eval_s += time.perf_counter() - t0
         self.metrics.write(self.last)
-        line = (f"step {step} (epoch {step / self.spe:.2f}): top1 {100 * self.last['top1']:.2f}% "
-                f"top5 {100 * self.last['top5']:.2f}% loss {self.last['test_loss']:.4f} "
-                f"on {self.last['val_images']} val images, consensus_distance {distance:.3g}")
+        line = (
+            f"step {step} (epoch {step / self.spe:.2f}): top1 {100 * self.last['top1']:.2f}% "
+            f"top5 {100 * self.last['top5']:.2f}% loss {self.last['test_loss']:.4f} "
+            f"on {self.last['val_images']} val images, consensus_distance {distance:.3g}"
+        )
         if self.progress is not None:
             self.progress.write(line)
         elif self.comm.rank == 0:
@@ -272,19 +316,33 @@ class Run:
             return
         with self.speed.paused():
             snap.consensus_(self.opt, self.comm)
-            meta = {"compat": self.compat(), "config": self.cfg.to_dict(),
-                    "lr_schedule": {"kind": "warmup-cosine", "base_lr": self.base_lr,
-                                    "warmup_epochs": self.cfg.optim.warmup_epochs,
-                                    "total_steps": self.total},
-                    "last_eval": {k: v for k, v in self.last.items() if k != "event"}}
-            state = snap.snapshot(self.model, self.opt, step, self.spe, ckpt.cpu(meta),
-                                  self.states) if self.comm.rank == 0 else {}
+            meta = {
+                "compat": self.compat(),
+                "config": self.cfg.to_dict(),
+                "lr_schedule": {
+                    "kind": "warmup-cosine",
+                    "base_lr": self.base_lr,
+                    "warmup_epochs": self.cfg.optim.warmup_epochs,
+                    "total_steps": self.total,
+                },
+                "last_eval": {k: v for k, v in self.last.items() if k != "event"},
+            }
+            state = (
+                snap.snapshot(self.model, self.opt, step, self.spe, ckpt.cpu(meta), self.states)
+                if self.comm.rank == 0
+                else {}
+            )
             if self.faults.armed("checkpoint", step):
                 self.saver.before_rename = lambda tmp: self.faults.tear(tmp, step, self.comm)
             path = self.saver.save(step, state, self.rank_states)
         if self.comm.rank == 0:
-            log.info("checkpoint %s: %.1f MB in %.2f s%s", path, self.saver.last_bytes / 1e6,
-                     self.saver.last_seconds, f" ({reason})" if reason else "")
+            log.info(
+                "checkpoint %s: %.1f MB in %.2f s%s",
+                path,
+                self.saver.last_bytes / 1e6,
+                self.saver.last_seconds,
+                f" ({reason})" if reason else "",
+            )
 
     def resume(self) -> int:
         cfg = self.cfg
@@ -293,66 +351,105 @@ class Run:
         if path is not None:
             state = ckpt.read(path)
             ckpt.check_compatible(state, self.compat(), path)
-            step = snap.restore_(path, state, self.model, self.opt, self.comm, self.states,
-                                 self.rank_states)
+            step = snap.restore_(
+                path, state, self.model, self.opt, self.comm, self.states, self.rank_states
+            )
             ends = state.get("lr_schedule", {}).get("total_steps")
             if ends != self.total and not cfg.run.evaluate and self.comm.rank == 0:
-                log.warning("the learning-rate schedule now ends at step %d (the checkpoint's "
-                            "ended at %s)", self.total, ends)
+                log.warning(
+                    "the learning-rate schedule now ends at step %d (the checkpoint's ended at %s)",
+                    self.total,
+                    ends,
+                )
             if self.saver is not None:
                 self.saver.last_step = step
         if not agree(self.comm, step):
-            raise ValueError(f"rank {self.comm.rank}: ranks found different checkpoints "
-                             f"(this rank: {path or 'none'}); --run-dir must be on a file "
-                             "system that every rank sees")
+            raise ValueError(
+                f"rank {self.comm.rank}: ranks found different checkpoints "
+                f"(this rank: {path or 'none'}); --run-dir must be on a file "
+                "system that every rank sees"
+            )
         if path is None:
             if cfg.run.resume and self.comm.rank == 0:
-                log.info("--resume %s: no checkpoint in %s, starting fresh", cfg.run.resume,
-                         cfg.run.run_dir)
+                log.info(
+                    "--resume %s: no checkpoint in %s, starting fresh",
+                    cfg.run.resume,
+                    cfg.run.run_dir,
+                )
             if cfg.run.evaluate and self.comm.rank == 0:
                 log.warning("--evaluate without a checkpoint: evaluating an untrained model")
             return 0
         verify_identical(self.model, self.comm)
         if self.comm.rank == 0:
-            log.info("resumed from %s at step %d (epoch %d, batch %d)", path, step,
-                     step // self.spe, step % self.spe)
+            log.info(
+                "resumed from %s at step %d (epoch %d, batch %d)",
+                path,
+                step,
+                step // self.spe,
+                step % self.spe,
+            )
         return step
 
     def finish(self, start: int, step: int, stopped: str | None) -> dict[str, Any]:
         if self.agreement is not None:
             self.agreement.close()
-        lag = skip_summary(self.comm, self.opt, self.skipped_steps, self.samples_skipped,
-                           self.samples_scheduled)
-        skipped = int(allreduce_(self.comm, np.array([self.source.skipped], dtype=np.int64),
-                                 ReduceOp.SUM)[0])
+        lag = skip_summary(
+            self.comm, self.opt, self.skipped_steps, self.samples_skipped, self.samples_scheduled
+        )
+        skipped = int(
+            allreduce_(self.comm, np.array([self.source.skipped], dtype=np.int64), ReduceOp.SUM)[0]
+        )
         cfg, last = self.cfg, self.last
         ips = self.speed.images_per_s() * lag["computed_fraction"]  # samples computed
         saved = self.saver.last_step if self.saver is not None else -1
         ex = cfg.exchange
-        summary = {"event": "summary", "top1": last.get("top1"), "top5": last.get("top5"),
-                   "test_accuracy": last.get("test_accuracy"), "test_loss": last.get("test_loss"),
-                   "steps": step, "start_step": start, "size": self.comm.size,
-                   "strategy": ex.strategy.value, "topology": self.opt.schedule.topology.value,
-                   "mix": ex.mix.value, "staleness": ex.staleness, "max_lag": ex.max_lag,
-                   "arch": cfg.arch,
-                   "dataset": self.source.name, "batch_size": cfg.data.batch_size,
-                   "bytes_sent_per_step": self.opt.bytes_sent_per_step(),
-                   "model_bytes": self.model_bytes, "comm_seconds": self.comm_s,
-                   "eval_seconds": self.eval_s,
-                   "wall_seconds": self.speed.wall(), "images_per_s": ips,
-                   "samples_per_s": ips, "skipped_corrupt": skipped, "stopped": stopped,
-                   "checkpoint": (ckpt.checkpoint_path(cfg.run.run_dir, saved) if saved >= 0
-                                  else None),
-                   "consensus_distance": last.get("consensus_distance"), **lag,
-                   "size_launch": self.launch_size, "size_final": self.comm.size,
-                   **(self.membership.summary() if self.membership is not None else {}),
-                   "offload": list(cfg.run.offload), "activation_bytes_to_host_per_step":
-                   self.offload.last_bytes if self.offload is not None else 0,
-                   "sync": ex.sync.value, **monitor_summary(self.opt)}
+        summary = {
+            "event": "summary",
+            "top1": last.get("top1"),
+            "top5": last.get("top5"),
+            "test_accuracy": last.get("test_accuracy"),
+            "test_loss": last.get("test_loss"),
+            "steps": step,
+            "start_step": start,
+            "size": self.comm.size,
+            "strategy": ex.strategy.value,
+            "topology": self.opt.schedule.topology.value,
+            "mix": ex.mix.value,
+            "staleness": ex.staleness,
+            "max_lag": ex.max_lag,
+            "arch": cfg.arch,
+            "dataset": self.source.name,
+            "batch_size": cfg.data.batch_size,
+            "bytes_sent_per_step": self.opt.bytes_sent_per_step(),
+            "model_bytes": self.model_bytes,
+            "comm_seconds": self.comm_s,
+            "eval_seconds": self.eval_s,
+            "wall_seconds": self.speed.wall(),
+            "images_per_s": ips,
+            "samples_per_s": ips,
+            "skipped_corrupt": skipped,
+            "stopped": stopped,
+            "checkpoint": (ckpt.checkpoint_path(cfg.run.run_dir, saved) if saved >= 0 else None),
+            "consensus_distance": last.get("consensus_distance"),
+            **lag,
+            "size_launch": self.launch_size,
+            "size_final": self.comm.size,
+            **(self.membership.summary() if self.membership is not None else {}),
+            "offload": list(cfg.run.offload),
+            "activation_bytes_to_host_per_step": self.offload.last_bytes
+            if self.offload is not None
+            else 0,
+            "sync": ex.sync.value,
+            **monitor_summary(self.opt),
+        }
         self.metrics.write(summary)
         if self.comm.rank == 0 and summary["monitor_calls"]:
             log.info("consensus: %s", describe_monitor(summary))
         if self.comm.rank == 0 and ips:
-            log.info("throughput: %.1f images/s (%.1f per rank) over %d timed steps", ips,
-                     ips / self.comm.size, self.speed.steps)
+            log.info(
+                "throughput: %.1f images/s (%.1f per rank) over %d timed steps",
+                ips,
+                ips / self.comm.size,
+                self.speed.steps,
+            )
         return summary

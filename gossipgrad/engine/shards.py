@@ -26,8 +26,9 @@ def ps_bucket_cap(model_bytes: int, size: int, cap_bytes: int) -> int:
         (25, 10, 60)
     """
     if size < 1 or model_bytes < 1 or cap_bytes < 1:
-        raise ValueError(f"need size, model_bytes and cap_bytes >= 1, got {size}, "
-                         f"{model_bytes}, {cap_bytes}")
+        raise ValueError(
+            f"need size, model_bytes and cap_bytes >= 1, got {size}, {model_bytes}, {cap_bytes}"
+        )
     return max(1, min(cap_bytes, -(-model_bytes // size)))
 
 

@@ -72,8 +72,13 @@ class StopSignals:
             # The point-to-point wait of a hung rank's partner names it with its tag; waiting
             # a little longer here lets that one fire first. This one's timeout names the
             # ranks that did not arrive (comm.arrival).
-            wait_collective(self.comm, self.comm.iallreduce_(flag, ReduceOp.MAX),
-                            "stop agreement", step, self.comm.timeout + AGREEMENT_GRACE_S)
+            wait_collective(
+                self.comm,
+                self.comm.iallreduce_(flag, ReduceOp.MAX),
+                "stop agreement",
+                step,
+                self.comm.timeout + AGREEMENT_GRACE_S,
+            )
             self.stopped = int(flag[0])
         return self.stopped
 
@@ -91,8 +96,8 @@ class StopSignals:
 def agreement_period(max_lag: int) -> int:
     """Steps between stop agreements: 1 in lockstep (``--max-lag 0``), else 4 (S + 1).
 
-        >>> agreement_period(0), agreement_period(2)
-        (1, 12)
+    >>> agreement_period(0), agreement_period(2)
+    (1, 12)
     """
     return 1 if max_lag == 0 else 4 * (max_lag + 1)
 
@@ -131,8 +136,13 @@ class PeriodicAgreement:
             return 0
         flag, request, posted = self._pending
         self._pending = None
-        wait_collective(self.signals.comm, request, "stop agreement", posted,
-                        self.signals.comm.timeout + AGREEMENT_GRACE_S)
+        wait_collective(
+            self.signals.comm,
+            request,
+            "stop agreement",
+            posted,
+            self.signals.comm.timeout + AGREEMENT_GRACE_S,
+        )
         self.signals.stopped = int(flag[0])
         return self.signals.stopped
 

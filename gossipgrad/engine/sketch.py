@@ -58,8 +58,9 @@ class CountSketch:
         ((8,), True)
     """
 
-    def __init__(self, tensors: list[torch.Tensor], bins: int = DEFAULT_BINS,
-                 seed: int = 0) -> None:
+    def __init__(
+        self, tensors: list[torch.Tensor], bins: int = DEFAULT_BINS, seed: int = 0
+    ) -> None:
         if bins < 1:
             raise ValueError(f"a sketch needs >= 1 bins, got {bins}")
         self.bins = bins
@@ -79,8 +80,9 @@ class CountSketch:
         if device not in self._cache:
             k = self.bins
             target = (torch.arange(k)[:, None] + self._rot[None, :]) % k  # (bins, columns)
-            self._cache[device] = tuple(t.to(device) for t in
-                                        (self._bin, self._sign, target.reshape(-1), self._flip))
+            self._cache[device] = tuple(
+                t.to(device) for t in (self._bin, self._sign, target.reshape(-1), self._flip)
+            )
         return self._cache[device]
 
     def sketch(self, tensors: list[torch.Tensor]) -> np.ndarray:

@@ -35,17 +35,25 @@ def average_optimizer_state_(optimizer: torch.optim.Optimizer, comm: Communicato
 
 def rng_state() -> dict[str, Any]:
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
-    return {"torch": torch.get_rng_state(),
-            "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)),
-                      "pos": int(pos), "has_gauss": int(has_gauss), "gauss": float(gauss)},
-            "python": random.getstate()}
+    return {
+        "torch": torch.get_rng_state(),
+        "numpy": {
+            "kind": kind,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "gauss": float(gauss),
+        },
+        "python": random.getstate(),
+    }
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     n = state["numpy"]
-    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"],
-                         n["has_gauss"], n["gauss"]))
+    np.random.set_state(
+        (n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"])
+    )
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
 
@@ -56,9 +64,14 @@ def consensus_(opt: Any, comm: Communicator) -> None:
     average_optimizer_state_(opt.optimizer, comm)
 
 
-def snapshot(model: torch.nn.Module, opt: Any, step: int, steps_per_epoch: int,
-             meta: dict[str, Any], states: dict[str, Stateful] | None = None
-             ) -> dict[str, Any]:
+def snapshot(
+    model: torch.nn.Module,
+    opt: Any,
+    step: int,
+    steps_per_epoch: int,
+    meta: dict[str, Any],
+    states: dict[str, Stateful] | None = None,
+) -> dict[str, Any]:
     """The checkpoint dictionary for ``step`` (call after :func:`consensus_`).
 
     ``meta`` adds ``compat``, ``config``, ``lr_schedule`` and the like; ``opt`` is a
@@ -67,12 +80,22 @@ def snapshot(model: torch.nn.Module, opt: Any, step: int, steps_per_epoch: int,
     sched = opt.schedule
     cycle = step // sched.cycle_length if sched.cycle_length else 0
     return {
-        "format": FORMAT, "version": VERSION, "step": step,
-        "epoch": step // steps_per_epoch, "batch": step % steps_per_epoch,
-        "model": cpu(model.state_dict()), "optimizer": cpu(opt.optimizer.state_dict()),
-        "schedule": {"step": step, "cycle": cycle, "cycle_length": sched.cycle_length,
-                     "seed": sched.seed, "rotate": sched.rotate,
-                     "topology": sched.topology.value, "size": sched.size},
+        "format": FORMAT,
+        "version": VERSION,
+        "step": step,
+        "epoch": step // steps_per_epoch,
+        "batch": step % steps_per_epoch,
+        "model": cpu(model.state_dict()),
+        "optimizer": cpu(opt.optimizer.state_dict()),
+        "schedule": {
+            "step": step,
+            "cycle": cycle,
+            "cycle_length": sched.cycle_length,
+            "seed": sched.seed,
+            "rotate": sched.rotate,
+            "topology": sched.topology.value,
+            "size": sched.size,
+        },
         "rng": rng_state(),
         "states": {k: cpu(v.state_dict()) for k, v in (states or {}).items()},
         "rank_states": [],
@@ -80,9 +103,15 @@ def snapshot(model: torch.nn.Module, opt: Any, step: int, steps_per_epoch: int,
     }
 
 
-def restore_(path: str, state: dict[str, Any], model: torch.nn.Module, opt: Any,
-             comm: Communicator, states: dict[str, Stateful] | None = None,
-             rank_states: dict[str, Stateful] | None = None) -> int:
+def restore_(
+    path: str,
+    state: dict[str, Any],
+    model: torch.nn.Module,
+    opt: Any,
+    comm: Communicator,
+    states: dict[str, Stateful] | None = None,
+    rank_states: dict[str, Stateful] | None = None,
+) -> int:
     """Load ``state`` (read from ``path``) into the model, optimizer and stateful objects.
 
     Returns the step to continue from. ValueError if the model or optimizer does not fit.
@@ -90,19 +119,23 @@ def restore_(path: str, state: dict[str, Any], model: torch.nn.Module, opt: Any,
     try:
         model.load_state_dict(state["model"])
     except RuntimeError as exc:
-        raise ValueError(f"checkpoint {path} holds a different model: "
-                         f"{str(exc).splitlines()[0]}") from None
+        raise ValueError(
+            f"checkpoint {path} holds a different model: {str(exc).splitlines()[0]}"
+        ) from None
     step = int(state["step"])
     try:
         opt.load_state_dict({"optimizer": state["optimizer"], "step": step})
     except (ValueError, KeyError) as exc:
-        raise ValueError(f"checkpoint {path}: optimizer state does not fit this model "
-                         f"({exc})") from None
+        raise ValueError(
+            f"checkpoint {path}: optimizer state does not fit this model ({exc})"
+        ) from None
     set_rng_state(state["rng"])
     for name, obj in (states or {}).items():
         if name not in state["states"]:
-            raise ValueError(f"checkpoint {path} has no {name!r} state; it was written "
-                             f"without it (saved: {sorted(state['states'])})")
+            raise ValueError(
+                f"checkpoint {path} has no {name!r} state; it was written "
+                f"without it (saved: {sorted(state['states'])})"
+            )
         obj.load_state_dict(state["states"][name])
     if rank_states:
         missing = sorted(set(rank_states) - set(state.get("rank_states", [])))
@@ -112,5 +145,3 @@ def restore_(path: str, state: dict[str, Any], model: torch.nn.Module, opt: Any,
         for name, obj in rank_states.items():
             obj.load_state_dict(mine[name])
     return step
-
-

@@ -33,8 +33,12 @@ class Straggler:
         self.slept_s = 0.0
         self._last_s = 0.0
         if self.factor != 1.0:
-            log.warning("rank %d: GOSSIPGRAD_INJECT_SLOW makes this rank's compute %gx slower "
-                        "(a test knob)", rank, self.factor)
+            log.warning(
+                "rank %d: GOSSIPGRAD_INJECT_SLOW makes this rank's compute %gx slower "
+                "(a test knob)",
+                rank,
+                self.factor,
+            )
 
     @contextlib.contextmanager
     def compute(self) -> Iterator[None]:

@@ -45,15 +45,22 @@ log = logging.getLogger(__name__)
 def check_agreement(cfg: TrainConfig, comm: Communicator, schedule: Schedule) -> None:
     """Fail fast unless every rank has the same configuration and schedule."""
     if not agree(comm, cfg.fingerprint()):
-        raise ValueError(f"rank {comm.rank}: the training configuration differs between ranks "
-                         "(different flags, environment or config file per rank?)")
+        raise ValueError(
+            f"rank {comm.rank}: the training configuration differs between ranks "
+            "(different flags, environment or config file per rank?)"
+        )
     if not agree(comm, schedule.fingerprint()):
         raise ValueError(f"rank {comm.rank}: ranks disagree about the partner schedule")
 
 
-def train(cfg: TrainConfig, comm: Communicator, device: torch.device | str = "cpu",
-          stager: Stager | None = None, states: dict[str, ckpt.Stateful] | None = None,
-          rank_states: dict[str, ckpt.Stateful] | None = None) -> dict[str, Any]:
+def train(
+    cfg: TrainConfig,
+    comm: Communicator,
+    device: torch.device | str = "cpu",
+    stager: Stager | None = None,
+    states: dict[str, ckpt.Stateful] | None = None,
+    rank_states: dict[str, ckpt.Stateful] | None = None,
+) -> dict[str, Any]:
     """Run the whole job; returns the summary record (identical on every rank).
 
     ``states`` (identical on every rank) and ``rank_states`` (per rank, e.g. the background
@@ -70,15 +77,26 @@ def train(cfg: TrainConfig, comm: Communicator, device: torch.device | str = "cp
         stop.close()
 
 
-def _setup_and_run(cfg: TrainConfig, comm: Communicator, device: torch.device,
-                   stager: Stager | None, stop: StopSignals, states: dict,
-                   rank_states: dict) -> dict[str, Any]:
-    source = open_source(cfg.data, rank=comm.rank, size=comm.size, seed=cfg.seed,
-                         pin_memory=device.type == "cuda")
+def _setup_and_run(
+    cfg: TrainConfig,
+    comm: Communicator,
+    device: torch.device,
+    stager: Stager | None,
+    stop: StopSignals,
+    states: dict,
+    rank_states: dict,
+) -> dict[str, Any]:
+    source = open_source(
+        cfg.data, rank=comm.rank, size=comm.size, seed=cfg.seed, pin_memory=device.type == "cuda"
+    )
     model = build_model(cfg.arch, source.in_shape, source.classes, cfg.hidden).to(device)
     base_lr = cfg.optim.lr * (comm.size if cfg.optim.scale_lr else 1)
-    sgd = torch.optim.SGD(model.parameters(), lr=base_lr, momentum=cfg.optim.momentum,
-                          weight_decay=cfg.optim.weight_decay)
+    sgd = torch.optim.SGD(
+        model.parameters(),
+        lr=base_lr,
+        momentum=cfg.optim.momentum,
+        weight_decay=cfg.optim.weight_decay,
+    )
     if Offload.OPTIMIZER in cfg.run.offload:
         sgd = HostOffloadOptimizer(sgd)
     exchange = cfg.exchange
@@ -95,8 +113,9 @@ def _setup_and_run(cfg: TrainConfig, comm: Communicator, device: torch.device,
         membership = None
         if cfg.run.on_failure is OnFailure.CONTINUE and comm.size > 1:
             membership = Membership(comm, lambda c: make_shuffle(cfg, source, c))
-        run = Run(cfg, comm, model, opt, source, device, base_lr, states, rank_states,
-                  shuffle, membership)
+        run = Run(
+            cfg, comm, model, opt, source, device, base_lr, states, rank_states, shuffle, membership
+        )
         result = run.run(stop)
         if run.shuffle is not None:  # the survivors' worker after a failure
             run.shuffle.stop()
@@ -114,6 +133,11 @@ def make_shuffle(cfg: TrainConfig, source: DataSource, comm: Communicator) -> Sh
     store = getattr(source, "store", None)
     if not cfg.shuffle.shuffle or comm.size == 1 or store is None:
         return None
-    return ShuffleWorker(store, comm, samples=min(cfg.shuffle.shuffle_samples, len(store)),
-                         every=cfg.shuffle.shuffle_every, seed=cfg.seed,
-                         topology=cfg.exchange.topology)
+    return ShuffleWorker(
+        store,
+        comm,
+        samples=min(cfg.shuffle.shuffle_samples, len(store)),
+        every=cfg.shuffle.shuffle_every,
+        seed=cfg.seed,
+        topology=cfg.exchange.topology,
+    )

@@ -157,8 +157,11 @@ def measure_network(
         raise ValueError(_unfit_message(pp, peer))
     ex = sweep(sweeps.exchange(comm, buf, np.zeros_like(buf), peer)) if exchange else None
     del buf
-    ar = sweep(sweeps.allreduce(comm, np.zeros(sizes[-1] // 4, dtype=np.float32))) \
-        if allreduce else None
+    ar = (
+        sweep(sweeps.allreduce(comm, np.zeros(sizes[-1] // 4, dtype=np.float32)))
+        if allreduce
+        else None
+    )
     ar_fit = None
     if ar is not None and ar.fit is not None:
         ar_fit = AllreduceFit(ar.fit.alpha_s, ar.fit.beta_s_per_byte, ar.fit.r2, size=comm.size)
@@ -166,7 +169,14 @@ def measure_network(
     host = HostShare(*host_share(comm))
     return NetfitResult(
         NetworkFit(pp.fit, ar_fit, label, host),
-        peer, same_host, len(set(hosts)), reps, stat, pp, ex, ar,
+        peer,
+        same_host,
+        len(set(hosts)),
+        reps,
+        stat,
+        pp,
+        ex,
+        ar,
     )
 
 
@@ -184,9 +194,11 @@ def _check_arguments(comm: Communicator, reps: int, stat: str, max_message_s: fl
 
 def _unfit_message(pp: Sweep, peer: int) -> str:
     times = ", ".join(f"{n}: {t * 1e6:.1f} us" for n, t in zip(pp.nbytes, pp.seconds, strict=True))
-    return (f"ping-pong between ranks 0 and {peer}: {pp.problem} (measured {times}; "
-            "other processes competing for the CPUs or the network can do this: "
-            "rerun on an idle machine, with more reps, or with stat 'min')")
+    return (
+        f"ping-pong between ranks 0 and {peer}: {pp.problem} (measured {times}; "
+        "other processes competing for the CPUs or the network can do this: "
+        "rerun on an idle machine, with more reps, or with stat 'min')"
+    )
 
 
 def describe_source(size: int, peer: int, same_host: bool, hosts: int, extra: str = "") -> str:

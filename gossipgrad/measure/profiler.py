@@ -158,8 +158,7 @@ def profile_step(
     if not named:
         raise ValueError("the model has no trainable parameters")
     opt = optimizer or torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    phases, ready, order_hits = _timed_steps(model, x, y, opt, loss, named, steps, warmup,
-                                             offload)
+    phases, ready, order_hits = _timed_steps(model, x, y, opt, loss, named, steps, warmup, offload)
     med = {k: statistics.median(v) for k, v in phases.items()}
     timings = sorted(
         (
@@ -189,11 +188,17 @@ def profile_step(
     return StepProfile(profile, tuple(timings), spread, steps, warmup, order_hits == steps)
 
 
-def _timed_steps(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
-                 opt: torch.optim.Optimizer, loss: Callable[[Any, torch.Tensor], torch.Tensor],
-                 named: list[tuple[int, str, torch.Tensor]],
-                 steps: int, warmup: int, offload: ActivationOffload | None
-                 ) -> tuple[dict[str, list[float]], dict[int, list[float]], int]:
+def _timed_steps(
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    opt: torch.optim.Optimizer,
+    loss: Callable[[Any, torch.Tensor], torch.Tensor],
+    named: list[tuple[int, str, torch.Tensor]],
+    steps: int,
+    warmup: int,
+    offload: ActivationOffload | None,
+) -> tuple[dict[str, list[float]], dict[int, list[float]], int]:
     """Run ``warmup + steps`` steps; per timed step the phase times, each parameter's
     gradient-ready time from the start of backward, and whether gradients became ready in
     reverse registration order (the count of such steps)."""
@@ -307,10 +312,17 @@ def profile_arch(
     y = torch.randint(0, classes, (batch_size,), generator=g).to(dev)
     label = arch + (f" (hidden {hidden})" if hidden and arch in SMALL_MODELS else "")
     label += f", input {'x'.join(map(str, shape))}"
-    plan = Offloads(model, dev, offload, torch.optim.SGD(model.parameters(), lr=0.01,
-                                                         momentum=0.9))
-    result = profile_step(model, x, y, optimizer=plan.optimizer, steps=steps, warmup=warmup,
-                          label=label, offload=plan.activations)
+    plan = Offloads(model, dev, offload, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9))
+    result = profile_step(
+        model,
+        x,
+        y,
+        optimizer=plan.optimizer,
+        steps=steps,
+        warmup=warmup,
+        label=label,
+        offload=plan.activations,
+    )
     return dataclasses.replace(result, offload=plan.report()) if offload else result
 
 

@@ -50,8 +50,11 @@ def fit_compute_factor(measured_local_s: float, profile: Profile) -> float:
 
 def fit_exchange_factor(blocking_s: float, compute_s: float, predicted_exchange_s: float) -> float:
     """``(blocking - compute) / predicted_exchange``, clamped to :data:`FACTOR_RANGE`."""
-    for name, v in (("blocking_s", blocking_s), ("compute_s", compute_s),
-                    ("predicted_exchange_s", predicted_exchange_s)):
+    for name, v in (
+        ("blocking_s", blocking_s),
+        ("compute_s", compute_s),
+        ("predicted_exchange_s", predicted_exchange_s),
+    ):
         _positive(name, v)
     lo, hi = FACTOR_RANGE
     return min(hi, max(lo, (blocking_s - compute_s) / predicted_exchange_s))
@@ -85,8 +88,12 @@ def scale_exchange(model: CommModel, strategy: Strategy | str, factor: float) ->
     )
 
 
-def fit_in_step(runs: Sequence[Mapping[str, Any]], latest: Sequence[Mapping[str, Any]],
-                profile: Profile, exchange_s: Mapping[str, float]) -> dict[str, Any]:
+def fit_in_step(
+    runs: Sequence[Mapping[str, Any]],
+    latest: Sequence[Mapping[str, Any]],
+    profile: Profile,
+    exchange_s: Mapping[str, float],
+) -> dict[str, Any]:
     """Every factor of the in-step calibration from calibration runs (each a mapping with
     ``strategy`` and the step times ``local_s``, ``blocking_s``, ``s0_s``, ``s1_s`` of one
     round at the same buckets, ``profile``'s). ``exchange_s[strategy]`` is the model's
@@ -120,14 +127,19 @@ def fit_in_step(runs: Sequence[Mapping[str, Any]], latest: Sequence[Mapping[str,
         raise ValueError(f"no predicted exchange time for strategies {missing}")
     return {
         "compute_factor": statistics.median(
-            fit_compute_factor(r["local_s"], profile) for r in latest),
+            fit_compute_factor(r["local_s"], profile) for r in latest
+        ),
         "exchange_factor": {
-            s: statistics.median(fit_exchange_factor(r["blocking_s"], r["local_s"], exchange_s[s])
-                                 for r in runs if r["strategy"] == s)
-            for s in strategies},
+            s: statistics.median(
+                fit_exchange_factor(r["blocking_s"], r["local_s"], exchange_s[s])
+                for r in runs
+                if r["strategy"] == s
+            )
+            for s in strategies
+        },
         "overlap_s": statistics.median(fit_overlap(r["blocking_s"], r["s0_s"]) for r in runs),
         "stale_s_per_byte": statistics.median(stale(r) for r in runs),
         "stale_s_per_byte_by_strategy": {
-            s: statistics.median(stale(r) for r in runs if r["strategy"] == s)
-            for s in strategies},
+            s: statistics.median(stale(r) for r in runs if r["strategy"] == s) for s in strategies
+        },
     }

@@ -58,8 +58,8 @@ class Pattern(enum.StrEnum):
 def pattern(strategy: Strategy | str) -> Pattern:
     """How ``strategy`` exchanges factors; ValueError for one that cannot.
 
-        >>> pattern("gossip"), pattern("allreduce"), pattern("ps")
-        (<Pattern.PEER: 'peer'>, <Pattern.ALLGATHER: 'allgather'>, <Pattern.ALLGATHER: 'allgather'>)
+    >>> pattern("gossip"), pattern("allreduce"), pattern("ps")
+    (<Pattern.PEER: 'peer'>, <Pattern.ALLGATHER: 'allgather'>, <Pattern.ALLGATHER: 'allgather'>)
     """
     s = choice(Strategy, strategy, "--strategy")
     if s not in FACTOR_STRATEGIES:
@@ -68,31 +68,42 @@ def pattern(strategy: Strategy | str) -> Pattern:
 
 
 def _check(size: int, rows: int, out_features: int, in_features: int, itemsize: int) -> None:
-    for name, value, low in (("size", size, 1), ("rows", rows, 0),
-                             ("out_features", out_features, 1),
-                             ("in_features", in_features, 1), ("itemsize", itemsize, 1)):
+    for name, value, low in (
+        ("size", size, 1),
+        ("rows", rows, 0),
+        ("out_features", out_features, 1),
+        ("in_features", in_features, 1),
+        ("itemsize", itemsize, 1),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
-def matrix_bytes(strategy: Strategy | str, size: int, out_features: int, in_features: int,
-                 itemsize: int = 4) -> float:
+def matrix_bytes(
+    strategy: Strategy | str, size: int, out_features: int, in_features: int, itemsize: int = 4
+) -> float:
     """Bytes one rank sends per step for the ``M x N`` gradient as a matrix.
 
-        >>> matrix_bytes("gossip", 4, 3, 5), matrix_bytes("allreduce", 4, 3, 5)
-        (60.0, 90.0)
+    >>> matrix_bytes("gossip", 4, 3, 5), matrix_bytes("allreduce", 4, 3, 5)
+    (60.0, 90.0)
     """
     _check(size, 0, out_features, in_features, itemsize)
     pattern(strategy)
     return Strategy(strategy).bytes_sent(out_features * in_features * itemsize, size)
 
 
-def factor_bytes(strategy: Strategy | str, size: int, rows: int, out_features: int,
-                 in_features: int, itemsize: int = 4) -> float:
+def factor_bytes(
+    strategy: Strategy | str,
+    size: int,
+    rows: int,
+    out_features: int,
+    in_features: int,
+    itemsize: int = 4,
+) -> float:
     """Bytes one rank sends per step for ``rows`` (K) rows of factors.
 
-        >>> factor_bytes("gossip", 4, 2, 3, 5), factor_bytes("allreduce", 4, 2, 3, 5)
-        (64.0, 192.0)
+    >>> factor_bytes("gossip", 4, 2, 3, 5), factor_bytes("allreduce", 4, 2, 3, 5)
+    (64.0, 192.0)
     """
     _check(size, rows, out_features, in_features, itemsize)
     block = float(rows * (out_features + in_features) * itemsize)
@@ -101,12 +112,13 @@ def factor_bytes(strategy: Strategy | str, size: int, rows: int, out_features: i
     return block if pattern(strategy) is Pattern.PEER else (size - 1) * block
 
 
-def rebuild_flops(strategy: Strategy | str, size: int, rows: int, out_features: int,
-                  in_features: int) -> float:
+def rebuild_flops(
+    strategy: Strategy | str, size: int, rows: int, out_features: int, in_features: int
+) -> float:
     """Floating-point operations of the receiver's rebuild per step (0 for the matrix).
 
-        >>> rebuild_flops("gossip", 4, 2, 3, 5), rebuild_flops("allreduce", 4, 2, 3, 5)
-        (60.0, 240.0)
+    >>> rebuild_flops("gossip", 4, 2, 3, 5), rebuild_flops("allreduce", 4, 2, 3, 5)
+    (60.0, 240.0)
     """
     _check(size, rows, out_features, in_features, 1)
     senders = 0 if size == 1 else 1 if pattern(strategy) is Pattern.PEER else size
@@ -129,8 +141,15 @@ class Decision:
         return asdict(self)
 
 
-def decide(mode: SufficientFactors | str, strategy: Strategy | str, size: int, rows: int,
-           out_features: int, in_features: int, itemsize: int = 4) -> Decision:
+def decide(
+    mode: SufficientFactors | str,
+    strategy: Strategy | str,
+    size: int,
+    rows: int,
+    out_features: int,
+    in_features: int,
+    itemsize: int = 4,
+) -> Decision:
     """The form of one layer's gradient: ``off`` the matrix; ``on`` the factors whenever
     there are rows to send; ``auto`` the factors only when they are strictly fewer bytes.
     A layer with no rows (never run forward on any rank) always goes as the matrix: its
@@ -150,17 +169,24 @@ def decide(mode: SufficientFactors | str, strategy: Strategy | str, size: int, r
         form = Form.FACTORS
     else:
         form = Form.FACTORS if fac < mat else Form.MATRIX
-    return Decision(form.value, rows, out_features, in_features, mat, fac,
-                    rebuild_flops(strategy, size, rows, out_features, in_features)
-                    if form is Form.FACTORS else 0.0)
+    return Decision(
+        form.value,
+        rows,
+        out_features,
+        in_features,
+        mat,
+        fac,
+        rebuild_flops(strategy, size, rows, out_features, in_features)
+        if form is Form.FACTORS
+        else 0.0,
+    )
 
 
-def crossover_rows(strategy: Strategy | str, size: int, out_features: int,
-                   in_features: int) -> int:
+def crossover_rows(strategy: Strategy | str, size: int, out_features: int, in_features: int) -> int:
     """The largest K for which ``auto`` sends factors (0: never at this size).
 
-        >>> crossover_rows("gossip", 2, 4096, 4096), crossover_rows("allreduce", 8, 4096, 4096)
-        (2047, 511)
+    >>> crossover_rows("gossip", 2, 4096, 4096), crossover_rows("allreduce", 8, 4096, 4096)
+    (2047, 511)
     """
     _check(size, 0, out_features, in_features, 1)
     if size == 1:

@@ -151,7 +151,6 @@ class Profile(_JsonFile):
         return out
 
 
-
 def _profile_from_json(data: Mapping[str, Any]) -> Profile:
     def g(key: str, **kw: Any) -> Any:
         return _get(data, key, **kw)
@@ -238,7 +237,6 @@ class NetworkFit(_JsonFile):
         if self.host is not None:
             out["host"] = self.host.to_json()
         return out
-
 
 
 def _link_json(fit: LinkFit) -> dict[str, float]:

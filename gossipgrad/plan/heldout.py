@@ -110,10 +110,18 @@ class FrozenCalibration:
                 raise ValueError(f"stale_s_per_byte[{s}] must be finite, got {k!r}")
 
     @classmethod
-    def from_rounds(cls, rounds: Sequence[Mapping[str, Any]], *, size: int, link: str,
-                    host: HostShare, link_model: CommModel, profile: Profile,
-                    exchange_s: Mapping[str, float],
-                    workload: Mapping[str, Any] | None = None) -> FrozenCalibration:
+    def from_rounds(
+        cls,
+        rounds: Sequence[Mapping[str, Any]],
+        *,
+        size: int,
+        link: str,
+        host: HostShare,
+        link_model: CommModel,
+        profile: Profile,
+        exchange_s: Mapping[str, float],
+        workload: Mapping[str, Any] | None = None,
+    ) -> FrozenCalibration:
         """Fit every round (each tagged ``size`` and ``link``; see
         :func:`~gossipgrad.plan.calibrate.fit_in_step`, the compute factor over all of
         them) and freeze. A round measured at another size or on another link raises
@@ -123,31 +131,57 @@ class FrozenCalibration:
                 raise ValueError(
                     f"calibration round {i} was measured at size {r.get('size')!r} on "
                     f"{r.get('link')!r}; a calibration at size {size} on {link!r} takes only "
-                    "its own rounds (anything else would leak held-out timings into it)")
+                    "its own rounds (anything else would leak held-out timings into it)"
+                )
         fit = fit_in_step(rounds, rounds, profile, exchange_s)
-        return cls(size, link, HostShare(host.cores, host.ranks_per_host),
-                   replace(link_model, allreduce_latency_factor=1.0,
-                           allreduce_bandwidth_factor=1.0, gossip_factor=1.0),
-                   fit["compute_factor"], dict(fit["exchange_factor"]), fit["overlap_s"],
-                   dict(fit["stale_s_per_byte_by_strategy"]), dict(workload or {}), len(rounds))
+        return cls(
+            size,
+            link,
+            HostShare(host.cores, host.ranks_per_host),
+            replace(
+                link_model,
+                allreduce_latency_factor=1.0,
+                allreduce_bandwidth_factor=1.0,
+                gossip_factor=1.0,
+            ),
+            fit["compute_factor"],
+            dict(fit["exchange_factor"]),
+            fit["overlap_s"],
+            dict(fit["stale_s_per_byte_by_strategy"]),
+            dict(workload or {}),
+            len(rounds),
+        )
 
     def unfitted(self) -> FrozenCalibration:
         """The same context with nothing fitted to a run (factors 1, no overlap or
         staleness cost): profile, fit and host share alone."""
-        return replace(self, compute_factor=1.0,
-                       exchange_factor={s: 1.0 for s in self.exchange_factor},
-                       overlap_s=0.0, stale_s_per_byte={s: 0.0 for s in self.stale_s_per_byte},
-                       rounds=0)
+        return replace(
+            self,
+            compute_factor=1.0,
+            exchange_factor={s: 1.0 for s in self.exchange_factor},
+            overlap_s=0.0,
+            stale_s_per_byte={s: 0.0 for s in self.stale_s_per_byte},
+            rounds=0,
+        )
 
     def to_json(self) -> dict[str, Any]:
         m = self.link_model
-        return {"size": self.size, "link": self.link, "host": self.host.to_json(),
-                "link_model": {"alpha_s": m.alpha_s, "beta_s_per_byte": m.beta_s_per_byte,
-                               "duplex": m.duplex},
-                "compute_factor": self.compute_factor,
-                "exchange_factor": dict(self.exchange_factor), "overlap_s": self.overlap_s,
-                "stale_s_per_byte": dict(self.stale_s_per_byte),
-                "workload": dict(self.workload), "rounds": self.rounds}
+        return {
+            "size": self.size,
+            "link": self.link,
+            "host": self.host.to_json(),
+            "link_model": {
+                "alpha_s": m.alpha_s,
+                "beta_s_per_byte": m.beta_s_per_byte,
+                "duplex": m.duplex,
+            },
+            "compute_factor": self.compute_factor,
+            "exchange_factor": dict(self.exchange_factor),
+            "overlap_s": self.overlap_s,
+            "stale_s_per_byte": dict(self.stale_s_per_byte),
+            "workload": dict(self.workload),
+            "rounds": self.rounds,
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> FrozenCalibration:
@@ -155,12 +189,18 @@ class FrozenCalibration:
         naming it."""
         try:
             m = data["link_model"]
-            return cls(data["size"], data["link"],
-                       HostShare.from_json(data["host"], "frozen calibration host"),
-                       CommModel(m["alpha_s"], m["beta_s_per_byte"], m.get("duplex", 1.0)),
-                       data["compute_factor"], dict(data["exchange_factor"]),
-                       data["overlap_s"], dict(data["stale_s_per_byte"]),
-                       dict(data.get("workload", {})), data.get("rounds", 0))
+            return cls(
+                data["size"],
+                data["link"],
+                HostShare.from_json(data["host"], "frozen calibration host"),
+                CommModel(m["alpha_s"], m["beta_s_per_byte"], m.get("duplex", 1.0)),
+                data["compute_factor"],
+                dict(data["exchange_factor"]),
+                data["overlap_s"],
+                dict(data["stale_s_per_byte"]),
+                dict(data.get("workload", {})),
+                data.get("rounds", 0),
+            )
         except KeyError as e:
             raise ValueError(f"frozen calibration: field {e.args[0]!r} is missing") from None
         except (TypeError, AttributeError) as e:
@@ -177,8 +217,14 @@ def share_ratio(cal: FrozenCalibration, host: HostShare) -> float:
     return share(host) / share(cal.host)
 
 
-def transfer_exchange(cal: FrozenCalibration, target: CommModel, strategy: Strategy | str,
-                      r: float, *, memory_link: bool) -> CommModel:
+def transfer_exchange(
+    cal: FrozenCalibration,
+    target: CommModel,
+    strategy: Strategy | str,
+    r: float,
+    *,
+    memory_link: bool,
+) -> CommModel:
     """The per-strategy exchange model on the target link (rule 2 of the module): alpha and
     beta of ``transport * rho + (exchange_factor - 1) * calibration transport * r``, with
     ``rho = r`` on a memory (loopback) link, else 1. Gossip's duplex is folded into beta.
@@ -187,8 +233,10 @@ def transfer_exchange(cal: FrozenCalibration, target: CommModel, strategy: Strat
     if s is Strategy.LOCAL:
         return target
     if s.value not in cal.exchange_factor:
-        raise ValueError(f"the calibration has no exchange factor for strategy {s.value!r} "
-                         f"(it has {', '.join(cal.exchange_factor)}); calibrate with it")
+        raise ValueError(
+            f"the calibration has no exchange factor for strategy {s.value!r} "
+            f"(it has {', '.join(cal.exchange_factor)}); calibrate with it"
+        )
     rho = r if memory_link else 1.0
     extra = (cal.exchange_factor[s.value] - 1.0) * r
     c0 = cal.link_model
@@ -201,21 +249,29 @@ def transfer_exchange(cal: FrozenCalibration, target: CommModel, strategy: Strat
     return CommModel(alpha, beta, 1.0 if gossip else target.duplex)
 
 
-def transfer_host(cal: FrozenCalibration, host: HostShare, strategy: Strategy | str,
-                  r: float) -> HostShare:
+def transfer_host(
+    cal: FrozenCalibration, host: HostShare, strategy: Strategy | str, r: float
+) -> HostShare:
     """The target host with the calibrated overlap and staleness-1 costs times ``r``
     (only where it has no spare core: elsewhere overlap hides and they do not apply)."""
     if host.spare_core:
         return HostShare(host.cores, host.ranks_per_host)
     s = parse_strategy(strategy).value
-    return HostShare(host.cores, host.ranks_per_host, 0.0,
-                     cal.stale_s_per_byte.get(s, 0.0) * r, cal.overlap_s * r)
+    return HostShare(
+        host.cores,
+        host.ranks_per_host,
+        0.0,
+        cal.stale_s_per_byte.get(s, 0.0) * r,
+        cal.overlap_s * r,
+    )
 
 
 def _refuse_in_sample(cal: FrozenCalibration, size: int, link: str) -> None:
     if (size, link) == (cal.size, cal.link):
-        raise ValueError(f"size {size} on {link!r} is where the calibration was fitted: its "
-                         "runs are in-sample, not held out; predict other sizes or links")
+        raise ValueError(
+            f"size {size} on {link!r} is where the calibration was fitted: its "
+            "runs are in-sample, not held out; predict other sizes or links"
+        )
 
 
 def predict_local_s(profile: Profile, cal: FrozenCalibration, host: HostShare) -> float:
@@ -223,9 +279,18 @@ def predict_local_s(profile: Profile, cal: FrozenCalibration, host: HostShare) -
     return profile.local_step_s * cal.compute_factor * share_ratio(cal, host)
 
 
-def predict_held_out(profile: Profile, target: CommModel, cal: FrozenCalibration,
-                     strategy: Strategy | str, size: int, *, host: HostShare, link: str,
-                     staleness: int = 0, overlap: bool = True) -> StepTime:
+def predict_held_out(
+    profile: Profile,
+    target: CommModel,
+    cal: FrozenCalibration,
+    strategy: Strategy | str,
+    size: int,
+    *,
+    host: HostShare,
+    link: str,
+    staleness: int = 0,
+    overlap: bool = True,
+) -> StepTime:
     """Step time of one configuration at ``size`` ranks on ``host`` and ``link`` (whose
     alpha-beta fit is ``target``) from ``cal`` alone: ``step_time`` of the profile scaled by
     ``compute_factor * r``, the transferred exchange model and host. Raises ``ValueError``
@@ -233,6 +298,12 @@ def predict_held_out(profile: Profile, target: CommModel, cal: FrozenCalibration
     _refuse_in_sample(cal, size, link)
     r = share_ratio(cal, host)
     comm = transfer_exchange(cal, target, strategy, r, memory_link=link == LOOPBACK)
-    return step_time(scale_profile(profile, cal.compute_factor * r), comm, strategy, size,
-                     staleness=staleness, overlap=overlap,
-                     host=transfer_host(cal, host, strategy, r))
+    return step_time(
+        scale_profile(profile, cal.compute_factor * r),
+        comm,
+        strategy,
+        size,
+        staleness=staleness,
+        overlap=overlap,
+        host=transfer_host(cal, host, strategy, r),
+    )

@@ -75,8 +75,9 @@ class HostShare:
                 or not isinstance(v, (int, float))
                 or not (math.isfinite(v) and (signed or v >= 0))
             ):
-                raise ValueError(f"{name} must be a finite number{'' if signed else ' >= 0'}, "
-                                 f"got {v!r}")
+                raise ValueError(
+                    f"{name} must be a finite number{'' if signed else ' >= 0'}, got {v!r}"
+                )
 
     @property
     def cores_per_rank(self) -> float:
@@ -136,8 +137,9 @@ def fit_handoff(blocking_s: float, overlapped_s: float, n_buckets: int) -> float
     return fit_overlap(blocking_s, overlapped_s) / n_buckets
 
 
-def fit_stale(overlapped_s: float, stale_s: float, grad_bytes: int,
-              hidden_max_s: float = 0.0) -> float:
+def fit_stale(
+    overlapped_s: float, stale_s: float, grad_bytes: int, hidden_max_s: float = 0.0
+) -> float:
     """Per-gradient-byte cost of staleness 1 from an overlapped staleness-0 and a staleness-1
     step time of the same model, strategy and buckets on a host without a spare core:
     ``max(-hidden_max_s, stale - overlapped) / grad_bytes``. ``hidden_max_s`` is how much

@@ -254,8 +254,7 @@ def _serial_step(
     (plus, when overlapped, the per-step and per-bucket hand-off costs, and staleness 1's
     per-byte cost), then the optimizer."""
     communicates = size > 1 and parse_strategy(strategy) is not Strategy.LOCAL
-    handoff = (host.overlap_s + len(costs) * host.handoff_s
-               if overlap and communicates else 0.0)
+    handoff = host.overlap_s + len(costs) * host.handoff_s if overlap and communicates else 0.0
     stale = profile.grad_bytes * host.stale_s_per_byte if staleness == 1 and communicates else 0.0
     stale = max(stale, -sum(costs))  # staleness 1 hides at most the whole exchange
     busy = sum(costs) + handoff + stale

@@ -79,18 +79,35 @@ def plan_report(
     model = CommModel.from_network(network, duplex=duplex, calibrate_allreduce=calibrate_allreduce)
     for strategy, factor in (exchange_factor or {}).items():
         model = scale_exchange(model, strategy, factor)
-    host = resolve_host(network.host, host_cores, ranks_per_host, handoff_s, stale_s_per_byte,
-                        overlap_s)
-    rows = plan(profile, model, sizes=sizes, strategies=strategies, bucket_mb=bucket_mb,
-                staleness=staleness, overlap=overlap, device_memory_bytes=device_memory_bytes,
-                optimizer_state_factor=optimizer_state_factor, host=host)
+    host = resolve_host(
+        network.host, host_cores, ranks_per_host, handoff_s, stale_s_per_byte, overlap_s
+    )
+    rows = plan(
+        profile,
+        model,
+        sizes=sizes,
+        strategies=strategies,
+        bucket_mb=bucket_mb,
+        staleness=staleness,
+        overlap=overlap,
+        device_memory_bytes=device_memory_bytes,
+        optimizer_state_factor=optimizer_state_factor,
+        host=host,
+    )
     convergence, tta = metrics_sections(rows, metrics_path, target_accuracy)
     title = report_title(profile, network, host, compute_factor, exchange_factor)
     if png_path is not None:
         plot_png(rows, png_path, title=f"{profile.model}: predicted efficiency")
-    return render_markdown(
-        rows, title=title, convergence=convergence, all_rows=all_rows, tie_tolerance=tie_tolerance
-    ) + tta
+    return (
+        render_markdown(
+            rows,
+            title=title,
+            convergence=convergence,
+            all_rows=all_rows,
+            tie_tolerance=tie_tolerance,
+        )
+        + tta
+    )
 
 
 def metrics_sections(
@@ -107,22 +124,31 @@ def metrics_sections(
     return steps_to_target(lines, target), "\n" + render_tta(ttas, target) + "\n"
 
 
-def report_title(profile: Profile, network: NetworkFit, host: HostShare | None,
-                 compute_factor: float = 1.0,
-                 exchange_factor: Mapping[str, float] | None = None) -> str:
+def report_title(
+    profile: Profile,
+    network: NetworkFit,
+    host: HostShare | None,
+    compute_factor: float = 1.0,
+    exchange_factor: Mapping[str, float] | None = None,
+) -> str:
     """The report's first line: model, batch, device, network source, the host share when
     known (and its per-step costs without a spare core), and any in-step calibration."""
-    title = (f"Plan for {profile.model} (batch {profile.batch_size} on {profile.device}), "
-             f"network: {network.source}")
+    title = (
+        f"Plan for {profile.model} (batch {profile.batch_size} on {profile.device}), "
+        f"network: {network.source}"
+    )
     if host is not None:
         title += f"; {host.cores_per_rank:g} cores per rank"
         if not host.spare_core:
-            title += (f" (no spare core: overlap {host.overlap_s * 1e6:.0f} us/step, "
-                      f"hand-off {host.handoff_s * 1e6:.0f} us/bucket, "
-                      f"staleness 1 {host.stale_s_per_byte * 1e9:.3g} ns/byte)")
+            title += (
+                f" (no spare core: overlap {host.overlap_s * 1e6:.0f} us/step, "
+                f"hand-off {host.handoff_s * 1e6:.0f} us/bucket, "
+                f"staleness 1 {host.stale_s_per_byte * 1e9:.3g} ns/byte)"
+            )
     if compute_factor != 1.0 or exchange_factor:
         title += f"; in-step calibration: compute x{compute_factor:g}" + "".join(
-            f", {k} x{v:g}" for k, v in (exchange_factor or {}).items())
+            f", {k} x{v:g}" for k, v in (exchange_factor or {}).items()
+        )
     return title
 
 

@@ -65,7 +65,7 @@ class StepsFit:
             return self.a + self.b * math.log2(size)
         if self.form == "batch":
             return self.a + self.b / size
-        return self.a * size ** self.b
+        return self.a * size**self.b
 
     def describe(self) -> str:
         """The fitted curve in words, e.g. ``steps = 100 - 10 log2(size)``."""
@@ -80,8 +80,8 @@ class StepsFit:
 def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
     """Least-squares ``(a, b)`` of y = a + b x (closed form); needs two distinct x.
 
-        >>> fit_line([0, 1, 2], [1, 3, 5])
-        (1.0, 2.0)
+    >>> fit_line([0, 1, 2], [1, 3, 5])
+    (1.0, 2.0)
     """
     if len(xs) != len(ys) or len(set(xs)) < 2:
         raise ValueError("a line needs at least two distinct x values")
@@ -98,12 +98,16 @@ def fit_steps(strategy: str, points: Mapping[int, float], form: str = "auto") ->
         raise ValueError(f"unknown steps form {form!r}; choose log, power, batch or auto")
     sizes = sorted(points)
     if len(sizes) < 2:
-        raise ValueError(f"{strategy}: steps to target measured at {len(sizes)} size(s); "
-                         "the fit needs at least two (e.g. runs at 1, 2 and 4 ranks)")
+        raise ValueError(
+            f"{strategy}: steps to target measured at {len(sizes)} size(s); "
+            "the fit needs at least two (e.g. runs at 1, 2 and 4 ranks)"
+        )
     if any(s < 1 for s in sizes) or any(not points[s] > 0 for s in sizes):
         raise ValueError(f"{strategy}: sizes must be >= 1 and steps > 0, got {dict(points)}")
-    fits = [_fit_form(strategy, f, sizes, [float(points[s]) for s in sizes])
-            for f in (FORMS if form == "auto" else (form,))]
+    fits = [
+        _fit_form(strategy, f, sizes, [float(points[s]) for s in sizes])
+        for f in (FORMS if form == "auto" else (form,))
+    ]
     return min(fits, key=lambda f: (round(f.rms_rel, 9), FORMS.index(f.form)))
 
 
@@ -177,14 +181,17 @@ class StepsPrediction:
         return None if not self.measured else (self.predicted - self.measured) / self.measured
 
 
-def predict(measured: MeasuredSteps, strategy: str, size: int,
-            form: str = DEFAULT_FORM) -> StepsPrediction | None:
+def predict(
+    measured: MeasuredSteps, strategy: str, size: int, form: str = DEFAULT_FORM
+) -> StepsPrediction | None:
     """Steps for ``strategy`` at ``size`` from its runs at smaller sizes only; None when
     fewer than two smaller sizes have every run reaching the target."""
-    points = {s: m for s in measured.sizes(strategy) if s < size
-              and (m := measured.mean(strategy, s)) is not None}
+    points = {
+        s: m
+        for s in measured.sizes(strategy)
+        if s < size and (m := measured.mean(strategy, s)) is not None
+    }
     if len(points) < 2:
         return None
     fit = fit_steps(strategy, points, form)
-    return StepsPrediction(strategy, size, fit.predict(size), fit,
-                           measured.mean(strategy, size))
+    return StepsPrediction(strategy, size, fit.predict(size), fit, measured.mean(strategy, size))

@@ -46,8 +46,9 @@ class TtaRow:
         return self.steps * self.step_s
 
 
-def tta_rows(rows: Sequence[PlanRow], measured: MeasuredSteps, sizes: Iterable[int],
-             form: str = DEFAULT_FORM) -> list[TtaRow]:
+def tta_rows(
+    rows: Sequence[PlanRow], measured: MeasuredSteps, sizes: Iterable[int], form: str = DEFAULT_FORM
+) -> list[TtaRow]:
     """A row per (size, strategy) that has both a staleness-0 plan row and a steps fit."""
     out = []
     for size in sorted(set(sizes)):
@@ -56,8 +57,7 @@ def tta_rows(rows: Sequence[PlanRow], measured: MeasuredSteps, sizes: Iterable[i
             pred = predict(measured, strategy, size, form)
             if best is None or pred is None or not pred.predicted > 0:
                 continue
-            out.append(TtaRow(strategy, size, pred.predicted, best.step_s, best.bucket_mb,
-                              pred))
+            out.append(TtaRow(strategy, size, pred.predicted, best.step_s, best.bucket_mb, pred))
     return out
 
 
@@ -86,34 +86,45 @@ def dominant_term(row: TtaRow, best: TtaRow) -> str:
 def render_tta(rows: Sequence[TtaRow], target: float) -> str:
     """The prediction table and one recommendation sentence per size (Markdown)."""
     if not rows:
-        return ("Time to accuracy: no prediction (it needs, per strategy, runs that reach "
-                f"the target {target:g} at two or more sizes below the size predicted, with "
-                "'size' in their summaries, e.g. gossipgrad bench tta --metrics-out at 1, 2 "
-                "and 4 ranks).")
+        return (
+            "Time to accuracy: no prediction (it needs, per strategy, runs that reach "
+            f"the target {target:g} at two or more sizes below the size predicted, with "
+            "'size' in their summaries, e.g. gossipgrad bench tta --metrics-out at 1, 2 "
+            "and 4 ranks)."
+        )
     rec = recommend_tta(rows)
-    out = [f"Predicted time to test accuracy {target:g} (PREDICTION: steps to target fitted "
-           "at smaller sizes x predicted step time, staleness 0):", "",
-           "| size | strategy | fitted on sizes | steps model | predicted steps | measured "
-           "steps (held out) | step s | time to target s | vs best: steps, step time | "
-           "dominant term |", "|" + "---|" * 10]
+    out = [
+        f"Predicted time to test accuracy {target:g} (PREDICTION: steps to target fitted "
+        "at smaller sizes x predicted step time, staleness 0):",
+        "",
+        "| size | strategy | fitted on sizes | steps model | predicted steps | measured "
+        "steps (held out) | step s | time to target s | vs best: steps, step time | "
+        "dominant term |",
+        "|" + "---|" * 10,
+    ]
     for r in rows:
         best = rec.get(r.size, r)
         fit, measured = r.prediction.fit, r.prediction.measured
         held = "-" if measured is None else f"{measured:.1f} ({r.prediction.error:+.0%})"
         vs = "-" if r is best else f"{r.steps / best.steps:.2f}x, {r.step_s / best.step_s:.2f}x"
-        out.append(f"| {r.size} | {r.strategy} | {','.join(map(str, fit.sizes))} | "
-                   f"{fit.describe()} | {r.steps:.1f} | {held} | {r.step_s:.4f} | "
-                   f"{r.seconds:.2f} | {vs} | {dominant_term(r, best)} |")
+        out.append(
+            f"| {r.size} | {r.strategy} | {','.join(map(str, fit.sizes))} | "
+            f"{fit.describe()} | {r.steps:.1f} | {held} | {r.step_s:.4f} | "
+            f"{r.seconds:.2f} | {vs} | {dominant_term(r, best)} |"
+        )
     out.append("")
     for size, best in rec.items():
         others = [r for r in rows if r.size == size and r is not best]
-        text = (f"Size {size}: {best.strategy} is predicted fastest to {target:g} "
-                f"({best.seconds:.2f} s, {best.steps:.0f} steps x {best.step_s:.4f} s)")
+        text = (
+            f"Size {size}: {best.strategy} is predicted fastest to {target:g} "
+            f"({best.seconds:.2f} s, {best.steps:.0f} steps x {best.step_s:.4f} s)"
+        )
         for r in others:
             term = dominant_term(r, best)
-            text += (f"; against {r.strategy} ({r.seconds:.2f} s: {r.steps / best.steps:.2f}x "
-                     f"the steps, {r.step_s / best.step_s:.2f}x the step time) {term} "
-                     f"{'dominate' if term == 'steps' else 'dominates'}")
+            text += (
+                f"; against {r.strategy} ({r.seconds:.2f} s: {r.steps / best.steps:.2f}x "
+                f"the steps, {r.step_s / best.step_s:.2f}x the step time) {term} "
+                f"{'dominate' if term == 'steps' else 'dominates'}"
+            )
         out.append(text + ".")
     return "\n".join(out)
-

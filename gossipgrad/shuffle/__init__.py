@@ -11,6 +11,17 @@ from gossipgrad.shuffle.plan import RoundPlan, ShufflePlan, plan_round
 from gossipgrad.shuffle.store import PayloadKind, Sample, Samples, ShardStore
 from gossipgrad.shuffle.worker import ShuffleError, ShuffleMode, ShuffleWorker
 
-__all__ = ["PayloadKind", "RoundPlan", "Sample", "Samples", "ShardDataset", "ShardStore",
-           "ShuffleError", "ShuffleMode", "ShufflePlan", "ShuffleWorker",
-           "SnapshotBatchSampler", "plan_round"]
+__all__ = [
+    "PayloadKind",
+    "RoundPlan",
+    "Sample",
+    "Samples",
+    "ShardDataset",
+    "ShardStore",
+    "ShuffleError",
+    "ShuffleMode",
+    "ShufflePlan",
+    "ShuffleWorker",
+    "SnapshotBatchSampler",
+    "plan_round",
+]

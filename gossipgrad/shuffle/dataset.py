@@ -44,8 +44,12 @@ class ShardDataset(torch.utils.data.Dataset):
         with_ids: also return the global sample id (for tests and checks).
     """
 
-    def __init__(self, store: ShardStore, transform: Callable[[Any], Any] | None = None,
-                 with_ids: bool = False) -> None:
+    def __init__(
+        self,
+        store: ShardStore,
+        transform: Callable[[Any], Any] | None = None,
+        with_ids: bool = False,
+    ) -> None:
         self.store, self.transform, self.with_ids = store, transform, with_ids
 
     def __len__(self) -> int:
@@ -63,7 +67,8 @@ class ShardDataset(torch.utils.data.Dataset):
                 raise RuntimeError(
                     "ShardDataset got slot indices in a DataLoader worker process, whose copy of "
                     "the shard never sees shuffle rounds; pass batch_sampler="
-                    "SnapshotBatchSampler(store, batch_size) or use num_workers=0")
+                    "SnapshotBatchSampler(store, batch_size) or use num_workers=0"
+                )
             samples = self.store.read(indices).items()
         return [self._item(s) for s in samples]
 
@@ -82,8 +87,14 @@ class SnapshotBatchSampler(torch.utils.data.Sampler):
     in a slot already visited this epoch waits for the next epoch on this rank.
     """
 
-    def __init__(self, store: ShardStore, batch_size: int, shuffle: bool = True, seed: int = 0,
-                 drop_last: bool = False) -> None:
+    def __init__(
+        self,
+        store: ShardStore,
+        batch_size: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+    ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.store, self.batch_size, self.shuffle = store, batch_size, shuffle
@@ -98,7 +109,10 @@ class SnapshotBatchSampler(torch.utils.data.Sampler):
 
     def __iter__(self) -> Iterator[list[Sample]]:
         n = len(self.store)
-        order = (np.random.default_rng((self.seed, self.epoch)).permutation(n) if self.shuffle
-                 else np.arange(n))
+        order = (
+            np.random.default_rng((self.seed, self.epoch)).permutation(n)
+            if self.shuffle
+            else np.arange(n)
+        )
         for b in range(len(self)):
-            yield self.store.read(order[b * self.batch_size:(b + 1) * self.batch_size]).items()
+            yield self.store.read(order[b * self.batch_size : (b + 1) * self.batch_size]).items()

@@ -43,9 +43,16 @@ class ShuffleCancelled(RuntimeError):
     """The round was abandoned by ``stop(cancel=True)`` (the run is failing anyway)."""
 
 
-def exchange_round(comm: Communicator, kind: PayloadKind, sample_shape: tuple[int, ...],
-                   dtype: torch.dtype | None, plan: RoundPlan, outgoing: Samples,
-                   timeout: float, cancelled: Callable[[], bool] = lambda: False) -> Samples:
+def exchange_round(
+    comm: Communicator,
+    kind: PayloadKind,
+    sample_shape: tuple[int, ...],
+    dtype: torch.dtype | None,
+    plan: RoundPlan,
+    outgoing: Samples,
+    timeout: float,
+    cancelled: Callable[[], bool] = lambda: False,
+) -> Samples:
     """Send ``outgoing`` to ``plan.dst`` and return the same number of samples from ``plan.src``.
 
     Raises CommTimeout naming the peer, the round (as the step) and the tag when a message
@@ -88,9 +95,11 @@ def exchange_round(comm: Communicator, kind: PayloadKind, sample_shape: tuple[in
     try:
         _wait(comm, *recv_meta, deadline, timeout, cancelled)
         if kind is PayloadKind.TENSOR and k and np.any(meta_in[:, 2] != nbytes // k):
-            raise CommError(f"rank {comm.rank}, round {index}: rank {src} sends samples of "
-                            f"{int(meta_in[0, 2])} bytes, this rank holds {nbytes // k}-byte "
-                            "samples; every rank needs the same sample shape and dtype")
+            raise CommError(
+                f"rank {comm.rank}, round {index}: rank {src} sends samples of "
+                f"{int(meta_in[0, 2])} bytes, this rank holds {nbytes // k}-byte "
+                "samples; every rank needs the same sample shape and dtype"
+            )
         if kind is PayloadKind.BYTES:
             data_in = torch.empty(int(meta_in[:, 2].sum()), dtype=torch.uint8)
             pending.append(post_recv(data_in, Tag.SHUFFLE_DATA))
@@ -100,8 +109,11 @@ def exchange_round(comm: Communicator, kind: PayloadKind, sample_shape: tuple[in
         # requests still posted may read or write their buffers later: keep them alive
         _ABANDONED.extend([recv_meta, *pending, (meta_in, data_in, meta_out, data_out)])
         raise
-    return Samples(meta_in[:, 0].copy(), meta_in[:, 1].copy(),
-                   _from_wire(kind, data_in, meta_in[:, 2], sample_shape, dtype))
+    return Samples(
+        meta_in[:, 0].copy(),
+        meta_in[:, 1].copy(),
+        _from_wire(kind, data_in, meta_in[:, 2], sample_shape, dtype),
+    )
 
 
 def _to_wire(kind: PayloadKind, samples: Samples) -> torch.Tensor | None:
@@ -109,24 +121,38 @@ def _to_wire(kind: PayloadKind, samples: Samples) -> torch.Tensor | None:
         return samples.payload.contiguous().reshape(-1).view(torch.uint8)
     if kind is PayloadKind.BYTES:
         flat = b"".join(samples.payload)
-        return torch.frombuffer(bytearray(flat), dtype=torch.uint8) if flat else \
-            torch.zeros(0, dtype=torch.uint8)
+        return (
+            torch.frombuffer(bytearray(flat), dtype=torch.uint8)
+            if flat
+            else torch.zeros(0, dtype=torch.uint8)
+        )
     return None
 
 
-def _from_wire(kind: PayloadKind, data: torch.Tensor | None, lengths: np.ndarray,
-               shape: tuple[int, ...], dtype: torch.dtype | None) -> Any:
+def _from_wire(
+    kind: PayloadKind,
+    data: torch.Tensor | None,
+    lengths: np.ndarray,
+    shape: tuple[int, ...],
+    dtype: torch.dtype | None,
+) -> Any:
     if kind is PayloadKind.TENSOR:
         return data.view(dtype).reshape(len(lengths), *shape)
     if kind is PayloadKind.BYTES:
         raw = data.numpy().tobytes()
         ends = np.cumsum(lengths).tolist()
-        return [raw[e - n:e] for e, n in zip(ends, lengths.tolist(), strict=True)]
+        return [raw[e - n : e] for e, n in zip(ends, lengths.tolist(), strict=True)]
     return None
 
 
-def _wait(comm: Communicator, req: Request, ctx: WaitContext, deadline: float,
-          timeout: float, cancelled: Callable[[], bool]) -> None:
+def _wait(
+    comm: Communicator,
+    req: Request,
+    ctx: WaitContext,
+    deadline: float,
+    timeout: float,
+    cancelled: Callable[[], bool],
+) -> None:
     """Wait for ``req`` until ``deadline``, looking at ``cancelled()`` between polls.
 
     Polls lazily, every :data:`_PAUSE_S`: a round has whole training steps to finish, and

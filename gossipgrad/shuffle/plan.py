@@ -58,24 +58,33 @@ class ShufflePlan:
             dissemination), ``hypercube`` or ``dissemination``.
     """
 
-    def __init__(self, size: int, shard_len: int, samples: int, seed: int = 0,
-                 topology: str | Topology = Topology.AUTO) -> None:
+    def __init__(
+        self,
+        size: int,
+        shard_len: int,
+        samples: int,
+        seed: int = 0,
+        topology: str | Topology = Topology.AUTO,
+    ) -> None:
         if size < 1:
             raise ValueError(f"size must be >= 1, got {size}")
         if shard_len < 1:
             raise ValueError(f"shard_len must be >= 1 (every rank needs samples), got {shard_len}")
         if not 0 <= samples <= shard_len:
-            raise ValueError(f"--shuffle-samples must be in [0, {shard_len}] (the shard length), "
-                             f"got {samples}")
+            raise ValueError(
+                f"--shuffle-samples must be in [0, {shard_len}] (the shard length), got {samples}"
+            )
         if seed < 0:
             raise ValueError(f"seed must be >= 0, got {seed}")
         self.size, self.shard_len, self.samples, self.seed = size, shard_len, samples, seed
         self.schedule = Schedule(size, topology, seed=seed)
 
     def __repr__(self) -> str:
-        return (f"ShufflePlan(size={self.size}, shard_len={self.shard_len}, "
-                f"samples={self.samples}, seed={self.seed}, "
-                f"topology={self.schedule.topology.value!r})")
+        return (
+            f"ShufflePlan(size={self.size}, shard_len={self.shard_len}, "
+            f"samples={self.samples}, seed={self.seed}, "
+            f"topology={self.schedule.topology.value!r})"
+        )
 
     @property
     def active(self) -> bool:
@@ -98,8 +107,14 @@ class ShufflePlan:
         return RoundPlan(index=index, dst=peers.dst, src=peers.src, slots=slots)
 
 
-def plan_round(seed: int, round: int, rank: int, size: int, shard_len: int,
-               samples_per_round: int,
-               topology: str | Topology = Topology.AUTO) -> RoundPlan | None:
+def plan_round(
+    seed: int,
+    round: int,
+    rank: int,
+    size: int,
+    shard_len: int,
+    samples_per_round: int,
+    topology: str | Topology = Topology.AUTO,
+) -> RoundPlan | None:
     """Functional form of :meth:`ShufflePlan.round` (builds the plan each call)."""
     return ShufflePlan(size, shard_len, samples_per_round, seed, topology).round(rank, round)

@@ -64,8 +64,9 @@ class Samples:
 
     def items(self) -> list[Sample]:
         pay = self.payload if self.payload is not None else [None] * len(self)
-        return [Sample(int(i), int(y), p)
-                for i, y, p in zip(self.ids, self.labels, pay, strict=True)]
+        return [
+            Sample(int(i), int(y), p) for i, y, p in zip(self.ids, self.labels, pay, strict=True)
+        ]
 
 
 def _int64(values: Any, what: str) -> np.ndarray:
@@ -169,8 +170,9 @@ class ShardStore:
                 raise ValueError(f"samples of shape {self.sample_shape} expected")
             payload = payload.to(self.dtype)
         elif self.kind is PayloadKind.BYTES and (payload is None or len(payload) != len(idx)):
-            raise ValueError(f"{len(idx)} slots but {0 if payload is None else len(payload)} "
-                             "encoded samples")
+            raise ValueError(
+                f"{len(idx)} slots but {0 if payload is None else len(payload)} encoded samples"
+            )
         with self.lock:
             self._ids[idx] = samples.ids
             self._labels[idx] = samples.labels
@@ -193,31 +195,41 @@ class ShardStore:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Replace every slot with the saved contents; kind, length and shape must match."""
         if state.get("kind") != self.kind.value:
-            raise ValueError(f"checkpoint holds a {state.get('kind')!r} shard, this store is "
-                             f"{self.kind.value!r}")
+            raise ValueError(
+                f"checkpoint holds a {state.get('kind')!r} shard, this store is {self.kind.value!r}"
+            )
         samples = unpack_samples(state, self.sample_shape, self.dtype)
         if len(samples) != len(self):
-            raise ValueError(f"checkpoint shard has {len(samples)} samples, this store {len(self)}"
-                             "; resume with the same --partition, dataset and number of ranks")
+            raise ValueError(
+                f"checkpoint shard has {len(samples)} samples, this store {len(self)}"
+                "; resume with the same --partition, dataset and number of ranks"
+            )
         self.write_(np.arange(len(self)), samples)
 
 
 def pack_samples(kind: PayloadKind, samples: Samples) -> dict[str, Any]:
     """``samples`` as a dict of tensors and strings (no pickled Python objects)."""
-    state: dict[str, Any] = {"kind": kind.value, "ids": torch.from_numpy(samples.ids.copy()),
-                             "labels": torch.from_numpy(samples.labels.copy())}
+    state: dict[str, Any] = {
+        "kind": kind.value,
+        "ids": torch.from_numpy(samples.ids.copy()),
+        "labels": torch.from_numpy(samples.labels.copy()),
+    }
     if kind is PayloadKind.TENSOR:
         state["payload"] = samples.payload.clone()
     elif kind is PayloadKind.BYTES:
         state["lengths"] = torch.tensor([len(b) for b in samples.payload], dtype=torch.int64)
         flat = b"".join(samples.payload)
-        state["data"] = torch.frombuffer(bytearray(flat), dtype=torch.uint8) if flat else \
-            torch.zeros(0, dtype=torch.uint8)
+        state["data"] = (
+            torch.frombuffer(bytearray(flat), dtype=torch.uint8)
+            if flat
+            else torch.zeros(0, dtype=torch.uint8)
+        )
     return state
 
 
-def unpack_samples(state: dict[str, Any], shape: tuple[int, ...] = (),
-                   dtype: torch.dtype | None = None) -> Samples:
+def unpack_samples(
+    state: dict[str, Any], shape: tuple[int, ...] = (), dtype: torch.dtype | None = None
+) -> Samples:
     """Inverse of :func:`pack_samples`."""
     kind = PayloadKind(state["kind"])
     ids = state["ids"].numpy().astype(np.int64)
@@ -226,11 +238,14 @@ def unpack_samples(state: dict[str, Any], shape: tuple[int, ...] = (),
     if kind is PayloadKind.TENSOR:
         payload = state["payload"]
         if tuple(payload.shape[1:]) != shape or payload.dtype != dtype:
-            raise ValueError(f"checkpoint samples are {tuple(payload.shape[1:])} {payload.dtype}, "
-                             f"the store holds {shape} {dtype}")
+            raise ValueError(
+                f"checkpoint samples are {tuple(payload.shape[1:])} {payload.dtype}, "
+                f"the store holds {shape} {dtype}"
+            )
     elif kind is PayloadKind.BYTES:
         data = state["data"].numpy().tobytes()
         ends = np.cumsum(state["lengths"].numpy())
-        payload = [data[e - n:e] for e, n in zip(ends.tolist(), state["lengths"].tolist(),
-                                                        strict=True)]
+        payload = [
+            data[e - n : e] for e, n in zip(ends.tolist(), state["lengths"].tolist(), strict=True)
+        ]
     return Samples(ids, labels, payload)

@@ -93,9 +93,18 @@ class ShuffleWorker:
         timeout: deadline of one round in seconds (default: ``comm.timeout``).
     """
 
-    def __init__(self, store: ShardStore, comm: Communicator, *, samples: int, every: int = 1,
-                 seed: int = 0, topology: str | Topology = Topology.AUTO,
-                 mode: str | ShuffleMode = ShuffleMode.AUTO, timeout: float | None = None):
+    def __init__(
+        self,
+        store: ShardStore,
+        comm: Communicator,
+        *,
+        samples: int,
+        every: int = 1,
+        seed: int = 0,
+        topology: str | Topology = Topology.AUTO,
+        mode: str | ShuffleMode = ShuffleMode.AUTO,
+        timeout: float | None = None,
+    ):
         if every < 1:
             raise ValueError(f"--shuffle-every must be >= 1, got {every}")
         self.store, self.every = store, every
@@ -115,30 +124,49 @@ class ShuffleWorker:
         self._cancel = threading.Event()
         self._thread: threading.Thread | None = None
         if self.mode is ShuffleMode.THREAD and self.plan.active:
-            self._thread = threading.Thread(target=self._loop, daemon=False,
-                                            name=f"gossipgrad-shuffle-r{self.rank}")
+            self._thread = threading.Thread(
+                target=self._loop, daemon=False, name=f"gossipgrad-shuffle-r{self.rank}"
+            )
             self._thread.start()
 
     def _resolve_mode(self, mode: str | ShuffleMode, comm: Communicator) -> ShuffleMode:
         wanted = choice(ShuffleMode, mode, "shuffle mode")
         serialised = _serialises_calls(comm)
         if wanted is ShuffleMode.THREAD and serialised:
-            raise ValueError("shuffle mode 'thread' needs MPI_THREAD_MULTIPLE, which MPI did not "
-                             "grant; use mode 'auto' or 'inline'")
-        chosen = wanted if wanted is not ShuffleMode.AUTO else (
-            ShuffleMode.INLINE if serialised else ShuffleMode.THREAD)
-        why = ("the communicator serialises calls (below MPI_THREAD_MULTIPLE): rounds run "
-               "synchronously in on_step, without overlap") if chosen is ShuffleMode.INLINE \
-            and serialised else "rounds overlap compute on a background thread" \
-            if chosen is ShuffleMode.THREAD else "asked for"
-        log.log(logging.INFO if self.rank == 0 else logging.DEBUG,
-                "shuffle: %s mode (%s); %s, every %d steps", chosen.value, why, self.plan,
-                self.every)
+            raise ValueError(
+                "shuffle mode 'thread' needs MPI_THREAD_MULTIPLE, which MPI did not "
+                "grant; use mode 'auto' or 'inline'"
+            )
+        chosen = (
+            wanted
+            if wanted is not ShuffleMode.AUTO
+            else (ShuffleMode.INLINE if serialised else ShuffleMode.THREAD)
+        )
+        why = (
+            (
+                "the communicator serialises calls (below MPI_THREAD_MULTIPLE): rounds run "
+                "synchronously in on_step, without overlap"
+            )
+            if chosen is ShuffleMode.INLINE and serialised
+            else "rounds overlap compute on a background thread"
+            if chosen is ShuffleMode.THREAD
+            else "asked for"
+        )
+        log.log(
+            logging.INFO if self.rank == 0 else logging.DEBUG,
+            "shuffle: %s mode (%s); %s, every %d steps",
+            chosen.value,
+            why,
+            self.plan,
+            self.every,
+        )
         return chosen
 
     def __repr__(self) -> str:
-        return (f"ShuffleWorker(rank={self.rank}, mode={self.mode.value!r}, every={self.every}, "
-                f"{self.plan}, rounds_done={self.rounds_done})")
+        return (
+            f"ShuffleWorker(rank={self.rank}, mode={self.mode.value!r}, every={self.every}, "
+            f"{self.plan}, rounds_done={self.rounds_done})"
+        )
 
     # -- the training thread's calls ------------------------------------------------------
 
@@ -152,8 +180,9 @@ class ShuffleWorker:
         if self._stopped:
             raise RuntimeError(f"rank {self.rank}: on_step({step}) after stop()")
         if step <= self._last_step:
-            raise ValueError(f"rank {self.rank}: on_step steps must increase; got {step} after "
-                             f"{self._last_step}")
+            raise ValueError(
+                f"rank {self.rank}: on_step steps must increase; got {step} after {self._last_step}"
+            )
         self._last_step = step
         if step % self.every == 0:
             self._apply_inflight()
@@ -195,8 +224,12 @@ class ShuffleWorker:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop(cancel=exc_type is not None)
 
     # -- rounds -----------------------------------------------------------------------------
@@ -216,8 +249,10 @@ class ShuffleWorker:
 
     def _await(self, rnd: _Round) -> Samples:
         if not rnd.done.wait(self.timeout + 10.0):
-            self._failed = ShuffleError(f"rank {self.rank}, shuffle round {rnd.index}: the "
-                                        "shuffle thread did not finish the round")
+            self._failed = ShuffleError(
+                f"rank {self.rank}, shuffle round {rnd.index}: the "
+                "shuffle thread did not finish the round"
+            )
             raise self._failed
         if rnd.error is not None:
             self._raise(rnd)
@@ -238,7 +273,8 @@ class ShuffleWorker:
         partners = f", partners dst {rnd.plan.dst} / src {rnd.plan.src}" if rnd.plan else ""
         self._failed = ShuffleError(
             f"rank {self.rank}, shuffle round {rnd.index} (step {rnd.step}{partners}): "
-            f"{type(exc).__name__}: {exc}")
+            f"{type(exc).__name__}: {exc}"
+        )
         self._inflight = None
         raise self._failed from exc
 
@@ -249,9 +285,16 @@ class ShuffleWorker:
             # of the boundary that started the round, as an inline round does.
             rnd.plan = self.plan.round(self.rank, rnd.index)
             rnd.outgoing = self.store.read(rnd.plan.slots)
-            rnd.result = exchange_round(self.comm, self.store.kind, self.store.sample_shape,
-                                        self.store.dtype, rnd.plan, rnd.outgoing, self.timeout,
-                                        self._cancel.is_set)
+            rnd.result = exchange_round(
+                self.comm,
+                self.store.kind,
+                self.store.sample_shape,
+                self.store.dtype,
+                rnd.plan,
+                rnd.outgoing,
+                self.timeout,
+                self._cancel.is_set,
+            )
         except BaseException as exc:  # noqa: BLE001 - handed to the training thread
             rnd.error = exc
         finally:
@@ -264,8 +307,10 @@ class ShuffleWorker:
                 while self._job is None and not self._exit:
                     self._cond.wait(0.2)
                     if not threading.main_thread().is_alive():
-                        log.warning("shuffle worker was never stopped; call stop() or use "
-                                    "it as a context manager")
+                        log.warning(
+                            "shuffle worker was never stopped; call stop() or use "
+                            "it as a context manager"
+                        )
                         return
                 if self._job is None:
                     return
@@ -286,27 +331,46 @@ class ShuffleWorker:
         if self._inflight is not None:
             rnd = self._inflight
             samples = self._await(rnd)  # the plan is drawn by then
-            pending = {"index": rnd.index, "step": rnd.step,
-                       "slots": torch.from_numpy(rnd.plan.slots.copy()),
-                       "samples": pack_samples(self.store.kind, samples)}
+            pending = {
+                "index": rnd.index,
+                "step": rnd.step,
+                "slots": torch.from_numpy(rnd.plan.slots.copy()),
+                "samples": pack_samples(self.store.kind, samples),
+            }
         p = self.plan
-        return {"version": _STATE_VERSION, "rounds_done": self.rounds_done,
-                "last_step": self._last_step, "store": self.store.state_dict(),
-                "pending": pending,
-                "plan": {"size": p.size, "shard_len": p.shard_len, "samples": p.samples,
-                         "seed": p.seed, "every": self.every}}
+        return {
+            "version": _STATE_VERSION,
+            "rounds_done": self.rounds_done,
+            "last_step": self._last_step,
+            "store": self.store.state_dict(),
+            "pending": pending,
+            "plan": {
+                "size": p.size,
+                "shard_len": p.shard_len,
+                "samples": p.samples,
+                "seed": p.seed,
+                "every": self.every,
+            },
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from :meth:`state_dict`; call before the first ``on_step``."""
         if self._last_step >= 0 or self._inflight is not None:
             raise RuntimeError(f"rank {self.rank}: load_state_dict after on_step")
         p = self.plan
-        mine = {"size": p.size, "shard_len": p.shard_len, "samples": p.samples, "seed": p.seed,
-                "every": self.every}
+        mine = {
+            "size": p.size,
+            "shard_len": p.shard_len,
+            "samples": p.samples,
+            "seed": p.seed,
+            "every": self.every,
+        }
         if state.get("version") != _STATE_VERSION or state.get("plan") != mine:
-            raise ValueError(f"shuffle checkpoint was written with {state.get('plan')}, this run "
-                             f"has {mine}; resume with the same number of ranks, --seed, "
-                             "--shuffle-samples and --shuffle-every")
+            raise ValueError(
+                f"shuffle checkpoint was written with {state.get('plan')}, this run "
+                f"has {mine}; resume with the same number of ranks, --seed, "
+                "--shuffle-samples and --shuffle-every"
+            )
         self.store.load_state_dict(state["store"])
         self.rounds_done, self._last_step = int(state["rounds_done"]), int(state["last_step"])
         pending = state["pending"]
@@ -314,8 +378,7 @@ class ShuffleWorker:
             plan = self.plan.round(self.rank, int(pending["index"]))
             if not np.array_equal(plan.slots, pending["slots"].numpy()):
                 raise ValueError("shuffle checkpoint's pending round does not match the plan")
-            samples = unpack_samples(pending["samples"], self.store.sample_shape,
-                                     self.store.dtype)
+            samples = unpack_samples(pending["samples"], self.store.sample_shape, self.store.dtype)
             rnd = _Round(int(pending["index"]), int(pending["step"]), plan, result=samples)
             rnd.done.set()
             self._inflight = rnd

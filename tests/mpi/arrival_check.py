@@ -22,8 +22,10 @@ stop = StopSignals(comm, signals=())  # duplicates the communicator: collective
 comm.barrier()
 if comm.rank == 2:
     os.kill(os.getpid(), signal.SIGSTOP)
-checks = [lambda: stop.agreed(step=5),
-          lambda: allreduce_(comm, np.zeros(4), ReduceOp.SUM, what="evaluation", step=9)]
+checks = [
+    lambda: stop.agreed(step=5),
+    lambda: allreduce_(comm, np.zeros(4), ReduceOp.SUM, what="evaluation", step=9),
+]
 for n, check in enumerate(checks):
     try:
         check()
@@ -32,7 +34,8 @@ for n, check in enumerate(checks):
         message = str(exc)
     with open(os.path.join(out, f"r{comm.rank}-{n}.txt.tmp"), "w") as f:
         f.write(message)
-    os.rename(os.path.join(out, f"r{comm.rank}-{n}.txt.tmp"),
-              os.path.join(out, f"r{comm.rank}-{n}.txt"))
+    os.rename(
+        os.path.join(out, f"r{comm.rank}-{n}.txt.tmp"), os.path.join(out, f"r{comm.rank}-{n}.txt")
+    )
 sys.stdout.flush()
 os._exit(0)

@@ -33,5 +33,13 @@ for i in range(5):
         comm.isend(buf, 0, Tag.PINGPONG).wait(30)
     rounds.append(time.perf_counter() - t0)
 if comm.rank == 0:
-    print(json.dumps({"delay_s": comm.delay_s, "delay_thread": comm._poster is not None,
-                      "round_trip_s": statistics.median(rounds)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "delay_s": comm.delay_s,
+                "delay_thread": comm._poster is not None,
+                "round_trip_s": statistics.median(rounds),
+            }
+        ),
+        flush=True,
+    )

@@ -47,8 +47,10 @@ def check(comm: MpiCommunicator, store: ShardStore, total: int, where: str) -> N
     allreduce_(comm, counts)
     if not np.all(counts == 1):
         lost, dup = np.flatnonzero(counts == 0), np.flatnonzero(counts > 1)
-        raise AssertionError(f"rank {comm.rank}, {where}: lost ids {lost[:10].tolist()}, "
-                             f"duplicated ids {dup[:10].tolist()}")
+        raise AssertionError(
+            f"rank {comm.rank}, {where}: lost ids {lost[:10].tolist()}, "
+            f"duplicated ids {dup[:10].tolist()}"
+        )
     if not np.array_equal(s.labels, s.ids % 7):
         raise AssertionError(f"rank {comm.rank}, {where}: labels do not match ids")
     if store.kind == "tensor":
@@ -59,21 +61,33 @@ def check(comm: MpiCommunicator, store: ShardStore, total: int, where: str) -> N
         raise AssertionError(f"rank {comm.rank}, {where}: payloads do not match ids")
 
 
-def check_moved(comm: MpiCommunicator, store: ShardStore, shard: int, rounds_done: int,
-                rounds: int, samples: int) -> dict:
+def check_moved(
+    comm: MpiCommunicator,
+    store: ShardStore,
+    shard: int,
+    rounds_done: int,
+    rounds: int,
+    samples: int,
+) -> dict:
     """Every rank applied ``rounds`` rounds; on 2+ ranks, every rank holds samples from
     other ranks' shards (ids outside its own). Returns the figures over all ranks."""
     if rounds_done != rounds:
-        raise AssertionError(f"rank {comm.rank}: the worker applied {rounds_done} rounds, "
-                             f"not {rounds}")
+        raise AssertionError(
+            f"rank {comm.rank}: the worker applied {rounds_done} rounds, not {rounds}"
+        )
     foreign = int(np.count_nonzero(store.read_all().ids // shard != comm.rank))
     if comm.size > 1 and samples > 0 and rounds > 0 and foreign == 0:
-        raise AssertionError(f"rank {comm.rank}: after {rounds} rounds it holds only its own "
-                             "samples; nothing moved")
+        raise AssertionError(
+            f"rank {comm.rank}: after {rounds} rounds it holds only its own samples; nothing moved"
+        )
     low = allreduce_(comm, np.array([rounds_done, -rounds_done, foreign]), ReduceOp.MIN)
     total = allreduce_(comm, np.array([foreign]), ReduceOp.SUM)
-    return {"rounds_done_min": int(low[0]), "rounds_done_max": int(-low[1]),
-            "foreign_min": int(low[2]), "foreign_total": int(total[0])}
+    return {
+        "rounds_done_min": int(low[0]),
+        "rounds_done_max": int(-low[1]),
+        "foreign_min": int(low[2]),
+        "foreign_total": int(total[0]),
+    }
 
 
 def main() -> None:
@@ -85,8 +99,12 @@ def main() -> None:
     p.add_argument("--kind", choices=["tensor", "bytes", "index"], default="tensor")
     p.add_argument("--mode", choices=["auto", "thread", "inline"], default="auto")
     p.add_argument("--check-every", type=int, default=100)
-    p.add_argument("--compute-ms", type=float, default=0.0,
-                   help="sleep this long per step, standing in for forward/backward")
+    p.add_argument(
+        "--compute-ms",
+        type=float,
+        default=0.0,
+        help="sleep this long per step, standing in for forward/backward",
+    )
     p.add_argument("--comm-timeout", type=float, default=60.0)
     args = p.parse_args()
 
@@ -96,8 +114,9 @@ def main() -> None:
         total = args.shard * comm.size
         comm.barrier()
         t0 = time.perf_counter()
-        with ShuffleWorker(store, comm, samples=args.samples, every=1, seed=7,
-                           mode=args.mode) as worker:
+        with ShuffleWorker(
+            store, comm, samples=args.samples, every=1, seed=7, mode=args.mode
+        ) as worker:
             mode = worker.mode.value
             for step in range(args.rounds):
                 if args.compute_ms:
@@ -107,19 +126,31 @@ def main() -> None:
                     check(comm, store, total, f"step {step}")
         elapsed = np.array([time.perf_counter() - t0])
         check(comm, store, total, "end")
-        moved = check_moved(comm, store, args.shard, worker.rounds_done, args.rounds,
-                            args.samples)
+        moved = check_moved(comm, store, args.shard, worker.rounds_done, args.rounds, args.samples)
         allreduce_(comm, elapsed, ReduceOp.MAX)
         if comm.rank == 0:
-            print(json.dumps({"check": "shuffle", "ok": True, "size": comm.size,
-                              "kind": args.kind, "mode": mode, "rounds": args.rounds, **moved,
-                              "samples": args.samples, "dim": args.dim,
-                              "seconds": round(float(elapsed[0]), 3),
-                              "rounds_per_s": round(args.rounds / float(elapsed[0]), 1),
-                              "compute_ms": args.compute_ms,
-                              "overhead_ms_per_step": round(1000 * float(elapsed[0]) / args.rounds
-                                                            - args.compute_ms, 3)}),
-                  flush=True)
+            print(
+                json.dumps(
+                    {
+                        "check": "shuffle",
+                        "ok": True,
+                        "size": comm.size,
+                        "kind": args.kind,
+                        "mode": mode,
+                        "rounds": args.rounds,
+                        **moved,
+                        "samples": args.samples,
+                        "dim": args.dim,
+                        "seconds": round(float(elapsed[0]), 3),
+                        "rounds_per_s": round(args.rounds / float(elapsed[0]), 1),
+                        "compute_ms": args.compute_ms,
+                        "overhead_ms_per_step": round(
+                            1000 * float(elapsed[0]) / args.rounds - args.compute_ms, 3
+                        ),
+                    }
+                ),
+                flush=True,
+            )
     except BaseException:  # noqa: BLE001 - one failing rank aborts all, never a hang
         traceback.print_exc()
         sys.stderr.flush()

@@ -32,8 +32,9 @@ def require(condition: bool, reason: str) -> None:
         raise NotApplicable(reason)
 
 
-def _mix_steps(comm, x: torch.Tensor, steps: range, topology: str = "auto",
-               stager: Stager | None = None) -> torch.Tensor:
+def _mix_steps(
+    comm, x: torch.Tensor, steps: range, topology: str = "auto", stager: Stager | None = None
+) -> torch.Tensor:
     ex = make_exchange("gossip", comm, Schedule(comm.size, topology, seed=7), stager)
     for t in steps:
         ex.finish(ex.start(x, 0, t, Tag.GRAD_BUCKET))
@@ -42,8 +43,10 @@ def _mix_steps(comm, x: torch.Tensor, steps: range, topology: str = "auto",
 
 def check_hypercube_cycle_gives_exact_mean(comm) -> None:
     """After one full cycle of hypercube mixing (any cycle, rotated), everyone has the mean."""
-    require(is_power_of_two(comm.size) and comm.size > 1,
-            f"the hypercube needs a power of two >= 2 ranks, not {comm.size}")
+    require(
+        is_power_of_two(comm.size) and comm.size > 1,
+        f"the hypercube needs a power of two >= 2 ranks, not {comm.size}",
+    )
     sched = Schedule(comm.size, "hypercube", seed=7)
     for cycle in (0, 1, 3):
         x = torch.full((5,), float(comm.rank), dtype=torch.float64) * (cycle + 1)
@@ -91,8 +94,15 @@ def check_consensus_distance(comm) -> None:
     assert consensus_distance(model, comm) < 1e-20
 
 
-def _train(comm, overlap: bool, mix: str = "grad", staleness: int = 0, steps: int = 6,
-           strategy: str = "gossip", barrier: bool = False) -> torch.Tensor:
+def _train(
+    comm,
+    overlap: bool,
+    mix: str = "grad",
+    staleness: int = 0,
+    steps: int = 6,
+    strategy: str = "gossip",
+    barrier: bool = False,
+) -> torch.Tensor:
     model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
     # A private generator: in the thread world, torch's global RNG is shared by the ranks,
     # so torch.manual_seed(0) here raced with the other threads' draws and rank 0 (whose
@@ -101,9 +111,17 @@ def _train(comm, overlap: bool, mix: str = "grad", staleness: int = 0, steps: in
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(torch.randn(p.shape, generator=init) * 0.3)
-    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), model,
-                               comm, strategy=strategy, mix=mix, staleness=staleness,
-                               bucket_mb=0.0005, overlap=overlap, seed=3)
+    opt = DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+        model,
+        comm,
+        strategy=strategy,
+        mix=mix,
+        staleness=staleness,
+        bucket_mb=0.0005,
+        overlap=overlap,
+        seed=3,
+    )
     gen = torch.Generator().manual_seed(100 + comm.rank)
     overlapped_params = overlap and mix == "param" and staleness == 0 and opt.communicates
     assert opt.overlap == (overlap and opt.communicates), "overlap was not taken up"
@@ -148,11 +166,11 @@ def check_stale_overlap_is_bit_identical(comm) -> None:
         for mix in ("grad", "param"):
             # a barrier after every step: allreduce buckets in flight must not be posted
             # after it on one rank and before it on another (a hang under MPI)
-            a = _train(comm, overlap=True, mix=mix, staleness=1, strategy=strategy,
-                       barrier=True)
+            a = _train(comm, overlap=True, mix=mix, staleness=1, strategy=strategy, barrier=True)
             b = _train(comm, overlap=False, mix=mix, staleness=1, strategy=strategy)
-            assert torch.equal(a, b), \
+            assert torch.equal(a, b), (
                 f"rank {comm.rank} {strategy} {mix}: staleness-1 overlap changed bits"
+            )
 
 
 def check_allreduce_keeps_ranks_identical(comm) -> None:
@@ -161,8 +179,9 @@ def check_allreduce_keeps_ranks_identical(comm) -> None:
     assert torch.equal(lo, hi), "allreduce left ranks with different parameters"
 
 
-def _least_squares_sgd(model: torch.nn.Linear, opt, xs: torch.Tensor,
-                       ys: torch.Tensor) -> torch.Tensor:
+def _least_squares_sgd(
+    model: torch.nn.Linear, opt, xs: torch.Tensor, ys: torch.Tensor
+) -> torch.Tensor:
     """Steps of ``opt`` on 0.5 * mean ||model(x) - y||^2 over ``zip(xs, ys)``; returns the
     flattened parameters."""
     for x, y in zip(xs, ys, strict=True):
@@ -204,23 +223,32 @@ def check_mixing_keeps_the_mean_of_sgd(comm) -> None:
     spread_alone = spread(alone(ys[comm.rank]))
     for mix, staleness in (("grad", 0), ("param", 0), ("grad", 1), ("param", 1)):
         model = copy.deepcopy(initial)
-        opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=lr), model, comm,
-                                   strategy="gossip", mix=mix, staleness=staleness,
-                                   overlap=False, seed=3)
+        opt = DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=lr),
+            model,
+            comm,
+            strategy="gossip",
+            mix=mix,
+            staleness=staleness,
+            overlap=False,
+            seed=3,
+        )
         try:
             w = _least_squares_sgd(model, opt, xs, ys[comm.rank])
         finally:
             opt.close()
         mean = allreduce_(comm, w.clone()) / comm.size
         where = f"rank {comm.rank}, mix {mix}, staleness {staleness}"
-        assert torch.allclose(mean, reference, rtol=0, atol=1e-10), \
+        assert torch.allclose(mean, reference, rtol=0, atol=1e-10), (
             f"{where}: mean over ranks {mean.tolist()} != SGD on the mean {reference.tolist()}"
+        )
         if comm.size > 1:
             mixed = spread(w)  # a collective: every rank, then assert
             # these mixes leave at most ~0.7 of the unmixed spread (grad, staleness 1, 8
             # ranks); without mixing the ratio is exactly 1
-            assert mixed < 0.8 * spread_alone, \
+            assert mixed < 0.8 * spread_alone, (
                 f"{where}: no mixing? ranks spread {mixed:.4g}, unmixed {spread_alone:.4g}"
+            )
 
 
 def check_deadline_names_peer(comm) -> None:
@@ -260,9 +288,16 @@ def skipped_at(check, size: int) -> bool:
     return size in SKIPPED_AT.get(check.__name__, frozenset())
 
 
-ALL = [check_hypercube_cycle_gives_exact_mean, check_one_step_closed_form,
-       check_mixing_preserves_mean, check_allreduce_exchange_is_mean, check_consensus_distance,
-       check_overlap_is_bit_identical, check_param_overlap_is_bit_identical,
-       check_stale_overlap_is_bit_identical,
-       check_allreduce_keeps_ranks_identical,
-       check_mixing_keeps_the_mean_of_sgd, check_deadline_names_peer]
+ALL = [
+    check_hypercube_cycle_gives_exact_mean,
+    check_one_step_closed_form,
+    check_mixing_preserves_mean,
+    check_allreduce_exchange_is_mean,
+    check_consensus_distance,
+    check_overlap_is_bit_identical,
+    check_param_overlap_is_bit_identical,
+    check_stale_overlap_is_bit_identical,
+    check_allreduce_keeps_ranks_identical,
+    check_mixing_keeps_the_mean_of_sgd,
+    check_deadline_names_peer,
+]

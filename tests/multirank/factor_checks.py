@@ -74,9 +74,14 @@ def check_rebuilt_gradient_is_exact(comm) -> None:
 
 def _model() -> torch.nn.Module:
     """Linear layers with and without bias, one on a 3-D input (K = batch x 2 positions)."""
-    model = torch.nn.Sequential(torch.nn.Linear(12, 24), torch.nn.Tanh(),
-                                torch.nn.Linear(24, 24, bias=False), torch.nn.Tanh(),
-                                torch.nn.Flatten(), torch.nn.Linear(48, 3))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(12, 24),
+        torch.nn.Tanh(),
+        torch.nn.Linear(24, 24, bias=False),
+        torch.nn.Tanh(),
+        torch.nn.Flatten(),
+        torch.nn.Linear(48, 3),
+    )
     init = torch.Generator().manual_seed(0)  # private: the thread world shares torch's RNG
     with torch.no_grad():
         for p in model.parameters():
@@ -84,9 +89,16 @@ def _model() -> torch.nn.Module:
     return model
 
 
-def train(comm, factors: str, strategy: str = "gossip", overlap: bool = True, steps: int = 5,
-          accumulate: int = 1, idle_rank: int | None = None,
-          on_step: Callable[[int], None] | None = None) -> tuple[list[torch.Tensor], Any]:
+def train(
+    comm,
+    factors: str,
+    strategy: str = "gossip",
+    overlap: bool = True,
+    steps: int = 5,
+    accumulate: int = 1,
+    idle_rank: int | None = None,
+    on_step: Callable[[int], None] | None = None,
+) -> tuple[list[torch.Tensor], Any]:
     """Train :func:`_model` with SGD (momentum, weight decay); return the parameters after
     every step and the optimizer (closed). ``idle_rank`` runs no backward at step 1;
     ``on_step(step)`` is called after each step. gossip and allreduce mix gradients; ps
@@ -95,17 +107,26 @@ def train(comm, factors: str, strategy: str = "gossip", overlap: bool = True, st
     model = _model()
     mix = {} if strategy == "ps" else {"mix": "grad"}
     opt = DistributedOptimizer(
-        torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3), model,
-        comm, strategy=strategy, overlap=overlap, bucket_mb=0.0005, seed=3,
-        sufficient_factors=factors, **mix)
+        torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3),
+        model,
+        comm,
+        strategy=strategy,
+        overlap=overlap,
+        bucket_mb=0.0005,
+        seed=3,
+        sufficient_factors=factors,
+        **mix,
+    )
     gen = torch.Generator().manual_seed(100 + comm.rank)
     history = []
     try:
         for step in range(steps):
             opt.zero_grad()
             for _ in range(accumulate):
-                x, y = torch.randn(4, 2, 12, generator=gen), torch.randint(0, 3, (4,),
-                                                                          generator=gen)
+                x, y = (
+                    torch.randn(4, 2, 12, generator=gen),
+                    torch.randint(0, 3, (4,), generator=gen),
+                )
                 if step == 1 and comm.rank == idle_rank:
                     continue
                 torch.nn.functional.cross_entropy(model(x), y).backward()
@@ -125,8 +146,9 @@ def train(comm, factors: str, strategy: str = "gossip", overlap: bool = True, st
 
 def _same_trajectory(comm, a: list[torch.Tensor], b: list[torch.Tensor], what: str) -> None:
     for step, (x, y) in enumerate(zip(a, b, strict=True)):
-        assert torch.allclose(x, y, rtol=RTOL, atol=1e-6), \
+        assert torch.allclose(x, y, rtol=RTOL, atol=1e-6), (
             f"rank {comm.rank} {what}: step {step} differs by {float((x - y).abs().max())}"
+        )
 
 
 def check_gossip_factors_match_buckets(comm) -> None:
@@ -221,8 +243,12 @@ def check_bytes_counted_exactly(comm) -> None:
         for factors in ("on", "auto", "off"):
             measured, (sent, reduced, gathered), opt = _bytes_of_step_2(comm, factors, strategy)
             theory = opt.bytes_sent_per_step()
-            assert abs(measured - theory) <= 1e-9 * max(1.0, theory), \
-                (strategy, factors, measured, theory)
+            assert abs(measured - theory) <= 1e-9 * max(1.0, theory), (
+                strategy,
+                factors,
+                measured,
+                theory,
+            )
             if p == 1:
                 assert theory == 0
             elif strategy == "gossip":
@@ -233,6 +259,12 @@ def check_bytes_counted_exactly(comm) -> None:
                 assert gathered == 0
 
 
-ALL = [check_iallgather, check_rebuilt_gradient_is_exact, check_gossip_factors_match_buckets,
-       check_allreduce_factors_match_buckets, check_ps_factors_match_buckets,
-       check_accumulation_and_idle_rank, check_bytes_counted_exactly]
+ALL = [
+    check_iallgather,
+    check_rebuilt_gradient_is_exact,
+    check_gossip_factors_match_buckets,
+    check_allreduce_factors_match_buckets,
+    check_ps_factors_match_buckets,
+    check_accumulation_and_idle_rank,
+    check_bytes_counted_exactly,
+]

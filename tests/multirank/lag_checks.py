@@ -41,9 +41,17 @@ def _grad(rank: int, p: torch.Tensor) -> torch.Tensor:
 
 def _lagged(comm, mix: str, max_lag: int, staleness: int = 0, overlap: bool = True):
     model = TwoTensors()
-    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR), model, comm,
-                               mix=mix, max_lag=max_lag, staleness=staleness,
-                               bucket_mb=0.002, overlap=overlap, seed=5)
+    opt = DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=LR),
+        model,
+        comm,
+        mix=mix,
+        max_lag=max_lag,
+        staleness=staleness,
+        bucket_mb=0.002,
+        overlap=overlap,
+        seed=5,
+    )
     assert len(opt.layout.buckets) == 2 and opt.lagged is not None
     return model, opt
 
@@ -72,8 +80,10 @@ def _expected_mean(comm, computed: int) -> list[torch.Tensor]:
     counts[comm.rank] = computed
     allreduce_(comm, counts)
     init = TwoTensors()
-    return [p.detach() - LR * sum(counts[r] * _grad(r, p) for r in range(comm.size)) / comm.size
-            for p in init.parameters()]
+    return [
+        p.detach() - LR * sum(counts[r] * _grad(r, p) for r in range(comm.size)) / comm.size
+        for p in init.parameters()
+    ]
 
 
 def _lag_was_exercised(comm, opt) -> None:
@@ -82,8 +92,9 @@ def _lag_was_exercised(comm, opt) -> None:
     assert comm.size == 1 or seen[0] >= 1, "no rank ever saw a peer ahead or waited"
 
 
-def _mean_is_exact_after_synchronize(comm, mix: str, slow_rank: int,
-                                     settings: tuple[tuple[int, int, bool], ...]) -> None:
+def _mean_is_exact_after_synchronize(
+    comm, mix: str, slow_rank: int, settings: tuple[tuple[int, int, bool], ...]
+) -> None:
     """For each (max_lag, staleness, overlap): run with ``slow_rank`` slow, then check that
     synchronize() leaves every rank exactly the closed-form mean."""
     if comm.size == 1:
@@ -96,8 +107,10 @@ def _mean_is_exact_after_synchronize(comm, mix: str, slow_rank: int,
             opt.synchronize()
             for p, want in zip(model.parameters(), _expected_mean(comm, computed), strict=True):
                 err = float((p.detach() - want).abs().max())
-                assert err < 1e-9, (f"rank {comm.rank} {mix} max_lag {max_lag} staleness "
-                                    f"{staleness}: mean off by {err}")
+                assert err < 1e-9, (
+                    f"rank {comm.rank} {mix} max_lag {max_lag} staleness "
+                    f"{staleness}: mean off by {err}"
+                )
         finally:
             opt.close()
 
@@ -105,15 +118,15 @@ def _mean_is_exact_after_synchronize(comm, mix: str, slow_rank: int,
 def check_lagged_param_mean_is_exact(comm) -> None:
     """Push-sum: after synchronize() every rank holds exactly the mean of a run in which
     each rank applied its own gradients, whatever arrived when (staleness 0 and 1)."""
-    _mean_is_exact_after_synchronize(comm, "param", 1, ((2, 0, True), (1, 1, True),
-                                                        (4, 1, True)))
+    _mean_is_exact_after_synchronize(comm, "param", 1, ((2, 0, True), (1, 1, True), (4, 1, True)))
 
 
 def check_lagged_grad_halves_applied_once(comm) -> None:
     """Grad mix: every gradient's two halves are applied exactly once, so after
     synchronize() (which applies the halves still owed) the mean is the closed form."""
-    _mean_is_exact_after_synchronize(comm, "grad", comm.size - 1, ((2, 0, True), (3, 0, False),
-                                                                   (2, 1, True)))
+    _mean_is_exact_after_synchronize(
+        comm, "grad", comm.size - 1, ((2, 0, True), (3, 0, False), (2, 1, True))
+    )
 
 
 def check_fast_rank_waits_only_past_the_bound(comm) -> None:
@@ -140,10 +153,11 @@ def check_fast_rank_waits_only_past_the_bound(comm) -> None:
             opt.step()
             durations.append(time.perf_counter() - t0)
         if comm.rank == 0:
-            free = max(durations[K:K + S])
+            free = max(durations[K : K + S])
             assert free < pause / 2, f"rank 0 waited {free:.2f} s within the lag bound"
-            assert durations[K + S] > pause / 2, \
+            assert durations[K + S] > pause / 2, (
                 f"rank 0 did not wait at step {K + S}: {durations[K + S]:.2f} s"
+            )
         opt.synchronize()
     finally:
         opt.close()
@@ -210,6 +224,10 @@ def check_close_leaves_nothing_unmatched(comm) -> None:
         assert not waiting, f"receives never matched after close: {waiting}"
 
 
-ALL = [check_lagged_param_mean_is_exact, check_lagged_grad_halves_applied_once,
-       check_fast_rank_waits_only_past_the_bound, check_only_a_slower_rank_skips,
-       check_close_leaves_nothing_unmatched]
+ALL = [
+    check_lagged_param_mean_is_exact,
+    check_lagged_grad_halves_applied_once,
+    check_fast_rank_waits_only_past_the_bound,
+    check_only_a_slower_rank_skips,
+    check_close_leaves_nothing_unmatched,
+]

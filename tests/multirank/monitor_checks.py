@@ -18,8 +18,13 @@ from gossipgrad.options import ExchangeOptions
 
 def _model(seed: int = 0) -> torch.nn.Module:
     """The same weights on every rank (a local generator: thread ranks share torch's)."""
-    model = torch.nn.Sequential(torch.nn.Linear(20, 300), torch.nn.ReLU(),
-                                torch.nn.Linear(300, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(20, 300),
+        torch.nn.ReLU(),
+        torch.nn.Linear(300, 64),
+        torch.nn.ReLU(),
+        torch.nn.Linear(64, 4),
+    )
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in model.parameters():
@@ -38,8 +43,9 @@ def check_estimate_matches_exact_distance(comm) -> None:
     of the 256-bin sketch is about 9%), at drifts of 1e-1 to 1e-4 relative, and every rank
     gets the same value."""
     model = _model()
-    monitor = ConsensusMonitor(model, comm, ExchangeOptions(monitor_every=1), lambda: None,
-                               lambda: None)
+    monitor = ConsensusMonitor(
+        model, comm, ExchangeOptions(monitor_every=1), lambda: None, lambda: None
+    )
     base = [p.detach().clone() for p in model.parameters()]
     gen = torch.Generator().manual_seed(100 + comm.rank)
     for eps in (0.3, 3e-2, 1e-2):
@@ -57,8 +63,9 @@ def check_estimate_matches_exact_distance(comm) -> None:
 
 def check_identical_models_estimate_zero(comm) -> None:
     model = _model()
-    monitor = ConsensusMonitor(model, comm, ExchangeOptions(monitor_every=1), lambda: None,
-                               lambda: None)
+    monitor = ConsensusMonitor(
+        model, comm, ExchangeOptions(monitor_every=1), lambda: None, lambda: None
+    )
     est = monitor.estimate() if monitor.active else 0.0
     assert 0.0 <= est <= 1e-12, est
 
@@ -72,8 +79,9 @@ def _drifts(comm) -> bool:
 def _train(comm, **options) -> DistributedOptimizer:
     """Six steps of gradient mixing on rank-dependent data (drift), lr 0.5."""
     model = _model()
-    opt = DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.5), model, comm,
-                               mix="grad", **options)
+    opt = DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.5), model, comm, mix="grad", **options
+    )
     gen = torch.Generator().manual_seed(comm.rank)
     for _ in range(6):
         x = torch.randn(16, 20, generator=gen) + comm.rank
@@ -107,8 +115,10 @@ def check_adaptive_averaging_fires_on_every_rank_at_the_same_steps(comm) -> None
 def check_no_averaging_below_threshold_or_when_off(comm) -> None:
     """A threshold above every distance, or ``sync="off"``: no average, the ranks drift,
     and the monitor still reports the largest distance it saw."""
-    for options in ({"sync": "adaptive", "sync_threshold": 1e6, "monitor_every": 2},
-                    {"sync": "off", "monitor_every": 2}):
+    for options in (
+        {"sync": "adaptive", "sync_threshold": 1e6, "monitor_every": 2},
+        {"sync": "off", "monitor_every": 2},
+    ):
         opt = _train(comm, **options)
         try:
             assert opt.monitor.syncs == 0, options
@@ -120,7 +130,9 @@ def check_no_averaging_below_threshold_or_when_off(comm) -> None:
             opt.close()
 
 
-ALL = [check_estimate_matches_exact_distance, check_identical_models_estimate_zero,
-       check_adaptive_averaging_fires_on_every_rank_at_the_same_steps,
-       check_no_averaging_below_threshold_or_when_off]
-
+ALL = [
+    check_estimate_matches_exact_distance,
+    check_identical_models_estimate_zero,
+    check_adaptive_averaging_fires_on_every_rank_at_the_same_steps,
+    check_no_averaging_below_threshold_or_when_off,
+]

@@ -19,9 +19,13 @@ from gossipgrad.engine.ps import ParameterServerOptimizer
 
 
 def _model(width: int = 16) -> torch.nn.Module:
-    model = torch.nn.Sequential(torch.nn.Linear(6, width), torch.nn.Tanh(),
-                                torch.nn.Linear(width, width), torch.nn.Tanh(),
-                                torch.nn.Linear(width, 3))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(6, width),
+        torch.nn.Tanh(),
+        torch.nn.Linear(width, width),
+        torch.nn.Tanh(),
+        torch.nn.Linear(width, 3),
+    )
     init = torch.Generator().manual_seed(0)  # private: the thread world shares torch's RNG
     with torch.no_grad():
         for p in model.parameters():
@@ -29,15 +33,31 @@ def _model(width: int = 16) -> torch.nn.Module:
     return model
 
 
-def _run(comm, strategy: str = "ps", steps: int = 8, slow_s: float = 0.0, start: int = 0,
-         state: dict | None = None, offload: bool = False, width: int = 16,
-         bucket_mb: float = 0.0005, **kw) -> dict:
+def _run(
+    comm,
+    strategy: str = "ps",
+    steps: int = 8,
+    slow_s: float = 0.0,
+    start: int = 0,
+    state: dict | None = None,
+    offload: bool = False,
+    width: int = 16,
+    bucket_mb: float = 0.0005,
+    **kw,
+) -> dict:
     """Train ``steps`` steps (batches of steps ``start``..); returns per-step losses, the
     parameter clocks seen by each forward, the final parameters and the state to resume."""
     model = _model(width)
     sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
-    opt = DistributedOptimizer(HostOffloadOptimizer(sgd) if offload else sgd, model, comm,
-                               strategy=strategy, bucket_mb=bucket_mb, seed=3, **kw)
+    opt = DistributedOptimizer(
+        HostOffloadOptimizer(sgd) if offload else sgd,
+        model,
+        comm,
+        strategy=strategy,
+        bucket_mb=bucket_mb,
+        seed=3,
+        **kw,
+    )
     if state is not None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
@@ -57,10 +77,16 @@ def _run(comm, strategy: str = "ps", steps: int = 8, slow_s: float = 0.0, start:
             opt.step()
             losses.append(float(loss.detach()))
         opt.synchronize()
-        out = {"losses": losses, "clocks": clocks, "opt": opt,
-               "w": torch.cat([p.detach().reshape(-1) for p in model.parameters()]),
-               "state": {"model": {k: v.clone() for k, v in model.state_dict().items()},
-                         "opt": opt.state_dict()}}
+        out = {
+            "losses": losses,
+            "clocks": clocks,
+            "opt": opt,
+            "w": torch.cat([p.detach().reshape(-1) for p in model.parameters()]),
+            "state": {
+                "model": {k: v.clone() for k, v in model.state_dict().items()},
+                "opt": opt.state_dict(),
+            },
+        }
     finally:
         opt.close()
     return out
@@ -150,7 +176,11 @@ def check_ps_resume_is_exact(comm) -> None:
     assert rest["losses"] == straight["losses"][6:]
 
 
-ALL = [check_ps_lag0_equals_allreduce, check_ps_large_buckets_equal_allreduce,
-       check_ps_overlap_is_bit_identical,
-       check_ps_bytes_are_ring_allreduce, check_ps_lag_is_bounded_and_used,
-       check_ps_resume_is_exact]
+ALL = [
+    check_ps_lag0_equals_allreduce,
+    check_ps_large_buckets_equal_allreduce,
+    check_ps_overlap_is_bit_identical,
+    check_ps_bytes_are_ring_allreduce,
+    check_ps_lag_is_bounded_and_used,
+    check_ps_resume_is_exact,
+]

@@ -50,12 +50,18 @@ def main() -> None:
         # every rank got here without failing: [ranks done, ranks that skipped]
         done, skips = allreduce_(comm, np.array([1.0, float(bool(skipped))]))
         if skips not in (0, done):
-            print(f"RANK {comm.rank}: FAIL {check.__name__}: {int(skips)} of {int(done)} "
-                  "ranks skipped it", flush=True)
+            print(
+                f"RANK {comm.rank}: FAIL {check.__name__}: {int(skips)} of {int(done)} "
+                "ranks skipped it",
+                flush=True,
+            )
             comm.abort(3)
         if comm.rank == 0:
-            verdict = f"SKIP {check.__name__} on {int(done)} ranks: {skipped}" if skips else \
-                f"PASS {check.__name__} on {int(done)} ranks"
+            verdict = (
+                f"SKIP {check.__name__} on {int(done)} ranks: {skipped}"
+                if skips
+                else f"PASS {check.__name__} on {int(done)} ranks"
+            )
             print(verdict, flush=True)
 
 

@@ -45,9 +45,14 @@ class AllreduceAdapter(WrappedOptimizer):
 
     strategy: Strategy
 
-    def __init__(self, optimizer: torch.optim.Optimizer, model: torch.nn.Module,
-                 comm: Communicator, options: ExchangeOptions | None = None,
-                 **overrides: Any) -> None:
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        model: torch.nn.Module,
+        comm: Communicator,
+        options: ExchangeOptions | None = None,
+        **overrides: Any,
+    ) -> None:
         opts = exchange_options(options, {**overrides, "strategy": self.strategy})
         self.optimizer, self.model, self.comm, self.options = optimizer, model, comm, opts
         self.bucket_mb = opts.bucket_mb
@@ -84,8 +89,11 @@ class AllreduceAdapter(WrappedOptimizer):
         difference is a bug and raises RuntimeError. Subclasses first make floating
         buffers (BatchNorm statistics) agree, so what is evaluated and saved is one model."""
         self._sync_buffers_()
-        verify_identical(self.model, self.comm,
-                         when=f"at step {self.step_count} under --strategy {self.strategy.value}")
+        verify_identical(
+            self.model,
+            self.comm,
+            when=f"at step {self.step_count} under --strategy {self.strategy.value}",
+        )
 
     def _sync_buffers_(self) -> None:
         pass

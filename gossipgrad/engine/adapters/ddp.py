@@ -48,16 +48,24 @@ class DdpAdapter(AllreduceAdapter):
 
     strategy = Strategy.DDP
 
-    def __init__(self, optimizer: torch.optim.Optimizer, model: torch.nn.Module,
-                 comm: Communicator, options: ExchangeOptions | None = None,
-                 **overrides: Any) -> None:
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        model: torch.nn.Module,
+        comm: Communicator,
+        options: ExchangeOptions | None = None,
+        **overrides: Any,
+    ) -> None:
         super().__init__(optimizer, model, comm, options, **overrides)
         device = next(model.parameters()).device
         backend = "nccl" if device.type == "cuda" else "gloo"
         self._owns_group = init_process_group(comm, backend)
         self.ddp = DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None,
-            bucket_cap_mb=self.bucket_mb, gradient_as_bucket_view=True)
+            model,
+            device_ids=[device.index] if device.type == "cuda" else None,
+            bucket_cap_mb=self.bucket_mb,
+            gradient_as_bucket_view=True,
+        )
         verify_identical(model, comm, when="after DistributedDataParallel's broadcast")
         self._forwarded = False
         self.ddp.register_forward_pre_hook(self._saw_forward)
@@ -82,7 +90,8 @@ class DdpAdapter(AllreduceAdapter):
                 "DDP's wrapper this step (an empty batch, e.g. every sample unreadable under "
                 "--skip-corrupt, or the model called directly instead of "
                 "opt.module_for_forward), so this rank cannot join the step's allreduce; "
-                "--strategy ddp needs a non-empty batch on every rank at every step")
+                "--strategy ddp needs a non-empty batch on every rank at every step"
+            )
         self._forwarded = False
         return super().step(closure)
 
@@ -97,10 +106,12 @@ def init_process_group(comm: Communicator, backend: str) -> bool:
     return whether we started it. Collective over ``comm``."""
     if dist.is_initialized():
         if dist.get_rank() != comm.rank or dist.get_world_size() != comm.size:
-            raise ValueError(f"rank {comm.rank}: torch.distributed is already initialised as "
-                             f"rank {dist.get_rank()} of {dist.get_world_size()}, not "
-                             f"{comm.rank} of {comm.size} (--strategy ddp needs one process "
-                             "per rank)")
+            raise ValueError(
+                f"rank {comm.rank}: torch.distributed is already initialised as "
+                f"rank {dist.get_rank()} of {dist.get_world_size()}, not "
+                f"{comm.rank} of {comm.size} (--strategy ddp needs one process "
+                "per rank)"
+            )
         return False
     timeout = datetime.timedelta(seconds=comm.timeout)
     ifname, ip = choose_interface(same_host(comm))
@@ -115,15 +126,29 @@ def init_process_group(comm: Communicator, backend: str) -> bool:
         address = (ip, sock.getsockname()[1])
         listen_fd = sock.detach()  # the TCPStore owns (and closes) it from now on
     host, port = share_address(comm, address)
-    store = dist.TCPStore(host, port, comm.size, is_master=comm.rank == 0, timeout=timeout,
-                          wait_for_workers=False, master_listen_fd=listen_fd)
+    store = dist.TCPStore(
+        host,
+        port,
+        comm.size,
+        is_master=comm.rank == 0,
+        timeout=timeout,
+        wait_for_workers=False,
+        master_listen_fd=listen_fd,
+    )
     gloo_ifname = os.environ.get("GLOO_SOCKET_IFNAME") or ifname  # the user's choice wins
     with _environment(GLOO_SOCKET_IFNAME=gloo_ifname):  # read when the group is created
-        dist.init_process_group(backend, store=store, rank=comm.rank, world_size=comm.size,
-                                timeout=timeout)
+        dist.init_process_group(
+            backend, store=store, rank=comm.rank, world_size=comm.size, timeout=timeout
+        )
     if comm.rank == 0:
-        log.info("torch.distributed %s: store %s:%d, interface %s, timeout %g s", backend,
-                 host, port, gloo_ifname, comm.timeout)
+        log.info(
+            "torch.distributed %s: store %s:%d, interface %s, timeout %g s",
+            backend,
+            host,
+            port,
+            gloo_ifname,
+            comm.timeout,
+        )
     return True
 
 

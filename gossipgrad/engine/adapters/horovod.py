@@ -45,7 +45,8 @@ def import_horovod() -> Any:
         raise RuntimeError(
             f"--strategy horovod needs Horovod, and `import horovod.torch` failed ({exc}); "
             f"build it into this Python with `{INSTALL_HINT} {sys.executable}` "
-            "(about 7 CPU-minutes), or choose --strategy allreduce or ddp") from exc
+            "(about 7 CPU-minutes), or choose --strategy allreduce or ddp"
+        ) from exc
     return hvd
 
 
@@ -61,9 +62,14 @@ class HorovodAdapter(AllreduceAdapter):
 
     strategy = Strategy.HOROVOD
 
-    def __init__(self, optimizer: torch.optim.Optimizer, model: torch.nn.Module,
-                 comm: Communicator, options: ExchangeOptions | None = None,
-                 **overrides: Any) -> None:
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        model: torch.nn.Module,
+        comm: Communicator,
+        options: ExchangeOptions | None = None,
+        **overrides: Any,
+    ) -> None:
         super().__init__(optimizer, model, comm, options, **overrides)
         self.hvd = import_horovod()
         self._owns_init = init_horovod(self.hvd, comm, bucket_cap_bytes(self.bucket_mb))
@@ -71,7 +77,8 @@ class HorovodAdapter(AllreduceAdapter):
         self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         verify_identical(model, comm, when="after hvd.broadcast_parameters")
         self.optimizer = self.hvd.DistributedOptimizer(
-            optimizer, named_parameters=model.named_parameters())
+            optimizer, named_parameters=model.named_parameters()
+        )
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.optimizer.zero_grad()  # Horovod's takes no argument (and sets None)
@@ -96,12 +103,14 @@ class HorovodAdapter(AllreduceAdapter):
                 if time.monotonic() > deadline:
                     self._stuck = True
                     name = self.optimizer._parameter_names.get(
-                        key[0] if isinstance(key, tuple) else key, "?")
+                        key[0] if isinstance(key, tuple) else key, "?"
+                    )
                     raise CommTimeout(
                         f"rank {self.comm.rank}, step {self.step_count}: Horovod's allreduce "
                         f"of {name} did not complete for {self.comm.timeout:g} s; is every "
                         "rank alive and at the same step? (past 60 s, Horovod's stall warning "
-                        "names the missing ranks) raise --comm-timeout if the network is slow")
+                        "names the missing ranks) raise --comm-timeout if the network is slow"
+                    )
                 time.sleep(pause)
                 pause = min(max(pause * 2, 2e-5), 1e-3)
 
@@ -122,8 +131,11 @@ class HorovodAdapter(AllreduceAdapter):
         done.start()
         done.join(self.comm.timeout)
         if done.is_alive():
-            log.warning("rank %d: Horovod did not shut down within %g s (is a rank stuck?); "
-                        "leaving it", self.comm.rank, self.comm.timeout)
+            log.warning(
+                "rank %d: Horovod did not shut down within %g s (is a rank stuck?); leaving it",
+                self.comm.rank,
+                self.comm.timeout,
+            )
 
 
 def init_horovod(hvd: Any, comm: Communicator, fusion_bytes: int) -> bool:
@@ -135,16 +147,22 @@ def init_horovod(hvd: Any, comm: Communicator, fusion_bytes: int) -> bool:
     owns = not hvd.is_initialized()
     if owns:
         if not getattr(comm, "thread_multiple", True):
-            raise ValueError("--strategy horovod needs MPI_THREAD_MULTIPLE (Horovod calls MPI "
-                             "from its own thread); unset GOSSIPGRAD_MPI_THREAD_LEVEL")
+            raise ValueError(
+                "--strategy horovod needs MPI_THREAD_MULTIPLE (Horovod calls MPI "
+                "from its own thread); unset GOSSIPGRAD_MPI_THREAD_LEVEL"
+            )
         handle = getattr(comm, "mpi4py_comm", None)
         if handle is None and os.environ.get("HOROVOD_CONTROLLER") == "gloo":
-            raise ValueError("started by `horovodrun --gloo`, without MPI, "
-                             "which gossipgrad's own communicator needs; launch with "
-                             "mpiexec -n N python -m gossipgrad train --strategy horovod")
+            raise ValueError(
+                "started by `horovodrun --gloo`, without MPI, "
+                "which gossipgrad's own communicator needs; launch with "
+                "mpiexec -n N python -m gossipgrad train --strategy horovod"
+            )
         if handle is None and comm.size > 1:
-            raise ValueError(f"--strategy horovod needs an MPI world, not {comm!r}: launch "
-                             "with mpiexec -n N (horovodrun --gloo starts ranks without MPI)")
+            raise ValueError(
+                f"--strategy horovod needs an MPI world, not {comm!r}: launch "
+                "with mpiexec -n N (horovodrun --gloo starts ranks without MPI)"
+            )
         if "HOROVOD_FUSION_THRESHOLD" not in os.environ:
             os.environ["HOROVOD_FUSION_THRESHOLD"] = str(fusion_bytes)
         hvd.init(comm=handle)  # None: all of MPI_COMM_WORLD (a singleton without launcher)
@@ -153,10 +171,14 @@ def init_horovod(hvd: Any, comm: Communicator, fusion_bytes: int) -> bool:
             f"rank {comm.rank}: Horovod sees rank {hvd.rank()} of {hvd.size()}, gossipgrad "
             f"rank {comm.rank} of {comm.size}; is Horovod built against another MPI? check "
             f"with `mpiexec -n 2 {sys.executable} scripts/check-horovod.py`, rebuild with "
-            f"`{INSTALL_HINT}`")
+            f"`{INSTALL_HINT}`"
+        )
     if comm.rank == 0:
-        log.info("horovod %s: mpi_enabled %s, fusion threshold %s bytes%s",
-                 getattr(sys.modules.get("horovod"), "__version__", "?"), hvd.mpi_enabled(),
-                 os.environ.get("HOROVOD_FUSION_THRESHOLD", "64 MiB (default)"),
-                 "" if owns else " (already initialised by the caller)")
+        log.info(
+            "horovod %s: mpi_enabled %s, fusion threshold %s bytes%s",
+            getattr(sys.modules.get("horovod"), "__version__", "?"),
+            hvd.mpi_enabled(),
+            os.environ.get("HOROVOD_FUSION_THRESHOLD", "64 MiB (default)"),
+            "" if owns else " (already initialised by the caller)",
+        )
     return owns
