@@ -3,15 +3,16 @@
     comm = gossipgrad.init()
     opt = gossipgrad.DistributedOptimizer(torch.optim.SGD(...), model, comm)
 
-See ``gossipgrad.engine.distributed`` for a complete example.
+See :mod:`gossipgrad.engine.shell` for a complete example, and
+:mod:`gossipgrad.strategies` for the strategies (and how to add one).
 """
 
 from __future__ import annotations
 
 from gossipgrad.engine.consensus import average_parameters_, broadcast_parameters_
-from gossipgrad.engine.distributed import DistributedOptimizer
 from gossipgrad.options import ExchangeOptions, Mix, Strategy, Topology
 from gossipgrad.runtime import init
+from gossipgrad.strategies import DistributedOptimizer
 
 __all__ = [
     "init",

@@ -5,55 +5,27 @@ re-exports all of it, so ``from gossipgrad.options import Strategy`` is the usua
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import re
+from collections.abc import Iterator
 from typing import Any, TypeVar
 
 E = TypeVar("E", bound=enum.Enum)
 
 
 class Strategy(enum.StrEnum):
-    """How ranks combine their work (``--strategy``)."""
+    """The built-in ``--strategy`` names. A strategy is a spec object found by name in
+    :data:`gossipgrad.registry.STRATEGIES` (one module each in ``gossipgrad/strategies/``,
+    where a new one is added); this enum only lists the built-in names."""
 
     GOSSIP = "gossip"  # one peer per step along the schedule
-    ALLREDUCE = "allreduce"  # gossipgrad's own bucketed allreduce
+    ALLREDUCE = "allreduce"  # gossipgrad's own bucketed allreduce of gradients
+    ALLREDUCE_PARAM = "allreduce-param"  # the same, averaging parameters after each step
     LOCAL = "local"  # no communication: the lower bound on step time
     HOROVOD = "horovod"  # horovod.torch's DistributedOptimizer
     DDP = "ddp"  # torch DistributedDataParallel
-    PS = "ps"  # a sharded parameter server colocated with the workers (engine/ps.py)
-
-    @property
-    def library(self) -> bool:
-        """True where a library (Horovod, DDP) runs the exchange: allreduce every step."""
-        return self in (Strategy.HOROVOD, Strategy.DDP)
-
-    @property
-    def collective(self) -> bool:
-        """True where every rank joins every step's exchange (an allreduce), so no rank can
-        run ahead of another: ``--max-lag`` cannot apply."""
-        return self in (Strategy.ALLREDUCE, Strategy.HOROVOD, Strategy.DDP)
-
-    def bytes_sent(self, nbytes: float, size: int) -> float:
-        """Bytes one rank sends per step to exchange ``nbytes`` of model.
-
-        Gossip sends the bucket once to its one peer; the allreduce family is counted as a
-        ring allreduce, 2 (size - 1) / size x nbytes (MPI or a library may pick another
-        algorithm: recursive doubling sends log2(size) x). ps pushes each bucket's gradient
-        to its owner and the owner sends the parameters back to the size - 1 others: the
-        same 2 (size - 1) / size x nbytes, as a mean over ranks (a rank that owns more than
-        1/size of the model sends more than that, one that owns less sends less).
-
-            >>> Strategy.ALLREDUCE.bytes_sent(100, 4), Strategy.GOSSIP.bytes_sent(100, 4)
-            (150.0, 100.0)
-            >>> Strategy.PS.bytes_sent(100, 4)
-            150.0
-        """
-        if size < 1:
-            raise ValueError(f"size must be >= 1, got {size}")
-        if size == 1 or self is Strategy.LOCAL:
-            return 0.0
-        if self is Strategy.GOSSIP:
-            return float(nbytes)
-        return 2.0 * (size - 1) / size * nbytes
+    PS = "ps"  # a sharded parameter server colocated with the workers
 
 
 class Mix(enum.StrEnum):
@@ -70,42 +42,6 @@ class SufficientFactors(enum.StrEnum):
     AUTO = "auto"  # per layer, whichever form sends fewer bytes (plan.factors)
     ON = "on"  # factors for every eligible Linear layer
     OFF = "off"  # never: every gradient travels in the buckets
-
-    def check(self, strategy: Strategy, mix: Mix, staleness: int, max_lag: int = 0) -> None:
-        """ValueError unless ``on`` can take effect with these options; ``auto`` and
-        ``off`` are always accepted (``auto`` sends no factors where none can go).
-
-            >>> SufficientFactors.ON.check(Strategy.GOSSIP, Mix.PARAM, 0)  # doctest: +ELLIPSIS
-            Traceback (most recent call last):
-            ...
-            ValueError: --sufficient-factors on needs --mix grad ...
-        """
-        if self is not SufficientFactors.ON:
-            return
-        if strategy not in FACTOR_STRATEGIES:
-            names = " or ".join(s.value for s in FACTOR_STRATEGIES)
-            raise ValueError(
-                f"--sufficient-factors on needs --strategy {names} (got "
-                f"{strategy.value}); pass --sufficient-factors auto or off"
-            )
-        if mix is not Mix.GRAD and strategy is not Strategy.PS:  # ps: gradients always
-            raise ValueError(
-                "--sufficient-factors on needs --mix grad (--mix param averages "
-                "parameters, which have no factors); pass --mix grad, or "
-                "--sufficient-factors auto or off"
-            )
-        if staleness:
-            raise ValueError(
-                "--sufficient-factors on needs --staleness 0 (a stale exchange "
-                "is applied as a correction of the gradient buckets); pass "
-                "--staleness 0, or --sufficient-factors auto or off"
-            )
-        if max_lag:
-            raise ValueError(
-                "--sufficient-factors on needs --max-lag 0 (a lagged frame "
-                "carries whole buckets); pass --max-lag 0, or "
-                "--sufficient-factors auto or off"
-            )
 
 
 class Sync(enum.StrEnum):
@@ -168,10 +104,57 @@ class Device(enum.StrEnum):
     CUDA = "cuda"
 
 
-FACTOR_STRATEGIES: tuple[Strategy, ...] = (Strategy.GOSSIP, Strategy.ALLREDUCE, Strategy.PS)
-"""Strategies that can exchange sufficient factors (gossip: with the peer; allreduce and ps:
-an all-gather, Poseidon's sufficient-factor broadcast, the layer then updated on every rank).
-Library strategies (horovod, ddp) run their own allreduce; local sends nothing."""
+_SPELLING = {"cli": False}
+
+LIBRARY_NAMES: dict[str, str] = {}
+"""Library spellings that are not the flag's name with underscores (none yet)."""
+
+
+def use_cli_names(on: bool = True) -> None:
+    """Spell options as command-line flags in messages (the CLI calls this at start-up);
+    the default spells them as the library's keyword arguments."""
+    _SPELLING["cli"] = on
+
+
+@contextlib.contextmanager
+def cli_names() -> Iterator[None]:
+    """Spell options as flags inside the block (the CLI's commands, their tests)."""
+    before = _SPELLING["cli"]
+    use_cli_names(True)
+    try:
+        yield
+    finally:
+        use_cli_names(before)
+
+
+def spell(flag: str, value: Any = ...) -> str:
+    """``flag`` (and ``value``) as the reader wrote it: ``--max-lag 2`` on the command line,
+    ``max_lag=2`` from the library (:func:`use_cli_names`). Text that is not a flag is
+    returned as it is.
+
+    >>> spell("--max-lag", 2), spell("--mix", "grad"), spell("--overlap", False)
+    ('max_lag=2', "mix='grad'", 'overlap=False')
+    >>> use_cli_names(); spell("--max-lag", 2), spell("--overlap", False); use_cli_names(False)
+    ('--max-lag 2', '--no-overlap')
+    """
+    if not flag.startswith("--"):
+        return flag
+    value = getattr(value, "value", value)
+    if _SPELLING["cli"]:
+        if isinstance(value, bool):
+            return flag if value else "--no-" + flag[2:]
+        return flag if value is ... else f"{flag} {value}"
+    name = LIBRARY_NAMES.get(flag, flag[2:].replace("-", "_"))
+    return name if value is ... else f"{name}={value!r}"
+
+
+def respell(text: str) -> str:
+    """Every ``--flag`` in ``text`` spelled as :func:`spell` does (for static reasons).
+
+    >>> respell("its slack is --max-lag S")
+    'its slack is max_lag S'
+    """
+    return re.sub(r"--[a-z][a-z0-9-]*", lambda m: spell(m.group(0)), text)
 
 
 def choice(enum_type: type[E], value: Any, flag: str) -> E:
@@ -184,7 +167,7 @@ def choice(enum_type: type[E], value: Any, flag: str) -> E:
         return enum_type(value)
     except ValueError:
         values = ", ".join(str(e.value) for e in enum_type)
-        where = f" ({flag})" if flag.startswith("--") else ""
+        where = f" ({spell(flag)})" if flag.startswith("--") else ""
         raise ValueError(
             f"unknown {flag.lstrip('-')} {value!r}{where}; choose one of: {values}"
         ) from None
@@ -193,7 +176,7 @@ def choice(enum_type: type[E], value: Any, flag: str) -> E:
 def at_least(value: float, low: float, flag: str, strict: bool = False) -> None:
     """ValueError naming ``flag`` unless ``value >= low`` (``> low`` when ``strict``)."""
     if value < low or (strict and value == low):
-        raise ValueError(f"{flag} must be {'>' if strict else '>='} {low:g}, got {value}")
+        raise ValueError(f"{spell(flag)} must be {'>' if strict else '>='} {low:g}, got {value}")
 
 
 def bucket_cap_bytes(bucket_mb: float) -> int:

@@ -6,12 +6,16 @@ message that names the flag; below that it is typed. ``TrainConfig``
 library adapters, ``plan/`` and ``bench/`` take the same ones.
 
     >>> opts = ExchangeOptions(strategy="allreduce", bucket_mb=4)
-    >>> opts.strategy is Strategy.ALLREDUCE, opts.mix is Mix.PARAM
+    >>> opts.strategy == Strategy.ALLREDUCE, opts.mix is Mix.GRAD
     (True, True)
     >>> ExchangeOptions(staleness=2)
     Traceback (most recent call last):
     ...
-    ValueError: --staleness must be 0 or 1, got 2
+    ValueError: staleness must be 0 or 1, got 2
+    >>> ExchangeOptions(strategy="ps", staleness=1)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: staleness=1 does not apply to strategy='ps' (its slack is max_lag S ...); drop it
 """
 
 # Over 300 lines on purpose: every option object with its validation and the messages that name
@@ -24,7 +28,6 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from gossipgrad.choices import (  # noqa: F401 - re-exported: the usual import path
-    FACTOR_STRATEGIES,
     Device,
     Mix,
     Offload,
@@ -38,7 +41,10 @@ from gossipgrad.choices import (  # noqa: F401 - re-exported: the usual import p
     bucket_cap_bytes,
     choice,
     parse_offload,
+    respell,
+    spell,
 )
+from gossipgrad.registry import CODECS, COMMON_FIELDS, NEUTRAL, RULES, STRATEGIES, StrategySpec
 
 DEFAULT_BUCKET_MB = 25.0
 """Largest bucket in MiB (``--bucket-mb``): about what DDP and Horovod fuse by default."""
@@ -49,6 +55,12 @@ chosen on digits, validated on templates: docs/benchmarks.md)."""
 
 DEFAULT_MONITOR_EVERY = 10
 """Steps between two consensus-distance estimates of gossip (``--monitor-every``)."""
+
+DEFAULT_WIRE = "fp32"
+"""The wire codec (``--wire``): buckets travel as the parameters are (no cast)."""
+
+DEFAULT_RULE = "average"
+"""The mixing rule (``--rule``): ``(1 - w) x + w x_peer`` with the schedule's weight w."""
 
 DEFAULT_TIMEOUT_S = 120.0
 """Seconds any wait may take before the job ends (``--comm-timeout``)."""
@@ -70,24 +82,30 @@ class _Options:
 
 @dataclass(frozen=True)
 class ExchangeOptions(_Options):
-    """How a step's exchange runs: strategy, schedule, what is mixed, buckets, overlap.
+    """How a step's exchange runs: strategy, schedule, what is mixed, buckets, overlap, lag,
+    wire codec and mixing rule.
+
+    Which fields mean something depends on the strategy: its spec
+    (:data:`gossipgrad.registry.STRATEGIES`, one module each in ``gossipgrad/strategies/``)
+    lists the ones it reads, and a field it does not read, set away from its default, is
+    refused with one line. The strategy's own combination rules (``spec.check``) run here
+    too, so these objects are valid for their strategy once built.
 
     Args:
-        strategy: see :class:`Strategy`.
+        strategy: a registered strategy name (gossip, allreduce, allreduce-param, local,
+            ps, horovod, ddp, or one a plugin registered).
         topology: the gossip schedule; resolved per size by ``comm.schedule``.
-        mix: what gossip averages (allreduce averages gradients whatever ``mix`` says for
-            ``grad`` and parameters for ``param``).
-        staleness: 0 (the exchange completes this step) or 1 (at the next step).
+        mix: what gossip averages with the peer (gradients or parameters); None: the
+            strategy's own (gossip: ``param``; allreduce averages gradients,
+            allreduce-param parameters, and neither can be told otherwise).
+        staleness: 0 (the exchange completes this step) or 1 (at the next step, applied as
+            a correction that keeps the mean exact; deterministic, unlike ``max_lag``).
         sync_every: a global average every N steps (0: only before evaluation/checkpoint).
         bucket_mb: the largest bucket in MiB (> 0).
         overlap: run bucket exchanges on the communication thread, behind compute.
         max_lag: how many steps a message may be behind the step that mixes it (0:
             lockstep); a rank waits only for a peer more than ``max_lag`` steps behind
-            (``engine.lagged``). Refused with the collective strategies. With
-            ``staleness`` 1 as well, a message is mixed no earlier than the step after it
-            was sent and no later than ``max_lag`` steps after.
-            With ``strategy="ps"``: the stale-synchronous slack, a rank may compute step t
-            on parameters of server clock >= t - max_lag.
+            (``engine.timing.lagged``). With ``strategy="ps"``: the stale-synchronous slack.
         sync: see :class:`Sync`; :attr:`adaptive` says what ``auto`` resolves to.
         sync_threshold: the consensus distance above which ``sync="adaptive"`` averages.
         monitor_every: gossip estimates the consensus distance every N steps (one small
@@ -95,13 +113,14 @@ class ExchangeOptions(_Options):
         seed: the shared seed of the schedule's per-cycle rotation.
         rotate: re-permute the schedule's numbering every cycle.
         sufficient_factors: send Linear layers' weight gradients as their factors
-            (:class:`SufficientFactors`); only with ``mix="grad"``, staleness 0 and a
-            strategy of :data:`FACTOR_STRATEGIES` (``on`` elsewhere is an error).
+            (:class:`SufficientFactors`); ``on`` where the strategy cannot is an error.
+        wire: the wire codec of every bucket this rank sends (:data:`registry.CODECS`).
+        rule: the mixing rule (:data:`registry.RULES`), ``NAME`` or ``NAME:ARG``.
     """
 
-    strategy: Strategy = Strategy.GOSSIP
+    strategy: str = Strategy.GOSSIP.value
     topology: Topology = Topology.AUTO
-    mix: Mix = Mix.PARAM
+    mix: Mix | None = None
     staleness: int = 0
     sync_every: int = 0
     bucket_mb: float = DEFAULT_BUCKET_MB
@@ -113,100 +132,86 @@ class ExchangeOptions(_Options):
     seed: int = 0
     rotate: bool = True
     sufficient_factors: SufficientFactors = SufficientFactors.AUTO
+    wire: str = DEFAULT_WIRE
+    rule: str = DEFAULT_RULE
 
     def __post_init__(self) -> None:
-        self._set("strategy", choice(Strategy, self.strategy, "--strategy"))
+        spec = STRATEGIES.get(self.strategy)
+        self._set("strategy", spec.name)
         self._set("topology", choice(Topology, self.topology, "--topology"))
-        self._set("mix", choice(Mix, self.mix, "--mix"))
+        self._set("sync", choice(Sync, self.sync, "--sync"))
         self._set(
             "sufficient_factors",
             choice(SufficientFactors, self.sufficient_factors, "--sufficient-factors"),
         )
         if self.staleness not in (0, 1):
-            raise ValueError(f"--staleness must be 0 or 1, got {self.staleness}")
-        if self.staleness and self.strategy.library:
-            raise ValueError(
-                f"--staleness 1 is not available with --strategy {self.strategy}: "
-                "it waits for every step's allreduce (use --strategy allreduce "
-                "for a stale allreduce)"
-            )
-        at_least(self.sync_every, 0, "--sync-every")
-        at_least(self.max_lag, 0, "--max-lag")
-        self.sufficient_factors.check(self.strategy, self.mix, self.staleness, self.max_lag)
-        if self.max_lag and self.strategy.collective:
-            raise ValueError(
-                f"--max-lag {self.max_lag} is not available with --strategy "
-                f"{self.strategy}: its allreduce waits for every rank at every "
-                "step; use --strategy gossip, or --max-lag 0"
-            )
-        bucket_cap_bytes(self.bucket_mb)
-        if self.strategy is Strategy.PS:
-            self._check_ps()
-        self._check_sync()
-
-    def _check_ps(self) -> None:
-        """ps pushes gradients to their owner and pulls parameters back every step; its
-        slack is ``--max-lag``. Options that only mean something to gossip are refused."""
-        if self.staleness:
-            raise ValueError(
-                "--staleness 1 is not available with --strategy ps: its slack is "
-                "--max-lag S (compute on parameters up to S steps old)"
-            )
-        if self.mix is not Mix.PARAM:
-            raise ValueError(
-                f"--mix {self.mix} does not apply to --strategy ps: it pushes "
-                "gradients to their owner and pulls parameters back; drop --mix"
-            )
-        if self.sync_every:
-            raise ValueError(
-                "--sync-every does not apply to --strategy ps: every rank computes "
-                "on the server's parameters, there is nothing to average; drop it"
-            )
-
-    def _check_sync(self) -> None:
-        self._set("sync", choice(Sync, self.sync, "--sync"))
+            raise ValueError(f"{spell('--staleness')} must be 0 or 1, got {self.staleness}")
+        for name in ("sync_every", "max_lag", "monitor_every"):
+            at_least(getattr(self, name), 0, "--" + name.replace("_", "-"))
         at_least(self.sync_threshold, 0, "--sync-threshold", strict=True)
-        at_least(self.monitor_every, 0, "--monitor-every")
-        if self.sync is Sync.ADAPTIVE and self.strategy is not Strategy.GOSSIP:
-            why = (
-                "never communicates"
-                if self.strategy is Strategy.LOCAL
-                else "keeps every rank identical"
-            )
+        bucket_cap_bytes(self.bucket_mb)
+        CODECS.get(self.wire)
+        RULES.get(self.rule.partition(":")[0])(self.rule.partition(":")[2] or None)
+        self._resolve_mix(spec)
+        self._refuse_unused(spec)
+        if self.sufficient_factors is SufficientFactors.ON:
+            why = spec.factor_obstacle(self)
+            if why is not None:
+                raise ValueError(
+                    f"{spell('--sufficient-factors', 'on')} {why}; pass "
+                    f"{spell('--sufficient-factors', 'auto')} or "
+                    f"{spell('--sufficient-factors', 'off')}"
+                )
+        spec.check(self)
+
+    def _resolve_mix(self, spec: StrategySpec) -> None:
+        """``mix=None``: the strategy's own. A strategy that fixes what it averages refuses
+        the other."""
+        fixed = spec.fixed_mix
+        mix = None if self.mix is None else choice(Mix, self.mix, "--mix")
+        if fixed is not None and mix not in (None, fixed):
             raise ValueError(
-                f"--sync adaptive applies to --strategy gossip only (--strategy "
-                f"{self.strategy} {why}); drop --sync or pass --sync off"
+                f"{spell('--mix', mix)} does not apply to {spell('--strategy', spec.name)}: "
+                f"{respell(spec.mix_reason)}"
             )
-        if self.sync is Sync.ADAPTIVE and self.max_lag:
-            raise ValueError(
-                "--sync adaptive needs --max-lag 0: its estimate is a collective "
-                "every --monitor-every steps, the barrier a lagged run avoids; "
-                "pass --sync off"
-            )
-        if self.adaptive and not self.monitor_every:
-            default = " (the default with --mix grad)" if self.sync is Sync.AUTO else ""
-            raise ValueError(
-                f"--sync adaptive{default} needs --monitor-every >= 1 to see the "
-                "consensus distance; pass --sync off to do without both"
-            )
+        self._set("mix", mix or fixed or Mix.PARAM)
+
+    def _refuse_unused(self, spec: StrategySpec) -> None:
+        """A field the strategy does not read, set away from its default: one line."""
+        for f in fields(self):
+            if f.name in COMMON_FIELDS or f.name in spec.uses or f.name == "mix":
+                continue
+            value = getattr(self, f.name)
+            if value != f.default and value != NEUTRAL.get(f.name, f.default):
+                flag = "--" + f.name.replace("_", "-")
+                why = respell(spec.refusals.get(f.name, f"{spec.name} does not read it"))
+                raise ValueError(
+                    f"{spell(flag, getattr(self, f.name))} does not apply to "
+                    f"{spell('--strategy', spec.name)} ({why}); drop it"
+                )
+
+    @property
+    def spec(self) -> StrategySpec:
+        """The strategy's spec (:class:`gossipgrad.registry.StrategySpec`)."""
+        return STRATEGIES.get(self.strategy)
 
     @property
     def adaptive(self) -> bool:
-        """Whether adaptive averaging is on: ``sync="adaptive"``, or ``"auto"`` with gossip
-        and ``mix="grad"`` (parameter mixing contracts consensus by itself).
+        """Whether adaptive averaging is on: ``sync="adaptive"``, or ``"auto"`` where the
+        strategy says so (gossip with ``mix="grad"``: parameter mixing contracts consensus
+        by itself).
 
-            >>> ExchangeOptions(mix="grad").adaptive, ExchangeOptions(mix="param").adaptive
-            (True, False)
+        >>> ExchangeOptions(mix="grad").adaptive, ExchangeOptions(mix="param").adaptive
+        (True, False)
         """
         if self.sync is Sync.AUTO:
-            return self.strategy is Strategy.GOSSIP and self.mix is Mix.GRAD and not self.max_lag
+            return self.spec.auto_adaptive(self)
         return self.sync is Sync.ADAPTIVE
 
     @property
     def monitors(self) -> bool:
-        """Whether gossip's consensus distance is estimated every ``monitor_every`` steps
-        (not with ``max_lag``: the estimate is a collective)."""
-        return self.strategy is Strategy.GOSSIP and self.monitor_every > 0 and not self.max_lag
+        """Whether the consensus distance is estimated every ``monitor_every`` steps."""
+        return self.spec.monitors(self)
 
     @property
     def bucket_cap_bytes(self) -> int:
@@ -221,7 +226,18 @@ def exchange_options(options: ExchangeOptions | None, overrides: dict[str, Any])
     <Mix.GRAD: 'grad'>
     """
     base = options if options is not None else ExchangeOptions()
-    return dataclasses.replace(base, **overrides) if overrides else base
+    if not overrides:
+        return base
+    return dataclasses.replace(base, **mix_follows_strategy(base, overrides))
+
+
+def mix_follows_strategy(base: ExchangeOptions, overrides: dict[str, Any]) -> dict[str, Any]:
+    """``overrides``, plus ``mix=None`` where they change the strategy and ``base.mix`` was
+    only its old strategy's own (so the new strategy picks its own)."""
+    if "strategy" not in overrides or "mix" in overrides:
+        return overrides
+    own = base.spec.fixed_mix or Mix.PARAM
+    return {**overrides, "mix": None} if base.mix is own else overrides
 
 
 @dataclass(frozen=True)
@@ -246,7 +262,7 @@ class DataOptions(_Options):
     def __post_init__(self) -> None:
         if self.data is None and self.dataset not in self.DATASETS:
             raise ValueError(
-                f"unknown dataset {self.dataset!r} (--dataset); choose one of: "
+                f"unknown dataset {self.dataset!r} ({spell('--dataset')}); choose one of: "
                 f"{', '.join(self.DATASETS)}, or pass --data DIR for an "
                 "ImageFolder"
             )
@@ -287,12 +303,12 @@ def parse_partition(kind: str) -> tuple[str, float | None]:
             alpha = float("nan")
         if not (alpha > 0 and alpha != float("inf")):
             raise ValueError(
-                f"--partition {kind!r}: dirichlet needs a positive concentration, "
+                f"{spell('--partition', kind)}: dirichlet needs a positive concentration, "
                 "e.g. dirichlet:0.5"
             )
         return name, alpha
     raise ValueError(
-        f"--partition {kind!r} is not known; choose iid, sorted or dirichlet:ALPHA "
+        f"{spell('--partition', kind)} is not known; choose iid, sorted or dirichlet:ALPHA "
         "(e.g. dirichlet:0.5)"
     )
 
@@ -345,6 +361,11 @@ class RunOptions(_Options):
         at_least(self.print_freq, 0, "--print-freq", strict=True)
         at_least(self.checkpoint_every, 0, "--checkpoint-every")
         if self.checkpoint_every and not self.run_dir:
-            raise ValueError("--checkpoint-every needs --run-dir (where checkpoints go)")
+            raise ValueError(
+                f"{spell('--checkpoint-every')} needs {spell('--run-dir')} (where checkpoints go)"
+            )
         if self.resume == "auto" and not self.run_dir:
-            raise ValueError("--resume auto needs --run-dir (where to look for checkpoints)")
+            raise ValueError(
+                f"{spell('--resume', 'auto')} needs {spell('--run-dir')} (where to look for "
+                "checkpoints)"
+            )

@@ -15,7 +15,8 @@ from typing import Any, NoReturn, TypeVar
 
 import numpy as np
 
-from gossipgrad.comm.base import CommError, Communicator, WaitPolicy, allreduce_
+from gossipgrad.comm.base import CommError, Communicator, WaitPolicy
+from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.comm.hosts import host_id
 from gossipgrad.options import DEFAULT_TIMEOUT_S
 from gossipgrad.settings import Settings, settings

@@ -156,6 +156,7 @@ class Settings:
     ompi_ft: bool = False
     emu_rate: str | None = None
     emu_netns: str | None = None
+    plugins: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

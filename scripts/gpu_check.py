@@ -183,12 +183,15 @@ def worker_exchange(path: str, device: str, mb: float, reps: int = 5) -> dict[st
     import torch
 
     from gossipgrad.bench.exchange import exchange_buckets, split_buckets
-    from gossipgrad.comm.base import allreduce_
-    from gossipgrad.comm.exchange import GossipExchange
+    from gossipgrad.comm.codecs import Codec
+    from gossipgrad.comm.collectives import allreduce_
     from gossipgrad.comm.mpi import MpiCommunicator, node_local_rank
     from gossipgrad.comm.schedule import Schedule
     from gossipgrad.comm.staging import Stager
+    from gossipgrad.comm.transport import PeerTransport
     from gossipgrad.engine.commthread import CommThread
+    from gossipgrad.engine.mixer import BucketMixer
+    from gossipgrad.engine.rules import Average
 
     comm = MpiCommunicator(timeout=120)
     if device == "cuda":
@@ -199,7 +202,8 @@ def worker_exchange(path: str, device: str, mb: float, reps: int = 5) -> dict[st
         dev = torch.device("cpu")
         stager = Stager(cuda_aware=False, force=(path == "staging"))
     schedule = Schedule(comm.size, "auto", seed=0)
-    thread = CommThread(GossipExchange(comm, schedule, stager), comm.timeout)
+    mixer = BucketMixer(PeerTransport(comm, schedule, stager), Codec(), Average())
+    thread = CommThread(mixer, comm.timeout)
     numel = max(4, int(mb * 2**20) // 4)
     flat = torch.empty(numel, device=dev)
     buckets = split_buckets(flat, -(-numel // 4) * flat.element_size())  # 4, as 4 hooks would
@@ -244,8 +248,8 @@ def worker_throughput(arch: str, batch: int, steps: int, device: str = "cuda") -
     import torch
 
     from gossipgrad.comm.local import LocalWorld
-    from gossipgrad.engine.distributed import DistributedOptimizer
     from gossipgrad.models import build_model
+    from gossipgrad.strategies import DistributedOptimizer
 
     dev = torch.device(device)
     torch.manual_seed(0)

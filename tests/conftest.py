@@ -16,3 +16,12 @@ def fresh_settings():
     settings_module.settings.cache_clear()
     yield
     settings_module.settings.cache_clear()
+
+
+@pytest.fixture
+def cli_names():
+    """Messages spell options as command-line flags (``--max-lag 2``), as under the CLI."""
+    from gossipgrad.choices import cli_names as spelled_as_flags
+
+    with spelled_as_flags():
+        yield

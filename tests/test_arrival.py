@@ -1,4 +1,4 @@
-"""Collective deadlines name the ranks that did not arrive (comm.arrival), in-process: one
+"""Collective deadlines name the ranks that did not arrive (comm.collectives), in-process: one
 rank of four never joins the stop agreement, the evaluation or the consensus average."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import threading
 import pytest
 import torch
 
-from gossipgrad.comm.arrival import _code, missing_message
 from gossipgrad.comm.base import CommTimeout
+from gossipgrad.comm.collectives import _code, missing_message
 from gossipgrad.comm.local import run_ranks
 from gossipgrad.engine.consensus import average_parameters_
 from gossipgrad.engine.evaluation import evaluate

@@ -14,8 +14,8 @@ import torch
 from gossipgrad.comm.local import LocalWorld, run_ranks
 from gossipgrad.engine import checkpoint as ckpt
 from gossipgrad.engine import snapshot as snap
-from gossipgrad.engine.distributed import DistributedOptimizer
 from gossipgrad.engine.signals import StopSignals
+from gossipgrad.strategies import DistributedOptimizer
 
 torch.set_num_threads(1)
 

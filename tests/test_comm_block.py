@@ -11,14 +11,24 @@ from typing import Any
 import pytest
 
 from gossipgrad.comm.base import Tag, WaitContext
-from gossipgrad.comm.exchange import GossipExchange
+from gossipgrad.comm.codecs import Codec
 from gossipgrad.comm.local import run_ranks
 from gossipgrad.comm.schedule import Schedule
+from gossipgrad.comm.transport import PeerTransport
 from gossipgrad.engine.commthread import CommThread
+from gossipgrad.engine.mixer import BucketMixer
+from gossipgrad.engine.rules import Average
 from gossipgrad.runtime import wait_policy
 from gossipgrad.settings import Settings
 
 from test_commthread import mix_buckets, wait_names_the_silent_peer
+
+
+class GossipExchange(BucketMixer):
+    """Gossip's bucket exchange as the optimizer builds it: to the peer, fp32, averaged."""
+
+    def __init__(self, comm, schedule, stager=None) -> None:
+        super().__init__(PeerTransport(comm, schedule, stager), Codec(), Average())
 
 
 class BlockingRequest:

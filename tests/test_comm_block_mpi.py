@@ -34,7 +34,7 @@ SILENT_PEER = """
 import time
 import torch
 from gossipgrad.comm.base import CommTimeout, Tag
-from gossipgrad.comm.exchange import GossipExchange
+from gossipgrad.engine.mixer import make_mixer
 from gossipgrad.comm.mpi import MpiCommunicator
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.engine.commthread import CommThread
@@ -42,7 +42,7 @@ from gossipgrad.runtime import init
 
 comm = init(timeout=2)
 assert comm.policy.block and isinstance(comm, MpiCommunicator) and comm.thread_multiple
-thread = CommThread(GossipExchange(comm, Schedule(2)), comm.timeout, block=True)
+thread = CommThread(make_mixer("peer", comm, Schedule(2)), comm.timeout, block=True)
 buf = torch.full((1000,), float(comm.rank))
 if comm.rank == 0:
     thread.submit(3, lambda: thread.exchange.start(buf, 3, 9, Tag.PARAM_BUCKET + 3), eager=True)

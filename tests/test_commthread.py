@@ -9,10 +9,20 @@ import pytest
 import torch
 
 from gossipgrad.comm.base import CommTimeout, Tag
-from gossipgrad.comm.exchange import GossipExchange, Pending
+from gossipgrad.comm.codecs import Codec
 from gossipgrad.comm.local import run_ranks
 from gossipgrad.comm.schedule import Schedule
+from gossipgrad.comm.transport import PeerTransport, Pending
 from gossipgrad.engine.commthread import CommThread
+from gossipgrad.engine.mixer import BucketMixer
+from gossipgrad.engine.rules import Average
+
+
+class GossipExchange(BucketMixer):
+    """Gossip's bucket exchange as the optimizer builds it: to the peer, fp32, averaged."""
+
+    def __init__(self, comm, schedule, stager=None) -> None:
+        super().__init__(PeerTransport(comm, schedule, stager), Codec(), Average())
 
 
 def mix_buckets(
@@ -29,7 +39,7 @@ def mix_buckets(
             )
         for i in reversed(range(len(bufs))) if reverse else range(len(bufs)):
             thread.wait(i)
-        src = thread.exchange.schedule.peers(rank, step).src
+        src = thread.exchange.transport.schedule.peers(rank, step).src
         for i, b in enumerate(bufs):
             assert torch.all(b == (rank + src) / 2 + i + 10 * step), (step, i, b[:3])
 
@@ -129,7 +139,7 @@ def test_window_keeps_at_most_that_many_on_the_wire_in_submission_order():
                 )
             for i in range(6):
                 thread.wait(i)
-            src = thread.exchange.schedule.peers(comm.rank, 0).src
+            src = thread.exchange.transport.schedule.peers(comm.rank, 0).src
             assert all(torch.all(b == (comm.rank + src) / 2) for b in bufs)
         finally:
             thread.close()

@@ -10,8 +10,8 @@ import torch
 
 from gossipgrad.comm.local import run_ranks
 from gossipgrad.engine.buckets import BucketLayout
-from gossipgrad.engine.distributed import DistributedOptimizer
 from gossipgrad.engine.factor_capture import eligible_layers
+from gossipgrad.strategies import DistributedOptimizer
 
 from multirank import factor_checks
 
@@ -69,9 +69,9 @@ def test_eligible_layers_are_plain_linear_with_a_weight_of_their_own():
 @pytest.mark.parametrize(
     "kw, reason",
     [
-        (dict(mix="param"), "--mix param"),
-        (dict(mix="grad", staleness=1), "--staleness 1"),
-        (dict(mix="grad", strategy="local"), "--strategy local"),
+        (dict(mix="param"), "mix='param' averages parameters"),
+        (dict(mix="grad", staleness=1), "needs staleness=0"),
+        (dict(strategy="local"), "strategy='local' sends none"),
     ],
 )
 def test_options_without_factors_keep_every_gradient_in_buckets(kw, reason, caplog):
@@ -171,12 +171,12 @@ def test_train_cli_refuses_a_bad_combination_in_one_line():
     from gossipgrad.cli import main
 
     result = CliRunner().invoke(
-        main, ["train", "--sufficient-factors", "on", "--strategy", "allreduce"]
+        main, ["train", "--sufficient-factors", "on", "--strategy", "gossip"]
     )
     assert result.exit_code == 2
     assert result.output.strip().splitlines()[-1] == (
         "Error: --sufficient-factors on needs --mix grad (--mix param averages parameters, "
-        "which have no factors); pass --mix grad, or --sufficient-factors auto or off"
+        "which have no factors); pass --sufficient-factors auto or off"
     )
 
 

@@ -1,7 +1,7 @@
 """The layering of docs/architecture.md, checked on the source: imports point down only.
 
-    cli > bench > measure > runtime > engine > data, shuffle, comm > plan, options,
-    choices, settings, models
+    cli > bench > measure > runtime > strategies > engine > data, shuffle, comm > plan,
+    options, choices, registry, settings, models
 
 Every ``import``/``from ... import`` of a gossipgrad module counts, at module level or
 inside a function (a lazy import is still a dependency). A module may import its own
@@ -19,10 +19,11 @@ ROOT = Path(__file__).resolve().parent.parent / "gossipgrad"
 
 #: Layer of each top-level part of gossipgrad (package or module); higher may import lower.
 LAYERS = {
-    "cli": 7,
-    "bench": 6,
-    "measure": 5,
-    "runtime": 4,  # the launch layer: MPI or a one-rank world, logging, abort
+    "cli": 8,
+    "bench": 7,
+    "measure": 6,
+    "runtime": 5,  # the launch layer: MPI or a one-rank world, logging, abort
+    "strategies": 4,  # one spec module per strategy: they build the engine's optimizers
     "engine": 3,
     "data": 2,
     "shuffle": 2,
@@ -30,6 +31,7 @@ LAYERS = {
     "plan": 1,
     "options": 1,
     "choices": 1,
+    "registry": 1,  # the seams' name -> object maps: lower layers find what higher ones registered
     "settings": 1,
     "models": 1,
 }
@@ -101,4 +103,4 @@ def test_the_check_sees_lazy_imports(tmp_path: Path):
     """An import inside a function counts (as comm/netfit.py's of runtime once did)."""
     (tmp_path / "comm").mkdir()
     (tmp_path / "comm" / "x.py").write_text("def f():\n    from gossipgrad.runtime import init\n")
-    assert upward_imports(tmp_path) == ["comm/x.py:2: comm (2) imports runtime (4)"]
+    assert upward_imports(tmp_path) == ["comm/x.py:2: comm (2) imports runtime (5)"]

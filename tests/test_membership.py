@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from gossipgrad.comm.base import CommError, PeerFailed, failure_of, sendrecv_
+from gossipgrad.comm.base import CommError, PeerFailed, failure_of
+from gossipgrad.comm.collectives import sendrecv_
 from gossipgrad.comm.local import LocalWorld, RankKilled, allreduce_, run_ranks
 from gossipgrad.engine import checkpoint as ckpt
 from gossipgrad.engine import trainer
@@ -109,7 +110,7 @@ def test_continue_is_refused_where_the_communicator_cannot_shrink():
     cannot = SimpleNamespace(size=2, failure_support=lambda: "MPICH has no working ULFM")
     with pytest.raises(ValueError, match="needs an MPI with ULFM: MPICH has no working ULFM"):
         check_support(cont, cannot)
-    with pytest.raises(ValueError, match="--on-failure continue needs --strategy gossip"):
+    with pytest.raises(ValueError, match="on_failure='continue' cannot work: strategy ddp cannot"):
         TrainConfig.from_flags(on_failure="continue", strategy="ddp")
 
 
@@ -147,7 +148,7 @@ def test_the_lowest_surviving_launch_rank_prints_the_summary():
 def test_rejoin_puts_the_optimizer_on_the_survivors_at_the_agreed_step():
     """The schedule is for the new size (dissemination for 3 under auto) and its position is
     the agreed step on every survivor, whatever step each had reached."""
-    from gossipgrad.engine.distributed import DistributedOptimizer
+    from gossipgrad.strategies import DistributedOptimizer
 
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 2)
@@ -158,7 +159,7 @@ def test_rejoin_puts_the_optimizer_on_the_survivors_at_the_agreed_step():
     survivors = LocalWorld(3).communicators()[1]
     opt.abandon()
     opt.rejoin_(survivors, 17)
-    assert opt.step_count == 17 and opt.comm is survivors and opt.exchange.comm is survivors
+    assert opt.step_count == 17 and opt.comm is survivors and opt.mixer.comm is survivors
     assert opt.schedule.size == 3 and opt.schedule.topology.value == "dissemination"
     assert opt.communicates and opt.overlap
     opt.close()

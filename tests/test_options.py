@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from gossipgrad.choices import use_cli_names
 from gossipgrad.engine.config import TrainConfig
 from gossipgrad.options import (
     DataOptions,
@@ -15,10 +16,10 @@ from gossipgrad.options import (
     OptimOptions,
     RunOptions,
     ShuffleOptions,
-    Strategy,
     Topology,
     exchange_options,
 )
+from gossipgrad.registry import STRATEGIES
 from gossipgrad.settings import Settings, table_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,33 +49,49 @@ ROOT = Path(__file__).resolve().parents[1]
     ],
 )
 def test_bad_values_name_their_flag(build, flag: str) -> None:
-    with pytest.raises(ValueError, match=flag):
+    with pytest.raises(ValueError, match=flag.lstrip("-").replace("-", "_").replace(" ", "=")):
         build()
+    use_cli_names()
+    try:
+        with pytest.raises(ValueError, match=flag):  # the command line's flags
+            build()
+    finally:
+        use_cli_names(False)
 
 
 def test_strings_become_enums_once_and_overrides_are_validated_again() -> None:
     opts = ExchangeOptions(strategy="allreduce", mix="grad", topology="dissemination")
     assert (opts.strategy, opts.mix, opts.topology) == (
-        Strategy.ALLREDUCE,
+        "allreduce",
         Mix.GRAD,
         Topology.DISSEMINATION,
     )
     assert exchange_options(opts, {"bucket_mb": 4}).bucket_cap_bytes == 4 << 20
-    with pytest.raises(ValueError, match="--staleness"):
+    with pytest.raises(ValueError, match="staleness"):
         exchange_options(opts, {"staleness": 3})
     assert exchange_options(None, {}) == ExchangeOptions()
 
 
-def test_one_default_mix_everywhere() -> None:
+def test_one_default_mix_everywhere_and_allreduce_means_gradient_averaging() -> None:
     assert ExchangeOptions().mix is Mix.PARAM
     assert TrainConfig().exchange.mix is Mix.PARAM
+    for name in ("allreduce", "horovod", "ddp", "ps"):
+        assert ExchangeOptions(strategy=name).mix is Mix.GRAD, name
+    assert ExchangeOptions(strategy="allreduce-param").mix is Mix.PARAM
+    with pytest.raises(ValueError, match="allreduce-param"):
+        ExchangeOptions(strategy="allreduce", mix="param")
+    # a new strategy takes its own mix unless one is given
+    assert exchange_options(ExchangeOptions(), {"strategy": "allreduce"}).mix is Mix.GRAD
+    assert TrainConfig().replace(strategy="allreduce").exchange.mix is Mix.GRAD
 
 
 def test_ring_allreduce_bytes_are_written_once() -> None:
-    assert Strategy.GOSSIP.bytes_sent(1000, 8) == 1000.0
-    for s in (Strategy.ALLREDUCE, Strategy.HOROVOD, Strategy.DDP):
-        assert s.bytes_sent(1000, 8) == pytest.approx(2 * 7 / 8 * 1000)
-    assert Strategy.LOCAL.bytes_sent(1000, 8) == 0.0 and Strategy.GOSSIP.bytes_sent(1000, 1) == 0
+    spec = STRATEGIES.get
+    assert spec("gossip").bytes_per_step(1000, 8) == 1000.0
+    for s in ("allreduce", "horovod", "ddp", "ps", "allreduce-param"):
+        assert spec(s).bytes_per_step(1000, 8) == pytest.approx(2 * 7 / 8 * 1000)
+    assert spec("local").bytes_per_step(1000, 8) == 0.0
+    assert spec("gossip").bytes_per_step(1000, 1) == 0
 
 
 def test_train_config_round_trips_flat_names_and_fingerprints_what_ranks_share() -> None:

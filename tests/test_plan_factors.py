@@ -84,24 +84,23 @@ def test_bad_input_names_what_is_wrong(bad, match):
         (dict(sufficient_factors="on"), "needs --mix grad"),
         (dict(sufficient_factors="on", mix="grad", staleness=1), "needs --staleness 0"),
         (
-            dict(sufficient_factors="on", mix="grad", strategy="local"),
-            "needs --strategy gossip or ",
+            dict(sufficient_factors="on", strategy="local"),
+            "--sufficient-factors on does not apply to --strategy local",
         ),
-        (dict(sufficient_factors="on", mix="grad", strategy="ddp"), "needs --strategy gossip or "),
+        (dict(sufficient_factors="on", strategy="ddp"), "--sufficient-factors on does not apply"),
         (dict(sufficient_factors="yes"), r"choose one of: auto, on, off"),
     ],
 )
-def test_bad_combinations_are_one_line_errors(flags, match):
+def test_bad_combinations_are_one_line_errors(flags, match, cli_names):
     with pytest.raises(ValueError, match=match) as info:
         ExchangeOptions(**flags)
     assert "\n" not in str(info.value)
 
 
 def test_auto_and_off_are_accepted_everywhere():
-    for mix in ("grad", "param"):
-        for strategy in ("gossip", "allreduce", "local", "horovod", "ddp"):
-            for mode in ("auto", "off"):
-                ExchangeOptions(strategy=strategy, mix=mix, sufficient_factors=mode)
+    for strategy in ("gossip", "allreduce", "allreduce-param", "local", "ps", "horovod", "ddp"):
+        for mode in ("auto", "off"):
+            ExchangeOptions(strategy=strategy, sufficient_factors=mode)
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,6 @@ import pytest
 from gossipgrad.plan.formats import Bucket, NetworkFit, Profile
 from gossipgrad.plan.model import (
     CommModel,
-    Strategy,
     allreduce_factors,
     bytes_sent,
     comm_chain,
@@ -208,4 +207,3 @@ def test_bad_arguments_name_themselves():
         CommModel(0.0, 0.0, duplex=3.0)
     with pytest.raises(ValueError, match="alpha_s"):
         CommModel(-1.0, 0.0)
-    assert Strategy("horovod") is Strategy.HOROVOD

@@ -15,10 +15,10 @@ from gossipgrad.comm.base import CommTimeout
 from gossipgrad.comm.local import LocalWorld, run_ranks
 from gossipgrad.engine import shards
 from gossipgrad.engine.config import TrainConfig
-from gossipgrad.engine.distributed import DistributedOptimizer
-from gossipgrad.engine.factory import make_distributed
 from gossipgrad.engine.ps import ParameterServerOptimizer
-from gossipgrad.options import ExchangeOptions, Strategy
+from gossipgrad.options import ExchangeOptions
+from gossipgrad.registry import STRATEGIES
+from gossipgrad.strategies import DistributedOptimizer
 
 from multirank import ps_checks
 
@@ -44,7 +44,7 @@ def test_every_rank_serves_a_bucket_and_the_mean_is_ring_bytes(size):
     assert max(load) <= max(sum(sizes) / size, max(sizes)) + max(sizes), load
     sent = shards.bytes_sent_by_rank(sizes, owners, size)
     assert sum(sent) == 2 * (size - 1) * sum(sizes)
-    assert Strategy.PS.bytes_sent(sum(sizes), size) == pytest.approx(sum(sent) / size)
+    assert STRATEGIES.get("ps").bytes_per_step(sum(sizes), size) == pytest.approx(sum(sent) / size)
 
 
 def test_greedy_balance_beats_round_robin():
@@ -62,8 +62,9 @@ def test_ps_bucket_cap_gives_at_least_size_buckets_for_small_parameters():
 
 
 def test_ps_is_not_a_library_strategy_and_counts_ring_bytes():
-    assert not Strategy.PS.library
-    assert Strategy.PS.bytes_sent(800, 8) == 1400.0 and Strategy.PS.bytes_sent(800, 1) == 0.0
+    ps = STRATEGIES.get("ps")
+    assert not ps.library and ps.pattern == "server"
+    assert ps.bytes_per_step(800, 8) == 1400.0 and ps.bytes_per_step(800, 1) == 0.0
 
 
 @pytest.mark.parametrize(
@@ -71,11 +72,11 @@ def test_ps_is_not_a_library_strategy_and_counts_ring_bytes():
     [
         (
             {"staleness": 1},
-            "--staleness 1 is not available with --strategy ps: its slack is --max-lag",
+            "staleness=1 does not apply to strategy='ps' (its slack is --max-lag",
         ),
-        ({"mix": "grad"}, "--mix grad does not apply to --strategy ps"),
-        ({"sync_every": 5}, "--sync-every does not apply to --strategy ps"),
-        ({"max_lag": -1}, "--max-lag must be >= 0"),
+        ({"mix": "param"}, "mix='param' does not apply to strategy='ps'"),
+        ({"sync_every": 5}, "sync_every=5 does not apply to strategy='ps'"),
+        ({"max_lag": -1}, "max_lag must be >= 0"),
     ],
 )
 def test_meaningless_ps_combinations_are_refused(flags, message):
@@ -92,9 +93,9 @@ def test_ps_accepts_max_lag():
     [
         (
             ["--strategy", "ps", "--staleness", "1"],
-            "--staleness 1 is not available with --strategy",
+            "--staleness 1 does not apply to --strategy ps",
         ),
-        (["--strategy", "ps", "--mix", "grad"], "--mix grad does not apply to --strategy ps"),
+        (["--strategy", "ps", "--mix", "param"], "--mix param does not apply to --strategy ps"),
         (
             ["--offload", "gpu"],
             "unknown offload 'gpu' (--offload); choose one of: activations, optimizer",
@@ -123,7 +124,7 @@ def _one_rank():
     return LocalWorld(1, timeout=30).communicators()[0]
 
 
-@pytest.mark.parametrize("build", [DistributedOptimizer, make_distributed])
+@pytest.mark.parametrize("build", [DistributedOptimizer])
 def test_library_entry_points_build_the_parameter_server(build):
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
     reference = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))

@@ -55,7 +55,7 @@ def test_dirichlet_alpha_controls_skew() -> None:
         "iid:3",
     ],
 )
-def test_bad_kinds_name_the_flag(bad: str) -> None:
+def test_bad_kinds_name_the_flag(bad: str, cli_names) -> None:
     with pytest.raises(ValueError, match="--partition"):
         parse_partition(bad)
     with pytest.raises(ValueError, match="--partition"):

@@ -20,8 +20,8 @@ from gossipgrad.comm.rendezvous import (
     share_address,
 )
 from gossipgrad.engine.config import TrainConfig
-from gossipgrad.engine.distributed import DistributedOptimizer
-from gossipgrad.engine.factory import make_distributed
+from gossipgrad.engine.protocol import WrappedOptimizer
+from gossipgrad.strategies import DistributedOptimizer
 
 from launch import gossipgrad
 
@@ -34,13 +34,13 @@ def _sgd(model):
     return torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 
 
-@pytest.mark.parametrize("strategy", ["gossip", "allreduce", "local"])
-def test_factory_builds_distributed_optimizer_for_bucket_strategies(strategy):
+@pytest.mark.parametrize("strategy", ["gossip", "allreduce", "allreduce-param", "local"])
+def test_factory_builds_a_torch_optimizer_for_bucket_strategies(strategy):
     model = torch.nn.Linear(4, 2)
-    opt = make_distributed(_sgd(model), model, _one_rank(), strategy=strategy, mix="grad")
+    opt = DistributedOptimizer(_sgd(model), model, _one_rank(), strategy=strategy)
     try:
-        assert isinstance(opt, DistributedOptimizer)
-        assert opt.strategy.value == strategy and opt.module_for_forward is model
+        assert isinstance(opt, WrappedOptimizer) and isinstance(opt, torch.optim.Optimizer)
+        assert opt.strategy == strategy and opt.module_for_forward is model
     finally:
         opt.close()
 
@@ -49,10 +49,10 @@ def test_factory_names_the_choices_for_an_unknown_strategy():
     model = torch.nn.Linear(4, 2)
     with pytest.raises(
         ValueError,
-        match=r"unknown strategy 'nccl' \(--strategy\); choose one "
-        "of: gossip, allreduce, local, horovod, ddp, ps",
+        match=r"unknown strategy 'nccl' \(strategy\); choose one "
+        "of: gossip, allreduce, allreduce-param, local, ps, horovod, ddp",
     ):
-        make_distributed(_sgd(model), model, _one_rank(), strategy="nccl")
+        DistributedOptimizer(_sgd(model), model, _one_rank(), strategy="nccl")
 
 
 @pytest.mark.timeout(60)
@@ -66,7 +66,7 @@ def test_ddp_adapter_on_one_rank_wraps_the_model_and_steps():
     reference.load_state_dict(model.state_dict())
     ref_opt = _sgd(reference)
     before = os.environ.get("GLOO_SOCKET_IFNAME")
-    opt = make_distributed(_sgd(model), model, _one_rank(), strategy="ddp", bucket_mb=1)
+    opt = DistributedOptimizer(_sgd(model), model, _one_rank(), strategy="ddp", bucket_mb=1)
     assert os.environ.get("GLOO_SOCKET_IFNAME") == before  # loopback only while creating
     try:
         assert isinstance(opt.module_for_forward, DistributedDataParallel)
@@ -83,20 +83,18 @@ def test_ddp_adapter_on_one_rank_wraps_the_model_and_steps():
             torch.testing.assert_close(p, q)
         opt.synchronize()
         assert opt.consensus_distance() == 0.0 and opt.bytes_sent_per_step() == 0.0
-        assert opt.step_count == 3 and opt.state_dict()["step"] == 3
+        assert opt.step_count == 3 and opt.state_dict()["gossipgrad"]["step"] == 3
         assert opt.layout.nbytes == sum(p.numel() * 4 for p in model.parameters())
     finally:
         opt.close()
     assert not dist.is_initialized()
 
 
-def test_adapters_refuse_staleness_one():
-    from gossipgrad.engine.adapters.ddp import DdpAdapter
-
+def test_library_strategies_refuse_staleness_one():
     model = torch.nn.Linear(4, 2)
-    with pytest.raises(ValueError, match="--staleness 1 is not available with --strategy ddp"):
-        DdpAdapter(_sgd(model), model, _one_rank(), staleness=1)
-    with pytest.raises(ValueError, match="--staleness 1 is not available with --strategy horovod"):
+    with pytest.raises(ValueError, match="staleness=1 does not apply to strategy='ddp'"):
+        DistributedOptimizer(_sgd(model), model, _one_rank(), strategy="ddp", staleness=1)
+    with pytest.raises(ValueError, match="staleness=1 does not apply to strategy='horovod'"):
         TrainConfig.from_flags(strategy="horovod", staleness=1)
 
 
@@ -113,7 +111,7 @@ def test_missing_horovod_says_how_to_install_it(monkeypatch):
     _block_horovod(monkeypatch)
     model = torch.nn.Linear(4, 2)
     with pytest.raises(RuntimeError) as err:
-        make_distributed(_sgd(model), model, _one_rank(), strategy="horovod")
+        DistributedOptimizer(_sgd(model), model, _one_rank(), strategy="horovod")
     msg = str(err.value)
     assert "--strategy horovod needs Horovod" in msg
     assert "bash scripts/install-horovod.sh" in msg and sys.executable in msg
@@ -157,7 +155,7 @@ class _FakeHorovod:
 
 
 def test_horovodrun_gloo_is_refused_with_the_launcher_to_use(monkeypatch):
-    from gossipgrad.engine.adapters.horovod import init_horovod
+    from gossipgrad.strategies.horovod import init_horovod
 
     monkeypatch.setenv("HOROVOD_CONTROLLER", "gloo")
     hvd = _FakeHorovod(size=2)
@@ -167,7 +165,7 @@ def test_horovodrun_gloo_is_refused_with_the_launcher_to_use(monkeypatch):
 
 
 def test_horovod_world_must_match_the_communicator(monkeypatch):
-    from gossipgrad.engine.adapters.horovod import init_horovod
+    from gossipgrad.strategies.horovod import init_horovod
 
     monkeypatch.delenv("HOROVOD_CONTROLLER", raising=False)
     monkeypatch.setenv("HOROVOD_FUSION_THRESHOLD", "")  # recorded, so restored afterwards

@@ -20,10 +20,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from gossipgrad.comm.base import Communicator, ReduceOp, WaitContext, allreduce_
-from gossipgrad.engine.factory import make_distributed
+from gossipgrad.comm.base import Communicator, ReduceOp, WaitContext
+from gossipgrad.comm.collectives import allreduce_
+from gossipgrad.engine.step import PHASES, train_step
 from gossipgrad.engine.straggler import Straggler
 from gossipgrad.settings import settings
+from gossipgrad.strategies import DistributedOptimizer, options_for
 
 
 def mpiexec_path() -> str:
@@ -104,13 +106,10 @@ def make_fc_head(dims: tuple[int, ...], seed: int = 0) -> torch.nn.Module:
     return torch.nn.Sequential(*mods[:-1])
 
 
-PHASES = ("forward", "backward", "optimizer", "total")
-
-
 class Trainer:
     """One model copy (:func:`make_stack`, or :func:`make_fc_head` when ``dims`` is given)
-    and its distributed optimizer, built by the engine factory from a strategy name; ``kw``
-    go to the factory."""
+    and its distributed optimizer for ``strategy``; ``kw`` are exchange options, of which
+    the strategy's own are used (:func:`gossipgrad.strategies.options_for`)."""
 
     def __init__(
         self,
@@ -123,13 +122,9 @@ class Trainer:
     ) -> None:
         self.model = make_fc_head(dims) if dims else make_stack(width, layers)
         # Timing benchmarks time the exchange alone: no consensus monitor, no adaptive average.
-        kw = {"sync": "off", "monitor_every": 0, **kw}
-        self.opt = make_distributed(
-            torch.optim.SGD(self.model.parameters(), lr=1e-3),
-            self.model,
-            comm,
-            strategy=strategy,
-            **kw,
+        opts = options_for(strategy, **{"sync": "off", "monitor_every": 0, **kw})
+        self.opt = DistributedOptimizer(
+            torch.optim.SGD(self.model.parameters(), lr=1e-3), self.model, comm, opts
         )
         self.width = dims[0] if dims else width
         self.x = torch.empty(0)
@@ -139,19 +134,17 @@ class Trainer:
         self.x = torch.randn(batch, self.width, generator=torch.Generator().manual_seed(1))
 
     def step(self) -> dict[str, float]:
-        """One step; seconds on this rank of its phases: ``forward`` (with any waits of
-        forward pre-hooks), ``backward`` (with hooks), ``optimizer`` (``step()``, with its
-        waits) and ``total``."""
-        t0 = time.perf_counter()
-        self.opt.zero_grad()
-        with self.straggler.compute():  # GOSSIPGRAD_INJECT_SLOW
-            loss = self.opt.module_for_forward(self.x).square().mean()  # DDP: its wrapper
-            t1 = time.perf_counter()
-            loss.backward()
-        t2 = time.perf_counter()
-        self.opt.step()
-        t3 = time.perf_counter()
-        return {"forward": t1 - t0, "backward": t2 - t1, "optimizer": t3 - t2, "total": t3 - t0}
+        """One step (:func:`gossipgrad.engine.step.train_step`); seconds on this rank of its
+        phases: ``forward``, ``backward``, ``optimizer`` and ``total``."""
+        done = train_step(
+            self.opt,
+            self.x,
+            None,
+            lambda out, _: out.square().mean(),
+            compute=self.straggler.compute,  # GOSSIPGRAD_INJECT_SLOW
+            batch=len(self.x),
+        )
+        return done.seconds
 
     def block(self, steps: int) -> dict[str, float]:
         """Mean phase times (see :meth:`step`) over ``steps`` steps after one untimed step.

@@ -7,7 +7,7 @@ step's peer, in rotating order, each started after a barrier:
 
 - ``raw``: one blocking ``MPI_Sendrecv`` of the N bytes (mpi4py; the wire limit here);
 - ``exchange``: the N bytes as ``--bucket-mb`` buckets, each handed to the communication
-  thread and posted by :class:`~gossipgrad.comm.exchange.GossipExchange` exactly as
+  thread and posted by :class:`~gossipgrad.comm.transport.PeerTransport` exactly as
   training does, without the average (transfer only);
 - ``exchange_mix``: the same with the average ``(own + peer) / 2`` (what training pays).
 
@@ -37,26 +37,32 @@ import torch
 
 from gossipgrad.bench.common import link_info, max_over_ranks, median, rounded, timed
 from gossipgrad.comm.base import Communicator, Tag
-from gossipgrad.comm.exchange import Exchange, GossipExchange, Pending
+from gossipgrad.comm.codecs import Codec
 from gossipgrad.comm.schedule import Schedule
+from gossipgrad.comm.transport import PeerTransport, Pending
 from gossipgrad.engine.commthread import CommThread
+from gossipgrad.engine.mixer import BucketMixer
+from gossipgrad.engine.rules import Average
 
 METHODS = ("raw", "exchange", "exchange_mix")
 
 
-class TransferOnly(GossipExchange):
-    """GossipExchange's posts and waits without the average: isolates the transfer."""
+class TransferOnly(BucketMixer):
+    """Training's posts and waits without the average: isolates the transfer."""
+
+    def __init__(self, comm: Communicator, schedule: Schedule) -> None:
+        super().__init__(PeerTransport(comm, schedule), Codec(), Average())
 
     def finish(self, pending: Pending) -> None:
-        Exchange.finish(self, pending)
+        self.transport.wait(pending)
 
 
-class Timed(GossipExchange):
-    """GossipExchange that adds the seconds spent posting (``start``) and finishing
-    (``finish``: the average) to ``spent`` -- the profile of ``exchange_mix``."""
+class Timed(BucketMixer):
+    """Training's bucket exchange, adding the seconds spent posting (``start``) and
+    finishing (``finish``: the average) to ``spent`` -- the profile of ``exchange_mix``."""
 
-    def __init__(self, *args: Any, **kw: Any) -> None:
-        super().__init__(*args, **kw)
+    def __init__(self, comm: Communicator, schedule: Schedule) -> None:
+        super().__init__(PeerTransport(comm, schedule), Codec(), Average())
         self.spent = {"post": 0.0, "mix": 0.0}
 
     def start(self, buf: torch.Tensor, index: int, step: int, tag: int) -> Pending:

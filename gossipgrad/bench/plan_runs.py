@@ -13,9 +13,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from gossipgrad.comm.base import ReduceOp, allreduce_
-from gossipgrad.engine.distributed import DistributedOptimizer
+from gossipgrad.comm.base import ReduceOp
+from gossipgrad.comm.collectives import allreduce_
+from gossipgrad.engine.step import train_step
 from gossipgrad.models import build_model, default_classes, input_shape
+from gossipgrad.strategies import DistributedOptimizer, options_for
 
 
 @dataclass(frozen=True)
@@ -69,11 +71,8 @@ def run_config(
     g = torch.Generator().manual_seed(1 + comm.rank)
     x = torch.randn(batch_size, *shape, generator=g)
     y = torch.randint(0, classes, (batch_size,), generator=g)
-    opt = DistributedOptimizer(
-        torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
-        model,
-        comm,
-        strategy=cfg.strategy,
+    opts = options_for(
+        cfg.strategy,
         mix=cfg.mix,
         staleness=cfg.staleness,
         bucket_mb=cfg.bucket_mb,
@@ -82,15 +81,16 @@ def run_config(
         monitor_every=0,
         sufficient_factors="off",
     )  # the model prices buckets only
+    opt = DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), model, comm, opts
+    )
     loss_fn = torch.nn.CrossEntropyLoss()
     times: list[float] = []
     try:
         comm.barrier()
         for i in range(warmup + steps):
             t0 = time.perf_counter()
-            opt.zero_grad()
-            loss_fn(model(x), y).backward()
-            opt.step()
+            train_step(opt, x, y, loss_fn)
             # Every step starts together. The barrier is inside the timing: at staleness 1
             # the exchange is still in flight here, and an untimed barrier would give it
             # free time (on a rate-limited link a step then measured faster than the wire).

@@ -29,9 +29,12 @@ import numpy as np
 import torch
 
 from gossipgrad.bench.common import finite, make_stack, median
-from gossipgrad.comm.base import Communicator, ReduceOp, allreduce_
+from gossipgrad.comm.base import Communicator, ReduceOp
+from gossipgrad.comm.collectives import allreduce_
+from gossipgrad.engine.step import train_step
 from gossipgrad.engine.straggler import Straggler
 from gossipgrad.settings import Settings
+from gossipgrad.strategies import DistributedOptimizer, options_for
 
 DEFAULT_CONTENDERS = "gossip:0,gossip:2,gossip:4,allreduce,ddp"
 
@@ -83,16 +86,17 @@ class Contender:
         slow: tuple[int, float],
         bucket_mb: float,
     ) -> None:
-        from gossipgrad.engine.factory import make_distributed
-
         self.comm, self.name, self.max_lag, self.batch = comm, name, max_lag, batch
         self.label = f"{name} --max-lag {max_lag}" if name == "gossip" else name
         self.model = make_stack(width, layers)
         kw: dict[str, Any] = {"bucket_mb": bucket_mb}
         if name == "gossip":
             kw["max_lag"] = max_lag
-        self.opt = make_distributed(
-            torch.optim.SGD(self.model.parameters(), lr=1e-3), self.model, comm, strategy=name, **kw
+        self.opt = DistributedOptimizer(
+            torch.optim.SGD(self.model.parameters(), lr=1e-3),
+            self.model,
+            comm,
+            options_for(name, **kw),
         )
         self.x = torch.randn(batch, width, generator=torch.Generator().manual_seed(1))
         self.stragglers = {
@@ -109,14 +113,15 @@ class Contender:
         t0 = time.perf_counter()
         skipped = 0
         for _ in range(steps):
-            if opt.behind():
-                opt.skip_step()
-                skipped += 1
-                continue
-            opt.zero_grad()
-            with straggler.compute():
-                opt.module_for_forward(self.x).square().mean().backward()
-            opt.step()
+            done = train_step(
+                opt,
+                self.x,
+                None,
+                lambda out, _: out.square().mean(),
+                compute=straggler.compute,
+                batch=len(self.x),
+            )
+            skipped += done.skipped
         opt.drain()
         elapsed = np.array([time.perf_counter() - t0])
         per_rank = np.zeros(self.comm.size)

@@ -4,7 +4,7 @@
         gossipgrad bench strategies --strategies gossip,allreduce,local --png s.png
 
 One launch builds one model copy per strategy through the engine factory
-(:func:`gossipgrad.engine.factory.make_distributed`, so any strategy it knows, such as an
+(:func:`gossipgrad.strategies.DistributedOptimizer`, so any strategy it knows, such as an
 adapter added later, is just a name here) and runs them in rotating order: ``--warmup``
 untimed blocks each, then ``--reps`` timed blocks of ``--steps`` steps. Per strategy:
 
@@ -41,7 +41,7 @@ block and are closed first. ``--together strategy`` runs one strategy's contende
 time, ``--together one`` one contender at a time (less memory for a big model).
 
 Sufficient factors (``--factors on,off``): each strategy that can send Linear layers'
-gradients as factors (``options.FACTOR_STRATEGIES``) runs once per value, named
+gradients as factors (its spec's ``factor_pattern``) runs once per value, named
 ``gossip`` (off), ``gossip+factors`` (on), ``gossip+factors-auto`` (auto); the others run
 once, without. ``factors_over_plain`` holds, per strategy, the ratios on / off of step time
 (medians, and paired block by block), wire and posted bytes. ``--model fc-head`` trains the
@@ -68,8 +68,9 @@ from gossipgrad.bench.common import (
     split_variant,
     wire_tx_bytes,
 )
-from gossipgrad.comm.base import Communicator, allreduce_
-from gossipgrad.options import FACTOR_STRATEGIES
+from gossipgrad.comm.base import Communicator
+from gossipgrad.comm.collectives import allreduce_
+from gossipgrad.registry import STRATEGIES
 
 ALLREDUCE_FAMILY = ("allreduce", "horovod", "ddp")
 """The strategies that average over all ranks every step: gossip's comparison is with the
@@ -78,27 +79,27 @@ fastest of them."""
 BUSY_BACKGROUND = frozenset({"horovod"})
 """Strategies run last, alone (see the module docstring)."""
 
-FACTOR_NAMES = frozenset(s.value for s in FACTOR_STRATEGIES)
+
+def sends_factors(name: str) -> bool:
+    """Whether strategy ``name`` can send sufficient factors (its spec says)."""
+    return STRATEGIES.get(name).factor_pattern is not None
 
 
 def strategy_kwargs(
     name: str, mix: str, bucket_mb: float, overlap: bool, staleness: int = 0, factors: str = "off"
 ) -> dict[str, Any]:
-    """Factory arguments for ``name``: the built-in bucket strategies take the engine's
-    options; other adapters get their own defaults; ``factors`` goes to every strategy
-    that can send sufficient factors."""
-    kw: dict[str, Any] = {}
-    if name == "gossip":
-        kw = {"mix": mix, "bucket_mb": bucket_mb, "overlap": overlap, "staleness": staleness}
-    elif name == "allreduce":
-        kw = {"mix": "grad", "bucket_mb": bucket_mb, "overlap": overlap, "staleness": staleness}
-    elif name == "local":
-        kw = {"mix": mix, "bucket_mb": bucket_mb}
-    elif name == "ps":  # pushes gradients, pulls parameters; synchronous (max-lag 0)
-        kw = {"bucket_mb": bucket_mb, "overlap": overlap}
-    if name in FACTOR_NAMES:
-        kw["sufficient_factors"] = factors
-    return kw
+    """The launch's exchange settings as contender ``name`` takes them: those its spec
+    reads (a strategy that averages one thing, or has no buckets of its own, keeps its own
+    settings for the rest)."""
+    candidates = {
+        "mix": mix,
+        "bucket_mb": bucket_mb,
+        "overlap": overlap,
+        "staleness": staleness,
+        "sufficient_factors": factors,
+    }
+    uses = STRATEGIES.get(name).uses
+    return {k: v for k, v in candidates.items() if k in uses}
 
 
 def contenders(strategies: list[str], factors: list[str]) -> list[tuple[str, str, str]]:
@@ -109,7 +110,7 @@ def contenders(strategies: list[str], factors: list[str]) -> list[tuple[str, str
     """
     out = []
     for s in strategies:
-        for f in factors if s in FACTOR_NAMES else ["off"]:
+        for f in factors if sends_factors(split_variant(s)[0]) else ["off"]:
             out.append(
                 (s if f == "off" else f"{s}+factors" if f == "on" else f"{s}+factors-{f}", s, f)
             )

@@ -48,16 +48,18 @@ from gossipgrad.bench.common import (
 )
 from gossipgrad.bench.strategies import ALLREDUCE_FAMILY, run_order, strategy_kwargs
 from gossipgrad.bench.tta_report import ratios
-from gossipgrad.comm.base import Communicator, ReduceOp, allreduce_
+from gossipgrad.comm.base import Communicator, ReduceOp
+from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.data.sources import open_source
 from gossipgrad.engine.config import TrainConfig
 from gossipgrad.engine.consensus import average_parameters_, model_tensors
 from gossipgrad.engine.evaluation import evaluate
-from gossipgrad.engine.factory import make_distributed
 from gossipgrad.engine.run import lr_at, step_seed
+from gossipgrad.engine.step import train_step
 from gossipgrad.engine.straggler import Straggler
 from gossipgrad.engine.trainer import make_shuffle
 from gossipgrad.models import build_model, loss_fn
+from gossipgrad.strategies import DistributedOptimizer, options_for
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +126,8 @@ class Contender:
         ex = cfg.exchange
         kw = strategy_kwargs(self.strategy, ex.mix.value, ex.bucket_mb, ex.overlap)
         self.counter = CountingCommunicator(comm, block)
-        self.opt = make_distributed(sgd, self.model, self.counter, ex, strategy=self.strategy, **kw)
+        opts = options_for(self.strategy, ex, **kw)
+        self.opt = DistributedOptimizer(sgd, self.model, self.counter, opts)
         self.shuffle = None
         try:
             self.shuffle = make_shuffle(cfg, self.source, comm)
@@ -159,10 +162,7 @@ class Contender:
         torch.manual_seed(step_seed(cfg.seed, self.comm.rank, step))
         for g in self.opt.param_groups:
             g["lr"] = lr_at(cfg.optim, cfg.optim.lr, step, self.budget, self.source.steps_per_epoch)
-        self.opt.zero_grad()
-        with self.straggler.compute():
-            loss_fn(self.opt.module_for_forward(x), y).backward()
-        self.opt.step()
+        train_step(self.opt, x, y, loss_fn, compute=self.straggler.compute)
         if self.shuffle is not None:
             self.shuffle.on_step(step)
         self.step += 1

@@ -46,7 +46,7 @@ def _factors(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ..
         name, sep, number = text.partition("=")
         try:
             factor = float(number)
-            strategy = parse_strategy(name.strip()).value
+            strategy = parse_strategy(name.strip())
         except ValueError as exc:
             raise click.BadParameter(
                 f"expected STRATEGY=X, e.g. gossip=3.2, got {text!r} ({exc})",

@@ -26,7 +26,8 @@ from gossipgrad.engine import trainer
 from gossipgrad.engine.config import TrainConfig, imagenet_defaults
 from gossipgrad.engine.membership import check_support, leads
 from gossipgrad.models import IMAGENET_ARCHS, MODELS
-from gossipgrad.options import Device, Mix, OnFailure, Strategy, SufficientFactors, Sync, Topology
+from gossipgrad.options import Device, Mix, OnFailure, SufficientFactors, Sync, Topology
+from gossipgrad.registry import CODECS, RULES, STRATEGIES
 from gossipgrad.settings import table_text
 
 log = logging.getLogger("gossipgrad")
@@ -116,11 +117,10 @@ OPTIONS = [
     _opt("--max-steps", type=int, default=D.max_steps, help="Stop after N steps (0 = no cap)."),
     _opt(
         "--strategy",
-        type=_choices(Strategy),
+        type=click.Choice(STRATEGIES.names()),
         default=D.strategy,
-        help="gossip; allreduce or local (baselines); horovod (needs Horovod: "
-        "bash scripts/install-horovod.sh) or ddp (torch DistributedDataParallel); ps "
-        "(sharded parameter server, slack --max-lag).",
+        help="; ".join(f"{name}: {spec.summary}" for name, spec in STRATEGIES.items())
+        + " (a plugin adds one: GOSSIPGRAD_PLUGINS=module).",
     ),
     _opt(
         "--topology",
@@ -128,7 +128,14 @@ OPTIONS = [
         default=D.topology,
         help="auto: hypercube for power-of-two sizes, else dissemination.",
     ),
-    _opt("--mix", type=_choices(Mix), default=D.mix, help="What is averaged with the peer."),
+    _opt(
+        "--mix",
+        type=_choices(Mix),
+        default=None,
+        show_default="the strategy's own: param for gossip",
+        help="What gossip averages with its peer (allreduce: gradients, allreduce-param: "
+        "parameters, always).",
+    ),
     _opt("--staleness", type=click.IntRange(0, 1), default=D.staleness),
     _opt("--sync-every", type=int, default=D.sync_every, help="Global average every N steps."),
     _opt(
@@ -159,6 +166,18 @@ OPTIONS = [
         help="Steps a peer's message may lag the step that mixes it (0 = lockstep); a "
         "rank behind its peers skips compute to catch up (gossip); ps: compute on "
         "parameters up to N steps old.",
+    ),
+    _opt(
+        "--wire",
+        type=click.Choice(CODECS.names()),
+        default=D.wire,
+        help="Wire codec of every bucket sent (fp32: as the parameters are).",
+    ),
+    _opt(
+        "--rule",
+        default=D.rule,
+        help=f"Mixing rule NAME[:ARG] ({', '.join(RULES.names())}; average:W fixes the "
+        "peer's weight W, default the schedule's).",
     ),
     _opt(
         "--sufficient-factors",

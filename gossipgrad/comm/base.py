@@ -279,37 +279,3 @@ def poll(
         if time.monotonic() > deadline:
             raise fail()
         backoff.sleep()
-
-
-def allreduce_(
-    comm: Communicator,
-    buf: Any,
-    op: ReduceOp = ReduceOp.SUM,
-    *,
-    what: str = "",
-    step: int | None = None,
-) -> Any:
-    """Blocking in-place allreduce with the communicator's deadline; returns ``buf``. On
-    the deadline the CommTimeout names the ranks that did not arrive (``comm.arrival``);
-    ``what`` and ``step`` say which collective it was."""
-    from gossipgrad.comm.arrival import wait_collective  # it imports this module
-
-    wait_collective(comm, comm.iallreduce_(buf, op), what or f"allreduce({ReduceOp(op)})", step)
-    return buf
-
-
-def sendrecv_(
-    comm: Communicator,
-    sendbuf: Any,
-    dst: int,
-    recvbuf: Any,
-    src: int,
-    tag: int,
-    step: int | None = None,
-) -> Any:
-    """Send ``sendbuf`` to ``dst`` while receiving into ``recvbuf`` from ``src``."""
-    r = comm.irecv(recvbuf, src, tag, WaitContext("sent nothing", src, tag, step))
-    s = comm.isend(sendbuf, dst, tag, WaitContext("received nothing", dst, tag, step))
-    r.wait(comm.timeout)
-    s.wait(comm.timeout)
-    return recvbuf

@@ -1,74 +1,65 @@
-"""Exchanging one Linear layer's weight gradient as sufficient factors, or as the matrix.
+"""Moving one Linear layer's sufficient factors (bytes only; the engine rebuilds and mixes).
 
 The weight gradient of a Linear layer (``M x N``) over ``K`` rows of input is
 ``G = dY^T X`` (``dY``: ``K x M`` output gradients, ``X``: ``K x N`` inputs). Instead of
-``G`` a rank sends ``[dY | X]`` (``K (M + N)`` numbers, packed into one buffer, zero rows
-padding it to the agreed ``rows``) and the receiver rebuilds:
+``G`` a rank sends the block ``[dY | X]`` (``K (M + N)`` numbers, zero rows padding it to
+the agreed ``rows``), through the wire codec:
 
-- gossip (:data:`Pattern.PEER`): send to this step's ``dst``, receive from ``src``;
-  ``grad <- (grad + dY_src^T X_src) / 2``: one product, the peer's (``grad`` already holds
-  this rank's own product, from autograd);
-- allreduce (:data:`Pattern.ALLGATHER`): an all-gather of every rank's block;
-  ``grad <- (1/size) [dY_0; ...; dY_p-1]^T [X_0; ...; X_p-1]``: one product of the
-  concatenated factors, the same on every rank (so the ranks stay bit-identical; the own
-  autograd gradient is replaced).
+- ``peer`` (gossip): to this step's ``dst``, from its ``src``; :meth:`FactorTransport.unpack`
+  gives the peer's ``(dY, X)``;
+- ``allgather`` (allreduce, ps): every rank's block to every rank; ``unpack`` gives the
+  concatenated ``([dY_0; ...; dY_p-1], [X_0; ...; X_p-1])``.
 
-Zero rows add exact zeros, so padding changes no sum. ``rows`` must be the same on every
-rank (the engine agrees on it once). Only raw buffers travel (``isend``/``irecv``/
-``iallgather``). A layer may also go as the matrix (``start_matrix``): the strategy's
-ordinary bucket exchange of ``grad`` under the layer's tag. :func:`exchange_layer_` is the
-whole thing for one layer, blocking: decide (``plan.factors.decide``), exchange, rebuild.
+Zero rows add exact zeros to any product, so padding changes no sum. ``rows`` must be the
+same on every rank (the engine agrees on it once). Only raw buffers travel
+(``isend``/``irecv``/``iallgather``).
 
     >>> import torch
     >>> from gossipgrad.comm.local import run_ranks
     >>> def body(comm):
-    ...     gen = torch.Generator().manual_seed(comm.rank)
-    ...     dy, x = torch.randn(3, 4, generator=gen), torch.randn(3, 5, generator=gen)
-    ...     grad = dy.t() @ x                       # what autograd left in p.grad
-    ...     ex = FactorExchange(comm, "allreduce")
-    ...     d = exchange_layer_(ex, "on", grad, [dy], [x], rows=3, index=0, step=0)
-    ...     return d.form, grad
-    >>> (form, g0), (_, g1) = run_ranks(2, body)
-    >>> form, torch.allclose(g0, g1), g0.shape
-    ('factors', True, torch.Size([4, 5]))
+    ...     dy, x = torch.full((2, 3), float(comm.rank)), torch.ones(2, 4)
+    ...     t = FactorTransport(comm, "allgather")
+    ...     pending = t.start(torch.zeros(3, 4), [dy], [x], rows=2, index=0, step=0)
+    ...     t.wait(pending)
+    ...     dys, xs = t.unpack(pending)
+    ...     return dys.shape, float(dys.sum()), xs.shape
+    >>> run_ranks(2, body)[0]
+    (torch.Size([4, 3]), 6.0, torch.Size([4, 4]))
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 
-from gossipgrad.comm.base import Communicator, Request, Tag, WaitContext
-from gossipgrad.comm.exchange import Exchange, Pending, make_exchange
+from gossipgrad.comm.base import Communicator, Tag, WaitContext
+from gossipgrad.comm.codecs import Codec
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.comm.staging import Stager
-from gossipgrad.options import Strategy, SufficientFactors
-from gossipgrad.plan.factors import Decision, Form, Pattern, decide, pattern
+from gossipgrad.comm.transport import Pending
 
 
 @dataclass
 class FactorPending(Pending):
-    """One layer's exchange in flight: ``buf`` is the layer's gradient (``M x N``), rebuilt
-    in place by :meth:`FactorExchange.finish`; ``inner`` is set for the matrix form."""
+    """One layer's exchange in flight: ``buf`` is the layer's gradient (``M x N``);
+    ``inner`` is set for the matrix form (a bucket exchange of the gradient)."""
 
     rows: int = 0
     inner: Pending | None = None
-    requests: list[Request] = field(default_factory=list)
 
 
-class FactorExchange:
-    """Moves Linear layers' factors (or matrices) for one strategy over ``comm``.
+class FactorTransport:
+    """Moves Linear layers' factor blocks for one pattern over ``comm``.
 
     Args:
         comm: the communicator (the engine gives factors a duplicate of its own, so their
             all-gathers are ordered apart from the buckets' allreduces).
-        strategy: gossip (the peer), allreduce or ps (all-gather); see
-            ``plan.factors.pattern``.
-        schedule: gossip's partner schedule (default: the auto topology, seed 0).
+        pattern: ``"peer"`` or ``"allgather"``.
+        schedule: the partner schedule (peer).
         stager: how device tensors reach MPI (default: direct).
+        codec: the wire codec of the blocks (default: the identity).
 
     Buffers are cached per layer ``index`` and reused step to step; a buffer is not written
     while its exchange is in flight (every exchange finishes within its step).
@@ -77,31 +68,23 @@ class FactorExchange:
     def __init__(
         self,
         comm: Communicator,
-        strategy: Strategy | str,
+        pattern: str,
         schedule: Schedule | None = None,
         stager: Stager | None = None,
+        codec: Codec | None = None,
     ) -> None:
-        self.comm = comm
-        self.strategy = Strategy(strategy)
-        self.pattern = pattern(self.strategy)
+        if pattern not in ("peer", "allgather"):
+            raise ValueError(f"factor pattern must be peer or allgather, got {pattern!r}")
+        self.comm, self.pattern = comm, pattern
         self.schedule = schedule or Schedule(comm.size, "auto", 0, True)
         self.stager = stager or Stager(cuda_aware=False)
-        # ps: a layer decided "matrix" is averaged by allreduce, as many bytes as ps's push
-        # and pull, and updated on every rank like its factor-form neighbours
-        matrix = Strategy.ALLREDUCE if self.strategy is Strategy.PS else self.strategy
-        self.matrix: Exchange = make_exchange(matrix, comm, self.schedule, self.stager)
-        self._send: dict[int, torch.Tensor] = {}
-        self._staged: dict[int, Any] = {}
+        self.codec = codec or Codec()
+        self._blocks: dict[int, torch.Tensor] = {}
+        self._wires: dict[int, torch.Tensor] = {}
+        self._staged: dict[int, torch.Tensor] = {}
         self._recv: dict[int, torch.Tensor] = {}
 
-    # -- the matrix ------------------------------------------------------------------
-    def start_matrix(self, grad: torch.Tensor, index: int, step: int) -> FactorPending:
-        """Post the ordinary exchange of ``grad`` (contiguous) under tag ``FACTOR + index``."""
-        inner = self.matrix.start(grad.view(-1), index, step, Tag.FACTOR + index)
-        return FactorPending(grad, list(inner.requests), inner=inner)
-
-    # -- the factors -----------------------------------------------------------------
-    def start_factors(
+    def start(
         self,
         grad: torch.Tensor,
         dys: Sequence[torch.Tensor],
@@ -111,30 +94,60 @@ class FactorExchange:
         step: int,
     ) -> FactorPending:
         """Pack ``dys`` (each ``k_i x M``) and ``xs`` (each ``k_i x N``), zero-padded to
-        ``rows`` rows in all, and post their exchange. ``grad`` is not read until
-        :meth:`finish`. ValueError if the pieces hold more than ``rows`` rows."""
-        send = self._pack(grad, dys, xs, rows, index)
+        ``rows`` rows in all, and post their exchange. ``grad`` is not read. ValueError if
+        the pieces hold more than ``rows`` rows."""
+        block = self._pack(grad, dys, xs, rows, index)
         if self.comm.size == 1:
             return FactorPending(grad, rows=rows)
-        self.stager.ready(send)
         wire = (
-            self.stager.outgoing(send, self._staged, index) if self.stager.staging(send) else send
+            block
+            if self.codec.in_place
+            else self.codec.encode_(block, self._wire(index, block), index)
         )
+        self.stager.ready(wire)
+        out = self.stager.outgoing(wire, self._staged, index) if self.stager.staging(wire) else wire
         tag = Tag.FACTOR + index
-        if self.pattern is Pattern.PEER:
+        if self.pattern == "peer":
             peers = self.schedule.peers(self.comm.rank, step)
-            if peers is None:
+            if peers is None or peers.idle:
                 return FactorPending(grad, rows=rows)
-            recv = self._buffer(index, wire, 1)
+            recv = self._receive_buffer(index, out, 1)
             rq = self.comm.irecv(
                 recv, peers.src, tag, WaitContext("sent nothing", peers.src, tag, step)
             )
             sq = self.comm.isend(
-                wire, peers.dst, tag, WaitContext("received nothing", peers.dst, tag, step)
+                out, peers.dst, tag, WaitContext("received nothing", peers.dst, tag, step)
             )
-            return FactorPending(grad, [rq, sq], recv=recv, rows=rows)
-        recv = self._buffer(index, wire, self.comm.size)
-        return FactorPending(grad, [self.comm.iallgather(wire, recv)], recv=recv, rows=rows)
+            return FactorPending(
+                grad, [rq, sq], wire=block, recv=recv, weight=peers.weight, key=index, rows=rows
+            )
+        recv = self._receive_buffer(index, out, self.comm.size)
+        return FactorPending(
+            grad, [self.comm.iallgather(out, recv)], wire=block, recv=recv, key=index, rows=rows
+        )
+
+    def wait(self, pending: FactorPending) -> None:
+        for r in pending.requests:
+            r.wait(self.comm.timeout)
+
+    def unpack(self, pending: FactorPending) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """After :meth:`wait`: the received ``(dY, X)`` (peer: one block; allgather: every
+        rank's, concatenated in rank order), or None when nothing was received."""
+        if pending.recv is None:
+            return None
+        grad, rows, block = pending.buf, pending.rows, pending.wire
+        m, n = grad.shape
+        recv = self.stager.incoming(pending.recv, grad)
+        senders = 1 if self.pattern == "peer" else self.comm.size
+        parts = recv.view(senders, -1)
+        values = [self.codec.decode(parts[i], block, pending.key) for i in range(senders)]
+        if self.codec.in_place:  # the identity: the received buffer is the blocks
+            blocks = parts
+        else:
+            blocks = torch.stack(values)
+        dy = blocks[:, : rows * m].reshape(-1, m)
+        x = blocks[:, rows * m :].reshape(-1, n)
+        return dy, x
 
     def _pack(
         self,
@@ -149,9 +162,9 @@ class FactorExchange:
         if k > rows or len(dys) != len(xs):
             raise ValueError(f"layer {index}: {k} rows of factors do not fit the agreed {rows}")
         numel = rows * (m + n)
-        send = self._send.get(index)
+        send = self._blocks.get(index)
         if send is None or send.numel() != numel or send.device != grad.device:
-            send = self._send[index] = torch.zeros(numel, dtype=grad.dtype, device=grad.device)
+            send = self._blocks[index] = torch.zeros(numel, dtype=grad.dtype, device=grad.device)
         dy_all, x_all = send[: rows * m].view(rows, m), send[rows * m :].view(rows, n)
         at = 0
         for dy, x in zip(dys, xs, strict=True):
@@ -167,61 +180,29 @@ class FactorExchange:
         x_all[at:].zero_()
         return send
 
-    def _buffer(self, index: int, like: torch.Tensor, copies: int) -> torch.Tensor:
+    def _wire(self, index: int, block: torch.Tensor) -> torch.Tensor:
+        wire = self._wires.get(index)
+        nbytes = self.codec.wire_nbytes(block)
+        if (
+            wire is None
+            or wire.numel() * wire.element_size() != nbytes
+            or wire.device != block.device
+        ):
+            wire = self._wires[index] = self.codec.wire_like(block)
+        return wire
+
+    def _receive_buffer(self, index: int, like: torch.Tensor, copies: int) -> torch.Tensor:
         numel = like.numel() * copies
         buf = self._recv.get(index)
-        if buf is None or buf.numel() != numel or buf.device != like.device:
-            buf = self._recv[index] = torch.empty(
-                numel, dtype=like.dtype, device=like.device, pin_memory=False
-            )
+        if (
+            buf is None
+            or buf.numel() != numel
+            or buf.device != like.device
+            or buf.dtype != like.dtype
+        ):
+            buf = self._recv[index] = torch.empty(numel, dtype=like.dtype, device=like.device)
         return buf
 
-    # -- completion ------------------------------------------------------------------
-    def finish(self, pending: FactorPending) -> None:
-        """Wait (with the communicator's deadline) and leave the mixed gradient in
-        ``pending.buf``, in place."""
-        if pending.inner is not None:
-            self.matrix.finish(pending.inner)
-            return
-        for r in pending.requests:
-            r.wait(self.comm.timeout)
-        if pending.recv is None:
-            return
-        grad, rows = pending.buf, pending.rows
-        m, n = grad.shape
-        recv = self.stager.incoming(pending.recv, grad)
-        if self.pattern is Pattern.PEER:
-            dy, x = recv[: rows * m].view(rows, m), recv[rows * m :].view(rows, n)
-            grad.addmm_(dy.t(), x, beta=0.5, alpha=0.5)  # (own + peer's) / 2
-            return
-        blocks = recv.view(self.comm.size, rows * (m + n))
-        dy = blocks[:, : rows * m].reshape(-1, m)  # [dY_0; ...; dY_p-1]: a copy, K p x M
-        x = blocks[:, rows * m :].reshape(-1, n)
-        grad.addmm_(dy.t(), x, beta=0.0, alpha=1.0 / self.comm.size)
-
-    @staticmethod
-    def bytes_sent(decision: Decision) -> float:
-        """Bytes this rank sends per step for a layer exchanged as ``decision`` says."""
-        return decision.factor_bytes if decision.form == Form.FACTORS else decision.matrix_bytes
-
-
-def exchange_layer_(
-    exchange: FactorExchange,
-    mode: SufficientFactors | str,
-    grad: torch.Tensor,
-    dys: Sequence[torch.Tensor],
-    xs: Sequence[torch.Tensor],
-    rows: int,
-    index: int,
-    step: int,
-) -> Decision:
-    """Decide one layer's form for ``rows`` rows (the same on every rank), exchange it and
-    rebuild ``grad`` (this rank's own gradient on entry, the mixed one on return) in place.
-    Blocking; collective for the all-gather pattern. Returns the decision."""
-    m, n = grad.shape
-    d = decide(mode, exchange.strategy, exchange.comm.size, rows, m, n, grad.element_size())
-    if d.form == Form.FACTORS:
-        exchange.finish(exchange.start_factors(grad, dys, xs, rows, index, step))
-    else:
-        exchange.finish(exchange.start_matrix(grad, index, step))
-    return d
+    def block_nbytes(self, rows: int, out_features: int, in_features: int, itemsize: int) -> int:
+        """Wire bytes of one layer's block of ``rows`` rows."""
+        return self.codec.wire_nbytes((rows * (out_features + in_features), itemsize))

@@ -34,8 +34,9 @@ from typing import Any
 import numpy as np
 
 from gossipgrad.comm import base
-from gossipgrad.comm.base import CommError, PeerFailed, ReduceOp, WaitContext, allreduce_
+from gossipgrad.comm.base import CommError, PeerFailed, ReduceOp, WaitContext
 from gossipgrad.comm.buffers import host_array
+from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.options import DEFAULT_TIMEOUT_S
 
 __all__ = ["LocalWorld", "LocalCommunicator", "RankKilled", "run_ranks", "allreduce_"]

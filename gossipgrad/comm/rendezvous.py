@@ -24,7 +24,8 @@ import struct
 
 import numpy as np
 
-from gossipgrad.comm.base import Communicator, ReduceOp, allreduce_
+from gossipgrad.comm.base import Communicator, ReduceOp
+from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.comm.hosts import host_id
 
 ADDRESS_BYTES = 256

@@ -25,11 +25,20 @@ from gossipgrad.options import Topology, choice
 
 @dataclass(frozen=True)
 class Peers:
-    """This step's partners: send to ``dst``, receive from ``src`` (equal on a hypercube)."""
+    """This step's partners: send to ``dst``, receive from ``src`` (equal on a hypercube).
+
+    ``weight`` is the peer's share in this step's mix, ``x <- (1 - weight) x + weight
+    x_src``; a rank with no partner this step has ``dst == src ==`` itself and weight 0
+    (:attr:`idle`): it sends and receives nothing."""
 
     dst: int
     src: int
     dimension: int
+    weight: float = 0.5
+
+    @property
+    def idle(self) -> bool:
+        return self.dst == self.src and self.weight == 0.0
 
 
 def is_power_of_two(n: int) -> bool:

@@ -40,7 +40,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from gossipgrad.comm.base import Communicator, ReduceOp, allreduce_
+from gossipgrad.comm.base import Communicator, ReduceOp
+from gossipgrad.comm.collectives import allreduce_
 
 log = logging.getLogger(__name__)
 

@@ -28,18 +28,27 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Protocol
 
-from gossipgrad.comm.base import Backoff, CommTimeout, WaitContext
-from gossipgrad.comm.exchange import Exchange, Pending
+from gossipgrad.comm.base import Backoff, CommTimeout, Communicator, WaitContext
+from gossipgrad.comm.transport import Pending
 
 Inflight = tuple[int, Pending, float]  # key, exchange, deadline
+
+
+class Finisher(Protocol):
+    """What completes an exchange: a bucket mixer, a transport, a router of both."""
+
+    comm: Communicator
+
+    def finish(self, pending: Pending) -> None: ...
 
 
 class CommThread:
     """Runs bucket exchanges off the training thread.
 
     Args:
-        exchange: the strategy.
+        exchange: what finishes each exchange (mixes it, or only completes it).
         timeout: seconds a bucket may stay in flight before the step fails.
         window: the most exchanges in flight at once (None: no limit).
         block: wait inside the transport instead of polling (see the module docstring);
@@ -52,7 +61,7 @@ class CommThread:
 
     def __init__(
         self,
-        exchange: Exchange,
+        exchange: Finisher,
         timeout: float,
         window: int | None = None,
         name: str = "gossipgrad-comm",

@@ -8,7 +8,7 @@ environment or file still wins.
 
     >>> cfg = TrainConfig.from_flags(strategy="allreduce", lr=0.05, batch_size=64)
     >>> cfg.exchange.strategy, cfg.optim.lr, cfg.data.batch_size
-    (<Strategy.ALLREDUCE: 'allreduce'>, 0.05, 64)
+    ('allreduce', 0.05, 64)
     >>> TrainConfig.from_flags(sync_every=-1)
     Traceback (most recent call last):
     ...
@@ -33,9 +33,10 @@ from gossipgrad.options import (
     OptimOptions,
     RunOptions,
     ShuffleOptions,
-    Strategy,
     SufficientFactors,
     at_least,
+    mix_follows_strategy,
+    spell,
 )
 
 
@@ -92,33 +93,24 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.arch not in MODELS:
             raise ValueError(
-                f"unknown model {self.arch!r} (--arch); choose one of: {', '.join(MODELS)}"
+                f"unknown model {self.arch!r} ({spell('--arch')}); choose one of: "
+                f"{', '.join(MODELS)}"
             )
         at_least(self.hidden, 0, "--hidden")
-        if self.run.on_failure is OnFailure.CONTINUE and (
-            self.exchange.strategy.library or self.exchange.strategy is Strategy.PS
-        ):
+        spec = self.exchange.spec
+        if self.run.on_failure is OnFailure.CONTINUE:
+            why = spec.cannot_shrink(self.exchange)
+            if why is not None:
+                raise ValueError(f"{spell('--on-failure', 'continue')} cannot work: {why}")
+            if self.exchange.sufficient_factors is SufficientFactors.AUTO:
+                # a factor path cannot follow a shrink: auto sends none when ranks may die
+                off = dataclasses.replace(self.exchange, sufficient_factors=SufficientFactors.OFF)
+                object.__setattr__(self, "exchange", off)
+        if Offload.OPTIMIZER in self.run.offload and spec.wraps_optimizer_class:
             raise ValueError(
-                f"--on-failure continue needs --strategy gossip, allreduce or "
-                f"local: {self.exchange.strategy} cannot shrink its communicator"
-            )
-        if self.run.on_failure is OnFailure.CONTINUE and self.exchange.max_lag:
-            raise ValueError(
-                "--on-failure continue needs --max-lag 0: a lagged mixer cannot "
-                "follow a membership change yet"
-            )
-        if (
-            self.run.on_failure is OnFailure.CONTINUE
-            and self.exchange.sufficient_factors is SufficientFactors.ON
-        ):
-            raise ValueError(
-                "--on-failure continue needs --sufficient-factors auto or off "
-                "(auto sends none when ranks may die)"
-            )
-        if Offload.OPTIMIZER in self.run.offload and self.exchange.strategy is Strategy.HOROVOD:
-            raise ValueError(
-                "--offload optimizer is not available with --strategy horovod: "
-                "Horovod wraps the optimizer's class itself; drop one of them"
+                f"{spell('--offload', 'optimizer')} is not available with "
+                f"{spell('--strategy', spec.name)}: it wraps the optimizer's class itself; "
+                "drop one of them"
             )
 
     @classmethod
@@ -135,8 +127,15 @@ class TrainConfig:
         return cls(**top, **{name: group(**group.pick(flags)) for name, group in GROUPS.items()})
 
     def replace(self, **flags: Any) -> TrainConfig:
-        """A copy with some flat options changed (validated again)."""
-        return TrainConfig.from_flags(**{**self.to_dict(), **flags})
+        """A copy with some flat options changed (validated again; a new strategy takes
+        its own ``mix`` unless ``mix`` is given too)."""
+        current = self.to_dict()
+        if "strategy" in flags and "mix" not in flags:
+            flags = {
+                **flags,
+                **mix_follows_strategy(self.exchange, {"strategy": flags["strategy"]}),
+            }
+        return TrainConfig.from_flags(**{**current, **flags})
 
     @property
     def seed(self) -> int:

@@ -12,7 +12,8 @@ import hashlib
 import numpy as np
 import torch
 
-from gossipgrad.comm.base import Communicator, ReduceOp, allreduce_
+from gossipgrad.comm.base import Communicator, ReduceOp
+from gossipgrad.comm.collectives import allreduce_
 
 
 def model_tensors(model: torch.nn.Module) -> list[torch.Tensor]:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gossipgrad.comm.base import Communicator, ReduceOp, allreduce_
+from gossipgrad.comm.base import Communicator, ReduceOp
+from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.data.sources import DataSource
 from gossipgrad.models import logits
 

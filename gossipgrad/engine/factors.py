@@ -14,7 +14,7 @@ gradient buckets and hands it to a :class:`FactorPath`:
   Layers decided ``matrix`` are exchanged as matrices at that first step and then handed
   back to the buckets (:meth:`FactorPath.end_step`). Later steps pad fewer rows with
   zeros; more rows than agreed is an error.
-- exchange: ``comm.factors.FactorExchange`` on a duplicate of the communicator, in one
+- exchange: ``comm.factors.FactorTransport`` on a duplicate of the communicator, in one
   fixed order (reverse registration, i.e. backward order for a sequential model), so
   all-gathers are ordered the same on every rank whatever the buckets do. With overlap a
   layer is posted on the communication thread as soon as its weight gradient is
@@ -37,20 +37,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from gossipgrad.comm.base import Communicator, ReduceOp, allreduce_
-from gossipgrad.comm.exchange import Exchange, Pending
-from gossipgrad.comm.factors import FactorExchange, FactorPending
+from gossipgrad.comm.base import Communicator, ReduceOp, Tag
+from gossipgrad.comm.codecs import make_codec
+from gossipgrad.comm.collectives import allreduce_
+from gossipgrad.comm.factors import FactorPending, FactorTransport
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.comm.staging import Stager
+from gossipgrad.comm.transport import Pending, make_transport
 from gossipgrad.engine.factor_capture import FactorLayer, eligible_layers
-from gossipgrad.options import (
-    FACTOR_STRATEGIES,
-    ExchangeOptions,
-    Mix,
-    Strategy,
-    SufficientFactors,
-)
+from gossipgrad.engine.mixer import BucketMixer
+from gossipgrad.engine.rules import Average, make_rule
+from gossipgrad.options import ExchangeOptions, SufficientFactors
 from gossipgrad.plan.factors import Form, Pattern, decide
+from gossipgrad.registry import STRATEGIES
 
 log = logging.getLogger(__name__)
 
@@ -61,25 +60,11 @@ def factor_key(index: int) -> int:
 
 
 def why_not(opts: ExchangeOptions, size: int) -> str | None:
-    """Why these options exchange no factors (None: they can)."""
+    """Why these options exchange no factors (None: they can): ``off``, or the strategy's
+    rules (:meth:`gossipgrad.registry.StrategySpec.factor_obstacle`)."""
     if opts.sufficient_factors is SufficientFactors.OFF:
-        return "--sufficient-factors off"
-    if opts.strategy not in FACTOR_STRATEGIES:
-        return f"--strategy {opts.strategy.value} exchanges no factors"
-    if opts.strategy is Strategy.PS and opts.sufficient_factors is SufficientFactors.AUTO:
-        return (
-            "--strategy ps sends factors with --sufficient-factors on only: its shards "
-            "are fixed before the first step shows each layer's rows"
-        )
-    if opts.mix is not Mix.GRAD and opts.strategy is not Strategy.PS:
-        return "--mix param averages parameters, which have no factors"
-    if opts.staleness:
-        return "--staleness 1 applies the exchange as a correction of the buckets"
-    if opts.max_lag:
-        return "--max-lag sends whole buckets in lagged frames"
-    if size == 1:
-        return "one rank exchanges nothing"
-    return None
+        return "they are off"
+    return opts.spec.factor_obstacle(opts, size)
 
 
 class FactorPath:
@@ -113,7 +98,18 @@ class FactorPath:
         self.mode = opts.sufficient_factors
         self.keep_matrices = keep_matrices
         self.comm = comm.dup()
-        self.exchange = FactorExchange(self.comm, opts.strategy, schedule, stager)
+        self.strategy = opts.strategy
+        self.pattern = Pattern(opts.spec.factor_pattern)
+        self.rule: Average = make_rule(opts.rule)
+        self.transport = FactorTransport(
+            self.comm, self.pattern.value, schedule, stager, make_codec(opts.wire)
+        )
+        # a layer decided "matrix" goes as a bucket: to the peer, or averaged by allreduce
+        # (ps: as many bytes as a push and a pull, updated on every rank like the others)
+        matrix = "peer" if self.pattern is Pattern.PEER else "ring"
+        self.matrix = BucketMixer(
+            make_transport(matrix, self.comm, schedule, stager), make_codec(opts.wire), self.rule
+        )
         self.all_layers = [FactorLayer(i, name, m) for i, (name, m) in enumerate(layers)]
         self._use(self.all_layers)
         self._next = 0
@@ -182,11 +178,14 @@ class FactorPath:
                 )
 
             def start() -> Pending:
-                return self.exchange.start_factors(grad, dys, xs, d.rows, layer.index, step)
+                return self.transport.start(grad, dys, xs, d.rows, layer.index, step)
         else:
 
             def start() -> Pending:
-                return self.exchange.start_matrix(grad, layer.index, step)
+                inner = self.matrix.start(
+                    grad.view(-1), layer.index, step, Tag.FACTOR + layer.index
+                )
+                return FactorPending(grad, list(inner.requests), inner=inner)
 
         layer.pairs = []  # X and dY are packed (or not needed): let them go
         if self._thread is None:
@@ -196,17 +195,24 @@ class FactorPath:
                 factor_key(layer.index),
                 start,
                 eager=not grad.is_cuda,
-                collective=self.exchange.pattern is Pattern.ALLGATHER,
+                collective=self.pattern is Pattern.ALLGATHER,
             )
 
     def wait_all(self) -> None:
         """Wait for every layer's exchange; the mixed gradients are then in ``weight.grad``."""
         for layer in self.order:
             if self._thread is None:
-                self.exchange.finish(layer.pending)
+                self.finish(layer.pending)
                 layer.pending = None
             else:
                 self._thread.wait(factor_key(layer.index))
+
+    def finish(self, pending: FactorPending) -> None:
+        """Wait for one layer's exchange and leave the mixed gradient in ``pending.buf``."""
+        if pending.inner is not None:
+            self.matrix.finish(pending.inner)
+        else:
+            finish_factors(self.transport, self.rule, pending)
 
     def end_step(self) -> bool:
         """Forget this step's captures and postings. After the first step, stop handling the
@@ -240,7 +246,7 @@ class FactorPath:
             w = layer.weight
             layer.decision = decide(
                 self.mode,
-                self.exchange.strategy,
+                self.strategy,
                 self.comm.size,
                 int(k),
                 w.shape[0],
@@ -254,7 +260,7 @@ class FactorPath:
     def describe(self) -> list[str]:
         """The decision table as text, one line per layer (rank 0 logs it)."""
         head = (
-            f"sufficient factors ({self.mode.value}, {self.exchange.strategy.value}, "
+            f"sufficient factors ({self.mode.value}, {self.strategy}, "
             f"{self.comm.size} ranks): {len(self.layers)} Linear layer(s)"
         )
         lines = [head]
@@ -283,13 +289,14 @@ class FactorPath:
         for layer in self.layers:
             d = layer.decision or decide(
                 SufficientFactors.OFF,
-                self.exchange.strategy,
+                self.strategy,
                 self.comm.size,
                 0,
                 *layer.weight.shape,
                 layer.weight.element_size(),
             )
-            total += FactorExchange.bytes_sent(d)
+            raw = d.factor_bytes if d.form == Form.FACTORS else d.matrix_bytes
+            total += raw * self.transport.codec.wire_ratio(layer.weight.element_size())
         return total
 
     def close(self) -> None:
@@ -301,11 +308,43 @@ def _size(nbytes: float) -> str:
     return f"{nbytes / 1e6:.2f} MB" if nbytes >= 1e6 else f"{nbytes / 1e3:.2f} kB"
 
 
-class Router:
-    """What the communication thread finishes with: factor exchanges by their own exchange,
-    everything else by the bucket exchange."""
+def finish_factors(transport: FactorTransport, rule: Average, pending: FactorPending) -> None:
+    """Wait for one layer's factors and rebuild its mixed gradient in ``pending.buf``: the
+    peer's product mixed in by the rule, or the mean over ranks of every rank's (the own
+    autograd gradient replaced: the ranks stay bit-identical)."""
+    transport.wait(pending)
+    received = transport.unpack(pending)
+    if received is None:
+        return
+    dy, x = received
+    if transport.pattern == "peer":
+        rule.mix_product_(pending.buf, dy, x, pending.weight)
+    else:
+        rule.mean_product_(pending.buf, dy, x, transport.comm.size)
 
-    def __init__(self, buckets: Exchange, factors: FactorExchange) -> None:
+
+def exchange_factors_(
+    comm: Communicator,
+    strategy: str,
+    grad: torch.Tensor,
+    dys: list[torch.Tensor],
+    xs: list[torch.Tensor],
+    rows: int,
+    index: int,
+    step: int,
+    schedule: Schedule | None = None,
+) -> None:
+    """One layer's factors, exchanged by ``strategy``'s pattern and mixed into ``grad``
+    (this rank's own gradient on entry), blocking: for checks and benchmarks."""
+    transport = FactorTransport(comm, STRATEGIES.get(strategy).factor_pattern, schedule)
+    finish_factors(transport, Average(), transport.start(grad, dys, xs, rows, index, step))
+
+
+class Router:
+    """What the communication thread finishes with: a layer's factors by the factor path,
+    everything else by ``buckets`` (anything with ``comm`` and ``finish(pending)``)."""
+
+    def __init__(self, buckets: Any, factors: FactorPath) -> None:
         self.comm, self.buckets, self.factors = buckets.comm, buckets, factors
 
     def finish(self, pending: Pending) -> None:

@@ -31,19 +31,39 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from gossipgrad.comm.base import Communicator, PeerFailed, ReduceOp, allreduce_, failure_of
-from gossipgrad.engine import snapshot as snap
-from gossipgrad.engine.metrics import MetricsWriter, Progress
+from gossipgrad.comm.base import Communicator, PeerFailed, ReduceOp, failure_of
+from gossipgrad.comm.collectives import allreduce_
+from gossipgrad.engine.signals import StopSignals
 from gossipgrad.options import OnFailure
+from gossipgrad.shuffle import ShuffleWorker
 
-if TYPE_CHECKING:
-    from gossipgrad.engine.run import Run
-    from gossipgrad.engine.signals import StopSignals
-    from gossipgrad.shuffle import ShuffleWorker
+
+class Member(Protocol):
+    """What membership asks of a run (:class:`gossipgrad.engine.run.Run` is one)."""
+
+    comm: Communicator
+    source: Any
+
+    def marks(self) -> tuple[int, int, int]:
+        """(steps completed, last epoch closed, last checkpoint's step or -1)."""
+        ...
+
+    def quiesce(self) -> None:
+        """Drop every exchange and shuffle round in flight (the communicator is revoked)."""
+        ...
+
+    def rejoin(self, comm: Communicator, step: int, closed: int, saved: int) -> None:
+        """Rebuild what depends on rank and size on the survivors' ``comm`` at ``step``."""
+        ...
+
+    def consensus_(self) -> None:
+        """Collective: one model, the survivors' average of parameters, buffers, momentum."""
+        ...
+
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +76,8 @@ class Membership:
 
     Args:
         comm: the communicator at launch (``failure_support()`` must be None).
-        make_shuffle: builds the shuffle worker on a communicator (None: no shuffle).
+        make_shuffle: builds the shuffle worker on a communicator (None: no shuffle); a
+            run asks :meth:`shuffle_for` after a shrink.
     """
 
     def __init__(
@@ -69,7 +90,7 @@ class Membership:
         self.samples_twice = 0
         self._samples: int | None = None  # in-memory samples at launch, over all ranks
 
-    def start(self, run: Run) -> None:
+    def start(self, run: Member) -> None:
         """Count the in-memory samples at launch (equal shards: no communication)."""
         store = getattr(run.source, "store", None)
         if store is not None:
@@ -82,7 +103,7 @@ class Membership:
             "samples_twice": self.samples_twice,
         }
 
-    def recover(self, run: Run, stop: StopSignals, exc: BaseException) -> int:
+    def recover(self, run: Member, stop: StopSignals, exc: BaseException) -> int:
         """Survive ``exc`` if a rank's death caused it (else re-raise it); return the step
         every survivor resumes from. Collective over the survivors."""
         if failure_of(exc) is None:
@@ -101,25 +122,20 @@ class Membership:
                 )
         raise PeerFailed(f"rank {run.comm.rank}: {MAX_RECOVERIES} recoveries in a row failed")
 
-    def _recover(self, run: Run, stop: StopSignals, detected: float) -> int:
+    def _recover(self, run: Member, stop: StopSignals, detected: float) -> int:
         old = run.comm
         old.revoke()  # type: ignore[attr-defined]
-        run.opt.abandon()
-        if run.shuffle is not None:
-            run.shuffle.stop(cancel=True)
+        run.quiesce()
         new: Communicator = old.shrink()  # type: ignore[attr-defined]
         parents = new.parent_ranks  # type: ignore[attr-defined]
         dead = [self.launch[r] for r in range(old.size) if r not in parents]
         renumbered = {self.launch[p]: r for r, p in enumerate(parents)}
         self.launch = tuple(self.launch[p] for p in parents)
-        run.comm = new
         step, closed, saved, reached = self._agree(new, run)
-        self._rebuild(run, stop, new, step)
-        if run.saver is not None:
-            run.saver.comm, run.saver.last_step = new, saved
-        run.step, run.closed = step, closed
+        stop.rejoin(new)
+        run.rejoin(new, step, closed, saved)
         lost, twice = self._count_samples(run, new)
-        snap.consensus_(run.opt, new)  # one model: the survivors' average
+        run.consensus_()  # one model: the survivors' average
         seconds, resumed_at = allreduce_(
             new, np.array([time.perf_counter() - detected, time.time()]), ReduceOp.MAX
         )
@@ -151,35 +167,20 @@ class Membership:
         return step
 
     @staticmethod
-    def _agree(comm: Communicator, run: Run) -> tuple[int, int, int, int]:
+    def _agree(comm: Communicator, run: Member) -> tuple[int, int, int, int]:
         """(step to resume from, last epoch closed, last checkpoint, furthest step reached)
         over the survivors."""
-        saved = run.saver.last_step if run.saver is not None else -1
-        mins = np.array([run.step, run.closed, saved, -run.step], dtype=np.int64)
+        step, closed, saved = run.marks()
+        mins = np.array([step, closed, saved, -step], dtype=np.int64)
         allreduce_(comm, mins, ReduceOp.MIN)
         return int(mins[0]), int(mins[1]), int(mins[2]), int(-mins[3])
 
-    def _rebuild(self, run: Run, stop: StopSignals, new: Communicator, step: int) -> None:
-        """Everything that depends on rank and size (see the module docstring, 5)."""
-        run.opt.rejoin_(new, step)
-        stop.rejoin(new)
-        regroup = getattr(run.source, "regroup", None)
-        if regroup is not None:
-            regroup(new.rank, new.size, step // run.spe + 1)
-        run.shuffle = self.make_shuffle(new)
-        run.rank_states.pop("shuffle", None)
-        if run.shuffle is not None:
-            run.rank_states["shuffle"] = run.shuffle
-        run.speed.images_per_step = run.cfg.data.batch_size * new.size
-        if new.rank == 0 and not run.metrics.active:
-            run.metrics = MetricsWriter(run.cfg.run.metrics_out, 0, append=True)
-        if new.rank == 0 and run.progress is not None and run.progress.rank != 0:
-            run.progress = Progress(run.total, 0, run.cfg.run.progress, step)
-        root = logging.getLogger("gossipgrad")
-        if new.rank == 0 and root.getEffectiveLevel() > logging.INFO:
-            root.setLevel(logging.INFO)  # rank 0 logs the summaries now
+    def shuffle_for(self, comm: Communicator) -> ShuffleWorker | None:
+        """A new shuffle worker on the survivors' communicator (every store keeps its
+        samples), or None."""
+        return self.make_shuffle(comm)
 
-    def _count_samples(self, run: Run, comm: Communicator) -> tuple[int, int]:
+    def _count_samples(self, run: Member, comm: Communicator) -> tuple[int, int]:
         """In-memory samples lost by this failure, and held twice in all (collective)."""
         store = getattr(run.source, "store", None)
         if store is None or self._samples is None:

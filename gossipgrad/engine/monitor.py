@@ -25,10 +25,12 @@ from typing import Any
 
 import torch
 
-from gossipgrad.comm.base import Communicator, allreduce_
+from gossipgrad.comm.base import Communicator
+from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.engine.consensus import model_tensors
 from gossipgrad.engine.sketch import DEFAULT_BINS, CountSketch, estimate_distance, sketch_message
-from gossipgrad.options import ExchangeOptions, Strategy
+from gossipgrad.options import ExchangeOptions
+from gossipgrad.registry import pattern_bytes
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +125,7 @@ class ConsensusMonitor:
         """Bytes one rank has sent for adaptive averages: syncs x the ring-allreduce volume
         of one global average, 2 (size - 1) / size x its float64 buffer (parameters and
         floating buffers), counted as ``bytes_sent_per_step`` counts allreduce."""
-        return self.syncs * Strategy.ALLREDUCE.bytes_sent(self.average_bytes, self.comm.size)
+        return self.syncs * pattern_bytes("ring", self.average_bytes, self.comm.size)
 
     def summary(self) -> dict[str, Any]:
         """The monitor's figures for the training summary (all but ``monitor_seconds`` are
@@ -144,7 +146,7 @@ class ConsensusMonitor:
 
 def monitor_log_fields(opt: Any) -> dict[str, Any]:
     """What a periodic log record carries: syncs so far and the latest estimate."""
-    monitor = getattr(opt, "monitor", None)
+    monitor = opt.monitor
     if monitor is None or not monitor.active:
         return {}
     return {"syncs": monitor.syncs, "consensus_estimate": monitor.last_distance}
@@ -153,7 +155,7 @@ def monitor_log_fields(opt: Any) -> dict[str, Any]:
 def monitor_summary(opt: Any) -> dict[str, Any]:
     """``opt.monitor.summary()``, or the figures of no monitor for an optimizer without one
     (the horovod and ddp adapters: their ranks never drift)."""
-    monitor = getattr(opt, "monitor", None)
+    monitor = opt.monitor
     if monitor is not None:
         return monitor.summary()
     return {

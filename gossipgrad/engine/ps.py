@@ -47,9 +47,10 @@ from typing import Any
 import torch
 
 from gossipgrad.comm.base import Communicator
-from gossipgrad.comm.exchange import Exchange
+from gossipgrad.comm.codecs import make_codec
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.comm.staging import Stager
+from gossipgrad.comm.transport import Transport
 from gossipgrad.engine.buckets import BucketLayout, install_forward_waits
 from gossipgrad.engine.commthread import CommThread
 from gossipgrad.engine.consensus import (
@@ -60,18 +61,18 @@ from gossipgrad.engine.consensus import (
 )
 from gossipgrad.engine.factors import Router, make_factor_path
 from gossipgrad.engine.offload import HostOffloadOptimizer
+from gossipgrad.engine.protocol import STATE_KEY, WrappedOptimizer
 from gossipgrad.engine.ps_server import DensePush, ShardServer, hyperparameters
 from gossipgrad.engine.ps_worker import ShardWorker
 from gossipgrad.engine.shards import assign_owners, bytes_sent_by_rank, ps_bucket_cap
-from gossipgrad.engine.wrapped import WrappedOptimizer
-from gossipgrad.options import ExchangeOptions, Strategy, exchange_options
+from gossipgrad.options import ExchangeOptions
 
 log = logging.getLogger(__name__)
 
 
 class ParameterServerOptimizer(WrappedOptimizer):
-    """DistributedOptimizer's interface for ``strategy="ps"`` (build it through
-    ``DistributedOptimizer(..., strategy="ps")`` or ``make_distributed``).
+    """The distributed optimizer of ``strategy="ps"`` (build it through
+    ``gossipgrad.DistributedOptimizer(..., strategy="ps")``).
 
     Args:
         optimizer: a ``torch.optim`` optimizer over ``model``'s parameters, without state;
@@ -95,24 +96,21 @@ class ParameterServerOptimizer(WrappedOptimizer):
         optimizer: torch.optim.Optimizer | HostOffloadOptimizer,
         model: torch.nn.Module,
         comm: Communicator,
-        options: ExchangeOptions | None = None,
+        options: ExchangeOptions,
         *,
         stager: Stager | None = None,
         push: DensePush | None = None,
-        **overrides: Any,
     ) -> None:
-        opts = exchange_options(options, overrides)
-        if opts.strategy is not Strategy.PS:
-            raise ValueError(f"ParameterServerOptimizer is --strategy ps, got {opts.strategy}")
+        opts = options
         host = isinstance(optimizer, HostOffloadOptimizer)
         base = optimizer.original if host else optimizer
         if base.state:
             raise ValueError("--strategy ps needs an optimizer that has not stepped yet")
-        self.optimizer, self.model, self.comm, self.options = base, model, comm, opts
-        self.strategy, self.mix, self.staleness, self.sync_every = opts.strategy, opts.mix, 0, 0
+        super().__init__(base, model)
+        self.comm, self.options, self.strategy = comm, opts, opts.strategy
         self.max_lag = opts.max_lag
         self.schedule = Schedule(comm.size, opts.topology, opts.seed, opts.rotate)
-        self.step_count = 0
+        self.push_codec, self.pull_codec = make_codec(opts.wire), make_codec(opts.wire)
         params = list(model.parameters())
         self._split(params, stager, host)
         broadcast_parameters_(model, comm)
@@ -138,6 +136,8 @@ class ParameterServerOptimizer(WrappedOptimizer):
             server_device,
             pin=host and device.type == "cuda",
             push=self.push,
+            codec=self.push_codec,
+            pull_codec=self.pull_codec,
         )
         self.rank_states = {"ps": self.server}  # the trainer checkpoints each rank's shard
         self.worker = ShardWorker(
@@ -149,6 +149,8 @@ class ParameterServerOptimizer(WrappedOptimizer):
             self.stager,
             self.max_lag,
             self.push,
+            push_codec=self.push_codec,
+            pull_codec=self.pull_codec,
         )
         nb = len(self.layout.buckets)
         self._fresh, self._ready, self._pushed = [False] * nb, [0] * nb, [False] * nb
@@ -192,9 +194,9 @@ class ParameterServerOptimizer(WrappedOptimizer):
         """The polling thread. Its waits (ps_worker) have the deadline, from when a rank
         needs the data, and say which peers it waits for; a request's own, from when it was
         posted (pushes are posted a step ahead), is only the backstop."""
-        finisher: Any = Exchange(self.comm, self.stager)
+        finisher: Any = Transport(self.comm, self.stager)  # completion only: nothing to mix
         if self.factors:
-            finisher = Router(finisher, self.factors.exchange)
+            finisher = Router(finisher, self.factors)
         thread = CommThread(finisher, 2 * self.comm.timeout, name="gossipgrad-ps")
         if self.factors:
             self.factors.bind(thread if self.overlap else None, lambda: self.step_count)
@@ -322,7 +324,8 @@ class ParameterServerOptimizer(WrappedOptimizer):
         """The mean over ranks (ring allreduce's 2 (size-1)/size of the served model, plus
         the factor-path layers' all-gathers)."""
         local = self.factors.bytes_sent() if self.factors else 0.0
-        return Strategy.PS.bytes_sent(self.layout.nbytes, self.comm.size) + local
+        wire = sum(self.push_codec.wire_nbytes(b.grads) for b in self.layout.buckets)
+        return self.options.spec.bytes_per_step(wire, self.comm.size) + local
 
     def bytes_sent_by_rank(self) -> list[int]:
         """What each rank sends per step (it depends on how much the rank owns)."""
@@ -355,26 +358,28 @@ class ParameterServerOptimizer(WrappedOptimizer):
             if self.factors:
                 self.factors.close()
 
-    def state_dict(self) -> dict[str, Any]:
-        """This rank's view: the user optimizer's groups, the step, and this rank's shard
-        (optimizer state of the buckets it owns). Call :meth:`synchronize` first on every
-        rank for a state at one step."""
-        state = {**super().state_dict(), "ps": self.server.state_dict()}
-        if self.local_optimizer is not None:  # the same on every rank
+    def own_state(self) -> dict[str, Any]:
+        """The step, this rank's shard (``"ps"``: optimizer state of the buckets it owns)
+        and the factor-path layers' optimizer (the same on every rank). Call
+        :meth:`synchronize` first on every rank for a state at one step."""
+        state = super().own_state()
+        if self.local_optimizer is not None:
             state["factor_optimizer"] = self.local_optimizer.state_dict()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Load a state; the model must already hold the parameters of ``state["step"]``
-        (they become the masters). ``state["ps"]``, if there, is this rank's shard."""
-        super().load_state_dict(state)
+        """Load a state (:meth:`state_dict`'s, or a plain torch optimizer's); the model must
+        already hold the parameters of the step it was saved at (they become the masters,
+        at the clock of ``step_count``)."""
+        own = state.get(STATE_KEY, {})
+        if "step" in own:
+            self.step_count = int(own["step"])
         self.server.reset_(self.step_count)
         self.worker.reset(self.step_count)
         self.worker.step = self.step_count
-        if "ps" in state:
-            self.server.load_state_dict(state["ps"])
-        if self.local_optimizer is not None and "factor_optimizer" in state:
-            self.local_optimizer.load_state_dict(state["factor_optimizer"])
+        super().load_state_dict(state)
+        if self.local_optimizer is not None and "factor_optimizer" in own:
+            self.local_optimizer.load_state_dict(own["factor_optimizer"])
 
 
 def _local_optimizer(

@@ -37,8 +37,9 @@ from typing import Any
 import torch
 
 from gossipgrad.comm.base import Communicator, Tag, WaitContext
-from gossipgrad.comm.exchange import Pending
+from gossipgrad.comm.codecs import Codec
 from gossipgrad.comm.staging import Stager
+from gossipgrad.comm.transport import Pending
 from gossipgrad.engine.buckets import Bucket
 from gossipgrad.engine.commthread import CommThread
 
@@ -167,12 +168,17 @@ class ShardServer:
         device: torch.device,
         pin: bool = False,
         push: DensePush | None = None,
+        codec: Codec | None = None,
+        pull_codec: Codec | None = None,
     ) -> None:
         self.comm, self.thread, self.stager = comm, thread, stager
         self.nslots = max_lag + 2
         self.push = push or DensePush()
+        self.codec = codec or Codec()  # of the pushes received
+        self.pull_codec = pull_codec or Codec()  # of the parameters sent back
         self.owned = {b.index: OwnedBucket(b, optimizer, device, pin, self.nslots) for b in buckets}
         self._staged: dict[int, Any] = {}
+        self._wires: dict[int, torch.Tensor] = {}
 
     # -- the step's side ---------------------------------------------------------------
     def open(self, step: int) -> None:
@@ -195,9 +201,12 @@ class ShardServer:
             if src == self.comm.rank:
                 continue
             buf = slot.parts[src]
-            if self.stager.staging(buf):
+            if self.stager.staging(buf) or not self.codec.in_place:
                 if slot.recv[src] is None:
-                    slot.recv[src] = self.stager.empty_like(buf)
+                    wire = self.codec.wire_like(buf)
+                    slot.recv[src] = (
+                        self.stager.empty_like(wire) if self.stager.staging(wire) else wire
+                    )
                 buf = slot.recv[src]
             ctx = WaitContext("sent nothing", src, tag, step)
             key = request_key(PUSH_RECV, ob.index, step % self.nslots, src)
@@ -246,7 +255,9 @@ class ShardServer:
         slot = ob.slots[ob.version % self.nslots]
         for src, staged in enumerate(slot.recv):
             if staged is not None and src != self.comm.rank:
-                slot.parts[src].copy_(self.stager.incoming(staged, slot.parts[src]))
+                part = slot.parts[src]
+                wire = self.stager.incoming(staged, part)
+                part.copy_(self.codec.decode(wire, part, ob.index))
         with torch.no_grad():
             self.push.reduce_(ob.grad, slot.parts)
         for group, hyper in zip(ob.optimizer.param_groups, slot.hyper, strict=True):
@@ -259,6 +270,11 @@ class ShardServer:
     def _send_master(self, ob: OwnedBucket) -> None:
         """Post the new version's parameters to every other rank."""
         buf = ob.master
+        if not self.pull_codec.in_place:
+            wire = self._wires.get(ob.index)
+            if wire is None:
+                wire = self._wires[ob.index] = self.pull_codec.wire_like(buf)
+            buf = self.pull_codec.encode_(buf, wire, ob.index)
         if self.stager.staging(buf):
             buf = self.stager.outgoing(buf, self._staged, ob.index)
         self.stager.ready(buf)  # a device master goes to MPI after the update's kernels

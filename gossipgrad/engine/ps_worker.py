@@ -28,8 +28,9 @@ from collections.abc import Callable
 import torch
 
 from gossipgrad.comm.base import Backoff, CommTimeout, Communicator, Tag, WaitContext
-from gossipgrad.comm.exchange import Pending
+from gossipgrad.comm.codecs import Codec
 from gossipgrad.comm.staging import Stager
+from gossipgrad.comm.transport import Pending
 from gossipgrad.engine.buckets import BucketLayout
 from gossipgrad.engine.commthread import CommThread
 from gossipgrad.engine.ps_server import (
@@ -64,7 +65,10 @@ class ShardWorker:
         stager: Stager,
         max_lag: int,
         push: DensePush,
+        push_codec: Codec | None = None,
+        pull_codec: Codec | None = None,
     ) -> None:
+        self.push_codec, self.pull_codec = push_codec or Codec(), pull_codec or Codec()
         self.layout, self.owners, self.server = layout, owners, server
         self.comm, self.thread, self.stager, self.max_lag, self.push = (
             comm,
@@ -87,13 +91,22 @@ class ShardWorker:
         self.push_bufs: list[list[torch.Tensor]] = []
         for b in self.layout.buckets:
             theirs = self.owners[b.index] != self.comm.rank
-            direct = self.max_lag == 0 and not self.stager.staging(b.values)
+            identity = self.push_codec.in_place and self.pull_codec.in_place
+            direct = self.max_lag == 0 and not self.stager.staging(b.values) and identity
             pulls = (
-                [b.values] if direct else [self.stager.empty_like(b.values) for _ in range(ring)]
+                [b.values]
+                if direct
+                else [self._buffer(self.pull_codec, b.values) for _ in range(ring)]
             )
-            pushes = [] if direct else [self.stager.empty_like(b.grads) for _ in range(ring)]
+            pushes = [] if direct else [self._buffer(self.push_codec, b.grads) for _ in range(ring)]
             self.pull_bufs.append(pulls if theirs else [])
             self.push_bufs.append(pushes if theirs else [])
+
+    def _buffer(self, codec: Codec, like: torch.Tensor) -> torch.Tensor:
+        """A wire buffer of ``codec`` for a bucket like ``like``, in host memory when
+        device buffers are staged."""
+        wire = codec.wire_like(like)
+        return self.stager.empty_like(wire) if self.stager.staging(wire) else wire
 
     # -- push and pull ---------------------------------------------------------------------
     def push_(self, index: int, step: int) -> None:
@@ -116,8 +129,7 @@ class ShardWorker:
                         f"is rank {owner} alive?"
                     ),
                 )
-            ring[slot].copy_(payload)
-            payload = ring[slot]
+            payload = self.push_codec.encode_(payload, ring[slot], index)
         self.stager.ready(payload)  # a device buffer goes to MPI after the kernels filling it
         self.used.add(key)
         tag = Tag.PS_PUSH + index
@@ -180,7 +192,8 @@ class ShardWorker:
             return
         values, buf = self.layout.buckets[index].values, self.pull_bufs[index][newest[1]]
         if buf is not values:
-            values.copy_(self.stager.incoming(buf, values))
+            wire = self.stager.incoming(buf, values)
+            values.copy_(self.pull_codec.decode(wire, values, index))
         self.have[index] = newest[0]
 
     def refresh(self, index: int, need: int) -> None:

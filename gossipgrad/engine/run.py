@@ -8,37 +8,35 @@ Built by :func:`gossipgrad.engine.trainer.train`, which owns set-up and tear-dow
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import torch
 
-from gossipgrad.comm.base import Communicator, ReduceOp, allreduce_
+from gossipgrad.comm.base import Communicator
 from gossipgrad.data.sources import DataSource
 from gossipgrad.engine import checkpoint as ckpt
 from gossipgrad.engine import snapshot as snap
 from gossipgrad.engine.config import TrainConfig
 from gossipgrad.engine.consensus import agree, verify_identical
-from gossipgrad.engine.distributed import DistributedOptimizer
 from gossipgrad.engine.evaluation import evaluate
 from gossipgrad.engine.faults import KillSwitch
-from gossipgrad.engine.lagged import skip_summary
 from gossipgrad.engine.membership import Membership
 from gossipgrad.engine.metrics import MetricsWriter, Progress, Throughput
-from gossipgrad.engine.monitor import describe_monitor, monitor_log_fields, monitor_summary
+from gossipgrad.engine.monitor import describe_monitor, monitor_log_fields
 from gossipgrad.engine.offload import ActivationOffload, offloading
-from gossipgrad.engine.signals import (
-    PeriodicAgreement,
-    StopSignals,
-    agreement_period,
-    signal_name,
-)
+from gossipgrad.engine.protocol import DistributedOptimizer
+from gossipgrad.engine.signals import PeriodicAgreement, StopSignals, signal_name
+from gossipgrad.engine.step import train_step
 from gossipgrad.engine.straggler import Straggler
+from gossipgrad.engine.summary import run_summary
 from gossipgrad.models import logits, loss_fn
-from gossipgrad.options import Offload, OptimOptions, Strategy
+from gossipgrad.options import Offload, OptimOptions
 from gossipgrad.shuffle import ShuffleWorker
 
 log = logging.getLogger(__name__)
@@ -122,7 +120,7 @@ class Run:
             "batch_size": cfg.data.batch_size,
             "seed": cfg.seed,
             "steps_per_epoch": self.spe,
-            "strategy": cfg.exchange.strategy.value,
+            "strategy": cfg.exchange.strategy,
             "mix": cfg.exchange.mix.value,
             "topology": self.opt.schedule.topology.value,
             "staleness": cfg.exchange.staleness,
@@ -158,11 +156,10 @@ class Run:
             self.metrics.close()
 
     def loop(self, start: int, stop: StopSignals) -> dict[str, Any]:
-        # --max-lag: no per-step barrier; every rank still stops at the same step
-        # (ps keeps the per-step agreement: its workers' slack in `train` is unchanged by it)
+        # --max-lag: no per-step barrier where the strategy says so; every rank still stops
+        # at the same step (ps keeps the per-step agreement: its slack is unchanged by it)
         ex = self.cfg.exchange
-        lag = ex.max_lag if ex.strategy is Strategy.GOSSIP else 0
-        self.agreement = PeriodicAgreement(stop, agreement_period(lag))
+        self.agreement = PeriodicAgreement(stop, ex.spec.agreement_period(ex))
         if stop.agreed(start):  # signalled during start-up: nothing new to save
             self.progress.write(
                 f"{signal_name(stop.stopped)} during start-up: stopping at step {start}"
@@ -178,6 +175,44 @@ class Run:
                 if self.membership is None:
                     raise
                 step = self.membership.recover(self, stop, exc)  # re-raises all but a death
+
+    # -- membership changes (engine/membership.py asks; see Member) -------------------
+    def marks(self) -> tuple[int, int, int]:
+        saved = self.saver.last_step if self.saver is not None else -1
+        return self.step, self.closed, saved
+
+    def quiesce(self) -> None:
+        self.opt.abandon()
+        if self.shuffle is not None:
+            self.shuffle.stop(cancel=True)
+
+    def rejoin(self, comm: Communicator, step: int, closed: int, saved: int) -> None:
+        """Everything that depends on rank and size, on the survivors' ``comm``: the
+        optimizer's schedule and exchange, the data split, the shuffle worker, metrics,
+        progress bar and INFO logging on the new rank 0."""
+        self.comm = comm
+        self.opt.rejoin_(comm, step)
+        regroup = getattr(self.source, "regroup", None)
+        if regroup is not None:
+            regroup(comm.rank, comm.size, step // self.spe + 1)
+        self.shuffle = self.membership.shuffle_for(comm)
+        self.rank_states.pop("shuffle", None)
+        if self.shuffle is not None:
+            self.rank_states["shuffle"] = self.shuffle
+        self.speed.images_per_step = self.cfg.data.batch_size * comm.size
+        if comm.rank == 0 and not self.metrics.active:
+            self.metrics = MetricsWriter(self.cfg.run.metrics_out, 0, append=True)
+        if comm.rank == 0 and self.progress is not None and self.progress.rank != 0:
+            self.progress = Progress(self.total, 0, self.cfg.run.progress, step)
+        root = logging.getLogger("gossipgrad")
+        if comm.rank == 0 and root.getEffectiveLevel() > logging.INFO:
+            root.setLevel(logging.INFO)  # rank 0 logs the summaries now
+        if self.saver is not None:
+            self.saver.comm, self.saver.last_step = comm, saved
+        self.step, self.closed = step, closed
+
+    def consensus_(self) -> None:
+        snap.consensus_(self.opt, self.comm)
 
     def first_epoch(self, step: int) -> int:
         """The epoch to go on with after ``step`` completed steps: the last batch's epoch
@@ -228,34 +263,32 @@ class Run:
         torch.manual_seed(step_seed(self.cfg.seed, self.comm.rank, step))
         for g in self.opt.param_groups:
             g["lr"] = lr_at(self.cfg.optim, self.base_lr, step, self.total, self.spe)
-        skip = self.opt.behind()  # --max-lag: a peer is ahead; catch up without computing
         x = x.to(self.device, non_blocking=True)
         y = y.to(self.device, non_blocking=True)
-        self.opt.zero_grad()
+        done = train_step(self.opt, x, y, loss_fn, compute=self._compute)
         self.samples_scheduled += len(y)
-        if skip:
+        if done.skipped:  # --max-lag: a peer is ahead; caught up without computing
             self.skipped_steps += 1
             self.samples_skipped += len(y)
-        elif len(y):
-            with self.straggler.compute(), offloading(self.offload):
-                out = self.opt.module_for_forward(x)  # DDP's wrapper under --strategy ddp
-                loss = loss_fn(out, y)
-                loss.backward()
-            window["loss"] += float(loss.detach()) * len(y)
-            window["correct"] += float((logits(out).argmax(1) == y).sum())
+        elif done.loss is not None:
+            window["loss"] += float(done.loss.detach()) * len(y)
+            window["correct"] += float((logits(done.output).argmax(1) == y).sum())
             window["n"] += len(y)
-        t0 = time.perf_counter()
-        # also with an empty batch or a skipped step: every rank takes part in every exchange
-        self.opt.skip_step() if skip else self.opt.step()
-        self.comm_s += time.perf_counter() - t0
+        self.comm_s += done.seconds["optimizer"]
         self.record_factors(step)
         if self.shuffle is not None:
             self.shuffle.on_step(step)
             self.faults.at("shuffle", step, self.comm)
 
+    @contextlib.contextmanager
+    def _compute(self) -> Iterator[None]:
+        """Around forward and backward: an injected straggler, activation offload."""
+        with self.straggler.compute(), offloading(self.offload):
+            yield
+
     def record_factors(self, step: int) -> None:
         """Write the sufficient-factor decision table once, after the step that made it."""
-        table = getattr(self.opt, "factor_table", None)
+        table = self.opt.factor_table
         if table is not None and not self.factors_written:
             self.metrics.write({"event": "sufficient_factors", "step": step, "layers": table})
             self.factors_written = True
@@ -393,55 +426,8 @@ class Run:
     def finish(self, start: int, step: int, stopped: str | None) -> dict[str, Any]:
         if self.agreement is not None:
             self.agreement.close()
-        lag = skip_summary(
-            self.comm, self.opt, self.skipped_steps, self.samples_skipped, self.samples_scheduled
-        )
-        skipped = int(
-            allreduce_(self.comm, np.array([self.source.skipped], dtype=np.int64), ReduceOp.SUM)[0]
-        )
-        cfg, last = self.cfg, self.last
-        ips = self.speed.images_per_s() * lag["computed_fraction"]  # samples computed
-        saved = self.saver.last_step if self.saver is not None else -1
-        ex = cfg.exchange
-        summary = {
-            "event": "summary",
-            "top1": last.get("top1"),
-            "top5": last.get("top5"),
-            "test_accuracy": last.get("test_accuracy"),
-            "test_loss": last.get("test_loss"),
-            "steps": step,
-            "start_step": start,
-            "size": self.comm.size,
-            "strategy": ex.strategy.value,
-            "topology": self.opt.schedule.topology.value,
-            "mix": ex.mix.value,
-            "staleness": ex.staleness,
-            "max_lag": ex.max_lag,
-            "arch": cfg.arch,
-            "dataset": self.source.name,
-            "batch_size": cfg.data.batch_size,
-            "bytes_sent_per_step": self.opt.bytes_sent_per_step(),
-            "model_bytes": self.model_bytes,
-            "comm_seconds": self.comm_s,
-            "eval_seconds": self.eval_s,
-            "wall_seconds": self.speed.wall(),
-            "images_per_s": ips,
-            "samples_per_s": ips,
-            "skipped_corrupt": skipped,
-            "stopped": stopped,
-            "checkpoint": (ckpt.checkpoint_path(cfg.run.run_dir, saved) if saved >= 0 else None),
-            "consensus_distance": last.get("consensus_distance"),
-            **lag,
-            "size_launch": self.launch_size,
-            "size_final": self.comm.size,
-            **(self.membership.summary() if self.membership is not None else {}),
-            "offload": list(cfg.run.offload),
-            "activation_bytes_to_host_per_step": self.offload.last_bytes
-            if self.offload is not None
-            else 0,
-            "sync": ex.sync.value,
-            **monitor_summary(self.opt),
-        }
+        summary = run_summary(self, start, step, stopped)
+        ips = summary["samples_per_s"]
         self.metrics.write(summary)
         if self.comm.rank == 0 and summary["monitor_calls"]:
             log.info("consensus: %s", describe_monitor(summary))

@@ -34,8 +34,8 @@ from types import FrameType
 
 import numpy as np
 
-from gossipgrad.comm.arrival import wait_collective
 from gossipgrad.comm.base import Communicator, ReduceOp, Request
+from gossipgrad.comm.collectives import wait_collective
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
@@ -71,7 +71,7 @@ class StopSignals:
             flag = np.array([self.received], dtype=np.int64)
             # The point-to-point wait of a hung rank's partner names it with its tag; waiting
             # a little longer here lets that one fire first. This one's timeout names the
-            # ranks that did not arrive (comm.arrival).
+            # ranks that did not arrive (comm.collectives).
             wait_collective(
                 self.comm,
                 self.comm.iallreduce_(flag, ReduceOp.MAX),

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from gossipgrad.comm.base import Communicator, allreduce_
+from gossipgrad.comm.base import Communicator
+from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.engine.checkpoint import FORMAT, VERSION, Stateful, cpu, rank_path, read_rank
 
 
@@ -86,7 +87,7 @@ def snapshot(
         "epoch": step // steps_per_epoch,
         "batch": step % steps_per_epoch,
         "model": cpu(model.state_dict()),
-        "optimizer": cpu(opt.optimizer.state_dict()),
+        "optimizer": cpu(opt.optimizer.state_dict()),  # per-rank parts: rank_states
         "schedule": {
             "step": step,
             "cycle": cycle,
@@ -124,7 +125,8 @@ def restore_(
         ) from None
     step = int(state["step"])
     try:
-        opt.load_state_dict({"optimizer": state["optimizer"], "step": step})
+        opt.step_count = step
+        opt.load_state_dict(state["optimizer"])  # a torch state dict: the step is kept
     except (ValueError, KeyError) as exc:
         raise ValueError(
             f"checkpoint {path}: optimizer state does not fit this model ({exc})"

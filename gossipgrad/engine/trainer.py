@@ -17,7 +17,6 @@ step, with a checkpoint there.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Any
 
@@ -30,13 +29,12 @@ from gossipgrad.data.sources import DataSource, open_source
 from gossipgrad.engine import checkpoint as ckpt
 from gossipgrad.engine.config import TrainConfig
 from gossipgrad.engine.consensus import agree
-from gossipgrad.engine.factory import make_distributed
 from gossipgrad.engine.membership import Membership, check_support
 from gossipgrad.engine.offload import HostOffloadOptimizer
 from gossipgrad.engine.run import Run
 from gossipgrad.engine.signals import StopSignals
 from gossipgrad.models import build_model
-from gossipgrad.options import Offload, OnFailure, SufficientFactors
+from gossipgrad.options import Offload, OnFailure
 from gossipgrad.shuffle import ShuffleWorker
 
 log = logging.getLogger(__name__)
@@ -99,11 +97,8 @@ def _setup_and_run(
     )
     if Offload.OPTIMIZER in cfg.run.offload:
         sgd = HostOffloadOptimizer(sgd)
-    exchange = cfg.exchange
-    if cfg.run.on_failure is OnFailure.CONTINUE:  # factor paths cannot follow a shrink
-        exchange = dataclasses.replace(exchange, sufficient_factors=SufficientFactors.OFF)
-    opt = make_distributed(sgd, model, comm, exchange, stager=stager)
-    rank_states = {**rank_states, **getattr(opt, "rank_states", {})}  # ps: each rank's shard
+    opt = cfg.exchange.spec.build(sgd, model, comm, cfg.exchange, stager=stager)
+    rank_states = {**rank_states, **opt.rank_states}  # ps: each rank's shard
     run = shuffle = None
     try:
         check_agreement(cfg, comm, opt.schedule)

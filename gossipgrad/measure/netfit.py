@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from gossipgrad.comm.base import Communicator, allreduce_
+from gossipgrad.comm.base import Communicator
+from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.comm.hosts import host_id
 from gossipgrad.measure import sweeps
 from gossipgrad.measure.sweeps import STATS, Sweep, message_sizes

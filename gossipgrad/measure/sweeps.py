@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from gossipgrad.comm.base import Communicator, ReduceOp, Request, Tag, WaitContext, allreduce_
+from gossipgrad.comm.base import Communicator, ReduceOp, Request, Tag, WaitContext
+from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.plan.fit import fit_link, relative_errors
 from gossipgrad.plan.formats import LinkFit
 

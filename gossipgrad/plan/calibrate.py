@@ -29,7 +29,7 @@ from typing import Any
 
 from gossipgrad.plan.formats import Bucket, Profile
 from gossipgrad.plan.host import fit_overlap, fit_stale
-from gossipgrad.plan.model import CommModel, Strategy, parse_strategy
+from gossipgrad.plan.model import CommModel, pattern_of
 
 #: The range an exchange factor is clamped to: a blocking step measured no slower than the
 #: compute-only one (noise) must not make communication free, nor a stall make it 100x.
@@ -72,14 +72,14 @@ def scale_profile(profile: Profile, factor: float) -> Profile:
     )
 
 
-def scale_exchange(model: CommModel, strategy: Strategy | str, factor: float) -> CommModel:
+def scale_exchange(model: CommModel, strategy: str, factor: float) -> CommModel:
     """``model`` with ``strategy``'s bucket costs times ``factor`` (gossip: ``gossip_factor``;
     allreduce and horovod: both ring factors). Local is returned unchanged."""
     _positive("factor", factor)
-    s = parse_strategy(strategy)
-    if s is Strategy.GOSSIP:
+    pattern = pattern_of(strategy)
+    if pattern == "peer":
         return replace(model, gossip_factor=model.gossip_factor * factor)
-    if s is Strategy.LOCAL:
+    if pattern == "none":
         return model
     return replace(
         model,

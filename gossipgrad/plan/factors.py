@@ -38,7 +38,8 @@ import enum
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gossipgrad.options import FACTOR_STRATEGIES, Strategy, SufficientFactors, choice
+from gossipgrad.options import SufficientFactors, choice
+from gossipgrad.registry import STRATEGIES
 
 
 class Form(enum.StrEnum):
@@ -55,16 +56,17 @@ class Pattern(enum.StrEnum):
     ALLGATHER = "allgather"  # every rank's to every rank (allreduce; a parameter server too)
 
 
-def pattern(strategy: Strategy | str) -> Pattern:
-    """How ``strategy`` exchanges factors; ValueError for one that cannot.
+def pattern(strategy: str) -> Pattern:
+    """How ``strategy`` exchanges factors (its spec's ``factor_pattern``); ValueError for
+    one that cannot.
 
     >>> pattern("gossip"), pattern("allreduce"), pattern("ps")
     (<Pattern.PEER: 'peer'>, <Pattern.ALLGATHER: 'allgather'>, <Pattern.ALLGATHER: 'allgather'>)
     """
-    s = choice(Strategy, strategy, "--strategy")
-    if s not in FACTOR_STRATEGIES:
-        raise ValueError(f"--strategy {s.value} does not exchange sufficient factors")
-    return Pattern.PEER if s is Strategy.GOSSIP else Pattern.ALLGATHER
+    spec = STRATEGIES.get(strategy)
+    if spec.factor_pattern is None:
+        raise ValueError(f"--strategy {spec.name} does not exchange sufficient factors")
+    return Pattern(spec.factor_pattern)
 
 
 def _check(size: int, rows: int, out_features: int, in_features: int, itemsize: int) -> None:
@@ -80,7 +82,7 @@ def _check(size: int, rows: int, out_features: int, in_features: int, itemsize: 
 
 
 def matrix_bytes(
-    strategy: Strategy | str, size: int, out_features: int, in_features: int, itemsize: int = 4
+    strategy: str, size: int, out_features: int, in_features: int, itemsize: int = 4
 ) -> float:
     """Bytes one rank sends per step for the ``M x N`` gradient as a matrix.
 
@@ -89,11 +91,11 @@ def matrix_bytes(
     """
     _check(size, 0, out_features, in_features, itemsize)
     pattern(strategy)
-    return Strategy(strategy).bytes_sent(out_features * in_features * itemsize, size)
+    return STRATEGIES.get(strategy).bytes_per_step(out_features * in_features * itemsize, size)
 
 
 def factor_bytes(
-    strategy: Strategy | str,
+    strategy: str,
     size: int,
     rows: int,
     out_features: int,
@@ -113,7 +115,7 @@ def factor_bytes(
 
 
 def rebuild_flops(
-    strategy: Strategy | str, size: int, rows: int, out_features: int, in_features: int
+    strategy: str, size: int, rows: int, out_features: int, in_features: int
 ) -> float:
     """Floating-point operations of the receiver's rebuild per step (0 for the matrix).
 
@@ -143,7 +145,7 @@ class Decision:
 
 def decide(
     mode: SufficientFactors | str,
-    strategy: Strategy | str,
+    strategy: str,
     size: int,
     rows: int,
     out_features: int,
@@ -182,7 +184,7 @@ def decide(
     )
 
 
-def crossover_rows(strategy: Strategy | str, size: int, out_features: int, in_features: int) -> int:
+def crossover_rows(strategy: str, size: int, out_features: int, in_features: int) -> int:
     """The largest K for which ``auto`` sends factors (0: never at this size).
 
     >>> crossover_rows("gossip", 2, 4096, 4096), crossover_rows("allreduce", 8, 4096, 4096)

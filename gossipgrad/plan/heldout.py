@@ -49,7 +49,7 @@ from typing import Any
 from gossipgrad.plan.calibrate import FACTOR_RANGE, fit_in_step, scale_profile
 from gossipgrad.plan.formats import Profile
 from gossipgrad.plan.host import HostShare
-from gossipgrad.plan.model import CommModel, StepTime, Strategy, parse_strategy, step_time
+from gossipgrad.plan.model import CommModel, StepTime, parse_strategy, pattern_of, step_time
 
 LOOPBACK = "loopback"
 """The link label of ranks on one host talking through shared memory."""
@@ -220,7 +220,7 @@ def share_ratio(cal: FrozenCalibration, host: HostShare) -> float:
 def transfer_exchange(
     cal: FrozenCalibration,
     target: CommModel,
-    strategy: Strategy | str,
+    strategy: str,
     r: float,
     *,
     memory_link: bool,
@@ -230,17 +230,17 @@ def transfer_exchange(
     ``rho = r`` on a memory (loopback) link, else 1. Gossip's duplex is folded into beta.
     Neither term falls below ``FACTOR_RANGE[0]`` times the transport."""
     s = parse_strategy(strategy)
-    if s is Strategy.LOCAL:
+    if pattern_of(s) == "none":
         return target
-    if s.value not in cal.exchange_factor:
+    if s not in cal.exchange_factor:
         raise ValueError(
-            f"the calibration has no exchange factor for strategy {s.value!r} "
+            f"the calibration has no exchange factor for strategy {s!r} "
             f"(it has {', '.join(cal.exchange_factor)}); calibrate with it"
         )
     rho = r if memory_link else 1.0
-    extra = (cal.exchange_factor[s.value] - 1.0) * r
+    extra = (cal.exchange_factor[s] - 1.0) * r
     c0 = cal.link_model
-    gossip = s is Strategy.GOSSIP
+    gossip = pattern_of(s) == "peer"
     beta_t = target.beta_s_per_byte * (target.duplex if gossip else 1.0)
     beta_0 = c0.beta_s_per_byte * (c0.duplex if gossip else 1.0)
     lo = FACTOR_RANGE[0]
@@ -249,14 +249,12 @@ def transfer_exchange(
     return CommModel(alpha, beta, 1.0 if gossip else target.duplex)
 
 
-def transfer_host(
-    cal: FrozenCalibration, host: HostShare, strategy: Strategy | str, r: float
-) -> HostShare:
+def transfer_host(cal: FrozenCalibration, host: HostShare, strategy: str, r: float) -> HostShare:
     """The target host with the calibrated overlap and staleness-1 costs times ``r``
     (only where it has no spare core: elsewhere overlap hides and they do not apply)."""
     if host.spare_core:
         return HostShare(host.cores, host.ranks_per_host)
-    s = parse_strategy(strategy).value
+    s = parse_strategy(strategy)
     return HostShare(
         host.cores,
         host.ranks_per_host,
@@ -283,7 +281,7 @@ def predict_held_out(
     profile: Profile,
     target: CommModel,
     cal: FrozenCalibration,
-    strategy: Strategy | str,
+    strategy: str,
     size: int,
     *,
     host: HostShare,

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gossipgrad.plan.formats import Profile
-from gossipgrad.plan.model import Strategy, parse_strategy
+from gossipgrad.plan.model import pattern_of
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def _gb(n: int) -> str:
 
 def estimate_memory(
     profile: Profile,
-    strategy: Strategy | str,
+    strategy: str,
     *,
     size: int,
     staleness: int = 0,
@@ -72,7 +72,7 @@ def estimate_memory(
     ``optimizer_state_factor`` is optimizer state per parameter byte (SGD with momentum 1,
     Adam 2, plain SGD 0); it is ignored when the profile has a measured peak.
     """
-    strategy = parse_strategy(strategy)
+    pattern = pattern_of(strategy)
     if staleness not in (0, 1):
         raise ValueError(f"staleness must be 0 or 1, got {staleness!r}")
     if size < 1:
@@ -91,8 +91,8 @@ def estimate_memory(
             ("grads", grads),
             ("optimizer state", round(optimizer_state_factor * profile.param_bytes)),
         ]
-    if size > 1 and strategy is not Strategy.LOCAL:
-        if strategy is Strategy.GOSSIP:
+    if size > 1 and pattern != "none":
+        if pattern == "peer":
             parts.append(("receive buffers", grads))
         else:
             parts.append(("allreduce staging", max(b.bytes for b in profile.buckets)))

@@ -17,7 +17,7 @@ at ``max(ready_b, end_{b-1})`` and ends ``cost_b`` later; one communication thre
 chain is serial. With ``overlap=False`` every bucket is ready only at the end of backward.
 
     >>> m = CommModel(alpha_s=1e-3, beta_s_per_byte=0.0)
-    >>> comm_chain([0.1, 0.2], [m.bucket_s(Strategy.GOSSIP, 100, size=2)] * 2)
+    >>> comm_chain([0.1, 0.2], [m.bucket_s("gossip", 100, size=2)] * 2)
     [0.101, 0.201]
 """
 
@@ -26,17 +26,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gossipgrad.options import Strategy, choice
 from gossipgrad.plan.formats import Bucket, NetworkFit, Profile
 from gossipgrad.plan.host import HostShare
+from gossipgrad.registry import STRATEGIES
 
 MIB = 1 << 20
 
 
-def parse_strategy(strategy: Strategy | str) -> Strategy:
-    """``Strategy(strategy)`` with an error that lists the choices. The library strategies
-    (horovod, ddp) are modelled as a ring allreduce, like ``allreduce``."""
-    return choice(Strategy, strategy, "--strategy")
+def parse_strategy(strategy: str) -> str:
+    """The registered strategy name ``strategy`` (ValueError listing the choices)."""
+    return STRATEGIES.get(strategy).name
+
+
+def pattern_of(strategy: str) -> str:
+    """How ``strategy`` moves a bucket (its spec's pattern): the model's cost follows it.
+    A peer exchange costs one send and receive; a ring allreduce, the library strategies'
+    allreduces and (today) a parameter server's push and pull cost a ring."""
+    return STRATEGIES.get(strategy).pattern
 
 
 def _check_size(size: int) -> None:
@@ -90,13 +96,13 @@ class CommModel:
             latency, bandwidth = allreduce_factors(net)
         return cls(net.p2p.alpha_s, net.p2p.beta_s_per_byte, duplex, latency, bandwidth)
 
-    def bucket_s(self, strategy: Strategy | str, nbytes: float, size: int) -> float:
+    def bucket_s(self, strategy: str, nbytes: float, size: int) -> float:
         """Seconds to exchange one bucket of ``nbytes`` at ``size`` ranks."""
-        strategy = parse_strategy(strategy)
+        pattern = pattern_of(strategy)
         _check_size(size)
-        if size == 1 or strategy is Strategy.LOCAL:
+        if size == 1 or pattern == "none":
             return 0.0
-        if strategy is Strategy.GOSSIP:
+        if pattern == "peer":
             return self.gossip_factor * (self.alpha_s + self.duplex * self.beta_s_per_byte * nbytes)
         p = size
         return (
@@ -127,10 +133,10 @@ def allreduce_factors(net: NetworkFit) -> tuple[float, float]:
     )
 
 
-def bytes_sent(strategy: Strategy | str, nbytes: int, size: int) -> float:
+def bytes_sent(strategy: str, nbytes: int, size: int) -> float:
     """Bytes one rank sends to exchange one bucket (ring allreduce: ``2(p-1)/p * n``)."""
     _check_size(size)
-    return parse_strategy(strategy).bytes_sent(nbytes, size)
+    return STRATEGIES.get(strategy).bytes_per_step(nbytes, size)
 
 
 def rebucket(buckets: Sequence[Bucket], cap_bytes: int | None) -> tuple[Bucket, ...]:
@@ -193,7 +199,7 @@ class StepTime:
 def step_time(
     profile: Profile,
     model: CommModel,
-    strategy: Strategy | str,
+    strategy: str,
     size: int,
     *,
     staleness: int = 0,
@@ -244,7 +250,7 @@ def step_time(
 def _serial_step(
     profile: Profile,
     costs: Sequence[float],
-    strategy: Strategy | str,
+    strategy: str,
     size: int,
     staleness: int,
     overlap: bool,
@@ -253,7 +259,7 @@ def _serial_step(
     """``step_time`` when the rank has no spare core: compute, then every bucket's exchange
     (plus, when overlapped, the per-step and per-bucket hand-off costs, and staleness 1's
     per-byte cost), then the optimizer."""
-    communicates = size > 1 and parse_strategy(strategy) is not Strategy.LOCAL
+    communicates = size > 1 and pattern_of(strategy) != "none"
     handoff = host.overlap_s + len(costs) * host.handoff_s if overlap and communicates else 0.0
     stale = profile.grad_bytes * host.stale_s_per_byte if staleness == 1 and communicates else 0.0
     stale = max(stale, -sum(costs))  # staleness 1 hides at most the whole exchange

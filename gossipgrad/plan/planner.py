@@ -26,17 +26,17 @@ from gossipgrad.plan.memory import estimate_memory
 from gossipgrad.plan.model import (
     MIB,
     CommModel,
-    Strategy,
     bytes_sent,
     efficiency,
     parse_strategy,
+    pattern_of,
     rebucket,
     samples_per_s,
     step_time,
 )
 
 DEFAULT_BUCKET_MB: tuple[float, ...] = (1, 4, 25, 100)
-DEFAULT_STRATEGIES: tuple[Strategy, ...] = (Strategy.GOSSIP, Strategy.ALLREDUCE)
+DEFAULT_STRATEGIES: tuple[str, ...] = ("gossip", "allreduce")
 DISCLAIMER = (
     "These are throughput predictions only. Time to accuracy also depends on convergence: "
     "gossip (and staleness 1) may need more steps to reach the same accuracy than allreduce, "
@@ -70,7 +70,7 @@ def plan(
     model: CommModel,
     *,
     sizes: Iterable[int],
-    strategies: Iterable[Strategy | str] = DEFAULT_STRATEGIES,
+    strategies: Iterable[str] = DEFAULT_STRATEGIES,
     bucket_mb: Iterable[float] = DEFAULT_BUCKET_MB,
     staleness: Iterable[int] = (0, 1),
     overlap: bool = True,
@@ -106,7 +106,7 @@ def plan(
                     )
                     rows.append(
                         PlanRow(
-                            strategy=strategy.value,
+                            strategy=strategy,
                             size=size,
                             bucket_mb=mb,
                             staleness=s,
@@ -149,7 +149,7 @@ def recommend(
         raise ValueError(f"tie_tolerance must be >= 0, got {tie_tolerance}")
     by_size: dict[int, list[PlanRow]] = {}
     for r in rows:
-        if r.strategy != Strategy.LOCAL and r.memory_ok is not False:
+        if pattern_of(r.strategy) != "none" and r.memory_ok is not False:
             by_size.setdefault(r.size, []).append(r)
     return {size: _pick(by_size[size], tie_tolerance) for size in sorted(by_size)}
 

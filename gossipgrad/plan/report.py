@@ -21,7 +21,7 @@ from gossipgrad.plan.calibrate import scale_exchange, scale_profile
 from gossipgrad.plan.convergence import ConvergenceReport, read_lines, steps_to_target
 from gossipgrad.plan.formats import NetworkFit, Profile
 from gossipgrad.plan.host import HostShare
-from gossipgrad.plan.model import CommModel, Strategy
+from gossipgrad.plan.model import CommModel
 from gossipgrad.plan.planner import (
     DEFAULT_BUCKET_MB,
     DEFAULT_STRATEGIES,
@@ -40,7 +40,7 @@ def plan_report(
     network_path: str | Path,
     *,
     sizes: Iterable[int],
-    strategies: Iterable[Strategy | str] = DEFAULT_STRATEGIES,
+    strategies: Iterable[str] = DEFAULT_STRATEGIES,
     bucket_mb: Iterable[float] = DEFAULT_BUCKET_MB,
     staleness: Iterable[int] = (0, 1),
     overlap: bool = True,

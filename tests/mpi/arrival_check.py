@@ -12,7 +12,8 @@ import sys
 
 import numpy as np
 
-from gossipgrad.comm.base import CommTimeout, ReduceOp, WaitPolicy, allreduce_
+from gossipgrad.comm.base import CommTimeout, ReduceOp, WaitPolicy
+from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.comm.mpi import MpiCommunicator
 from gossipgrad.engine.signals import StopSignals
 

@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import numpy as np
 import torch
 
-from gossipgrad.comm.base import ReduceOp, allreduce_
+from gossipgrad.comm.base import ReduceOp
+from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.comm.mpi import MpiCommunicator
 from gossipgrad.shuffle import ShardStore, ShuffleWorker
 

@@ -15,10 +15,11 @@ import time
 import numpy as np
 import torch
 
-from gossipgrad.comm.base import ReduceOp, allreduce_
+from gossipgrad.comm.base import ReduceOp
+from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.comm.schedule import Schedule
-from gossipgrad.engine.distributed import DistributedOptimizer
-from gossipgrad.engine.lagged import skip_threshold
+from gossipgrad.engine.timing.lagged import Lagged, skip_threshold
+from gossipgrad.strategies import DistributedOptimizer
 
 LR = 0.125
 STEPS = 24
@@ -52,7 +53,7 @@ def _lagged(comm, mix: str, max_lag: int, staleness: int = 0, overlap: bool = Tr
         overlap=overlap,
         seed=5,
     )
-    assert len(opt.layout.buckets) == 2 and opt.lagged is not None
+    assert len(opt.layout.buckets) == 2 and isinstance(opt.timing, Lagged)
     return model, opt
 
 
@@ -87,7 +88,7 @@ def _expected_mean(comm, computed: int) -> list[torch.Tensor]:
 
 
 def _lag_was_exercised(comm, opt) -> None:
-    seen = np.array([opt.lagged.max_ahead + opt.lagged.waits], dtype=np.float64)
+    seen = np.array([opt.timing.max_ahead + opt.timing.waits], dtype=np.float64)
     allreduce_(comm, seen, ReduceOp.MAX)
     assert comm.size == 1 or seen[0] >= 1, "no rank ever saw a peer ahead or waited"
 
@@ -184,7 +185,7 @@ def check_only_a_slower_rank_skips(comm) -> None:
             compute(0.0 if comm.rank == 1 else 0.02)
         if comm.rank == 1:
             time.sleep(1.0)  # descheduled, say: the others reach the bound meanwhile
-            lag = opt.lagged
+            lag = opt.timing
             assert lag.link.ahead(opt.step_count, lag.least_ahead) >= lag.least_ahead
             assert not opt.behind(), f"skips although not slower: {lag.pace} {lag.peer_pace}"
             compute(0.0)
@@ -199,7 +200,7 @@ def check_only_a_slower_rank_skips(comm) -> None:
             else:
                 compute(0.1 if comm.rank == 1 else 0.02)
         if comm.rank == 1:
-            assert skipped >= 1, f"rank 1 is 5x slower and never skipped: {opt.lagged.pace}"
+            assert skipped >= 1, f"rank 1 is 5x slower and never skipped: {opt.timing.pace}"
         opt.synchronize()
     finally:
         opt.close()
@@ -214,7 +215,7 @@ def check_close_leaves_nothing_unmatched(comm) -> None:
         return
     _run_slow(comm, opt, model, slow_rank=0, pause_s=0.005, steps=7)
     opt.close()
-    assert opt.lagged.link.in_flight == 0, opt.lagged.link.in_flight
+    assert opt.timing.link.in_flight == 0, opt.timing.link.in_flight
     comm.barrier()
     world = getattr(comm, "world", None)
     if world is not None:  # LocalWorld: inspect the mailboxes

@@ -9,11 +9,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from gossipgrad.comm.base import ReduceOp, allreduce_
+from gossipgrad.comm.base import ReduceOp
+from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.engine.consensus import agree, consensus_distance
-from gossipgrad.engine.distributed import DistributedOptimizer
 from gossipgrad.engine.monitor import ConsensusMonitor
 from gossipgrad.options import ExchangeOptions
+from gossipgrad.strategies import DistributedOptimizer
 
 
 def _model(seed: int = 0) -> torch.nn.Module:

@@ -12,10 +12,11 @@ import time
 import torch
 
 from gossipgrad.bench.common import CountingCommunicator
-from gossipgrad.comm.base import ReduceOp, allreduce_
-from gossipgrad.engine.distributed import DistributedOptimizer
+from gossipgrad.comm.base import ReduceOp
+from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.engine.offload import HostOffloadOptimizer
 from gossipgrad.engine.ps import ParameterServerOptimizer
+from gossipgrad.strategies import DistributedOptimizer
 
 
 def _model(width: int = 16) -> torch.nn.Module:
@@ -168,8 +169,9 @@ def check_ps_resume_is_exact(comm) -> None:
     loads it, 4 more steps: the bits of 10 steps straight."""
     straight = _run(comm, "ps", steps=10)
     first = _run(comm, "ps", steps=6)
-    assert "ps" in first["state"]["opt"] and first["state"]["opt"]["step"] == 6
-    owned = first["state"]["opt"]["ps"]["buckets"]
+    own = first["state"]["opt"]["gossipgrad"]
+    assert "ps" in own and own["step"] == 6
+    owned = own["ps"]["buckets"]
     assert owned == [b for b, o in enumerate(first["opt"].owners) if o == comm.rank]
     rest = _run(comm, "ps", steps=4, start=6, state=first["state"])
     assert torch.equal(rest["w"], straight["w"]), f"rank {comm.rank}: resume changed the bits"

@@ -22,7 +22,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from gossipgrad.comm.base import WaitPolicy, allreduce_  # noqa: E402
+from gossipgrad.comm.base import WaitPolicy
+from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.comm.mpi import MpiCommunicator  # noqa: E402
 
 from multirank.checks import NotApplicable  # noqa: E402

@@ -30,14 +30,15 @@ from torch.nn.parallel import DistributedDataParallel
 
 from gossipgrad.comm.base import Communicator
 from gossipgrad.comm.rendezvous import choose_interface, same_host, share_address
-from gossipgrad.engine.adapters.base import AllreduceAdapter
 from gossipgrad.engine.consensus import verify_identical
-from gossipgrad.options import ExchangeOptions, Strategy
+from gossipgrad.options import ExchangeOptions
+from gossipgrad.registry import STRATEGIES
+from gossipgrad.strategies.library import LibraryOptimizer, LibraryStrategy
 
 log = logging.getLogger(__name__)
 
 
-class DdpAdapter(AllreduceAdapter):
+class DdpOptimizer(LibraryOptimizer):
     """DDP with DistributedOptimizer's interface; forward goes through ``module_for_forward``.
 
     Starting parameters come from DDP's own broadcast from rank 0 (at construction) and are
@@ -46,17 +47,14 @@ class DdpAdapter(AllreduceAdapter):
     (``gradient_as_bucket_view=True``), as in gossipgrad's own buckets.
     """
 
-    strategy = Strategy.DDP
-
     def __init__(
         self,
         optimizer: torch.optim.Optimizer,
         model: torch.nn.Module,
         comm: Communicator,
-        options: ExchangeOptions | None = None,
-        **overrides: Any,
+        options: ExchangeOptions,
     ) -> None:
-        super().__init__(optimizer, model, comm, options, **overrides)
+        super().__init__(optimizer, model, comm, options)
         device = next(model.parameters()).device
         backend = "nccl" if device.type == "cuda" else "gloo"
         self._owns_group = init_process_group(comm, backend)
@@ -99,6 +97,17 @@ class DdpAdapter(AllreduceAdapter):
         if self._owns_group:
             dist.destroy_process_group()
             self._owns_group = False
+
+
+class Ddp(LibraryStrategy):
+    name = "ddp"
+    summary = "torch DistributedDataParallel (gloo on CPU, nccl on CUDA)"
+
+    def build(self, optimizer: Any, model: Any, comm: Any, opts: Any, *, stager: Any) -> Any:
+        return DdpOptimizer(optimizer, model, comm, opts)
+
+
+STRATEGIES.register(Ddp.name, Ddp())
 
 
 def init_process_group(comm: Communicator, backend: str) -> bool:

@@ -1,4 +1,5 @@
-"""Who did not arrive: after a collective's deadline, name the ranks that never joined it.
+"""Blocking collectives with deadlines (``allreduce_``, ``sendrecv_``), and who did not
+arrive: after a collective's deadline, name the ranks that never joined it.
 
 A collective cannot tell which rank is missing. So when a wait for one times out, the rank
 sends a tiny point-to-point probe, "here, at step t, in this collective", to every other
@@ -19,10 +20,11 @@ from __future__ import annotations
 
 import time
 import zlib
+from typing import Any
 
 import numpy as np
 
-from gossipgrad.comm.base import CommTimeout, Communicator, Request, Tag
+from gossipgrad.comm.base import CommTimeout, Communicator, ReduceOp, Request, Tag, WaitContext
 
 
 def probe_window(timeout: float) -> float:
@@ -123,3 +125,35 @@ def wait_collective(
         raise CommTimeout(
             missing_message(comm.rank, what, step, timeout, missing, heard, window)
         ) from None
+
+
+def allreduce_(
+    comm: Communicator,
+    buf: Any,
+    op: ReduceOp = ReduceOp.SUM,
+    *,
+    what: str = "",
+    step: int | None = None,
+) -> Any:
+    """Blocking in-place allreduce with the communicator's deadline; returns ``buf``. On
+    the deadline the CommTimeout names the ranks that did not arrive (:func:`wait_collective`);
+    ``what`` and ``step`` say which collective it was."""
+    wait_collective(comm, comm.iallreduce_(buf, op), what or f"allreduce({ReduceOp(op)})", step)
+    return buf
+
+
+def sendrecv_(
+    comm: Communicator,
+    sendbuf: Any,
+    dst: int,
+    recvbuf: Any,
+    src: int,
+    tag: int,
+    step: int | None = None,
+) -> Any:
+    """Send ``sendbuf`` to ``dst`` while receiving into ``recvbuf`` from ``src``."""
+    r = comm.irecv(recvbuf, src, tag, WaitContext("sent nothing", src, tag, step))
+    s = comm.isend(sendbuf, dst, tag, WaitContext("received nothing", dst, tag, step))
+    r.wait(comm.timeout)
+    s.wait(comm.timeout)
+    return recvbuf

@@ -28,9 +28,10 @@ from typing import Any
 import torch
 
 from gossipgrad.comm.base import CommTimeout, Communicator
-from gossipgrad.engine.adapters.base import AllreduceAdapter
 from gossipgrad.engine.consensus import average_buffers_, verify_identical
-from gossipgrad.options import ExchangeOptions, Strategy, bucket_cap_bytes
+from gossipgrad.options import ExchangeOptions, bucket_cap_bytes
+from gossipgrad.registry import STRATEGIES
+from gossipgrad.strategies.library import LibraryOptimizer, LibraryStrategy
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def import_horovod() -> Any:
     return hvd
 
 
-class HorovodAdapter(AllreduceAdapter):
+class HorovodOptimizer(LibraryOptimizer):
     """``hvd.DistributedOptimizer`` with DistributedOptimizer's interface.
 
     ``.optimizer`` is Horovod's wrapper (a new optimizer over the same parameter groups;
@@ -60,17 +61,14 @@ class HorovodAdapter(AllreduceAdapter):
     avoids ``broadcast_optimizer_state``'s pickles.
     """
 
-    strategy = Strategy.HOROVOD
-
     def __init__(
         self,
         optimizer: torch.optim.Optimizer,
         model: torch.nn.Module,
         comm: Communicator,
-        options: ExchangeOptions | None = None,
-        **overrides: Any,
+        options: ExchangeOptions,
     ) -> None:
-        super().__init__(optimizer, model, comm, options, **overrides)
+        super().__init__(optimizer, model, comm, options)
         self.hvd = import_horovod()
         self._owns_init = init_horovod(self.hvd, comm, bucket_cap_bytes(self.bucket_mb))
         self._stuck = False  # set when an allreduce passed its deadline
@@ -182,3 +180,15 @@ def init_horovod(hvd: Any, comm: Communicator, fusion_bytes: int) -> bool:
             "" if owns else " (already initialised by the caller)",
         )
     return owns
+
+
+class Horovod(LibraryStrategy):
+    name = "horovod"
+    summary = "horovod.torch's DistributedOptimizer (bash scripts/install-horovod.sh)"
+    wraps_optimizer_class = True
+
+    def build(self, optimizer: Any, model: Any, comm: Any, opts: Any, *, stager: Any) -> Any:
+        return HorovodOptimizer(optimizer, model, comm, opts)
+
+
+STRATEGIES.register(Horovod.name, Horovod())

@@ -9,16 +9,18 @@ ranks stays exact:
 
 - ``mix="param"``: push-sum (Kempe et al. 2003; SGP, Assran et al. 2019). Each rank holds
   its model z and a weight w (x = w z is its share of the sum). At step t it sends
-  (z, w/2) and keeps w/2; a frame (z', w') that arrives is added, x += w' z', w += w', which
-  is ``z.lerp_(z', w' / (w + w'))``. The optimizer's step moves x by the gradient itself
-  (the gradient is divided by w before it), so the sum over ranks of x, frames in flight
-  included, is the sum of the initial models minus lr x every gradient (plain SGD), and
-  after :meth:`LaggedMixer.drain_` (every frame delivered, so the weights sum to ``size``)
-  ``synchronize`` computes that virtual mean exactly: sum(w z) / size.
-- ``mix="grad"``: each gradient is sent whole; the sender applies half of it at once, the
-  receiver the other half when it arrives, so every gradient's two halves are applied
-  exactly once. Halves still owed when the ranks drain are applied with one more optimizer
-  step (:meth:`LaggedMixer.drain_` returns True).
+  (z, a w) and keeps (1 - a) w, a the mixing rule's share of the peer (1/2 by default:
+  :meth:`~gossipgrad.engine.rules.Average.split`); a frame (z', w') that arrives is added,
+  x += w' z', w += w', which is ``z.lerp_(z', w' / (w + w'))``. The optimizer's step
+  moves x by the gradient itself (the gradient is divided by w before it), so the sum over
+  ranks of x, frames in flight included, is the sum of the initial models minus lr x every
+  gradient (plain SGD), and after :meth:`Lagged.drain_` (every frame delivered, so the
+  weights sum to ``size``) ``synchronize`` computes that virtual mean exactly:
+  sum(w z) / size.
+- ``mix="grad"``: each gradient is sent whole; the sender applies its share (1 - a) at
+  once, the receiver the share a (carried in the frame) when it arrives, so every gradient
+  is applied exactly once. Shares still owed when the ranks drain are applied with one more
+  optimizer step (:meth:`Lagged.drain_` returns True).
 
 With momentum or weight decay the mean moves a little differently (the optimizer is then
 not linear in the gradient); the consensus distance is measured at every evaluation.
@@ -27,8 +29,8 @@ Catching up: receives are posted S steps ahead. If, before its compute, a rank s
 the frames of step ``t + k`` have already arrived for some k >= ceil(S / 2), a peer is k
 steps ahead; if this rank's compute is also slower than its peers' (each frame carries its
 sender's pace, the moving average of the seconds from ``behind()`` to ``step()``; slower
-means by more than :data:`PACE_MARGIN`), :meth:`LaggedMixer.behind` says so and the caller
-skips this step's forward and backward (``DistributedOptimizer.skip_step``), so a slow rank
+means by more than :data:`PACE_MARGIN`), :meth:`Lagged.behind` says so and the caller
+skips this step's forward and backward (``skip_step()``), so a slow rank
 computes fewer samples instead of holding the others back. A rank that is only behind (a
 pause, not a slower pace) keeps computing: the lag bound, not a skipped batch, absorbs it.
 What skipping cost is counted by the caller.
@@ -43,14 +45,16 @@ import logging
 import time
 from typing import Any
 
-import numpy as np
 import torch
 
-from gossipgrad.comm.base import Communicator, Tag, allreduce_
-from gossipgrad.comm.lagged import LagLink, Poller
+from gossipgrad.comm.base import Communicator, Tag
+from gossipgrad.comm.codecs import Codec
+from gossipgrad.comm.lagged import HEADER_BYTES, LagLink, Poller
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.engine.buckets import BucketLayout
 from gossipgrad.engine.consensus import average_parameters_
+from gossipgrad.engine.rules import Average
+from gossipgrad.engine.timing.base import Timing
 from gossipgrad.options import Mix
 
 log = logging.getLogger(__name__)
@@ -73,19 +77,23 @@ def skip_threshold(max_lag: int) -> int:
     return max(1, (max_lag + 1) // 2)
 
 
-class LaggedMixer:
-    """Bounded-lag mixing of a :class:`BucketLayout`'s buckets (built by
-    ``DistributedOptimizer`` when ``max_lag >= 1``; collective: it duplicates ``comm``).
+class Lagged(Timing):
+    """Bounded-lag mixing of a :class:`BucketLayout`'s buckets (collective to build: it
+    duplicates ``comm``).
 
     Args:
         comm: the training communicator (the mixer talks on ``comm.dup()``).
-        schedule: the partner schedule.
+        schedule: the partner schedule (its weights are the peers' shares).
         layout: the buckets; ``values`` (param) or ``grads`` (grad) are mixed in place.
         mix: what is mixed.
         max_lag: S >= 1.
         staleness: 0, or 1 (a frame is mixed no earlier than the step after it was sent).
         poll: keep frames moving on a thread of its own while the caller computes.
+        rule: how much of its weight a rank sends (:meth:`Average.split`).
+        codec: the frames' wire codec (keyed by bucket index).
     """
+
+    header_bytes = HEADER_BYTES
 
     def __init__(
         self,
@@ -96,16 +104,21 @@ class LaggedMixer:
         max_lag: int,
         staleness: int = 0,
         poll: bool = True,
+        rule: Average | None = None,
+        codec: Codec | None = None,
     ) -> None:
         if max_lag < 1:
             raise ValueError(f"--max-lag must be >= 1 here, got {max_lag}")
         self.layout, self.mix, self.max_lag, self.staleness = layout, mix, max_lag, staleness
+        self.rule, self.codec = rule or Average(), codec or Codec()
         self.comm = comm.dup()
+        self.schedule = schedule
         base = Tag.PARAM_BUCKET if mix is Mix.PARAM else Tag.GRAD_BUCKET
+        wires = [self.codec.wire_like(self._source(b)) for b in layout.buckets]
         self.link = LagLink(
             self.comm,
             schedule,
-            [(b.nbytes, b.params[0].dtype) for b in layout.buckets],
+            [(w.numel() * w.element_size(), w.dtype) for w in wires],
             [base + b.index for b in layout.buckets],
             max_lag,
             lookahead=max_lag,
@@ -119,6 +132,14 @@ class LaggedMixer:
         self.pace: float | None = None  # seconds from behind() to step(), moving average
         self.peer_pace: float | None = None  # the same, of the frames' senders
         self._computing_since: float | None = None
+
+    def _source(self, bucket: Any) -> torch.Tensor:
+        return bucket.values if self.mix is Mix.PARAM else bucket.grads
+
+    def _share(self, step: int) -> float:
+        """The schedule's weight of ``step``'s peer, as the rule takes it."""
+        peers = self.schedule.peers(self.comm.rank, step)
+        return 0.0 if peers is None else peers.weight
 
     # -- the step ----------------------------------------------------------------------
     def behind(self, step: int) -> bool:
@@ -135,65 +156,66 @@ class LaggedMixer:
         self._computing_since = None if skip else time.perf_counter()
         return skip
 
-    def step_(
-        self,
-        step: int,
-        optimizer: torch.optim.Optimizer,
-        closure: Any = None,
-        computed: bool = True,
-    ) -> Any:
-        """Step ``step``'s exchange and ``optimizer``'s update, in the order of ``mix``
-        (param: update, then send; grad: send, then update with the mixed halves). Without a
-        gradient of this rank's (``computed=False``), param mix takes no update."""
-        loss = None
+    def _computed(self, computed: bool) -> None:
         if computed and self._computing_since is not None:
             self.pace = _smooth(self.pace, time.perf_counter() - self._computing_since)
         self._computing_since = None
-        if self.mix is Mix.GRAD:
-            self.mix_grads_(step, computed)
-            loss = optimizer.step(closure)
-        else:
-            if computed:
-                self.scale_grads_()
-                loss = optimizer.step(closure)
-            self.mix_params_(step)
-        return loss
 
-    def scale_grads_(self) -> None:
+    def before_update(self, step: int) -> None:
         """Param mix: divide the gradients by w, so the optimizer's step moves x = w z by
         the gradient itself (what keeps the sum over ranks exact)."""
+        self._computed(True)
         if self.mix is Mix.PARAM and self.weight != 1.0:
             for b in self.layout.buckets:
                 b.grads.div_(self.weight)
 
-    def mix_params_(self, step: int) -> None:
-        """After the optimizer step (or none, on a skipped step): send (z, w/2), keep w/2,
-        add what has arrived, and wait for step ``step - S`` if it has not."""
-        self._resume()
-        half = self.weight / 2
-        self.link.post(
-            step,
-            lambda i, f: f.payload.copy_(self.layout.buckets[i].values),
-            half,
-            pace=self.pace or 0.0,
-        )
-        self.weight = half
-        self._take(step)
+    def exchange_(self, bufs: list[torch.Tensor], tag: int, step: int) -> None:
+        if self.mix is Mix.GRAD:
+            self.mix_grads_(step, computed=True)
+        else:
+            self.mix_params_(step)
 
-    def mix_grads_(self, step: int, computed: bool) -> None:
-        """Before the optimizer step: send this step's gradients (weight 0 on a skipped
-        step: nothing to add), keep half, add the halves of the peers' that have arrived,
-        and wait for step ``step - S`` if it has not."""
+    def skip_(self, step: int, optimizer: torch.optim.Optimizer) -> None:
+        """Without a gradient of this rank's: grad mix applies the peers' shares that have
+        arrived (one optimizer step); param mix sends and mixes without an update."""
+        self._computed(False)
+        if self.mix is Mix.GRAD:
+            self.mix_grads_(step, computed=False)
+            optimizer.step()
+        else:
+            self.mix_params_(step)
+
+    def mix_params_(self, step: int) -> None:
+        """After the optimizer step (or none, on a skipped step): send (z, share of w), keep
+        the rest, add what has arrived, and wait for step ``step - S`` if it has not."""
         self._resume()
+        keep, send = self.rule.split(self.weight, self._share(step))
         buckets = self.layout.buckets
         self.link.post(
             step,
-            lambda i, f: f.payload.copy_(buckets[i].grads),
-            float(computed),
+            lambda i, f: self.codec.encode_(buckets[i].values, f.payload, i),
+            send,
+            pace=self.pace or 0.0,
+        )
+        self.weight = keep
+        self._take(step)
+
+    def mix_grads_(self, step: int, computed: bool) -> None:
+        """Before the optimizer step: send this step's gradients with the peer's share as
+        the frame's weight (0 on a skipped step: nothing to add), keep the rest, add the
+        shares of the peers' that have arrived, and wait for step ``step - S`` if it has
+        not."""
+        self._resume()
+        buckets = self.layout.buckets
+        keep, send = self.rule.split(1.0, self._share(step))
+        self.link.post(
+            step,
+            lambda i, f: self.codec.encode_(buckets[i].grads, f.payload, i),
+            send * float(computed),
             pace=self.pace or 0.0,
         )
         for b in buckets:
-            b.grads.mul_(0.5)
+            b.grads.mul_(keep)
         self._take(step)
 
     def _resume(self) -> None:
@@ -220,35 +242,37 @@ class LaggedMixer:
             w = f.weight
             if w == 0.0:
                 continue
+            target = self._source(b)
+            values = self.codec.decode(f.payload, target, b.index).to(target.device)
             if self.mix is Mix.PARAM:
-                b.values.lerp_(f.payload.to(b.values.device), w / (self.weight + w))
+                target.lerp_(values, w / (self.weight + w))
             else:
-                b.grads.add_(f.payload.to(b.grads.device), alpha=0.5)
+                target.add_(values, alpha=w)
         if self.mix is Mix.PARAM:
             self.weight += frames[0].weight
 
     # -- whole-model operations ----------------------------------------------------------
-    def drain_(self, steps_done: int) -> bool:
+    def drain_(self, step: int) -> bool:
         """Every rank at the same step (collective in effect): deliver and apply every
-        frame of steps < ``steps_done``. Param: the weights then sum to ``size``. Grad: the
-        buckets' gradients become the halves still owed; True if any (the caller applies
+        frame of steps < ``step``. Param: the weights then sum to ``size``. Grad: the
+        buckets' gradients become the shares still owed; True if any (the caller applies
         them with one optimizer step). Nothing after a timeout (the link is broken)."""
         if self.link.closed:
             return False
-        self.link.wait(steps_done - 1)
+        self.link.wait(step - 1)
         if self.poller is not None:  # nothing can arrive before this rank posts again
             self.poller.pause()
         if self.mix is Mix.GRAD:
             for b in self.layout.buckets:
                 b.grads.zero_()
         owed = False
-        for _, frames in self.link.arrived(steps_done - 1):
+        for _, frames in self.link.arrived(step - 1):
             owed = owed or any(f.weight != 0.0 for f in frames)
             self._apply(frames)
             self.link.release(frames)
         return owed and self.mix is Mix.GRAD
 
-    def average_(self, model: torch.nn.Module) -> None:
+    def average_(self, model: torch.nn.Module, comm: Communicator) -> None:
         """After :meth:`drain_`: every rank gets the virtual mean sum(w z) / size (exact:
         the weights sum to ``size``) and w = 1."""
         if self.mix is Mix.PARAM and self.weight != 1.0:
@@ -257,18 +281,21 @@ class LaggedMixer:
         average_parameters_(model, self.comm)
         self.weight = 1.0
 
-    def close(self, steps_done: int) -> None:
+    def close(self, step: int) -> None:
         """Collective, after :meth:`drain_`: match every receive posted ahead, stop the
         poller."""
         try:
             if self.poller is not None:
                 self.poller.close()
                 self.poller = None
-            self.link.close(steps_done)
+            self.link.close(step)
         finally:
             self.link.closed = True
 
-    def stats(self) -> dict[str, float]:
+    def abandon(self) -> None:
+        raise RuntimeError("a lagged exchange cannot follow a membership change (--max-lag 0)")
+
+    def stats(self) -> dict[str, Any]:
         """What lag cost this rank: steps that waited for a frame S steps old and the
         seconds they waited; the most steps ahead a peer was seen."""
         return {
@@ -280,32 +307,3 @@ class LaggedMixer:
 
 def _smooth(average: float | None, sample: float) -> float:
     return sample if average is None else (1 - PACE_SMOOTHING) * average + PACE_SMOOTHING * sample
-
-
-def skip_summary(
-    comm: Communicator, opt: Any, skipped_steps: int, samples_skipped: int, samples_scheduled: int
-) -> dict[str, Any]:
-    """Collective: what catching up cost, for the run's summary (identical on every rank):
-    steps and samples skipped per rank and summed, the share of scheduled samples that was
-    computed, and each rank's waits for a frame ``max_lag`` steps old."""
-    lag = getattr(opt, "lagged", None)
-    stats = lag.stats() if lag is not None else {"lag_waits": 0, "lag_wait_seconds": 0.0}
-    per_rank = np.zeros((4, comm.size), dtype=np.float64)
-    per_rank[:, comm.rank] = (
-        skipped_steps,
-        samples_skipped,
-        stats["lag_waits"],
-        stats["lag_wait_seconds"],
-    )
-    if comm.size > 1:
-        allreduce_(comm, per_rank, what="run summary")
-    total = comm.size * samples_scheduled
-    return {
-        "skipped_steps": int(per_rank[0].sum()),
-        "samples_skipped": int(per_rank[1].sum()),
-        "skipped_steps_per_rank": [int(v) for v in per_rank[0]],
-        "samples_skipped_per_rank": [int(v) for v in per_rank[1]],
-        "computed_fraction": 1.0 - per_rank[1].sum() / total if total else 1.0,
-        "lag_waits_per_rank": [int(v) for v in per_rank[2]],
-        "lag_wait_seconds_per_rank": [round(float(v), 3) for v in per_rank[3]],
-    }

@@ -1,0 +1,316 @@
+"""The bucket optimizer's shell: buckets, hooks and the order of a step, for every strategy
+whose exchange is one bucket at a time (gossip, allreduce, allreduce-param, local, and any
+plugin built the same way). What varies is handed in: the transport (who the bytes go to),
+the wire codec, the mixing rule and the timing (:mod:`gossipgrad.engine.timing`).
+
+Complete example (run as ``mpiexec -n 4 python example.py``, or plainly for one rank)::
+
+    import torch
+    import gossipgrad
+
+    comm = gossipgrad.init()
+    model = torch.nn.Linear(8, 2)
+    opt = gossipgrad.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1), model, comm)  # gossip, mix="param"
+    for _ in range(10):
+        x, y = torch.randn(16, 8), torch.randint(0, 2, (16,))
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    opt.synchronize()  # global average: one consensus model on every rank
+
+A step: ``zero_grad`` zeroes the gradient buckets (``p.grad`` are views into them); with
+``mix="grad"`` ``step()`` exchanges the gradient buckets (posted from backward hooks as
+they fill, when the timing overlaps), then the wrapped optimizer steps; with
+``mix="param"`` the optimizer steps, then the parameter buckets (``p.data`` are views too)
+are exchanged (waited for by forward pre-hooks of the modules that use them, when the
+timing overlaps). Parameters must therefore be read through their own module's
+``forward``; otherwise pass ``overlap=False``. Overlapped and blocking exchange give
+bit-identical results. Every ``sync_every`` steps, and when the consensus monitor asks
+(``sync="adaptive"``), a global average makes one model.
+"""
+
+# Over 300 lines on purpose: the one class that holds a bucketed step's protocol (hooks,
+# order, factors, monitor, membership changes); timing, rule and transport live apart.
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from gossipgrad.comm.base import Communicator, Tag
+from gossipgrad.comm.codecs import Codec, make_codec
+from gossipgrad.comm.schedule import Schedule
+from gossipgrad.comm.staging import Stager
+from gossipgrad.comm.transport import make_transport
+from gossipgrad.engine.buckets import BucketLayout, install_forward_waits
+from gossipgrad.engine.commthread import CommThread
+from gossipgrad.engine.consensus import broadcast_parameters_, consensus_distance, verify_identical
+from gossipgrad.engine.factors import Router, make_factor_path
+from gossipgrad.engine.mixer import BucketMixer
+from gossipgrad.engine.monitor import ConsensusMonitor
+from gossipgrad.engine.protocol import WrappedOptimizer
+from gossipgrad.engine.rules import make_rule
+from gossipgrad.engine.timing import Timing, make_timing
+from gossipgrad.options import ExchangeOptions, Mix
+
+log = logging.getLogger(__name__)
+
+PARAM_WINDOW = 2
+"""Parameter buckets on the wire at once (``CommThread`` window). Posted all at once they
+interleave on the connection and the first layer's bucket arrives last; in forward order
+two at a time, each arrives as early as the link allows."""
+
+
+class BucketOptimizer(WrappedOptimizer):
+    """Wraps ``optimizer``; ``step()`` = exchange + local step, in the order of ``mix``.
+
+    Args:
+        optimizer: a ``torch.optim`` optimizer over ``model``'s parameters.
+        model: the module being trained (its parameters are broadcast from rank 0 and
+            verified identical on construction; gradients, and values with
+            ``mix="param"``, become views into flat buckets).
+        comm: the communicator.
+        options: the exchange (validated for its strategy).
+        pattern: how a bucket's wire moves: ``peer``, ``ring`` or ``none``
+            (:func:`gossipgrad.comm.transport.make_transport`); the strategy's spec says.
+        stager: how device tensors reach MPI (default: direct on CPU).
+    """
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        model: torch.nn.Module,
+        comm: Communicator,
+        options: ExchangeOptions,
+        *,
+        pattern: str,
+        stager: Stager | None = None,
+    ) -> None:
+        super().__init__(optimizer, model)
+        opts = self.options = options
+        self.strategy, self.mix, self.pattern = opts.strategy, opts.mix, pattern
+        broadcast_parameters_(model, comm)
+        verify_identical(model, comm)
+        self._stager = stager
+        self.rule = make_rule(opts.rule)
+        self.codec: Codec = make_codec(opts.wire)
+        if not self.codec.lossless:  # its residuals differ per rank: saved per rank
+            self.rank_states = {"codec": self.codec}
+        schedule = Schedule(comm.size, opts.topology, opts.seed, opts.rotate)
+        # Linear weights that may go as sufficient factors (engine/factors.py) get no bucket.
+        self.factors = make_factor_path(model, comm, opts, schedule, stager)
+        self._bind_layout(self.factors.weight_ids if self.factors else frozenset())
+        self._hooks: list[Any] = []
+        self._connect(comm)
+        self.monitor = ConsensusMonitor(model, comm, opts, self.synchronize, self.timing.wait_)
+        if self.timing.ready_hooks:
+            self._hooks = [
+                p.register_post_accumulate_grad_hook(self._grad_ready)
+                for p in model.parameters()
+                if p.requires_grad
+            ]
+        elif self.timing.forward_waits:
+            self._hooks = install_forward_waits(model, self._bucket_of, self.timing.wait_)
+
+    def _bind_layout(self, exclude: frozenset[int]) -> None:
+        """Bucket every trainable parameter not in ``exclude``. Built again, once, after
+        the first step when sufficient factors hand back the layers they send as matrices."""
+        self.layout = BucketLayout(
+            list(self.model.parameters()), self.options.bucket_cap_bytes, exclude
+        )
+        self.layout.bind_grads_()
+        if self.mix is Mix.PARAM:
+            self.layout.bind_params_()
+        self._bucket_of = {id(p): b.index for b in self.layout.buckets for p in b.params}
+        self._ready = [0] * len(self.layout.buckets)
+
+    def _connect(self, comm: Communicator) -> None:
+        """Everything that depends on the ranks: schedule, transport, thread, timing."""
+        opts = self.options
+        self.comm = comm
+        self.schedule = Schedule(comm.size, opts.topology, opts.seed, opts.rotate)
+        self.communicates = comm.size > 1 and self.pattern != "none"
+        transport = make_transport(self.pattern, comm, self.schedule, self._stager)
+        self.mixer = BucketMixer(transport, self.codec, self.rule)
+        collective = self.pattern == "ring"  # posted in order, by the caller
+        thread = None
+        if opts.overlap and self.communicates and not opts.max_lag:  # lag polls its own
+            # A window only where a forward waits for buckets in order (the order is fixed).
+            window = PARAM_WINDOW if self.mix is Mix.PARAM and opts.staleness == 0 else None
+            finisher = Router(self.mixer, self.factors) if self.factors else self.mixer
+            block = comm.policy.block and not collective  # a collective posts under the lock
+            thread = CommThread(finisher, comm.timeout, window, block=block)
+        self.overlap = thread is not None  # the exchange runs on the communication thread
+        self.timing: Timing = (
+            make_timing(
+                opts, comm, self.schedule, self.layout, self.mixer, thread, collective, self.rule
+            )
+            if self.communicates
+            else _NoExchange()
+        )
+        if self.factors:
+            self.factors.bind(thread, lambda: self.step_count)
+
+    # -- membership changes (engine/membership.py) -----------------------------------
+    @property
+    def can_shrink(self) -> bool:
+        return self.factors is None and not self.options.max_lag
+
+    def abandon(self) -> None:
+        """After a rank died: forget every exchange in flight (their communicator is
+        revoked; nothing of them is applied). Parameters keep their values, each bucket
+        either mixed or its own; call :meth:`rejoin_` next."""
+        self.timing.abandon()
+
+    def rejoin_(self, comm: Communicator, step: int) -> None:
+        """Continue on ``comm`` (the survivors) at ``step`` (agreed by every rank): a
+        schedule for its size, a new transport, thread and timing. No communication; the
+        caller follows with a global average."""
+        if not self.can_shrink:
+            raise RuntimeError("a membership change needs --sufficient-factors off and --max-lag 0")
+        self.step_count = step
+        self._connect(comm)
+        self.monitor.comm = comm
+        if not (self.timing.ready_hooks or self.timing.forward_waits):  # one rank left
+            for h in self._hooks:
+                h.remove()
+            self._hooks = []
+
+    # -- the step --------------------------------------------------------------------
+    def zero_grad(self, set_to_none: bool = False) -> None:
+        """Zero the gradient buckets (gradients stay views into them; ``set_to_none`` is
+        accepted for compatibility and ignored)."""
+        for b in self.layout.buckets:
+            b.grads.zero_()
+        if self.factors:
+            self.factors.zero_grad_()
+        self._ready = [0] * len(self.layout.buckets)
+        self.timing.reset_step()
+
+    def step(self, closure: Any = None) -> Any:
+        """Mix and take the optimizer step; returns the closure's loss if given."""
+        if self.communicates and not self.layout.grads_bound():
+            raise RuntimeError(
+                "gradients were detached from their buckets (was "
+                "zero_grad(set_to_none=True) called on the inner optimizer?); "
+                "call zero_grad() on the DistributedOptimizer instead"
+            )
+        t = self.step_count
+        self.timing.before_update(t)
+        if self.mix is Mix.GRAD:
+            if self.factors:
+                self.factors.post_all()  # those no backward hook has posted
+            self.timing.exchange_([b.grads for b in self.layout.buckets], Tag.GRAD_BUCKET, t)
+            if self.factors:
+                self.factors.wait_all()
+            loss = self.optimizer.step(closure)
+            if self.factors and self.factors.end_step():  # first step: matrices to buckets
+                self._bind_layout(self.factors.weight_ids)
+        else:
+            loss = self.optimizer.step(closure)
+            self.timing.exchange_([b.values for b in self.layout.buckets], Tag.PARAM_BUCKET, t)
+        self._advance()
+        return loss
+
+    def _advance(self) -> None:
+        self.step_count += 1
+        every = self.options.sync_every
+        if every and self.step_count % every == 0:
+            self.synchronize()
+        else:  # every --monitor-every steps: estimate, and average if it is too far
+            self.monitor.after_step(self.step_count)
+
+    def behind(self) -> bool:
+        """True when a peer is far enough ahead that this rank should skip this step's
+        forward and backward and call :meth:`skip_step` (``max_lag >= 1`` only)."""
+        return self.timing.behind(self.step_count)
+
+    def skip_step(self) -> None:
+        """This step's exchange without a gradient of this rank's (after :meth:`behind`)."""
+        self.zero_grad()
+        self.timing.skip_(self.step_count, self.optimizer)
+        self._advance()
+
+    def _grad_ready(self, p: torch.Tensor) -> None:
+        b = self._bucket_of.get(id(p))
+        if b is None:  # a weight sent as sufficient factors
+            return
+        self._ready[b] += 1
+        if self._ready[b] == len(self.layout.buckets[b].params):
+            self.timing.ready(b, self.layout.buckets[b].grads, Tag.GRAD_BUCKET, self.step_count)
+
+    @property
+    def parameters_in_flight(self) -> int:
+        """Parameter buckets posted after the last step and not yet mixed in."""
+        return self.timing.in_flight
+
+    def wait_parameters(self, buckets: list[int] | None = None) -> None:
+        """Wait until the parameter exchange of ``buckets`` (default: all in flight) has
+        been mixed into the parameters (a no-op unless ``mix="param"`` is overlapped)."""
+        self.timing.wait_(buckets)
+
+    # -- whole-model operations -------------------------------------------------------
+    def drain(self) -> None:
+        """Complete any exchange still in flight: an overlapped parameter exchange is
+        applied; a staleness-1 exchange is completed without applying it; lagged frames
+        are applied (grad mix: the shares still owed, with one optimizer step)."""
+        if self.timing.drain_(self.step_count):
+            self.optimizer.step()
+
+    def synchronize(self) -> None:
+        """Global average of parameters and floating buffers: one consensus model."""
+        self.drain()
+        self.timing.average_(self.model, self.comm)
+
+    def consensus_distance(self) -> float:
+        """Collective: the exact consensus distance now (one allreduce of the model); it
+        also counts in the monitor's ``max_consensus_distance``."""
+        self.timing.wait_()
+        distance = consensus_distance(self.model, self.comm)
+        self.monitor.observe(distance)
+        return distance
+
+    def bytes_sent_per_step(self) -> float:
+        """Bytes this rank sends per step: every bucket's wire bytes moved by the
+        strategy's pattern, each message's header, and the factor path's."""
+        if not self.communicates:
+            return 0.0
+        factors = self.factors.bytes_sent() if self.factors else 0.0
+        spec = self.options.spec
+        return factors + sum(
+            spec.bytes_per_step(
+                self.codec.wire_nbytes(b.grads) + self.timing.header_bytes, self.comm.size
+            )
+            for b in self.layout.buckets
+        )
+
+    def lag_stats(self) -> dict[str, Any]:
+        return self.timing.stats()
+
+    @property
+    def factor_table(self) -> list[dict[str, Any]] | None:
+        return self.factors.table() if self.factors else None
+
+    def close(self) -> None:
+        """Complete everything in flight (no message is left unmatched), stop the thread."""
+        self.drain()
+        self.timing.close(self.step_count)
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        if self.factors:
+            self.factors.close()
+
+    def state_dict(self) -> dict[str, Any]:
+        self.timing.wait_()  # parameters in flight are mixed in before saving
+        return super().state_dict()
+
+
+class _NoExchange(Timing):
+    """One rank, or a strategy that sends nothing: every exchange is a no-op."""
+
+    def exchange_(self, bufs: list[torch.Tensor], tag: int, step: int) -> None:
+        return None

@@ -1,0 +1,229 @@
+"""The seams' registries: strategies, mixing rules and wire codecs, found by name. PURE.
+
+Each kind of variation has one home (docs/architecture.md, "Seams"); this module holds only
+the name -> object maps and the strategy spec's interface, so that option validation at the
+bottom of the layering can find what the layers above registered:
+
+- :data:`STRATEGIES`: :class:`StrategySpec` objects (``gossipgrad/strategies/``);
+- :data:`RULES`: mixing-rule factories (``gossipgrad/engine/rules.py``);
+- :data:`CODECS`: wire-codec factories (``gossipgrad/comm/codecs.py``).
+
+Importing ``gossipgrad`` registers the built-in ones; a new one is one module that calls
+``register`` (load it with ``import``, or with ``GOSSIPGRAD_PLUGINS=module`` for the CLI)::
+
+    >>> reg = Registry("colour", "--colour")
+    >>> reg.register("red", "#f00")
+    '#f00'
+    >>> reg.get("red"), reg.names()
+    ('#f00', ('red',))
+    >>> reg.get("blue")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown colour 'blue' (--colour); choose one of: red
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, ClassVar, Generic, TypeVar
+
+from gossipgrad.choices import spell
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Name -> object, in registration order.
+
+    Args:
+        kind: what the objects are, for messages ("strategy").
+        field: the option that names one (``"--strategy"``: spelled for the CLI or the
+            library by :func:`gossipgrad.choices.spell`).
+    """
+
+    def __init__(self, kind: str, field: str) -> None:
+        self.kind, self.field = kind, field
+        self._items: dict[str, T] = {}
+
+    def register(self, name: str, item: T, *, replace: bool = False) -> T:
+        """Add ``item`` under ``name`` and return it. ValueError if the name is taken
+        (``replace=True`` overrides: a test or plugin that re-registers on purpose)."""
+        if not name or not isinstance(name, str) or name != name.strip():
+            raise ValueError(f"a {self.kind} needs a non-empty name without spaces, got {name!r}")
+        if name in self._items and not replace:
+            raise ValueError(
+                f"{self.kind} {name!r} is already registered; pick another name "
+                "or pass replace=True"
+            )
+        self._items[name] = item
+        return item
+
+    def unregister(self, name: str) -> None:
+        """Remove ``name`` (tests that registered a toy)."""
+        self._items.pop(name, None)
+
+    def get(self, name: Any) -> T:
+        """The object registered as ``name``; ValueError naming the option and the choices."""
+        key = getattr(name, "value", name)
+        if key not in self._items:
+            raise ValueError(
+                f"unknown {self.kind} {key!r} ({spell(self.field)}); choose one of: "
+                f"{', '.join(self._items)}"
+            )
+        return self._items[key]
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._items)
+
+    def __contains__(self, name: object) -> bool:
+        return getattr(name, "value", name) in self._items
+
+    def items(self) -> Iterable[tuple[str, T]]:
+        return tuple(self._items.items())
+
+
+class StrategySpec:
+    """What one strategy is: the options it reads, what it sends, what it supports, and how
+    it builds its optimizer. One subclass per module in ``gossipgrad/strategies/``.
+
+    Class attributes (override in a subclass):
+        name: the ``--strategy`` value.
+        summary: one line for ``--help`` and the docs.
+        uses: the :class:`~gossipgrad.options.ExchangeOptions` fields it reads besides the
+            common ones (:data:`COMMON_FIELDS`); any other field set away from its default
+            is refused with one line (never silently ignored).
+        pattern: how a bucket's bytes move: ``"peer"`` (one send to one peer), ``"ring"``
+            (an allreduce), ``"server"`` (a push to an owner, a pull back), ``"none"``.
+        collective: every rank joins every step's exchange, so no rank can run ahead.
+        identical: the ranks' parameters stay bit-identical every step (``synchronize``
+            checks instead of averaging).
+        factor_pattern: how it sends sufficient factors (``"peer"``, ``"allgather"``), or
+            None when it sends none.
+        shrink: it can follow a membership change (``--on-failure continue``).
+        wraps_optimizer_class: it replaces the optimizer's class (Horovod does), so
+            ``--offload optimizer`` cannot wrap it.
+        library: the exchange runs inside another library (Horovod, DDP), not through
+            gossipgrad's communicator.
+    """
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    uses: ClassVar[frozenset[str]] = frozenset()
+    pattern: ClassVar[str] = "none"
+    collective: ClassVar[bool] = False
+    identical: ClassVar[bool] = False
+    factor_pattern: ClassVar[str | None] = None
+    shrink: ClassVar[bool] = False
+    wraps_optimizer_class: ClassVar[bool] = False
+    library: ClassVar[bool] = False
+    fixed_mix: ClassVar[Any] = None
+    mix_reason: ClassVar[str] = ""
+    refusals: ClassVar[dict[str, str]] = {}
+
+    def check(self, opts: Any) -> None:
+        """Combination rules of this strategy's own (ValueError, one line naming the
+        options; :func:`gossipgrad.choices.spell` spells them). Called after the generic
+        checks of :class:`~gossipgrad.options.ExchangeOptions`."""
+
+    def factor_obstacle(self, opts: Any, size: int | None = None) -> str | None:
+        """Why ``opts`` send no sufficient factors (None: they can). The rules, once:
+        a strategy that sends factors at all, gradients mixed (parameters have no factors),
+        staleness 0 (a stale exchange is applied as a correction of the buckets), max-lag 0
+        (a lagged frame carries whole buckets), and more than one rank."""
+        if self.factor_pattern is None:
+            return (
+                f"needs a strategy that sends factors ({spell('--strategy', self.name)} sends none)"
+            )
+        if getattr(opts.mix, "value", opts.mix) != "grad":
+            return (
+                f"needs {spell('--mix', 'grad')} ({spell('--mix', 'param')} averages "
+                "parameters, which have no factors)"
+            )
+        if opts.staleness:
+            return (
+                f"needs {spell('--staleness', 0)} (a stale exchange is applied as a "
+                "correction of the buckets)"
+            )
+        if opts.max_lag:
+            return f"needs {spell('--max-lag', 0)} (a lagged frame carries whole buckets)"
+        if size == 1:
+            return "needs more than one rank (one rank exchanges nothing)"
+        return None
+
+    def auto_adaptive(self, opts: Any) -> bool:
+        """What ``sync="auto"`` means: adaptive averaging on or off (off: the ranks stay
+        together without it)."""
+        return False
+
+    def monitors(self, opts: Any) -> bool:
+        """Whether the consensus distance is estimated every ``monitor_every`` steps."""
+        return False
+
+    def cannot_shrink(self, opts: Any) -> str | None:
+        """Why these options cannot follow a membership change (None: they can)."""
+        return None if self.shrink else f"strategy {self.name} cannot shrink its communicator"
+
+    def bytes_per_step(self, nbytes: float, size: int) -> float:
+        """Bytes one rank sends per step to exchange ``nbytes`` of buckets, as counted by
+        :func:`pattern_bytes` for :attr:`pattern`."""
+        return pattern_bytes(self.pattern, nbytes, size)
+
+    def agreement_period(self, opts: Any) -> int:
+        """Steps between two stop agreements (1: every step)."""
+        return 1
+
+    def build(self, optimizer: Any, model: Any, comm: Any, opts: Any, *, stager: Any) -> Any:
+        """The distributed optimizer for ``opts`` (collective: every rank calls it)."""
+        raise NotImplementedError(f"strategy {self.name!r} does not say how to build itself")
+
+
+COMMON_FIELDS = frozenset({"strategy", "topology", "seed", "rotate"})
+"""ExchangeOptions fields every strategy accepts: the schedule's (the background shuffle and
+the start-up agreement use it whatever the strategy) and the seed."""
+
+NEUTRAL = {
+    "sufficient_factors": "off",
+    "sync": "off",
+    "sync_every": 0,
+    "max_lag": 0,
+    "staleness": 0,
+    "monitor_every": 0,
+}
+"""Values that switch a feature off: accepted by every strategy, also one without the
+feature (a launch may pass ``--sufficient-factors off`` to every contender)."""
+
+
+def pattern_bytes(pattern: str, nbytes: float, size: int) -> float:
+    """Bytes one rank sends per step for ``nbytes`` of buckets moved by ``pattern``.
+
+    A peer exchange sends the buckets once; a ring allreduce, and a push to each bucket's
+    owner with the parameters pulled back, send ``2 (size - 1) / size`` of them (a mean over
+    ranks for the server: an owner of more than 1/size sends more).
+
+        >>> [pattern_bytes(p, 100, 4) for p in ("ring", "peer", "server", "none")]
+        [150.0, 100.0, 150.0, 0.0]
+    """
+    if size < 1:
+        raise ValueError(f"size must be >= 1, got {size}")
+    if size == 1 or pattern == "none":
+        return 0.0
+    if pattern == "peer":
+        return float(nbytes)
+    if pattern in ("ring", "server"):
+        return 2.0 * (size - 1) / size * nbytes
+    raise ValueError(f"unknown exchange pattern {pattern!r}; one of peer, ring, server, none")
+
+
+STRATEGIES: Registry[StrategySpec] = Registry("strategy", "--strategy")
+"""Every ``--strategy``: name -> :class:`StrategySpec`."""
+
+RULES: Registry[Any] = Registry("mixing rule", "--rule")
+"""Every ``--rule``: name -> a factory ``(argument: str | None) -> MixingRule``."""
+
+CODECS: Registry[Any] = Registry("wire codec", "--wire")
+"""Every ``--wire``: name -> a factory ``() -> Codec``."""
+
+
+def strategy(name: Any) -> StrategySpec:
+    """The spec of ``--strategy name`` (ValueError listing the choices)."""
+    return STRATEGIES.get(name)

@@ -1,0 +1,93 @@
+"""Strategies: one module per strategy, each a small spec object
+(:class:`gossipgrad.registry.StrategySpec`) registered in
+:data:`gossipgrad.registry.STRATEGIES`; :func:`DistributedOptimizer` builds any of them.
+
+Adding a strategy is one module: subclass ``StrategySpec`` (or :class:`BucketStrategy`
+for one that moves one bucket at a time), say which options it reads and what it
+supports, write ``build``, and call ``STRATEGIES.register(name, spec)``. Import it before
+use, or name it in ``GOSSIPGRAD_PLUGINS`` for the command line.
+
+    >>> from gossipgrad.registry import STRATEGIES
+    >>> STRATEGIES.names()
+    ('gossip', 'allreduce', 'allreduce-param', 'local', 'ps', 'horovod', 'ddp')
+    >>> STRATEGIES.get("gossip").pattern, STRATEGIES.get("allreduce").collective
+    ('peer', True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from gossipgrad.comm.base import Communicator
+from gossipgrad.comm.staging import Stager
+from gossipgrad.options import ExchangeOptions, exchange_options
+from gossipgrad.registry import COMMON_FIELDS, STRATEGIES, StrategySpec
+from gossipgrad.strategies.bucketed import BucketStrategy
+
+# isort: off
+# registration, in the order --help lists them
+from gossipgrad.strategies import gossip  # noqa: F401, E402
+from gossipgrad.strategies import allreduce  # noqa: F401, E402
+from gossipgrad.strategies import allreduce_param  # noqa: F401, E402
+from gossipgrad.strategies import local  # noqa: F401, E402
+from gossipgrad.strategies import ps  # noqa: F401, E402
+from gossipgrad.strategies import horovod  # noqa: F401, E402
+from gossipgrad.strategies import ddp  # noqa: F401, E402
+# isort: on
+
+__all__ = ["BucketStrategy", "DistributedOptimizer", "StrategySpec", "STRATEGIES", "options_for"]
+
+
+def DistributedOptimizer(  # noqa: N802 - the class-like name users know (Horovod's too)
+    optimizer: torch.optim.Optimizer,
+    model: torch.nn.Module,
+    comm: Communicator,
+    options: ExchangeOptions | None = None,
+    *,
+    stager: Stager | None = None,
+    **overrides: Any,
+) -> Any:
+    """Wrap ``optimizer`` so that each ``step()`` also exchanges, by ``options.strategy``.
+
+    Keyword arguments override the options' fields (``strategy="allreduce"``,
+    ``mix="grad"``, ``max_lag=2`` ...); the strategy's spec validates them and builds its
+    optimizer, a ``torch.optim.Optimizer`` sharing ``optimizer``'s ``param_groups`` and
+    ``state`` (:class:`gossipgrad.engine.protocol.WrappedOptimizer`). Collective: every
+    rank calls it with the same options. See :mod:`gossipgrad.engine.shell` for a complete
+    example.
+    """
+    if not (hasattr(optimizer, "step") and hasattr(optimizer, "param_groups")):
+        raise TypeError(
+            "DistributedOptimizer(optimizer, model, comm, options=None, **overrides) takes a "
+            f"torch optimizer first, got {optimizer!r}; pass the strategy as strategy=..."
+        )
+    opts = exchange_options(options, overrides)
+    return opts.spec.build(optimizer, model, comm, opts, stager=stager)
+
+
+def options_for(
+    strategy: str, base: ExchangeOptions | None = None, **fields: Any
+) -> ExchangeOptions:
+    """Exchange options for ``strategy`` from ``base``'s fields and ``fields``, keeping only
+    those the strategy reads: how a benchmark runs every contender with the launch's
+    settings where they apply (a setting a strategy does not read would be refused).
+
+    >>> options_for("ddp", mix="grad", bucket_mb=4, max_lag=2).bucket_mb
+    4
+    >>> options_for("gossip", mix="grad", max_lag=2).max_lag
+    2
+    """
+    spec = STRATEGIES.get(strategy)
+    values = (
+        {} if base is None else {f.name: getattr(base, f.name) for f in dataclasses.fields(base)}
+    )
+    values.update(fields)
+    keep = {
+        k: v
+        for k, v in values.items()
+        if k != "strategy" and (k in spec.uses or k in COMMON_FIELDS)
+    }
+    return ExchangeOptions(strategy=spec.name, **keep)

@@ -1,0 +1,30 @@
+"""What the bucketed strategies share: their optimizer is the shell
+(:class:`gossipgrad.engine.shell.BucketOptimizer`) with the transport of their pattern.
+Not a strategy itself; gossip, allreduce, allreduce-param and local subclass it, and so can
+a plugin whose exchange moves one bucket at a time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gossipgrad.engine.shell import BucketOptimizer
+from gossipgrad.registry import StrategySpec
+
+
+class BucketStrategy(StrategySpec):
+    """Builds a :class:`BucketOptimizer` that moves buckets by :attr:`pattern`."""
+
+    shrink = True
+
+    def build(self, optimizer: Any, model: Any, comm: Any, opts: Any, *, stager: Any) -> Any:
+        return BucketOptimizer(optimizer, model, comm, opts, pattern=self.pattern, stager=stager)
+
+    def cannot_shrink(self, opts: Any) -> str | None:
+        if opts.max_lag:
+            return "a lagged exchange cannot follow a membership change yet (--max-lag 0)"
+        if opts.sufficient_factors.value == "on":
+            return (
+                "sufficient factors cannot follow a membership change (--sufficient-factors "
+                "auto sends none when ranks may die, or off)"
+            )
+        return None

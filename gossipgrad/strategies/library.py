@@ -1,0 +1,98 @@
+"""What the horovod and ddp strategies share: an optimizer around a library that keeps
+every rank's parameters identical by allreducing gradients during backward, and the spec
+traits of such a strategy (collective, identical ranks, no codec of ours, no shrink).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from gossipgrad.choices import Mix
+from gossipgrad.comm.base import Communicator
+from gossipgrad.comm.schedule import Schedule
+from gossipgrad.engine.buckets import BucketLayout
+from gossipgrad.engine.consensus import consensus_distance, verify_identical
+from gossipgrad.engine.protocol import WrappedOptimizer
+from gossipgrad.options import ExchangeOptions
+from gossipgrad.registry import StrategySpec
+from gossipgrad.strategies.allreduce import COLLECTIVE_REFUSALS
+
+log = logging.getLogger(__name__)
+
+
+class LibraryStrategy(StrategySpec):
+    """Spec traits of a strategy whose library runs the exchange."""
+
+    uses = frozenset({"bucket_mb"})
+    pattern = "ring"
+    collective = True
+    identical = True
+    library = True
+    fixed_mix = Mix.GRAD
+    mix_reason = "its library averages gradients during backward"
+    refusals = {
+        **COLLECTIVE_REFUSALS,
+        "staleness": "it waits for every step's allreduce; gossipgrad's allreduce has a stale one",
+        "overlap": "the library always overlaps its allreduce with backward",
+    }
+
+
+class LibraryOptimizer(WrappedOptimizer):
+    """Base of the library optimizers (identical parameters every step).
+
+    Args:
+        optimizer: a ``torch.optim`` optimizer over ``model``'s parameters, with no state
+            yet (a subclass may wrap it in a new object; read ``.optimizer`` afterwards).
+        model: the module being trained; not modified here.
+        comm: the communicator (``gossipgrad.init()``).
+        options: the exchange options, validated for the strategy. ``bucket_mb`` is the
+            bucket (DDP ``bucket_cap_mb``) or fusion buffer (Horovod
+            ``HOROVOD_FUSION_THRESHOLD``) size; topology, seed and rotate only build
+            ``schedule``, which the trainer checks every rank agrees on (no message follows
+            it).
+    """
+
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        model: torch.nn.Module,
+        comm: Communicator,
+        options: ExchangeOptions,
+    ) -> None:
+        super().__init__(optimizer, model)
+        self.comm, self.options, self.strategy = comm, options, options.strategy
+        self.bucket_mb = options.bucket_mb
+        self.schedule = Schedule(comm.size, options.topology, options.seed, options.rotate)
+        # Sizes only (logging, bytes per step): never bound, no gradient lives in it.
+        self.layout = BucketLayout(list(model.parameters()), options.bucket_cap_bytes)
+        self.communicates = comm.size > 1
+
+    def step(self, closure: Any = None) -> Any:
+        loss = self.optimizer.step(closure)
+        self.step_count += 1
+        return loss
+
+    def synchronize(self) -> None:
+        """Check, do not average: the allreduce keeps parameters bit-identical, so a
+        difference is a bug and raises RuntimeError. Subclasses first make floating
+        buffers (BatchNorm statistics) agree, so what is evaluated and saved is one model."""
+        self._sync_buffers_()
+        verify_identical(
+            self.model,
+            self.comm,
+            when=f"at step {self.step_count} under --strategy {self.strategy}",
+        )
+
+    def _sync_buffers_(self) -> None:
+        pass
+
+    def consensus_distance(self) -> float:
+        """Measured, not assumed: 0.0 while the ranks hold identical parameters."""
+        return consensus_distance(self.model, self.comm)
+
+    def bytes_sent_per_step(self) -> float:
+        """Ring-allreduce theory (the spec's pattern), not measured."""
+        return self.options.spec.bytes_per_step(self.layout.nbytes, self.comm.size)
