@@ -148,6 +148,18 @@ def spell(flag: str, value: Any = ...) -> str:
     return name if value is ... else f"{name}={value!r}"
 
 
+def spell_either(flag: str, *values: Any) -> str:
+    """``flag`` with one of ``values``: ``--sufficient-factors auto or off`` on the command
+    line, ``sufficient_factors='auto' or 'off'`` from the library.
+
+    >>> spell_either("--sync", "off", "auto")
+    "sync='off' or 'auto'"
+    """
+    first = spell(flag, values[0])
+    rest = [str(v) if _SPELLING["cli"] else repr(getattr(v, "value", v)) for v in values[1:]]
+    return " or ".join([first, *rest])
+
+
 def respell(text: str) -> str:
     """Every ``--flag`` in ``text`` spelled as :func:`spell` does (for static reasons).
 

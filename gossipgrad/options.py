@@ -43,6 +43,7 @@ from gossipgrad.choices import (  # noqa: F401 - re-exported: the usual import p
     parse_offload,
     respell,
     spell,
+    spell_either,
 )
 from gossipgrad.registry import CODECS, COMMON_FIELDS, NEUTRAL, RULES, STRATEGIES, StrategySpec
 
@@ -159,8 +160,7 @@ class ExchangeOptions(_Options):
             if why is not None:
                 raise ValueError(
                     f"{spell('--sufficient-factors', 'on')} {why}; pass "
-                    f"{spell('--sufficient-factors', 'auto')} or "
-                    f"{spell('--sufficient-factors', 'off')}"
+                    f"{spell_either('--sufficient-factors', 'auto', 'off')}"
                 )
         spec.check(self)
 

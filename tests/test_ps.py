@@ -72,7 +72,7 @@ def test_ps_is_not_a_library_strategy_and_counts_ring_bytes():
     [
         (
             {"staleness": 1},
-            "staleness=1 does not apply to strategy='ps' (its slack is --max-lag",
+            "staleness=1 does not apply to strategy='ps' (its slack is max_lag",
         ),
         ({"mix": "param"}, "mix='param' does not apply to strategy='ps'"),
         ({"sync_every": 5}, "sync_every=5 does not apply to strategy='ps'"),
