@@ -56,8 +56,9 @@ class Topology(enum.StrEnum):
     """The partner schedule (``--topology``)."""
 
     AUTO = "auto"  # hypercube for power-of-two sizes, else dissemination
-    HYPERCUBE = "hypercube"
-    DISSEMINATION = "dissemination"
+    HYPERCUBE = "hypercube"  # power-of-two sizes: the exact mean after log2(size) steps
+    DISSEMINATION = "dissemination"  # any size; contracts, exact only for powers of two
+    BASE2 = "base2"  # any size: the exact mean after one pass (comm/base2.py), some ranks idle
 
 
 class ShuffleMode(enum.StrEnum):

@@ -12,13 +12,14 @@ each, swapping 2 per round::
 In round ``index`` every rank sends the samples in ``slots`` (in that order) to ``dst`` and
 receives exactly as many samples from ``src``, which it writes into the same ``slots`` (in the
 order received). Partners follow :class:`gossipgrad.comm.schedule.Schedule` with the round as
-the step (dissemination or hypercube, re-permuted every cycle), so they rotate and every
-rank's samples can reach every other rank within ceil(log2 size) rounds.
+the step (dissemination, hypercube or base2, re-permuted every cycle), so they rotate and
+every rank's samples can reach every other rank within one cycle. A rank that the schedule
+leaves idle in a round (base2) gets ``dst == src == rank`` and no slots: it swaps nothing.
 
 Invariant (nothing lost, nothing duplicated): ``dst`` is a permutation of the ranks with
 ``plan.round(dst, index).src == rank``, every rank sends and receives the same number of
-samples, and ``slots`` are distinct, so shard lengths never change and the multiset of
-samples over all ranks is the same after every round.
+samples (none when idle), and ``slots`` are distinct, so shard lengths never change and the
+multiset of samples over all ranks is the same after every round.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class ShufflePlan:
             (``--shuffle-samples``).
         seed: shared non-negative seed.
         topology: partner schedule, ``auto`` (hypercube for powers of two, else
-            dissemination), ``hypercube`` or ``dissemination``.
+            dissemination), ``hypercube``, ``dissemination`` or ``base2``.
     """
 
     def __init__(
@@ -101,8 +102,11 @@ class ShufflePlan:
             return None
         peers = self.schedule.peers(rank, index)
         assert peers is not None
-        rng = np.random.default_rng((self.seed, _SALT, index, rank))
-        slots = rng.choice(self.shard_len, size=self.samples, replace=False).astype(np.int64)
+        if peers.idle:
+            slots = np.empty(0, dtype=np.int64)
+        else:
+            rng = np.random.default_rng((self.seed, _SALT, index, rank))
+            slots = rng.choice(self.shard_len, size=self.samples, replace=False).astype(np.int64)
         slots.setflags(write=False)
         return RoundPlan(index=index, dst=peers.dst, src=peers.src, slots=slots)
 
