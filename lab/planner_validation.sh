@@ -2,7 +2,7 @@
 # The planner's held-out validation (docs/planner.md, "Held-out validation"): every launch
 # the docs quote, in order, on a quiet machine (no other jobs: check `uptime` first).
 #
-#   bash scripts/planner_validation.sh [OUTDIR]      # default planner-validation/
+#   bash lab/planner_validation.sh [OUTDIR]      # default planner-validation/
 #
 # Root is needed for the emulated cluster (steps 2b, 2c). About 40 min on the 2-core
 # development VM. Each launch writes OUTDIR/<name>.json (the report) and <name>.log
@@ -15,7 +15,7 @@ mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} OMP_NUM_THREADS=1
 PY=${PY:-python}
 MPIEXEC=${MPIEXEC:-$(dirname "$(command -v "$PY")")/mpiexec}
-PV=("$PY" -m gossipgrad bench plan-validate --arch mlp --staleness 0,1 --passes 3
+PV=("$PY" -m lab plan-validate --arch mlp --staleness 0,1 --passes 3
     --calibrate-pairs 2 --calibrate-steps 15 --warmup 3)
 
 launch() {  # launch NAME CMD...: record the load, run, keep the report and the log
@@ -47,7 +47,7 @@ launch oos-100mbit "$PY" scripts/emucluster.py run -n 4 --rate 100mbit -- "${PV[
 launch spare-core-bound "$MPIEXEC" -n 2 -bind-to core "${PV[@]}" --hidden 2048 --steps 30
 
 # 4. The three loopback launches scored together, then one line per report.
-"$PY" -m gossipgrad bench plan-validate --merge "$OUT/oos-loop-1.json" \
+"$PY" -m lab plan-validate --merge "$OUT/oos-loop-1.json" \
     --merge "$OUT/oos-loop-2.json" --merge "$OUT/oos-loop-3.json" > "$OUT/oos-loop-merged.json"
 "$PY" - "$OUT" <<'EOF'
 import json, pathlib, sys

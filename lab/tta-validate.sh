@@ -3,7 +3,7 @@
 # planner's steps-to-target prediction for size 8 from runs at sizes 1, 2 and 4 (the size-8
 # runs are shown next to it, never fitted). Writes everything to OUT (default tta-out/).
 #
-#   bash scripts/tta-validate.sh [OUT]      # needs root (network namespaces)
+#   bash lab/tta-validate.sh [OUT]      # needs root (network namespaces)
 #
 # Steps to the target do not depend on the link or the load (same seed, same size: same
 # run), so sizes 1, 2 and 4 run on the host; seconds do, so size 8 runs on the emulated

@@ -22,7 +22,7 @@ import torch
 
 from gossipgrad.comm.base import Communicator, ReduceOp, WaitContext, allreduce_
 from gossipgrad.engine.factory import make_distributed
-from gossipgrad.engine.straggler import Straggler
+from gossipgrad.inject.straggler import Straggler
 from gossipgrad.settings import settings
 
 

@@ -55,8 +55,8 @@ from gossipgrad.engine.consensus import average_parameters_, model_tensors
 from gossipgrad.engine.evaluation import evaluate
 from gossipgrad.engine.factory import make_distributed
 from gossipgrad.engine.run import lr_at, step_seed
-from gossipgrad.engine.straggler import Straggler
 from gossipgrad.engine.trainer import make_shuffle
+from gossipgrad.inject.straggler import Straggler
 from gossipgrad.models import build_model, loss_fn
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,6 @@ from gossipgrad.engine.config import TrainConfig
 from gossipgrad.engine.consensus import agree, verify_identical
 from gossipgrad.engine.distributed import DistributedOptimizer
 from gossipgrad.engine.evaluation import evaluate
-from gossipgrad.engine.faults import KillSwitch
 from gossipgrad.engine.lagged import skip_summary
 from gossipgrad.engine.membership import Membership
 from gossipgrad.engine.metrics import MetricsWriter, Progress, Throughput
@@ -36,7 +35,8 @@ from gossipgrad.engine.signals import (
     agreement_period,
     signal_name,
 )
-from gossipgrad.engine.straggler import Straggler
+from gossipgrad.inject.faults import KillSwitch
+from gossipgrad.inject.straggler import Straggler
 from gossipgrad.models import logits, loss_fn
 from gossipgrad.options import Offload, OptimOptions, Strategy
 from gossipgrad.shuffle import ShuffleWorker

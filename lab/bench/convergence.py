@@ -1,6 +1,6 @@
-"""``gossipgrad bench convergence``: final accuracy of each mixing mode against allreduce.
+"""``python -m lab convergence``: final accuracy of each mixing mode against allreduce.
 
-    gossipgrad bench convergence --tasks digits,templates --sizes 4,7,8 --markdown conv.md
+    python -m lab convergence --tasks digits,templates --sizes 4,7,8 --markdown conv.md
 
 Not run under a launcher: for every task x size x mode it launches one
 ``mpiexec -n SIZE gossipgrad train`` (the ``mpiexec`` next to this Python, else the one on

@@ -1,19 +1,19 @@
 """Held-out validation of the planner: calibrate at one size on one link, freeze, then
 predict and measure other sizes (and, from a saved calibration, other links).
 
-    mpiexec -n 8 gossipgrad bench plan-validate --calibrate-size 2 --predict-sizes 4,8 \\
+    mpiexec -n 8 python -m lab plan-validate --calibrate-size 2 --predict-sizes 4,8 \\
         --out oos.json
-    python scripts/emucluster.py run -n 4 --rate 1gbit -- gossipgrad bench plan-validate \\
+    python scripts/emucluster.py run -n 4 --rate 1gbit -- python -m lab plan-validate \\
         --calibration oos.json --predict-sizes 2,4 --out oos-1gbit.json
 
 One launch, collective over the launched ranks (the largest size; smaller sizes run on the
 first ranks while the others wait):
 
 1. **at the calibration size** (first ``--calibrate-size`` ranks): today's in-sample
-   ``plan-validate`` (:func:`~gossipgrad.bench.plan_validate.measure_in_sample`: profile,
+   ``plan-validate`` (:func:`~lab.bench.plan_validate.measure_in_sample`: profile,
    network fit, calibration rounds before each pass, scored runs, confirmation), then its
    calibration rounds -- and only those -- are frozen
-   (:class:`~gossipgrad.plan.heldout.FrozenCalibration`). With ``--calibration FILE`` the
+   (:class:`~lab.plan.heldout.FrozenCalibration`). With ``--calibration FILE`` the
    frozen calibration comes from an earlier launch's report instead and this step only
    profiles and fits this launch's link;
 2. **at each held-out size** (:func:`measure_held_out_size`): the host found at that size;
@@ -38,27 +38,27 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from gossipgrad.bench.plan_predict import Inputs, Workload, measure_inputs
-from gossipgrad.bench.plan_runs import Config, confirm_regret, run_passes
-from gossipgrad.bench.plan_score import blocking_score, combine, score
-from gossipgrad.bench.plan_validate import (
+from gossipgrad.measure.netfit import host_ids
+from gossipgrad.plan import CommModel, HostShare, step_time
+from gossipgrad.runtime import host_share
+from gossipgrad.settings import settings
+from lab.bench.plan_predict import Inputs, Workload, measure_inputs
+from lab.bench.plan_runs import Config, confirm_regret, run_passes
+from lab.bench.plan_score import blocking_score, combine, score
+from lab.bench.plan_validate import (
     IDLE_WAIT_S,
     compute_check,
     config_rows,
     measure_in_sample,
     measured_s,
 )
-from gossipgrad.measure.netfit import host_ids
-from gossipgrad.plan import CommModel, HostShare, step_time
-from gossipgrad.plan.heldout import (
+from lab.plan.heldout import (
     LOOPBACK,
     FrozenCalibration,
     predict_held_out,
     predict_local_s,
     share_ratio,
 )
-from gossipgrad.runtime import host_share
-from gossipgrad.settings import settings
 
 T = TypeVar("T")
 
@@ -268,7 +268,7 @@ def measure_held_out(
     """The held-out launch (module docstring): calibrate at ``calibrate_size`` (or take the
     frozen ``calibration`` of an earlier launch: :func:`load_calibration`), then every size
     in ``predict_sizes``. ``kw``: those of
-    :func:`~gossipgrad.bench.plan_validate.measure_in_sample`. Returns the combined report
+    :func:`~lab.bench.plan_validate.measure_in_sample`. Returns the combined report
     on rank 0, None elsewhere. Raises ``ValueError`` (on every rank, before anything runs)
     for a predicted size that is the calibration's own size on its own link. Collective."""
     work = Workload(kw["arch"], kw["hidden"], kw["batch_size"], kw["steps"], kw["warmup"])

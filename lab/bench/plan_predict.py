@@ -1,4 +1,4 @@
-"""The predictions' side of ``plan-validate`` (:mod:`gossipgrad.bench.plan_validate`): what
+"""The predictions' side of ``plan-validate`` (:mod:`lab.bench.plan_validate`): what
 is measured before any scored run (:func:`measure_inputs`), the in-step calibration taken
 before each pass (:class:`PassCalibration`) and a configuration's predicted step time from
 it (:func:`predict`). Every function that measures is collective over its communicator."""
@@ -12,7 +12,6 @@ from typing import Any
 
 import torch
 
-from gossipgrad.bench.plan_runs import Config, calibration_rounds
 from gossipgrad.measure.netfit import NetfitResult, measure_network
 from gossipgrad.measure.profiler import StepProfile, layout_profile, profile_arch
 from gossipgrad.models import build_model, default_classes, input_shape
@@ -21,6 +20,7 @@ from gossipgrad.plan import CommModel, Profile, step_time
 from gossipgrad.plan.calibrate import fit_in_step, scale_exchange, scale_profile
 from gossipgrad.plan.host import HostShare
 from gossipgrad.runtime import host_share
+from lab.bench.plan_runs import Config, calibration_rounds
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ def predict(inputs: Inputs, cal: dict[str, Any], size: int, cfg: Config) -> dict
 
 
 class PassCalibration:
-    """``before_pass`` of :func:`~gossipgrad.bench.plan_runs.run_passes`: before pass ``p``,
+    """``before_pass`` of :func:`~lab.bench.plan_runs.run_passes`: before pass ``p``,
     ``pairs`` calibration rounds per strategy, fitted together with every round so far (the
     compute factor from this pass's rounds only); returns that pass's predictor. Keeps the
     rounds (``runs``, each tagged with the size and ``link``) and each pass's fit

@@ -1,12 +1,12 @@
-"""What ``gossipgrad bench plan-validate`` (:mod:`gossipgrad.cli.plan_validate`) runs:
+"""What ``python -m lab plan-validate`` (:mod:`lab.cli.plan_validate`) runs:
 measured step times of real configurations against the planner's predictions.
 
-    mpiexec -n 2 gossipgrad bench plan-validate --arch mlp --hidden 1024 --out pv-2.json
-    mpiexec -n 4 gossipgrad bench plan-validate --arch mlp --hidden 1024 --out pv-4.json
-    gossipgrad bench plan-validate --merge pv-2.json --merge pv-4.json
+    mpiexec -n 2 python -m lab plan-validate --arch mlp --hidden 1024 --out pv-2.json
+    mpiexec -n 4 python -m lab plan-validate --arch mlp --hidden 1024 --out pv-4.json
+    python -m lab plan-validate --merge pv-2.json --merge pv-4.json
 
 One launch, all on every rank (collective); steps 1, 3 and 4 are in
-:mod:`gossipgrad.bench.plan_predict`:
+:mod:`lab.bench.plan_predict`:
 
 1. **beforehand** (``measure_inputs``): every rank profiles the model at once
    (``profile_arch``; rank 0's profile is the one reported and whose choice is
@@ -15,12 +15,12 @@ One launch, all on every rank (collective); steps 1, 3 and 4 are in
    rank may use, ranks on the host);
 2. the configurations (strategy x bucket MiB x mix/overlap x staleness, and a
    compute-only ``local`` one first) are trained on a fixed synthetic batch in
-   ``--passes`` passes (:func:`~gossipgrad.bench.plan_runs.run_passes`: the order reversed
+   ``--passes`` passes (:func:`~lab.bench.plan_runs.run_passes`: the order reversed
    every other pass, ``warmup`` + ``steps / passes`` timed steps per pass). A config's
    step time is the median over all its timed steps of the slowest rank's step (a
    ``barrier``, timed, closes every step);
 3. **before each pass** (``PassCalibration``), the in-step calibration
-   (:func:`~gossipgrad.bench.plan_runs.calibration_rounds`, fitted by
+   (:func:`~lab.bench.plan_runs.calibration_rounds`, fitted by
    :func:`~gossipgrad.plan.calibrate.fit_in_step`): ``--calibrate-pairs`` rounds per
    strategy of compute-only / blocking / overlapped s0 / overlapped s1 runs at the
    ``--calibrate-mb`` cap give the compute factor (from this pass's rounds: it follows the
@@ -38,7 +38,7 @@ One launch, all on every rank (collective); steps 1, 3 and 4 are in
    configurations without overlap alone, ``summary_spare_core_blocking``). The
    compute-only row, predicted as the calibrated ``F + B + O``, is the compute term's
    error (``compute_check``);
-5. the regret is re-measured (:func:`~gossipgrad.bench.plan_runs.confirm_regret`): the
+5. the regret is re-measured (:func:`~lab.bench.plan_runs.confirm_regret`): the
    model's choice and the fastest measured configuration run again, ``--confirm-rounds``
    times each, alternating.
 
@@ -46,7 +46,7 @@ One launch, all on every rank (collective); steps 1, 3 and 4 are in
 wait), so one launch varies the size too (:func:`measure_sizes`). Rank 0 prints one JSON
 object (and writes it to ``--out``), :func:`combined_report` of the sizes' reports:
 per-config predicted and measured seconds, their parts, and ``summary`` (MAPE, worst error,
-Kendall tau, regret per size and its worst, from :mod:`gossipgrad.bench.plan_score`).
+Kendall tau, regret per size and its worst, from :mod:`lab.bench.plan_score`).
 ``--merge`` (no MPI) scores several launches' configurations together.
 """
 
@@ -59,23 +59,23 @@ from typing import Any
 
 import numpy as np
 
-from gossipgrad.bench.plan_predict import (
+from gossipgrad.plan import Profile
+from gossipgrad.runtime import usable_cores
+from lab.bench.plan_predict import (
     Inputs,
     PassCalibration,
     Workload,
     calibrated_host,
     measure_inputs,
 )
-from gossipgrad.bench.plan_runs import (
+from lab.bench.plan_runs import (
     Config,
     confirm_regret,
     default_configs,
     run_config,
     run_passes,
 )
-from gossipgrad.bench.plan_score import blocking_score, combine, score
-from gossipgrad.plan import Profile
-from gossipgrad.runtime import usable_cores
+from lab.bench.plan_score import blocking_score, combine, score
 
 
 def config_rows(
@@ -220,7 +220,7 @@ def measure_in_sample(
     link: str = "",
 ) -> InSample:
     """:func:`measure`, keeping its inputs and calibration. ``link`` labels the calibration
-    rounds (with the size) for :class:`~gossipgrad.plan.heldout.FrozenCalibration`.
+    rounds (with the size) for :class:`~lab.plan.heldout.FrozenCalibration`.
     Collective."""
     work = Workload(arch, hidden, batch_size, steps, warmup)
     inputs = measure_inputs(
@@ -290,7 +290,7 @@ def validation_configs(
     staleness: Sequence[int],
     only_overlap: bool,
 ) -> list[Config]:
-    """:func:`~gossipgrad.bench.plan_runs.default_configs`; with ``only_overlap`` only the
+    """:func:`~lab.bench.plan_runs.default_configs`; with ``only_overlap`` only the
     overlapped ``mix=grad`` ones."""
     configs = default_configs(strategies, buckets, staleness)
     if only_overlap:

@@ -1,11 +1,11 @@
-"""``gossipgrad bench ps-lag``: ps throughput with a slow rank, per ``--max-lag``, in one launch.
+"""``python -m lab ps-lag``: ps throughput with a slow rank, per ``--max-lag``, in one launch.
 
-    mpiexec -n 8 gossipgrad bench ps-lag --lags 0,2 --slow 3:2
+    mpiexec -n 8 python -m lab ps-lag --lags 0,2 --slow 3:2
 
 One ps model copy (:func:`gossipgrad.bench.common.make_stack`) per lag; blocks of ``--steps``
 steps run in rotating order over (lag, straggler off/on), ``--warmup`` untimed rounds first,
 then ``--reps`` timed ones. With the straggler on, rank RANK's forward and backward take
-FACTOR times as long (:class:`gossipgrad.engine.straggler.Straggler`, the mechanism of
+FACTOR times as long (:class:`gossipgrad.inject.straggler.Straggler`, the mechanism of
 ``GOSSIPGRAD_INJECT_SLOW``), on every step or, with ``--slow-every N``, on one step in N.
 That mechanism stretches the measured forward and backward, which include the waits of
 forward pre-hooks for parameters, so a slow rank that also waits slows down further.
@@ -41,7 +41,7 @@ from gossipgrad.bench.common import (
     rounded,
 )
 from gossipgrad.comm.base import Communicator
-from gossipgrad.engine.straggler import Straggler
+from gossipgrad.inject.straggler import Straggler
 from gossipgrad.settings import Settings
 
 

@@ -1,6 +1,6 @@
-"""``gossipgrad bench stragglers``: what one slow rank costs the whole job, per strategy.
+"""``python -m lab stragglers``: what one slow rank costs the whole job, per strategy.
 
-    mpiexec -n 8 gossipgrad bench stragglers --markdown stragglers.md
+    mpiexec -n 8 python -m lab stragglers --markdown stragglers.md
 
 One launch builds a model copy per contender (default gossip with ``--max-lag`` 0, 2 and 4,
 gossipgrad's allreduce and DDP; any strategy the engine factory knows, ``gossip:S`` for a
@@ -8,7 +8,7 @@ lag bound) and runs blocks of ``--steps`` steps, contender after contender in an
 rotated every repetition, each contender with and without the slow rank back to back (the
 order of the two alternating). The slow rank (``--slow RANK:FACTOR``, default
 ``GOSSIPGRAD_INJECT_SLOW`` or the last rank at 2x) sleeps before each compute so that its
-forward and backward take FACTOR times as long (:class:`gossipgrad.engine.straggler.Straggler`).
+forward and backward take FACTOR times as long (:class:`gossipgrad.inject.straggler.Straggler`).
 
 A block starts after a barrier and ends when every rank has finished its steps and drained
 what is in flight; its throughput is the samples actually computed by all ranks over the
@@ -30,7 +30,7 @@ import torch
 
 from gossipgrad.bench.common import finite, make_stack, median
 from gossipgrad.comm.base import Communicator, ReduceOp, allreduce_
-from gossipgrad.engine.straggler import Straggler
+from gossipgrad.inject.straggler import Straggler
 from gossipgrad.settings import Settings
 
 DEFAULT_CONTENDERS = "gossip:0,gossip:2,gossip:4,allreduce,ddp"

@@ -1,7 +1,7 @@
-"""``gossipgrad bench convergence``: accuracy of the gossip mixes against allreduce, one
-``mpiexec -n SIZE gossipgrad train`` per cell (gossipgrad.bench.convergence).
+"""``python -m lab convergence``: accuracy of the gossip mixes against allreduce, one
+``mpiexec -n SIZE gossipgrad train`` per cell (lab.bench.convergence).
 
-    gossipgrad bench convergence --sizes 4,7,8 --markdown conv.md
+    python -m lab convergence --sizes 4,7,8 --markdown conv.md
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def convergence(
     import json
     import shlex
 
-    from gossipgrad.bench import convergence as conv
+    from lab.bench import convergence as conv
 
     try:
         task_list = conv.parse_list(tasks, "--tasks", conv.TASKS)

@@ -1,15 +1,15 @@
-"""``gossipgrad bench plan-validate``: measured step times of real configurations against
+"""``python -m lab plan-validate``: measured step times of real configurations against
 the planner's predictions, as JSON.
 
-    mpiexec -n 2 gossipgrad bench plan-validate --arch mlp --hidden 1024 --out pv-2.json
-    mpiexec -n 4 gossipgrad bench plan-validate --arch mlp --hidden 1024 --out pv-4.json
-    gossipgrad bench plan-validate --merge pv-2.json --merge pv-4.json
-    mpiexec -n 8 gossipgrad bench plan-validate --calibrate-size 2 --predict-sizes 4,8 \
-        --out oos.json                                    # held out: gossipgrad.bench.plan_heldout
+    mpiexec -n 2 python -m lab plan-validate --arch mlp --hidden 1024 --out pv-2.json
+    mpiexec -n 4 python -m lab plan-validate --arch mlp --hidden 1024 --out pv-4.json
+    python -m lab plan-validate --merge pv-2.json --merge pv-4.json
+    mpiexec -n 8 python -m lab plan-validate --calibrate-size 2 --predict-sizes 4,8 \
+        --out oos.json                                    # held out: lab.bench.plan_heldout
 
-Parses the options, then runs :func:`gossipgrad.bench.plan_validate.measure_sizes` on every
-rank (what it measures and predicts: :mod:`gossipgrad.bench.plan_validate`), or scores
-``--merge`` files without MPI (:func:`gossipgrad.bench.plan_score.merge`); rank 0 prints
+Parses the options, then runs :func:`lab.bench.plan_validate.measure_sizes` on every
+rank (what it measures and predicts: :mod:`lab.bench.plan_validate`), or scores
+``--merge`` files without MPI (:func:`lab.bench.plan_score.merge`); rank 0 prints
 the JSON, writes it to ``--out`` and prints a summary on stderr.
 """
 
@@ -22,11 +22,11 @@ from typing import Any
 
 import click
 
-from gossipgrad.bench.plan_heldout import load_calibration, measure_held_out
-from gossipgrad.bench.plan_predict import Workload
-from gossipgrad.bench.plan_score import merge, print_summary
-from gossipgrad.bench.plan_validate import combined_report, measure_sizes, validation_configs
 from gossipgrad.runtime import call_or_abort, init
+from lab.bench.plan_heldout import load_calibration, measure_held_out
+from lab.bench.plan_predict import Workload
+from lab.bench.plan_score import merge, print_summary
+from lab.bench.plan_validate import combined_report, measure_sizes, validation_configs
 
 
 def _floats(text: str) -> list[float]:

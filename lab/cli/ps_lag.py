@@ -1,6 +1,6 @@
-"""``gossipgrad bench ps-lag``: ps with a slow rank, per --max-lag (gossipgrad.bench.ps_lag).
+"""``python -m lab ps-lag``: ps with a slow rank, per --max-lag (lab.bench.ps_lag).
 
-mpiexec -n 8 gossipgrad bench ps-lag --lags 0,2 --slow 3:2
+mpiexec -n 8 python -m lab ps-lag --lags 0,2 --slow 3:2
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ def ps_lag(
     comm_timeout: float,
 ) -> None:
     """ps throughput with and without a slow rank, for each --max-lag, in one launch."""
-    from gossipgrad.bench.ps_lag import parse_slow, run_ps_lag
     from gossipgrad.cli.output import run_bench
+    from lab.bench.ps_lag import parse_slow, run_ps_lag
 
     try:
         lag_list = [int(x) for x in lags.split(",") if x.strip()]

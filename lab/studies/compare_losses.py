@@ -4,7 +4,7 @@
     mpiexec -n 4 gossipgrad train --strategy ps --print-freq 1 --metrics-out ps.jsonl
     mpiexec -n 4 gossipgrad train --strategy allreduce --mix grad --print-freq 1 \\
         --metrics-out ar.jsonl
-    python scripts/compare_losses.py ps.jsonl ar.jsonl
+    python -m lab compare-losses ps.jsonl ar.jsonl
 
 Reads the ``log`` records of two ``--metrics-out`` files (rank 0's loss, one record per step
 with ``--print-freq 1``) and reports the steps both have, the largest absolute difference
@@ -29,7 +29,8 @@ def losses(path: str) -> tuple[dict[int, float], dict]:
     return steps, summary
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
         return 2

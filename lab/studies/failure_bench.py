@@ -1,7 +1,7 @@
 """Rank failure, measured: train with ranks killed mid-run, and without, side by side; print JSON.
 
-    python scripts/failure_bench.py                       # 8 ranks, digits, 20 epochs
-    python scripts/failure_bench.py --ranks 4 --kills 2:12 --kills 1:7,3:30
+    python -m lab failure                       # 8 ranks, digits, 20 epochs
+    python -m lab failure --ranks 4 --kills 2:12 --kills 1:7,3:30
 
 Every run is ``.venv-ompi/bin/mpiexec --with-ft ulfm --oversubscribe -n RANKS python -m
 gossipgrad train --on-failure continue`` (Open MPI with ULFM; ``scripts/test.sh`` builds the
@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VENV = os.path.join(REPO, ".venv-ompi", "bin")
 KILLED = re.compile(r"launch rank (\d+) dies at step (\d+) \((\w+)\), time ([\d.]+)")
 
@@ -119,8 +119,8 @@ def _left_running(marker: str) -> list[int]:
     return pids
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m lab failure", description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=8)
     ap.add_argument(
         "--kills",
@@ -145,7 +145,7 @@ def main() -> None:
         "earlier run of the same command; accuracy is deterministic per seed "
         "and size)",
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if not os.path.exists(os.path.join(VENV, "mpiexec")):
         sys.exit(f"no Open MPI venv in {VENV}: run bash scripts/test.sh (it builds .venv-ompi)")
     flags = ["--epochs", str(args.epochs), "--comm-timeout", str(args.comm_timeout)]

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Transport probes: duplex rate and how polling drives progress (docs/validation/benchmarks.md).
 
-    python scripts/emucluster.py run -n 2 --rate 1gbit -- python scripts/mpi_probe.py duplex
-    python scripts/emucluster.py run -n 2 --rate 1gbit -- python scripts/mpi_probe.py poll
-    python scripts/emucluster.py run -n 8 --rate 1gbit -- python scripts/mpi_probe.py allreduce
+    python scripts/emucluster.py run -n 2 --rate 1gbit -- python -m lab mpi-probe duplex
+    python scripts/emucluster.py run -n 2 --rate 1gbit -- python -m lab mpi-probe poll
+    python scripts/emucluster.py run -n 8 --rate 1gbit -- python -m lab mpi-probe allreduce
 
 Plain mpi4py (no gossipgrad), rank 0 prints one JSON object of medians (MAX over ranks):
 
@@ -72,12 +72,14 @@ def methods(mode: str, comm: MPI.Comm, a: np.ndarray, b: np.ndarray) -> dict[str
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m lab mpi-probe", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("mode", choices=["duplex", "poll", "allreduce"])
     parser.add_argument("--mb", type=float, default=None, help="MiB (default 8, 4, 32)")
     parser.add_argument("--reps", type=int, default=5)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     comm = MPI.COMM_WORLD
     mb = args.mb or {"duplex": 8, "poll": 4, "allreduce": 32}[args.mode]
     n = int(mb * 2**20) // 4

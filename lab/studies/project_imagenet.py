@@ -1,7 +1,7 @@
 """PREDICTED scaling of ResNet-50 and GoogLeNet, gossip vs ring allreduce, 16..1024 GPUs.
 
-    PYTHONPATH=. python scripts/project_imagenet.py            # markdown to stdout
-    PYTHONPATH=. python scripts/project_imagenet.py --png out/  # plus efficiency plots
+    python -m lab project-imagenet            # markdown to stdout
+    python -m lab project-imagenet --png out/  # plus efficiency plots
 
 Synthetic profiles, not measurements: parameter counts and FLOPs come from the published
 architectures (layer tables below); per-GPU step times from published single-GPU
@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gossipgrad.plan import CommModel, Layer, best_by, plan, plot_png, recommend
-from gossipgrad.plan.synthetic import synthetic_profile
+from gossipgrad.plan import CommModel, best_by, plan, plot_png, recommend
+from lab.plan.synthetic import Layer, synthetic_profile
 
 SIZES = (16, 32, 64, 128, 256, 512, 1024)
 BUCKET_MB = (1, 4, 25, 100)
@@ -188,10 +188,12 @@ def report(png_dir: Path | None = None) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m lab project-imagenet", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--png", type=Path, default=None, help="directory for efficiency plots")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.png is not None:
         args.png.mkdir(parents=True, exist_ok=True)
     print(report(args.png))

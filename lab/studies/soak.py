@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Soak: a long ``gossipgrad train`` whose ranks' memory, threads and open files are recorded.
 
-    python scripts/soak.py --ranks 4 --steps 20000 --every 1000 --out soak.json
-    python scripts/soak.py --steps 2000 --every 500 -- --mix grad     # extra train flags
+    python -m lab soak --ranks 4 --steps 20000 --every 1000 --out soak.json
+    python -m lab soak --steps 2000 --every 500 -- --mix grad     # extra train flags
 
 Runs ``mpiexec -n RANKS python -m gossipgrad train --max-lag 2 --shuffle --max-steps STEPS``
 on digits (plus any flags after ``--``) and, every EVERY steps (as the run's metrics record
@@ -27,7 +27,9 @@ import tempfile
 import time
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# scripts/procs.py: the ranks below a launcher (shared with the tests' launch helpers)
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
 from procs import rank_pids  # noqa: E402
 
 TARGET_RSS_GROWTH = 0.05
@@ -100,7 +102,7 @@ def monitor(proc: subprocess.Popen, metrics: str, every: int, steps: int) -> lis
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m lab soak", description=__doc__.split("\n\n")[0])
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--steps", type=int, default=20_000)
     ap.add_argument("--every", type=int, default=1_000)

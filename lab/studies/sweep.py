@@ -1,7 +1,7 @@
 """Run `gossipgrad train` over sizes x strategies x mixes and print a markdown table + JSON.
 
-    python scripts/sweep.py --sizes 1,2,3,5,6,8 --strategies gossip,allreduce
-    python scripts/sweep.py --sizes 8 --mixes grad,param --extra "--epochs 10"
+    python -m lab sweep --sizes 1,2,3,5,6,8 --strategies gossip,allreduce
+    python -m lab sweep --sizes 8 --mixes grad,param --extra "--epochs 10"
 
 Each configuration runs once under the venv's mpiexec (size 1 without a launcher); every
 run has a deadline. Rows come from each run's summary record.
@@ -56,14 +56,14 @@ def run_one(size: int, strategy: str, mix: str, extra: list[str], timeout: float
             return next(r for r in map(json.loads, f) if r.get("event") == "summary")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m lab sweep", description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1,2,3,5,6,8")
     ap.add_argument("--strategies", default="gossip,allreduce")
     ap.add_argument("--mixes", default="param")
     ap.add_argument("--extra", default="", help="more train flags, one string")
     ap.add_argument("--timeout", type=float, default=600)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     rows = []
     for size in map(int, args.sizes.split(",")):
         for strategy in args.strategies.split(","):

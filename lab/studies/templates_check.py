@@ -1,7 +1,7 @@
 """Is a built-in dataset learnable by an MLP and not linearly trivial? One process, JSON out.
 
-    python scripts/templates_check.py                       # templates, 20 MLP epochs
-    python scripts/templates_check.py --dataset digits --epochs 5
+    python -m lab templates-check                       # templates, 20 MLP epochs
+    python -m lab templates-check --dataset digits --epochs 5
 
 Trains, on the dataset's training split, (1) a logistic regression to convergence
 (full-batch L-BFGS: the best a linear model reaches there, not one stopped early) and
@@ -79,11 +79,13 @@ def check(dataset: str, epochs: int) -> dict[str, float | str | int]:
     }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(
+        prog="python -m lab templates-check", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("--dataset", default="templates")
     ap.add_argument("--epochs", type=int, default=20)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     torch.set_num_threads(1)
     print(json.dumps(check(args.dataset, args.epochs), sort_keys=True))
 

@@ -1,4 +1,4 @@
-"""``gossipgrad bench convergence``: the matrix's bookkeeping (pure) and one tiny real run
+"""``python -m lab convergence``: the matrix's bookkeeping (pure) and one tiny real run
 (it launches ``mpiexec -n 2 gossipgrad train`` per cell)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from gossipgrad.bench import convergence as conv
+from lab.bench import convergence as conv
 
-from launch import gossipgrad
+from launch import lab
 
 
 def _row(mode: str, seed: int, acc: float, **kw) -> dict:
@@ -64,7 +64,7 @@ def test_cell_flags_select_the_mode_and_evaluate_once():
     ],
 )
 def test_bad_input_is_one_line_naming_the_flag(args, message):
-    res = gossipgrad(0, ["bench", "convergence", *args], timeout=60)
+    res = lab(0, ["convergence", *args], timeout=60)
     assert res.returncode != 0 and message in res.stderr, res.stderr
     assert "Traceback" not in res.stderr
 
@@ -73,10 +73,9 @@ def test_bad_input_is_one_line_naming_the_flag(args, message):
 @pytest.mark.timeout(400)
 def test_tiny_matrix_under_mpiexec(tmp_path):
     md = tmp_path / "conv.md"
-    res = gossipgrad(
+    res = lab(
         0,
         [
-            "bench",
             "convergence",
             "--tasks",
             "digits",

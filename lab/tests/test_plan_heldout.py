@@ -1,4 +1,4 @@
-"""Held-out prediction (gossipgrad.plan.heldout): the frozen calibration, its transfer to
+"""Held-out prediction (lab.plan.heldout): the frozen calibration, its transfer to
 another size, host share and link, and the guards that keep a scored run out of it."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from gossipgrad.plan import CommModel, HostShare, step_time
 from gossipgrad.plan.calibrate import fit_in_step, scale_exchange, scale_profile
-from gossipgrad.plan.heldout import (
+from lab.plan.heldout import (
     LOOPBACK,
     FrozenCalibration,
     predict_held_out,

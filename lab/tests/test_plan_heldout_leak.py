@@ -11,12 +11,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from gossipgrad.bench import plan_heldout, plan_runs, plan_validate
-from gossipgrad.bench.plan_predict import Inputs
-from gossipgrad.bench.plan_runs import Config
 from gossipgrad.comm.local import run_ranks
 from gossipgrad.plan import Bucket, CommModel, HostShare, LinkFit, NetworkFit, Profile
-from gossipgrad.plan.heldout import FrozenCalibration
+from lab.bench import plan_heldout, plan_runs, plan_validate
+from lab.bench.plan_predict import Inputs
+from lab.bench.plan_runs import Config
+from lab.plan.heldout import FrozenCalibration
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -16,7 +16,7 @@ from launch import mpiexec, run
 
 # Generous deadlines: on a shared 2-core machine at load 50 a bare `--help` took 60 s.
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(1200)]
-PLAN_VALIDATE = [sys.executable, "-m", "gossipgrad", "bench", "plan-validate"]
+PLAN_VALIDATE = [sys.executable, "-m", "lab", "plan-validate"]
 TINY = [
     "--hidden",
     "16",

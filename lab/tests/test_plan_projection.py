@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-from gossipgrad.plan.synthetic import Layer, synthetic_profile
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "project_imagenet.py"
+from lab.plan.synthetic import Layer, synthetic_profile
+from lab.studies import project_imagenet
 
 
 @pytest.fixture(scope="module")
 def project():
-    spec = importlib.util.spec_from_file_location("project_imagenet", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return project_imagenet
 
 
 def test_resnet50_matches_torchvision_parameter_count_and_flops(project):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gossipgrad.bench import plan_runs
-from gossipgrad.bench.plan_runs import Config, confirm_regret, run_passes
-from gossipgrad.bench.plan_score import score
+from lab.bench import plan_runs
+from lab.bench.plan_runs import Config, confirm_regret, run_passes
+from lab.bench.plan_score import score
 
 
 def _row(config: str, size: int, predicted: float, measured: float) -> dict:
@@ -131,7 +131,7 @@ def test_run_passes_predicts_each_pass_before_running_it(monkeypatch):
 def test_merge_expands_multi_size_reports_and_keeps_each_files_sizes_apart(tmp_path):
     import json
 
-    from gossipgrad.bench.plan_score import merge
+    from lab.bench.plan_score import merge
 
     def launch(size: int, rows: list[dict]) -> dict:
         return {
@@ -163,7 +163,7 @@ def test_merge_expands_multi_size_reports_and_keeps_each_files_sizes_apart(tmp_p
 
 
 def test_blocking_score_keeps_only_the_configurations_without_overlap():
-    from gossipgrad.bench.plan_score import blocking_score
+    from lab.bench.plan_score import blocking_score
 
     rows = [
         {**_row("a", 2, 1.0, 2.0), "overlap": True, "mix": "grad"},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gossipgrad.plan.validate import (
+from lab.plan.validate import (
     kendall_tau,
     mape,
     regret,

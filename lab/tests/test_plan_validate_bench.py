@@ -11,7 +11,7 @@ import pytest
 from launch import mpiexec, run
 
 pytestmark = pytest.mark.timeout(300)
-PLAN_VALIDATE = [sys.executable, "-m", "gossipgrad", "bench", "plan-validate"]
+PLAN_VALIDATE = [sys.executable, "-m", "lab", "plan-validate"]
 
 
 def _finite(value: object) -> bool:

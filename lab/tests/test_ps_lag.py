@@ -1,5 +1,5 @@
-"""``gossipgrad bench ps-lag`` and ps in ``bench strategies``: tiny runs under mpiexec (fields,
-byte counts, no timing thresholds) and argument errors."""
+"""``python -m lab ps-lag``: a tiny run under mpiexec (fields, no timing thresholds) and
+argument errors; ``python -m lab compare-losses`` on two small metrics files."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from gossipgrad.bench.ps_lag import parse_slow
-from gossipgrad.cli import main
+from lab.bench.ps_lag import parse_slow
+from lab.cli import lab as lab_cli
 
-from launch import REPO, bench_record, gossipgrad, positive
+from launch import bench_record, lab, positive
 
 
 @pytest.mark.parametrize(
@@ -23,7 +23,7 @@ from launch import REPO, bench_record, gossipgrad, positive
     ],
 )
 def test_bad_flags_are_usage_errors(args, message):
-    result = CliRunner().invoke(main, ["bench", "ps-lag", *args])
+    result = CliRunner().invoke(lab_cli, ["ps-lag", *args])
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
 
@@ -41,10 +41,9 @@ def test_slow_names_the_flag_and_the_ranks_there_are():
 @pytest.mark.parametrize("rotate", [False, True])
 def test_ps_lag_reports_each_lag_with_and_without_the_straggler(rotate):
     rec = bench_record(
-        gossipgrad(
+        lab(
             3,
             [
-                "bench",
                 "ps-lag",
                 "--lags",
                 "0,1",
@@ -79,44 +78,7 @@ def test_ps_lag_reports_each_lag_with_and_without_the_straggler(rotate):
     assert set(rec["relative"]) == {"0", "1"} and rec["lag_over_first_lag"]["0"] == 1.0
 
 
-@pytest.mark.mpi
-@pytest.mark.timeout(300)
-def test_strategies_bench_takes_ps_and_counts_ring_bytes():
-    rec = bench_record(
-        gossipgrad(
-            3,
-            [
-                "bench",
-                "strategies",
-                "--strategies",
-                "ps,allreduce",
-                "--width",
-                "64",
-                "--layers",
-                "2",
-                "--steps",
-                "2",
-                "--reps",
-                "1",
-                "--warmup",
-                "0",
-            ],
-            timeout=280,
-        )
-    )
-    rows = {r["strategy"]: r for r in rec["results"]}
-    ps = rows["ps"]
-    assert ps["theory_bytes_per_step"] == pytest.approx(2 * 2 / 3 * rec["model_bytes"])
-    # 2 buckets for 3 ranks: the ranks send unequal amounts; their mean is the ring figure
-    assert ps["posted_bytes_per_step"] == pytest.approx(ps["theory_bytes_per_step"], abs=0.1)
-    assert positive(ps["step_s"]) and positive(rows["allreduce"]["step_s"])
-
-
 def test_compare_losses_reports_the_largest_per_step_difference(tmp_path):
-    import os
-    import subprocess
-    import sys
-
     def write(name, losses, acc):
         path = tmp_path / name
         recs = [{"event": "log", "step": i + 1, "loss": x} for i, x in enumerate(losses)]
@@ -126,10 +88,8 @@ def test_compare_losses_reports_the_largest_per_step_difference(tmp_path):
 
     a = write("ps.jsonl", [2.0, 1.5, 1.25], 0.9)
     b = write("allreduce.jsonl", [2.0, 1.5 + 3e-7, 1.25], 0.91)
-    script = os.path.join(REPO, "scripts", "compare_losses.py")
-    out = subprocess.run(
-        [sys.executable, script, a, b], text=True, capture_output=True, check=True, timeout=60
-    )
+    out = lab(0, ["compare-losses", a, b], timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
     rec = json.loads(out.stdout)
     assert rec["steps"] == 3 and rec["at_step"] == 2
     assert rec["max_abs_diff"] == pytest.approx(3e-7)

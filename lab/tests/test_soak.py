@@ -1,21 +1,15 @@
-"""scripts/soak.py: the summary of its samples, and a short soak under mpiexec (fields; the
-20,000-step figure is recorded in docs/benchmarks.md)."""
+"""``python -m lab soak`` (lab/studies/soak.py): the summary of its samples, and a short soak
+under mpiexec (fields; the 20,000-step figure is recorded in docs/validation/stragglers.md)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-from launch import REPO, run
+from lab.studies import soak
 
-SCRIPT = Path(REPO) / "scripts" / "soak.py"
-spec = importlib.util.spec_from_file_location("soak", SCRIPT)
-soak = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(soak)
+from launch import lab
 
 
 def _sample(step, rss, threads=4, fds=20):
@@ -40,10 +34,10 @@ def test_growth_is_measured_from_the_first_sample_and_counts_must_stay_constant(
 @pytest.mark.timeout(400)
 def test_short_soak_samples_every_rank(tmp_path):
     out_file = tmp_path / "soak.json"
-    res = run(
+    res = lab(
+        0,
         [
-            sys.executable,
-            str(SCRIPT),
+            "soak",
             "--ranks",
             "2",
             "--steps",

@@ -1,5 +1,5 @@
-"""``gossipgrad bench stragglers``: flags, and a tiny run under mpiexec (fields and counts;
-no timing thresholds: the figures are the benchmark's, docs/benchmarks.md)."""
+"""``python -m lab stragglers``: flags, and a tiny run under mpiexec (fields and counts;
+no timing thresholds: the figures are the study's, docs/validation/stragglers.md)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from gossipgrad.bench.stragglers import markdown_table, parse_contenders, parse_slow
-from gossipgrad.cli import main
 from gossipgrad.settings import Settings
+from lab.bench.stragglers import markdown_table, parse_contenders, parse_slow
+from lab.cli import lab as lab_cli
 
-from launch import gossipgrad
+from launch import lab
 
 
 def test_contenders_and_slow_rank_parse_and_name_their_flag():
@@ -28,7 +28,7 @@ def test_contenders_and_slow_rank_parse_and_name_their_flag():
 
 
 def test_bad_contenders_are_a_usage_error():
-    result = CliRunner().invoke(main, ["bench", "stragglers", "--contenders", "gossip:two"])
+    result = CliRunner().invoke(lab_cli, ["stragglers", "--contenders", "gossip:two"])
     assert result.exit_code == 2 and "--contenders" in result.output, result.output
 
 
@@ -36,10 +36,9 @@ def test_bad_contenders_are_a_usage_error():
 @pytest.mark.timeout(240)
 def test_tiny_run_reports_every_contender_with_and_without_the_slow_rank(tmp_path):
     md = tmp_path / "s.md"
-    out = gossipgrad(
+    out = lab(
         2,
         [
-            "bench",
             "stragglers",
             "--contenders",
             "gossip:0,gossip:2,allreduce",
