@@ -79,7 +79,7 @@ def _slow(text: str) -> tuple[int, float]:
 
 
 KILL_POINTS = ("step", "shuffle", "eval", "checkpoint")
-"""Where ``GOSSIPGRAD_INJECT_KILL`` may kill a rank (see ``gossipgrad.engine.faults``)."""
+"""Where ``GOSSIPGRAD_INJECT_KILL`` may kill a rank (see ``gossipgrad.inject.faults``)."""
 
 
 def _kills(text: str) -> tuple[tuple[int, int, str], ...]:

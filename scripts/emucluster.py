@@ -30,7 +30,7 @@ survives the switch. MPICH is forced off shared memory and onto TCP over eth0 (s
     UCX_NET_DEVICES=eth0         not `lo`, whose 127.0.0.1 is a different host in each rank
     UCX_RNDV_SCHEME=get_zcopy    the receiver pulls large messages; UCX's default rendezvous
                                  over TCP can fall to half duplex on a loaded host
-                                 (`scripts/mpi_probe.py duplex` measures both schemes;
+                                 (`lab/studies/mpi_probe.py duplex` measures both schemes;
                                  docs/validation/benchmarks.md has the record)
 
 Every namespace is removed on exit, error, SIGINT/SIGTERM/SIGHUP (try/finally, signal

@@ -1,6 +1,6 @@
 """The MPI ranks below a launcher process, found from ``/proc`` (Linux only, stdlib only).
 
-Used by ``scripts/soak.py`` (memory of each rank over a long run) and the tests that stop or
+Used by ``lab/studies/soak.py`` (memory of each rank over a long run) and the tests that stop or
 kill one rank of a real ``mpiexec`` job (``tests/launch.py``).
 """
 

@@ -88,7 +88,16 @@ def positive(x) -> bool:
 
 def gossipgrad(n: int, args: list[str], timeout: float = 240, **extra: str):
     """``mpiexec -n N python -m gossipgrad ARGS`` (no launcher when n == 0)."""
-    cmd = [sys.executable, "-m", "gossipgrad", *args]
+    return python_m("gossipgrad", n, args, timeout, **extra)
+
+
+def lab(n: int, args: list[str], timeout: float = 240, **extra: str):
+    """``mpiexec -n N python -m lab ARGS`` from the repo root (no launcher when n == 0)."""
+    return python_m("lab", n, args, timeout, **extra)
+
+
+def python_m(module: str, n: int, args: list[str], timeout: float, **extra: str):
+    cmd = [sys.executable, "-m", module, *args]
     if n:
         cmd = [mpiexec(), "-n", str(n), *cmd]
     return run(cmd, timeout, **extra)

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from gossipgrad.comm.base import CommTimeout, WaitContext
-from gossipgrad.comm.delay import DelayedPoster
+from gossipgrad.inject.delay import DelayedPoster
 from gossipgrad.settings import Settings
 
 from launch import mpiexec, run

@@ -2,7 +2,7 @@
 (``--on-failure continue``); the default ends the job; MPICH refuses ``continue`` at start-up.
 
 Ranks die by SIGKILL: from outside (the test kills rank 2 once training runs), or at a
-chosen step and point through ``GOSSIPGRAD_INJECT_KILL`` (``gossipgrad.engine.faults``), which
+chosen step and point through ``GOSSIPGRAD_INJECT_KILL`` (``gossipgrad.inject.faults``), which
 keeps the shuffle and checkpoint cases deterministic. Digits on 4 ranks has 11 steps per
 epoch; 3 epochs reach about 0.77 top-1 with or without a failure (0.65 at epoch 1).
 """

@@ -1,7 +1,12 @@
 """The layering of docs/architecture.md, checked on the source: imports point down only.
 
-    cli > bench > measure > runtime > strategies > engine > data, shuffle, comm > plan,
-    options, choices, registry, settings, models
+    cli > bench > measure > runtime > strategies > engine > data, shuffle, comm, inject >
+    plan, options, choices, registry, settings, models
+
+``inject`` (the testing corner: fault, straggler and latency injection) sits at comm's layer
+so that comm and the engine may call it, and imports only ``comm.base`` and the bottom layer.
+``lab/`` (the validation studies, not installed) may import gossipgrad; gossipgrad never
+imports lab.
 
 Every ``import``/``from ... import`` of a gossipgrad module counts, at module level or
 inside a function (a lazy import is still a dependency). A module may import its own
@@ -28,6 +33,7 @@ LAYERS = {
     "data": 2,
     "shuffle": 2,
     "comm": 2,
+    "inject": 2,  # the testing corner: imports only comm.base and layer 1 (test below)
     "plan": 1,
     "options": 1,
     "choices": 1,
@@ -37,6 +43,10 @@ LAYERS = {
 }
 #: The package's entry points, above every layer.
 ENTRY = {"__init__", "__main__"}
+#: What the testing corner may import: the Communicator protocol and the bottom layer.
+INJECT_MAY_IMPORT = {"gossipgrad.comm.base"} | {
+    f"gossipgrad.{p}" for p, n in LAYERS.items() if n == 1
+}
 
 
 def _part(path: Path, root: Path = ROOT) -> str:
@@ -104,3 +114,75 @@ def test_the_check_sees_lazy_imports(tmp_path: Path):
     (tmp_path / "comm").mkdir()
     (tmp_path / "comm" / "x.py").write_text("def f():\n    from gossipgrad.runtime import init\n")
     assert upward_imports(tmp_path) == ["comm/x.py:2: comm (2) imports runtime (5)"]
+
+
+def imported_modules(path: Path, top_level_only: bool = False) -> list[tuple[int, str]]:
+    """``(line, module)`` of every import in ``path`` (``from a.b import c`` gives ``a.b``,
+    or ``a.b.c`` when that is a module of the package); with ``top_level_only``, only the
+    imports that run when the module is imported (not those inside a function)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    nodes = tree.body if top_level_only else ast.walk(tree)
+    out = []
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                out.append((node.lineno, sub if _module_path(sub) else node.module))
+    return out
+
+
+def _module_path(module: str) -> Path | None:
+    """The file of gossipgrad module ``module`` (a package's ``__init__.py``), else None."""
+    if not module.startswith("gossipgrad"):
+        return None
+    base = ROOT.parent.joinpath(*module.split("."))
+    for p in (base.with_suffix(".py"), base / "__init__.py"):
+        if p.is_file():
+            return p
+    return None
+
+
+def test_the_package_never_imports_lab():
+    found = [
+        f"{p.relative_to(ROOT)}:{line}: {m}"
+        for p in sorted(ROOT.rglob("*.py"))
+        for line, m in imported_modules(p)
+        if m == "lab" or m.startswith("lab.")
+    ]
+    assert found == []
+
+
+def test_inject_imports_only_comm_base_settings_and_the_bottom_layer():
+    found = [
+        f"{p.relative_to(ROOT)}:{line}: {m}"
+        for p in sorted((ROOT / "inject").rglob("*.py"))
+        for line, m in imported_modules(p)
+        if m.startswith("gossipgrad")
+        and not any(m == ok or m.startswith(ok + ".") for ok in INJECT_MAY_IMPORT)
+    ]
+    assert found == []
+
+
+def test_no_import_circle_through_inject_at_module_level():
+    """What an inject module imports when it loads never loads inject again (comm/mpi.py and
+    engine/run.py import it at module level)."""
+    for start in sorted((ROOT / "inject").glob("*.py")):
+        if start.name == "__init__.py":
+            continue
+        seen: set[Path] = set()
+        todo = [_module_path(m) for _, m in imported_modules(start, top_level_only=True)]
+        while todo:
+            path = todo.pop()
+            if path is None or path in seen:
+                continue
+            seen.add(path)
+            assert _part(path) != "inject", f"{start.name} loads {path} at import: a circle"
+            todo += [_module_path(m) for _, m in imported_modules(path, top_level_only=True)]
+        assert seen, f"{start.name} imports nothing of gossipgrad?"
+
+
+def test_the_check_sees_an_import_of_lab(tmp_path: Path):
+    (tmp_path / "x.py").write_text("def f():\n    from lab.bench import stragglers\n")
+    assert imported_modules(tmp_path / "x.py") == [(2, "lab.bench")]

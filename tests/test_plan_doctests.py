@@ -11,14 +11,11 @@ MODULES = [
     "convergence",
     "fit",
     "formats",
-    "heldout",
     "host",
     "memory",
     "model",
     "planner",
     "report",
-    "synthetic",
-    "validate",
 ]
 
 

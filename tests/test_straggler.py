@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from gossipgrad.engine.straggler import Straggler
+from gossipgrad.inject.straggler import Straggler
 from gossipgrad.settings import Settings
 
 

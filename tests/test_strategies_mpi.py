@@ -177,10 +177,10 @@ def test_library_strategies_across_namespaces(strategy):
 
 FORGOT_THE_WRAPPER = """
 import torch, gossipgrad
-from gossipgrad.engine.factory import make_distributed
 comm = gossipgrad.init(timeout=20)
 model = torch.nn.Linear(4, 2)
-opt = make_distributed(torch.optim.SGD(model.parameters(), lr=0.1), model, comm, strategy="ddp")
+sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+opt = gossipgrad.DistributedOptimizer(sgd, model, comm, strategy="ddp")
 opt.zero_grad()
 opt.module_for_forward(torch.randn(3, 4)).sum().backward()
 opt.step()  # through the wrapper: fine

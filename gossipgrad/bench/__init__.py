@@ -6,6 +6,8 @@ return a JSON-able record; the click commands that parse options and print live 
 - ``overlap``: compute-only vs blocking vs overlapped step time.
 - ``strategies``: gossip vs allreduce vs local (any name the engine factory knows).
 - ``shuffle_cost``: step time with the background sample shuffle on vs off.
-- ``plan_validate``: the planner's predictions against measured step times (its runs in
-  ``plan_runs``, its predictions in ``plan_predict``, its scoring in ``plan_score``).
+- ``tta``: time to a target accuracy, every strategy on one job (``tta_report``: its table).
+
+The studies of the project's own claims (the planner's validation, stragglers, ps-lag,
+convergence) live in ``lab/bench`` (not installed) and import ``common`` from here.
 """

@@ -23,7 +23,7 @@ import torch
 from gossipgrad.comm.base import Communicator, ReduceOp, WaitContext
 from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.engine.step import PHASES, train_step
-from gossipgrad.engine.straggler import Straggler
+from gossipgrad.inject.straggler import Straggler
 from gossipgrad.settings import settings
 from gossipgrad.strategies import DistributedOptimizer, options_for
 

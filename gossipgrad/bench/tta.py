@@ -56,8 +56,8 @@ from gossipgrad.engine.consensus import average_parameters_, model_tensors
 from gossipgrad.engine.evaluation import evaluate
 from gossipgrad.engine.run import lr_at, step_seed
 from gossipgrad.engine.step import train_step
-from gossipgrad.engine.straggler import Straggler
 from gossipgrad.engine.trainer import make_shuffle
+from gossipgrad.inject.straggler import Straggler
 from gossipgrad.models import build_model, loss_fn
 from gossipgrad.strategies import DistributedOptimizer, options_for
 

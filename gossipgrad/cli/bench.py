@@ -1,14 +1,15 @@
-"""``gossipgrad bench``: benchmarks that print one JSON object on rank 0.
+"""``gossipgrad bench``: benchmarks a user runs on their own cluster; each prints one JSON
+object on rank 0.
 
     mpiexec -n 2 gossipgrad bench exchange --sizes-mb 1,100
     mpiexec -n 2 gossipgrad bench overlap --comm-fraction 0.5
     mpiexec -n 4 gossipgrad bench shuffle --steps 300 --reps 3
-    mpiexec -n 2 gossipgrad bench plan-validate --arch mlp --hidden 1024 --out pv-2.json
     python scripts/emucluster.py run -n 8 --rate 1gbit -- gossipgrad bench strategies --png s.png
-    mpiexec -n 8 gossipgrad bench stragglers --markdown stragglers.md
-    gossipgrad bench convergence --sizes 4,7,8 --markdown conv.md   # launches mpiexec itself
+    mpiexec -n 4 gossipgrad bench tta --strategies gossip,allreduce --target 0.9
 
-See docs/benchmarks.md for what each measures and the numbers they produced.
+See docs/benchmarks.md for what each measures and the numbers they produced. The studies
+that validate the project's own claims (plan-validate, stragglers, ps-lag, convergence) are
+``python -m lab ...`` in a checkout (lab/, not installed).
 """
 
 from __future__ import annotations
@@ -24,12 +25,9 @@ from gossipgrad.bench.common import parse_sizes_mb
 from gossipgrad.bench.exchange import run_exchange
 from gossipgrad.bench.overlap import run_overlap
 from gossipgrad.bench.strategies import markdown_table, plot_png, run_strategies
-from gossipgrad.cli.bench_convergence import convergence
-from gossipgrad.cli.bench_ps import ps_lag
 from gossipgrad.cli.bench_tta import tta
-from gossipgrad.cli.options import BUCKET_MB, COMM_TIMEOUT, mlp_model, timed_blocks
+from gossipgrad.cli.options import BUCKET_MB, COMM_TIMEOUT, timed_blocks
 from gossipgrad.cli.output import run_bench
-from gossipgrad.cli.plan_validate import plan_validate
 from gossipgrad.engine.config import TrainConfig
 from gossipgrad.options import ShuffleOptions
 from gossipgrad.runtime import init
@@ -57,7 +55,8 @@ _run = run_bench  # every bench command below prints one record, on rank 0
 
 @click.group()
 def bench() -> None:
-    """Measure the runtime: exchange vs raw MPI, overlap, strategies side by side."""
+    """Measure the runtime on your cluster: exchange vs raw MPI, overlap, strategies side
+    by side, time to accuracy, the shuffle's cost."""
 
 
 @bench.command()
@@ -336,84 +335,4 @@ def shuffle(steps: int, reps: int, samples: int, every: int, arch: str, hidden: 
         click.echo(json.dumps(result))
 
 
-@bench.command()
-@click.option(
-    "--contenders",
-    default="gossip:0,gossip:2,gossip:4,allreduce,ddp",
-    show_default=True,
-    help="Comma-separated strategies; gossip:S is gossip with --max-lag S.",
-)
-@click.option(
-    "--slow",
-    default=None,
-    metavar="RANK:FACTOR",
-    help="The slow rank and how many times as long its compute takes "
-    "(default: GOSSIPGRAD_INJECT_SLOW, else the last rank at 2).",
-)
-@mlp_model(batch=64)
-@BUCKET_MB
-@timed_blocks(
-    40,
-    "Steps per block.",
-    "Timed blocks per contender and condition (the median is reported).",
-    "Untimed blocks per contender and condition first.",
-)
-@click.option(
-    "--markdown",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Write a Markdown table here (rank 0).",
-)
-@COMM_TIMEOUT
-def stragglers(
-    contenders: str,
-    slow: str | None,
-    width: int,
-    layers: int,
-    batch: int,
-    bucket_mb: float,
-    steps: int,
-    reps: int,
-    warmup: int,
-    markdown: str | None,
-    comm_timeout: float,
-) -> None:
-    """Samples/s of the whole job with one slow rank vs without, per strategy."""
-    from gossipgrad.bench.stragglers import (
-        markdown_table,
-        parse_contenders,
-        parse_slow,
-        run_stragglers,
-    )
-    from gossipgrad.settings import settings
-
-    try:
-        names = parse_contenders(contenders)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from exc
-
-    def body(comm: Any) -> dict[str, Any]:
-        record = run_stragglers(
-            comm,
-            names,
-            parse_slow(slow, comm.size, settings()),
-            width,
-            layers,
-            batch,
-            steps,
-            reps,
-            warmup,
-            bucket_mb,
-        )
-        if comm.rank == 0 and markdown:
-            with open(markdown, "w", encoding="utf-8") as f:
-                f.write(markdown_table(record))
-        return record
-
-    _run(comm_timeout, body)
-
-
-bench.add_command(plan_validate)
-bench.add_command(ps_lag)
 bench.add_command(tta)
-bench.add_command(convergence)

@@ -128,13 +128,13 @@ def _factors(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ..
     type=click.FloatRange(min=0),
     default=None,
     help="Extra microseconds per bucket of an overlapped exchange without a spare core "
-    "(plan-validate's 'host.handoff_s'; default: the network file's, else 0).",
+    "(lab plan-validate's 'host.handoff_s'; default: the network file's, else 0).",
 )
 @click.option(
     "--overlap-us",
     type=click.FloatRange(min=0),
     default=None,
-    help="Extra microseconds per overlapped step without a spare core (plan-validate's "
+    help="Extra microseconds per overlapped step without a spare core (lab plan-validate's "
     "'host.overlap_s' x 1e6; default: the network file's, else 0).",
 )
 @click.option(
@@ -142,7 +142,7 @@ def _factors(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ..
     type=float,
     default=None,
     help="Extra nanoseconds per gradient byte of a staleness-1 step without a spare "
-    "core, negative where staleness 1 hides part of the exchange (plan-validate's "
+    "core, negative where staleness 1 hides part of the exchange (lab plan-validate's "
     "'host.stale_s_per_byte' x 1e9; default: the network file's, else 0).",
 )
 @click.option(
@@ -150,14 +150,14 @@ def _factors(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ..
     type=click.FloatRange(min=0, min_open=True),
     default=1.0,
     show_default=True,
-    help="Multiply the profile's compute times (plan-validate's 'calibration.compute_factor').",
+    help="Multiply the profile's compute times (lab plan-validate's 'calibration.compute_factor').",
 )
 @click.option(
     "--exchange-factor",
     multiple=True,
     callback=_factors,
     metavar="STRATEGY=X",
-    help="Multiply that strategy's bucket costs (plan-validate's "
+    help="Multiply that strategy's bucket costs (lab plan-validate's "
     "'calibration.exchange_factor'); repeat per strategy, e.g. gossip=3.2.",
 )
 @click.option(

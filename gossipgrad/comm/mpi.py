@@ -6,7 +6,7 @@ nothing is ever unpickled from another rank. Every wait polls its request agains
 deadline. Below ``MPI_THREAD_MULTIPLE`` every MPI call is serialised behind one lock.
 CUDA tensors go to MPI directly only when the library is CUDA-aware (see
 :func:`cuda_aware`); the exchange layer stages them through host buffers otherwise.
-``GOSSIPGRAD_INJECT_DELAY_MS`` delays every point-to-point send (see ``comm.delay``).
+``GOSSIPGRAD_INJECT_DELAY_MS`` delays every point-to-point send (see ``gossipgrad.inject.delay``).
 
 Failures (ULFM, Open MPI under ``mpiexec --with-ft ulfm``): an operation that MPI fails with
 ``MPI_ERR_PROC_FAILED`` or ``MPI_ERR_REVOKED`` raises :class:`PeerFailed` after revoking the
@@ -40,8 +40,8 @@ from gossipgrad.comm.base import (
     poll,
 )
 from gossipgrad.comm.buffers import host_array
-from gossipgrad.comm.delay import DelayedPoster, DelayedRequest
 from gossipgrad.comm.hosts import host_id
+from gossipgrad.inject.delay import DelayedPoster, DelayedRequest
 from gossipgrad.options import DEFAULT_TIMEOUT_S
 from gossipgrad.settings import settings
 
@@ -136,7 +136,7 @@ class MpiCommunicator:
         timeout: seconds any wait may take.
         policy: how waits poll (``runtime.wait_policy`` fits it to the node).
         delay_s: injected one-way latency per sent message (default: from
-            ``GOSSIPGRAD_INJECT_DELAY_MS``, see :mod:`gossipgrad.comm.delay`).
+            ``GOSSIPGRAD_INJECT_DELAY_MS``, see :mod:`gossipgrad.inject.delay`).
     """
 
     def __init__(

@@ -7,7 +7,7 @@ shifted by up to ``SHIFT`` pixels in each direction, scaled by a random amplitud
 buried in Gaussian noise. The shifts make it hard for a linear model (one weight per pixel
 cannot follow a template that moves) while a small MLP learns it well: with the seed below,
 a logistic regression reaches about 0.56 test accuracy and the 2-hidden-layer MLP about
-0.89 (``python scripts/templates_check.py``; chance is 0.10).
+0.89 (``python -m lab templates-check``; chance is 0.10).
 
 Every sample is drawn once from one fixed seed: the first ``TEST`` samples are the test
 split, the rest the training split, so the two are disjoint by construction. Generation is

@@ -25,7 +25,6 @@ from gossipgrad.engine import snapshot as snap
 from gossipgrad.engine.config import TrainConfig
 from gossipgrad.engine.consensus import agree, verify_identical
 from gossipgrad.engine.evaluation import evaluate
-from gossipgrad.engine.faults import KillSwitch
 from gossipgrad.engine.membership import Membership
 from gossipgrad.engine.metrics import MetricsWriter, Progress, Throughput
 from gossipgrad.engine.monitor import describe_monitor, monitor_log_fields
@@ -33,8 +32,9 @@ from gossipgrad.engine.offload import ActivationOffload, offloading
 from gossipgrad.engine.protocol import DistributedOptimizer
 from gossipgrad.engine.signals import PeriodicAgreement, StopSignals, signal_name
 from gossipgrad.engine.step import train_step
-from gossipgrad.engine.straggler import Straggler
 from gossipgrad.engine.summary import run_summary
+from gossipgrad.inject.faults import KillSwitch
+from gossipgrad.inject.straggler import Straggler
 from gossipgrad.models import logits, loss_fn
 from gossipgrad.options import Offload, OptimOptions
 from gossipgrad.shuffle import ShuffleWorker

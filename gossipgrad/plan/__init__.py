@@ -42,15 +42,6 @@ from gossipgrad.plan.planner import (
     render_markdown,
 )
 from gossipgrad.plan.report import plan_report
-from gossipgrad.plan.synthetic import Layer, synthetic_profile
-from gossipgrad.plan.validate import (
-    ValidationSummary,
-    kendall_tau,
-    mape,
-    regret,
-    summarize,
-    worst_abs_pct_error,
-)
 
 __all__ = [
     "DEFAULT_BUCKET_MB",
@@ -62,14 +53,12 @@ __all__ = [
     "ConvergenceReport",
     "ConvergenceRow",
     "HostShare",
-    "Layer",
     "LinkFit",
     "MemoryEstimate",
     "NetworkFit",
     "PlanRow",
     "Profile",
     "StepTime",
-    "ValidationSummary",
     "allreduce_factors",
     "best_by",
     "bytes_sent",
@@ -80,8 +69,6 @@ __all__ = [
     "fit_overlap",
     "fit_link",
     "fit_stale",
-    "kendall_tau",
-    "mape",
     "parse_strategy",
     "plan",
     "plan_report",
@@ -89,13 +76,9 @@ __all__ = [
     "read_metrics",
     "rebucket",
     "recommend",
-    "regret",
     "render_convergence",
     "render_markdown",
     "samples_per_s",
     "step_time",
     "steps_to_target",
-    "summarize",
-    "synthetic_profile",
-    "worst_abs_pct_error",
 ]

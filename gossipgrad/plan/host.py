@@ -47,7 +47,7 @@ class HostShare:
             1 hides part of the exchange behind the next step's compute even without a
             spare core; the model never lets it hide more than the whole exchange.
         overlap_s: extra seconds per overlapped step, whatever its bucket count, when there
-            is no spare core (``fit_overlap``). >= 0. ``plan-validate`` calibrates this
+            is no spare core (``fit_overlap``). >= 0. ``lab plan-validate`` calibrates this
             form, not ``handoff_s``: on its 2-core host an overlapped step cost the same
             with 1 bucket as with 4.
 

@@ -68,7 +68,7 @@ def plan_report(
     ``host_cores``, ``ranks_per_host``, ``handoff_s``, ``stale_s_per_byte``, ``overlap_s``
     override the network file's ``host`` record field by field (see ``resolve_host``).
     ``compute_factor`` and ``exchange_factor`` (strategy -> factor) are the in-step
-    calibration (:mod:`gossipgrad.plan.calibrate`; plan-validate's ``calibration``)."""
+    calibration (:mod:`gossipgrad.plan.calibrate`; ``lab plan-validate``'s ``calibration``)."""
     if (metrics_path is None) != (target_accuracy is None):
         raise ValueError(
             "metrics_path and target_accuracy must be given together "
