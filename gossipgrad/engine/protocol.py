@@ -4,7 +4,7 @@ Every strategy's optimizer (gossip's shell, ps, the Horovod and DDP adapters, a 
 subclasses :class:`WrappedOptimizer`: a ``torch.optim.Optimizer`` whose ``param_groups``
 and ``state`` are those of the optimizer it wraps, so every learning-rate scheduler, step
 hook and state-dict tool works on it, and a plain torch optimizer's state loads into it.
-:class:`DistributedOptimizer` writes the protocol the trainer and the benchmarks use; its
+:class:`DistributedOptimizerProtocol` writes the protocol the trainer and the benchmarks use; its
 optional capabilities are attributes with defaults here, never probed.
 
     >>> import torch
@@ -24,6 +24,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from gossipgrad.comm.base import Communicator
+from gossipgrad.comm.schedule import Schedule
 from gossipgrad.engine.monitor import ConsensusMonitor
 
 STATE_KEY = "gossipgrad"
@@ -32,7 +34,7 @@ STATE_KEY = "gossipgrad"
 
 
 @runtime_checkable
-class DistributedOptimizer(Protocol):
+class DistributedOptimizerProtocol(Protocol):
     """What the training step, the trainer, checkpoints and benchmarks use.
 
     ``behind()`` / ``skip_step()``: a rank may skip a step's compute to catch up (bounded
@@ -44,10 +46,13 @@ class DistributedOptimizer(Protocol):
 
     optimizer: torch.optim.Optimizer
     model: torch.nn.Module
+    comm: Communicator
+    schedule: Schedule
     step_count: int
     strategy: str
     monitor: ConsensusMonitor | None
     rank_states: dict[str, Any]
+    bucket_count: int
 
     @property
     def param_groups(self) -> list[dict[str, Any]]: ...
@@ -90,6 +95,10 @@ class WrappedOptimizer(torch.optim.Optimizer):
         optimizer: the torch optimizer that does the update (kept as ``.optimizer``; a
             subclass may replace it, e.g. Horovod's wrapper).
         model: the module being trained.
+        comm: the communicator (None: set by the subclass).
+        options: the exchange options (None: set by the subclass); they give
+            ``strategy`` and the partner ``schedule`` every rank checks at start-up (and
+            checkpoints record), whether or not the strategy sends along it.
 
     Subclasses implement the exchange; this base gives the protocol's defaults (no lag, no
     monitor, no factors, no per-rank state) and the checkpoint format: ``state_dict()`` is
@@ -101,10 +110,23 @@ class WrappedOptimizer(torch.optim.Optimizer):
 
     strategy = ""
     monitor: ConsensusMonitor | None = None
+    bucket_count = 0
 
-    def __init__(self, optimizer: torch.optim.Optimizer, model: torch.nn.Module) -> None:
+    def __init__(
+        self,
+        optimizer: torch.optim.Optimizer,
+        model: torch.nn.Module,
+        comm: Communicator | None = None,
+        options: Any = None,
+    ) -> None:
         # Deliberately not super().__init__(): the groups and state are the wrapped one's.
         self.optimizer, self.model = optimizer, model
+        if comm is not None:
+            self.comm = comm
+        if options is not None:
+            self.options, self.strategy = options, options.strategy
+            size = comm.size if comm is not None else 1
+            self.schedule = Schedule(size, options.topology, options.seed, options.rotate)
         self.step_count = 0
         self.rank_states: dict[str, Any] = {}
         self.defaults = optimizer.defaults

@@ -48,7 +48,6 @@ import torch
 
 from gossipgrad.comm.base import Communicator
 from gossipgrad.comm.codecs import make_codec
-from gossipgrad.comm.schedule import Schedule
 from gossipgrad.comm.staging import Stager
 from gossipgrad.comm.transport import Transport
 from gossipgrad.engine.buckets import BucketLayout, install_forward_waits
@@ -106,10 +105,8 @@ class ParameterServerOptimizer(WrappedOptimizer):
         base = optimizer.original if host else optimizer
         if base.state:
             raise ValueError("--strategy ps needs an optimizer that has not stepped yet")
-        super().__init__(base, model)
-        self.comm, self.options, self.strategy = comm, opts, opts.strategy
+        super().__init__(base, model, comm, opts)
         self.max_lag = opts.max_lag
-        self.schedule = Schedule(comm.size, opts.topology, opts.seed, opts.rotate)
         self.push_codec, self.pull_codec = make_codec(opts.wire), make_codec(opts.wire)
         params = list(model.parameters())
         self._split(params, stager, host)
@@ -210,6 +207,10 @@ class ParameterServerOptimizer(WrappedOptimizer):
             inner.update(hyperparameters(self.optimizer.param_groups[j]))
         self.local_optimizer.step()
         self.factors.end_step()
+
+    @property
+    def bucket_count(self) -> int:  # type: ignore[override]
+        return len(self.layout.buckets)
 
     @property
     def factor_table(self) -> list[dict[str, Any]] | None:

@@ -29,7 +29,7 @@ from gossipgrad.engine.membership import Membership
 from gossipgrad.engine.metrics import MetricsWriter, Progress, Throughput
 from gossipgrad.engine.monitor import describe_monitor, monitor_log_fields
 from gossipgrad.engine.offload import ActivationOffload, offloading
-from gossipgrad.engine.protocol import DistributedOptimizer
+from gossipgrad.engine.protocol import DistributedOptimizerProtocol as DistributedOptimizer
 from gossipgrad.engine.signals import PeriodicAgreement, StopSignals, signal_name
 from gossipgrad.engine.step import train_step
 from gossipgrad.engine.summary import run_summary
@@ -142,7 +142,7 @@ class Run:
                     self.total,
                     self.spe,
                     self.model_bytes / 1e6,
-                    len(self.opt.layout.buckets),
+                    self.opt.bucket_count,
                     self.device,
                 )
             if self.cfg.run.evaluate:

@@ -89,9 +89,9 @@ class BucketOptimizer(WrappedOptimizer):
         pattern: str,
         stager: Stager | None = None,
     ) -> None:
-        super().__init__(optimizer, model)
-        opts = self.options = options
-        self.strategy, self.mix, self.pattern = opts.strategy, opts.mix, pattern
+        super().__init__(optimizer, model, comm, options)
+        opts = options
+        self.mix, self.pattern = opts.mix, pattern
         broadcast_parameters_(model, comm)
         verify_identical(model, comm)
         self._stager = stager
@@ -153,6 +153,10 @@ class BucketOptimizer(WrappedOptimizer):
         )
         if self.factors:
             self.factors.bind(thread, lambda: self.step_count)
+
+    @property
+    def bucket_count(self) -> int:  # type: ignore[override]
+        return len(self.layout.buckets)
 
     # -- membership changes (engine/membership.py) -----------------------------------
     @property

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from gossipgrad.engine.protocol import DistributedOptimizer
+from gossipgrad.engine.protocol import DistributedOptimizerProtocol as DistributedOptimizer
 
 PHASES = ("forward", "backward", "optimizer", "total")
 

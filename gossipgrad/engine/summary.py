@@ -12,7 +12,7 @@ from gossipgrad.comm.base import Communicator, ReduceOp
 from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.engine import checkpoint as ckpt
 from gossipgrad.engine.monitor import monitor_summary
-from gossipgrad.engine.protocol import DistributedOptimizer
+from gossipgrad.engine.protocol import DistributedOptimizerProtocol as DistributedOptimizer
 
 
 def skip_summary(

@@ -12,7 +12,6 @@ import torch
 
 from gossipgrad.choices import Mix
 from gossipgrad.comm.base import Communicator
-from gossipgrad.comm.schedule import Schedule
 from gossipgrad.engine.buckets import BucketLayout
 from gossipgrad.engine.consensus import consensus_distance, verify_identical
 from gossipgrad.engine.protocol import WrappedOptimizer
@@ -62,13 +61,15 @@ class LibraryOptimizer(WrappedOptimizer):
         comm: Communicator,
         options: ExchangeOptions,
     ) -> None:
-        super().__init__(optimizer, model)
-        self.comm, self.options, self.strategy = comm, options, options.strategy
+        super().__init__(optimizer, model, comm, options)
         self.bucket_mb = options.bucket_mb
-        self.schedule = Schedule(comm.size, options.topology, options.seed, options.rotate)
         # Sizes only (logging, bytes per step): never bound, no gradient lives in it.
         self.layout = BucketLayout(list(model.parameters()), options.bucket_cap_bytes)
         self.communicates = comm.size > 1
+
+    @property
+    def bucket_count(self) -> int:  # type: ignore[override]
+        return len(self.layout.buckets)
 
     def step(self, closure: Any = None) -> Any:
         loss = self.optimizer.step(closure)
