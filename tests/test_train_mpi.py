@@ -71,13 +71,16 @@ def test_every_size_trains(trained, size):
 
 @pytest.mark.timeout(600)
 def test_gossip_matches_allreduce_at_eight_ranks_and_sends_constant_bytes(trained):
-    g8, a8 = trained(8), trained(8, "allreduce")
+    # allreduce averages gradients; its Linear layers would go as sufficient factors (auto)
+    plain = ("--sufficient-factors", "off")
+    g8, a8 = trained(8), trained(8, "allreduce", *plain)
     assert abs(g8["test_accuracy"] - a8["test_accuracy"]) <= 0.01, (g8, a8)
     model = g8["model_bytes"]
     for size in (2, 8):
         assert trained(size)["bytes_sent_per_step"] == model  # O(1): the model once
     assert a8["bytes_sent_per_step"] == pytest.approx(2 * 7 / 8 * model)
-    assert trained(2, "allreduce")["bytes_sent_per_step"] == pytest.approx(model)
+    assert trained(2, "allreduce", *plain)["bytes_sent_per_step"] == pytest.approx(model)
+    assert trained(2, "allreduce")["bytes_sent_per_step"] < model  # factors where fewer
 
 
 @pytest.mark.timeout(660)

@@ -63,7 +63,7 @@ def calibrate(
     buckets = [b.values if b.values is not None else b.grads for b in blocking.layout.buckets]
 
     def exchange() -> None:
-        ex = blocking.exchange
+        ex = blocking.mixer
         pend = [ex.start(b, i, 0, Tag.GRAD_BUCKET + i) for i, b in enumerate(buckets)]
         for p in pend:
             ex.finish(p)

@@ -83,7 +83,8 @@ def parse_seeds(text: str) -> list[int]:
 def train_command(
     task: str, size: int, mode: str, epochs: int, seed: int, metrics: str, extra: list[str]
 ) -> list[str]:
-    """The launch of one cell (``extra`` flags come last, so they win)."""
+    """The launch of one cell (``extra`` flags come last, so they win; the allreduce
+    reference runs without them: gossip's flags do not apply to it)."""
     return [
         mpiexec_path(),
         "-n",
@@ -104,7 +105,7 @@ def train_command(
         "--metrics-out",
         metrics,
         *MODES[mode],
-        *extra,
+        *(extra if mode != "allreduce" else []),
     ]
 
 

@@ -39,8 +39,8 @@ import click
 @click.option(
     "--extra",
     default="",
-    help="More `gossipgrad train` flags for every run, "
-    "one quoted string (they come last, so they win).",
+    help="More `gossipgrad train` flags for every gossip run, one quoted string (they come "
+    "last, so they win); the allreduce reference runs as it is.",
 )
 @click.option(
     "--timeout",
