@@ -4,10 +4,15 @@
     opt = gossipgrad.DistributedOptimizer(torch.optim.SGD(...), model, comm)
 
 See ``gossipgrad.engine.distributed`` for a complete example.
+
+    handle = gossipgrad.standin(model, "resnet50", dilate=10)   # a stand-in accelerator
+
+See ``gossipgrad.devices.standin``.
 """
 
 from __future__ import annotations
 
+from gossipgrad.devices import Standin, StandinProfile, standin
 from gossipgrad.engine.consensus import average_parameters_, broadcast_parameters_
 from gossipgrad.engine.distributed import DistributedOptimizer
 from gossipgrad.options import ExchangeOptions, Mix, Strategy, Topology
@@ -22,5 +27,8 @@ __all__ = [
     "Topology",
     "average_parameters_",
     "broadcast_parameters_",
+    "standin",
+    "Standin",
+    "StandinProfile",
 ]
 __version__ = "0.1.0"

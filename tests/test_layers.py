@@ -1,7 +1,7 @@
 """The layering of docs/architecture.md, checked on the source: imports point down only.
 
-    cli > bench > measure > runtime > engine > data, shuffle, comm > plan, options,
-    choices, settings, models
+    cli > bench > measure > runtime > engine > data, shuffle, comm, devices > plan,
+    options, choices, settings, models
 
 Every ``import``/``from ... import`` of a gossipgrad module counts, at module level or
 inside a function (a lazy import is still a dependency). A module may import its own
@@ -27,6 +27,7 @@ LAYERS = {
     "data": 2,
     "shuffle": 2,
     "comm": 2,
+    "devices": 2,  # the stand-in accelerator: patches a model, imports models and plan only
     "plan": 1,
     "options": 1,
     "choices": 1,
