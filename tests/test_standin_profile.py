@@ -150,3 +150,12 @@ def test_device_option_takes_standin_with_a_profile_and_round_trips():
     assert TrainConfig.from_flags(**cfg.to_dict()) == cfg
     with pytest.raises(ValueError, match="--dilate must be > 0"):
         TrainConfig.from_flags(dilate=0)
+
+
+@pytest.mark.parametrize("name", ["gossipgrad.devices.dilation", "gossipgrad.bench.standin"])
+def test_docstring_examples(name: str):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(name))
+    assert result.attempted > 0 and result.failed == 0, result

@@ -7,6 +7,7 @@
     python scripts/emucluster.py run -n 8 --rate 1gbit -- gossipgrad bench strategies --png s.png
     mpiexec -n 8 gossipgrad bench stragglers --markdown stragglers.md
     gossipgrad bench convergence --sizes 4,7,8 --markdown conv.md   # launches mpiexec itself
+    gossipgrad bench standin --profile resnet50 --dilate 10        # the stand-in accelerator
 
 See docs/benchmarks.md for what each measures and the numbers they produced.
 """
@@ -26,6 +27,7 @@ from gossipgrad.bench.overlap import run_overlap
 from gossipgrad.bench.strategies import markdown_table, plot_png, run_strategies
 from gossipgrad.cli.bench_convergence import convergence
 from gossipgrad.cli.bench_ps import ps_lag
+from gossipgrad.cli.bench_standin import standin
 from gossipgrad.cli.bench_tta import tta
 from gossipgrad.cli.options import BUCKET_MB, COMM_TIMEOUT, mlp_model, timed_blocks
 from gossipgrad.cli.output import run_bench
@@ -417,3 +419,4 @@ bench.add_command(plan_validate)
 bench.add_command(ps_lag)
 bench.add_command(tta)
 bench.add_command(convergence)
+bench.add_command(standin)

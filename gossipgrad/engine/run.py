@@ -36,6 +36,7 @@ from gossipgrad.engine.signals import (
     agreement_period,
     signal_name,
 )
+from gossipgrad.engine.standin import NO_ACCURACY, summary_fields
 from gossipgrad.engine.straggler import Straggler
 from gossipgrad.models import logits, loss_fn
 from gossipgrad.options import Offload, OptimOptions, Strategy
@@ -106,6 +107,7 @@ class Run:
         self.model_bytes = sum(
             p.numel() * p.element_size() for p in model.parameters() if p.requires_grad
         )
+        self.standin: Any = None  # --device standin: a Standin (set by the trainer)
 
     def compat(self) -> dict[str, Any]:
         """What a checkpoint must match: the model; when training also the data order,
@@ -273,12 +275,14 @@ class Run:
             "comm_seconds": self.comm_s,
             **monitor_log_fields(self.opt),
         }
+        if self.standin is not None:  # a stand-in's losses carry no meaning
+            rec.update(loss=None, train_accuracy=None, standin=True)
         window.update(loss=0.0, correct=0.0, n=0, t=now)
         self.metrics.write(rec)
         self.progress.update(
             0,
-            loss=f"{rec['loss']:.3f}",
-            acc=f"{rec['train_accuracy']:.3f}",
+            loss="-" if rec["loss"] is None else f"{rec['loss']:.3f}",
+            acc="-" if rec["train_accuracy"] is None else f"{rec['train_accuracy']:.3f}",
             img_s=f"{rec['samples_per_s']:.0f}",
         )
 
@@ -293,12 +297,18 @@ class Run:
                 "step": step,
                 "epoch": step / self.spe,
                 "consensus_distance": distance,
-                **evaluate(self.model, self.source, self.comm, self.device),
+                **(
+                    evaluate(self.model, self.source, self.comm, self.device)
+                    if self.standin is None
+                    else NO_ACCURACY
+                ),
             }
         self.eval_s += time.perf_counter() - t0
         self.metrics.write(self.last)
         line = (
-            f"step {step} (epoch {step / self.spe:.2f}): top1 {100 * self.last['top1']:.2f}% "
+            f"step {step}: stand-in run, not evaluated (its outputs carry no meaning)"
+            if self.standin is not None
+            else f"step {step} (epoch {step / self.spe:.2f}): top1 {100 * self.last['top1']:.2f}% "
             f"top5 {100 * self.last['top5']:.2f}% loss {self.last['test_loss']:.4f} "
             f"on {self.last['val_images']} val images, consensus_distance {distance:.3g}"
         )
@@ -442,6 +452,8 @@ class Run:
             "sync": ex.sync.value,
             **monitor_summary(self.opt),
         }
+        if self.standin is not None:
+            summary.update(summary_fields(self.standin, summary))
         self.metrics.write(summary)
         if self.comm.rank == 0 and summary["monitor_calls"]:
             log.info("consensus: %s", describe_monitor(summary))
