@@ -72,3 +72,20 @@ def test_bench_standin_on_two_ranks_reports_time_ready_and_cpu(mlp_profile):
         assert row["ready"]["params"] == 6 and row["ready"]["max_abs_error_s"] is not None
         assert row["cpu_s_per_step"] >= 0 and row["cpu_share"] is not None
     assert isinstance(r["checks"]["local_step_within_5pct"], bool)
+
+
+@pytest.mark.timeout(300)
+def test_bench_strategies_trains_the_profiled_model_on_stand_in_ranks(mlp_profile):
+    res = gossipgrad(
+        2,
+        ["bench", "strategies", "--device", f"standin:{mlp_profile}", "--dilate", "2"]
+        + ["--strategies", "gossip,local", "--steps", "1", "--reps", "1", "--warmup", "0"],
+        timeout=240,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    r = _last_json(res.stdout)
+    assert r["standin"]["arch"] == "mlp" and r["standin"]["dilate"] == 2
+    assert r["batch"] == 32  # the profile's batch when --batch is not given
+    assert r["model_bytes"] == 104488  # the digits MLP, not the Linear stack
+    for row in r["results"]:
+        assert row["step_s_undilated"] == pytest.approx(row["step_s"] / 2, rel=1e-4)

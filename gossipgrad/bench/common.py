@@ -23,6 +23,7 @@ import torch
 from gossipgrad.comm.base import Communicator, ReduceOp, WaitContext, allreduce_
 from gossipgrad.engine.factory import make_distributed
 from gossipgrad.engine.straggler import Straggler
+from gossipgrad.models import logits
 from gossipgrad.settings import settings
 
 
@@ -108,9 +109,10 @@ PHASES = ("forward", "backward", "optimizer", "total")
 
 
 class Trainer:
-    """One model copy (:func:`make_stack`, or :func:`make_fc_head` when ``dims`` is given)
-    and its distributed optimizer, built by the engine factory from a strategy name; ``kw``
-    go to the factory."""
+    """One model copy (:func:`make_stack`, or :func:`make_fc_head` when ``dims`` is given,
+    or the profiled model on a stand-in device when ``standin`` is given: a
+    :class:`gossipgrad.bench.standin.StandinModels`) and its distributed optimizer, built by
+    the engine factory from a strategy name; ``kw`` go to the factory."""
 
     def __init__(
         self,
@@ -119,24 +121,32 @@ class Trainer:
         width: int,
         layers: int,
         dims: tuple[int, ...] | None = None,
+        standin: Any = None,
         **kw: Any,
     ) -> None:
-        self.model = make_fc_head(dims) if dims else make_stack(width, layers)
+        self.device = None  # a stand-in device's handle
+        if standin is not None:
+            self.model, self.device = standin.build()
+            self.sample_shape = tuple(standin.sample_shape)
+        else:
+            self.model = make_fc_head(dims) if dims else make_stack(width, layers)
+            self.sample_shape = (dims[0] if dims else width,)
+        sgd = torch.optim.SGD(self.model.parameters(), lr=1e-3)
         # Timing benchmarks time the exchange alone: no consensus monitor, no adaptive average.
         kw = {"sync": "off", "monitor_every": 0, **kw}
         self.opt = make_distributed(
-            torch.optim.SGD(self.model.parameters(), lr=1e-3),
+            self.device.optimizer(sgd) if self.device else sgd,
             self.model,
             comm,
             strategy=strategy,
             **kw,
         )
-        self.width = dims[0] if dims else width
         self.x = torch.empty(0)
         self.straggler = Straggler(comm.rank)
 
     def set_batch(self, batch: int) -> None:
-        self.x = torch.randn(batch, self.width, generator=torch.Generator().manual_seed(1))
+        g = torch.Generator().manual_seed(1)
+        self.x = torch.randn(batch, *self.sample_shape, generator=g)
 
     def step(self) -> dict[str, float]:
         """One step; seconds on this rank of its phases: ``forward`` (with any waits of
@@ -145,7 +155,8 @@ class Trainer:
         t0 = time.perf_counter()
         self.opt.zero_grad()
         with self.straggler.compute():  # GOSSIPGRAD_INJECT_SLOW
-            loss = self.opt.module_for_forward(self.x).square().mean()  # DDP: its wrapper
+            out = logits(self.opt.module_for_forward(self.x))  # DDP: its wrapper
+            loss = out.square().mean()
             t1 = time.perf_counter()
             loss.backward()
         t2 = time.perf_counter()
@@ -167,6 +178,8 @@ class Trainer:
 
     def close(self) -> None:
         self.opt.close()
+        if self.device is not None:
+            self.device.remove()
 
 
 def emit(comm: Communicator, record: dict[str, Any]) -> None:

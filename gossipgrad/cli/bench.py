@@ -27,7 +27,7 @@ from gossipgrad.bench.overlap import run_overlap
 from gossipgrad.bench.strategies import markdown_table, plot_png, run_strategies
 from gossipgrad.cli.bench_convergence import convergence
 from gossipgrad.cli.bench_ps import ps_lag
-from gossipgrad.cli.bench_standin import standin
+from gossipgrad.cli.bench_standin import DILATE, STANDIN_DEVICE, standin, standin_models
 from gossipgrad.cli.bench_tta import tta
 from gossipgrad.cli.options import BUCKET_MB, COMM_TIMEOUT, mlp_model, timed_blocks
 from gossipgrad.cli.output import run_bench
@@ -242,8 +242,12 @@ def overlap(
     default=None,
     help="Write a Markdown table here (rank 0).",
 )
+@STANDIN_DEVICE
+@DILATE
 @COMM_TIMEOUT
+@click.pass_context
 def strategies(
+    ctx: click.Context,
     strategies: str,
     width: int,
     layers: int,
@@ -261,9 +265,14 @@ def strategies(
     warmup: int,
     png: str | None,
     markdown: str | None,
+    device: str,
+    dilate: float,
     comm_timeout: float,
 ) -> None:
     """gossip vs allreduce vs local on the same model, ranks and links, in one launch."""
+    devices = standin_models(ctx, device, dilate)  # --device standin:PROFILE, else None
+    if devices is not None and ctx.get_parameter_source("batch").name == "DEFAULT":
+        batch = devices.profile.batch_size
     names = [s.strip() for s in strategies.split(",") if s.strip()]
     settings = tuple(f.strip() for f in factors.split(",") if f.strip())
     try:
@@ -290,6 +299,7 @@ def strategies(
             settings,
             sizes,
             together,
+            devices,
         )
         if comm.rank == 0 and markdown:
             with open(markdown, "w", encoding="utf-8") as f:

@@ -24,6 +24,34 @@ DILATE = click.option(
     help="Stand-in compute times x this (run behind links this many times slower).",
 )
 
+STANDIN_DEVICE = click.option(
+    "--device",
+    default="cpu",
+    show_default=True,
+    help="cpu, or standin:PROFILE: every contender trains the profiled model on a stand-in "
+    "accelerator (docs/standin.md) instead of the Linear stack; --batch defaults to the "
+    "profile's.",
+)
+
+
+def standin_models(ctx: click.Context, device: str, dilate: float) -> Any:
+    """The stand-in models of ``--device standin:PROFILE`` (None for cpu); a bad value or
+    profile is a usage error naming it."""
+    from gossipgrad.bench.standin import StandinModels
+    from gossipgrad.options import Device, parse_device
+
+    try:
+        kind, profile = parse_device(device)
+        if kind is Device.STANDIN:
+            return StandinModels(profile or "", dilate)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param_hint="--device") from exc
+    if kind is not Device.CPU:
+        raise click.BadParameter(f"{device!r}: cpu or standin:PROFILE", param_hint="--device")
+    if dilate != 1.0:
+        raise click.UsageError("--dilate needs --device standin:PROFILE")
+    return None
+
 
 @click.command("standin")
 @click.option(
