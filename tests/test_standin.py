@@ -136,7 +136,9 @@ def test_meta_model_resnet_keeps_shapes_and_ready_times_match_the_shipped_profil
 
 
 def test_gossip_trains_on_stand_in_ranks_of_the_thread_world(cnn_profile):
-    """Two thread-ranks, each its own stand-in device: buckets, hooks and exchange work."""
+    """Two thread-ranks, each its own stand-in device: buckets, hooks and exchange work,
+    and every gradient is still a view into its bucket after the (sparse, empty) zero
+    gradients of the second step were accumulated into it."""
 
     def rank(comm):  # noqa: ANN001, ANN202
         model = _cnn()
@@ -146,6 +148,7 @@ def test_gossip_trains_on_stand_in_ranks_of_the_thread_world(cnn_profile):
             model,
             comm,
             mix="grad",
+            sufficient_factors="off",  # else the Linear weight leaves the buckets
             sync="off",
             monitor_every=0,
         )
@@ -156,6 +159,12 @@ def test_gossip_trains_on_stand_in_ranks_of_the_thread_world(cnn_profile):
                 opt.zero_grad()
                 loss_fn(model(x), y).backward()
                 opt.step()
+            flats = {b.grads.untyped_storage().data_ptr() for b in opt.layout.buckets}
+            in_buckets = all(
+                p.grad.layout is torch.strided and p.grad.untyped_storage().data_ptr() in flats
+                for p in model.parameters()
+            )
+            assert in_buckets, "p.grad left its bucket"
             return len(marks), opt.bytes_sent_per_step(), handle.clock.busy_s
         finally:
             opt.close()
@@ -183,3 +192,19 @@ def test_a_measured_cpu_profile_runs_on_its_stand_in(tmp_path):
     x = torch.randn(8, 1, 8, 8)
     loss_fn(model(x), torch.zeros(8, dtype=torch.long)).backward()
     assert clock.now() == pytest.approx(profile.planner.forward_s + profile.planner.backward_s)
+
+
+def test_profile_cli_layers_writes_a_stand_in_profile(tmp_path):
+    from click.testing import CliRunner
+
+    from gossipgrad.cli import main
+
+    out = tmp_path / "mlp.json"
+    args = ["profile", "-a", "mlp", "--hidden", "16", "-b", "8", "--steps", "2", "--warmup", "1"]
+    res = CliRunner().invoke(main, [*args, "--threads", "1", "--layers", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    p = StandinProfile.load(out)
+    assert p.source["kind"] == "measured" and "--layers" in p.source["command"]
+    assert [lt.name for lt in p.layers] == [str(i) for i in range(6)] and p.hidden == 16
+    res = CliRunner().invoke(main, [*args, "--precision", "bf16"])
+    assert res.exit_code != 0 and "--precision needs --layers" in res.output

@@ -209,11 +209,14 @@ def _with_offload(without, with_):  # noqa: ANN001, ANN202 - StepProfile, import
 
 def _layers(arch: str, kwargs: dict, precision: str, out: str | None) -> None:
     """``--layers``: the measured stand-in profile (gossipgrad.measure.layers)."""
-    import sys
-
     from gossipgrad.measure.layers import profile_arch_layers
 
-    command = "gossipgrad profile " + " ".join(sys.argv[2:] if len(sys.argv) > 2 else [])
+    k = kwargs
+    command = (
+        f"gossipgrad profile -a {arch} -b {k['batch_size']} --hidden {k['hidden']} "
+        f"--image-size {k['image_size']} --device {k['device']} --precision {precision} "
+        f"--steps {k['steps']} --warmup {k['warmup']} --seed {k['seed']} --layers"
+    )
     try:
         result = profile_arch_layers(arch, precision=precision, command=command, **kwargs)
     except (ValueError, RuntimeError) as exc:
