@@ -21,10 +21,12 @@ What it runs (the driver itself never initialises MPI; it launches the checks):
 5. ``standin`` (one process per model of ``--standin-archs``, default ResNet-50, GoogLeNet,
    VGG-16): a measured stand-in profile (``gossipgrad profile --layers``) per precision
    (fp32, bf16) and batch (32, 64), written to ``--standin-out``; then each profile's
-   stand-in runs on this host's CPU, one rank, strategy local, at ``--standin-dilate``
-   (10: a GPU step is shorter than the stand-in's own host work per step, so it is checked
-   dilated, as it is used) and at 1 (recorded, not judged). Passes when the dilated
-   stand-in's step is the GPU's x K within 5 %; gradient-ready errors are reported.
+   stand-in runs on this host's CPU, one rank, strategy local, dilated by K =
+   ``--standin-dilate`` (10), more where a dilated step would still be under 0.5 s (a fast
+   GPU's step is shorter than the stand-in's own host work per step, which does not
+   dilate, so it is checked as it is used), and undilated (recorded, not judged). Passes
+   when the dilated stand-in's step is the GPU's x K within 5 %; gradient-ready errors and
+   CPU per step are reported.
 
 Without a CUDA device everything is skipped with a clear reason and the exit code is 0. The
 workers also run on CPU (``_exchange --device cpu`` forces the staging path onto host
@@ -401,9 +403,13 @@ def worker_standin(
     precisions: tuple[str, ...] = STANDIN_PRECISIONS,
     batches: tuple[int, ...] = STANDIN_BATCHES,
     image_size: int = 224,
+    min_step_s: float = 0.5,
 ) -> dict[str, Any]:
     """Measure ``arch``'s stand-in profile per precision and batch on ``device``, save each,
-    then time its stand-in on the CPU (one rank, local) at ``dilate`` and at 1."""
+    then time its stand-in on the CPU (one rank, local) dilated (by ``dilate``, more if
+    needed for a step of ``min_step_s``) and at 1."""
+    import math
+
     import torch
 
     from gossipgrad.bench.standin import run_standin
@@ -441,16 +447,20 @@ def worker_standin(
             "device_step_s": prof.compute_s,
             "layers_coverage": prof.source["layers_coverage"],
         }
-        for k in (dilate, 1.0):
-            rec = run_standin(comm, prof, k, ("local",), steps=steps, reps=2, warmup=1)
+        # dilated until a step takes min_step_s: a fast GPU's step is shorter than the
+        # stand-in's own host work per step (zeroing buckets, Python), which does not dilate
+        k = max(dilate, math.ceil(min_step_s / prof.compute_s))
+        row["dilate"] = k
+        for name, factor in (("dilated", k), ("undilated", 1.0)):
+            rec = run_standin(comm, prof, factor, ("local",), steps=steps, reps=2, warmup=1)
             local = rec["results"][0]
-            row[f"x{k:g}"] = {
+            row[name] = {
                 "standin_step_s": local["step_s"],
                 "ratio": local["ratio_to_profile"],
                 "ready": local["ready"],
                 "cpu_s_per_step": local["cpu_s_per_step"],
             }
-        ratio = row[f"x{dilate:g}"]["ratio"]
+        ratio = row["dilated"]["ratio"]
         row["within_5pct"] = ratio is not None and abs(ratio - 1) <= 0.05
         rows.append(row)
     return {"ok": all(r["within_5pct"] for r in rows), "arch": arch, "device": device, "rows": rows}
@@ -481,6 +491,7 @@ def main(argv: list[str] | None = None) -> int:
         worker.add_argument("--out", default="standin-profiles")
         worker.add_argument("--precisions", default=",".join(STANDIN_PRECISIONS))
         worker.add_argument("--batches", default=",".join(map(str, STANDIN_BATCHES)))
+        worker.add_argument("--min-step-s", type=float, default=0.5)
         w = worker.parse_args(argv[1:])
         if argv[0] == "_detect":
             rec = worker_detect()
@@ -498,6 +509,7 @@ def main(argv: list[str] | None = None) -> int:
                 tuple(w.precisions.split(",")),
                 tuple(int(b) for b in w.batches.split(",")),
                 w.image_size,
+                w.min_step_s,
             )
         else:
             rec = worker_throughput(w.arch, w.batch, w.steps, w.device)
