@@ -427,8 +427,8 @@ def worker_standin(
                 batch_size=batch,
                 device=device,
                 precision=precision,
-                steps=steps,
-                warmup=3,
+                steps=max(steps, 10),  # medians of the device's phases and layers
+                warmup=5,
                 image_size=image_size,
                 command=f"scripts/gpu_check.py _standin --arch {arch} (batch {batch})",
             )

@@ -57,11 +57,18 @@ class StandinModels:
         self.dilation = Dilation(dilate)
         self.sample_shape = tuple(self.profile.input_shape)
 
-    def build(self, seed: int = 0) -> tuple[torch.nn.Module, Standin]:
-        """A fresh model (same weights for the same seed) patched onto its own device."""
+    def build(self) -> tuple[torch.nn.Module, Standin]:
+        """A fresh model patched onto its own device. Its parameters and buffers are zeros:
+        a stand-in's values carry no meaning, so the model is built on the meta device and
+        given zeroed memory instead of being initialised (VGG-16: 0.2 s instead of 5-10 s
+        of CPU per copy)."""
         p = self.profile
-        torch.manual_seed(seed)
-        model = build_model(p.arch, self.sample_shape, p.classes, p.hidden)
+        with torch.device("meta"):
+            model = build_model(p.arch, self.sample_shape, p.classes, p.hidden)
+        model = model.to_empty(device="cpu")
+        with torch.no_grad():
+            for t in [*model.parameters(), *model.buffers()]:
+                t.zero_()
         return model, Standin(model, p, self.dilation.factor)
 
     def annotate(self, record: dict[str, Any]) -> dict[str, Any]:
