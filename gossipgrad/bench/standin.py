@@ -23,6 +23,9 @@ the engine factory like any benchmark's. Per strategy the record holds:
 device clock has to make good (see :mod:`gossipgrad.devices.clock`).
 """
 
+# Over 300 lines on purpose: one benchmark: the model builder bench strategies shares, the
+# timed blocks and the record of what they measured.
+
 from __future__ import annotations
 
 import os

@@ -9,8 +9,9 @@ shipped or measured with ``gossipgrad profile --layers``.
 from __future__ import annotations
 
 from gossipgrad.devices.dilation import Dilation
+from gossipgrad.devices.optimizer import StandinOptimizer
 from gossipgrad.devices.profile import StandinProfile, shipped
-from gossipgrad.devices.standin import NOTE, Standin, StandinOptimizer, standin
+from gossipgrad.devices.standin import NOTE, Standin, standin
 
 __all__ = [
     "NOTE",
