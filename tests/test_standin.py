@@ -124,6 +124,14 @@ def test_a_profile_of_another_model_is_refused_naming_it(cnn_profile):
         Standin(wide, cnn_profile)
 
 
+def test_a_shipped_profile_is_what_its_builder_makes_today():
+    from gossipgrad.devices.published import PUBLISHED, published_profile
+
+    name = "googlenet-p100pcie-fp32-b128"  # python scripts/standin_profiles.py rebuilds all
+    built = published_profile(name, PUBLISHED[name]).to_json()
+    assert built == StandinProfile.load(name).to_json()
+
+
 def test_meta_model_resnet_keeps_shapes_and_ready_times_match_the_shipped_profile():
     profile = StandinProfile.load("resnet50-p100-fp32-b32")
     with torch.device("meta"):
