@@ -56,7 +56,7 @@ def _torchvision(name: str) -> Callable[..., nn.Module]:
 
 
 #: Models that get the ImageNet recipe as their defaults (``engine.config.imagenet_defaults``).
-IMAGENET_ARCHS = ("resnet18", "resnet50", "googlenet")
+IMAGENET_ARCHS = ("resnet18", "resnet50", "googlenet", "vgg16")
 
 MODELS: dict[str, Callable[..., nn.Module]] = {
     "mlp": mlp,
@@ -64,6 +64,7 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
     "resnet18": _torchvision("resnet18"),
     "resnet50": _torchvision("resnet50"),
     "googlenet": _torchvision("googlenet"),
+    "vgg16": _torchvision("vgg16"),
 }
 
 #: Models built for digits-sized inputs (:data:`DIGITS_SHAPE`, 10 classes); the others are

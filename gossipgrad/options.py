@@ -40,6 +40,7 @@ from gossipgrad.choices import (  # noqa: F401 - re-exported: the usual import p
     at_least,
     bucket_cap_bytes,
     choice,
+    parse_device,
     parse_offload,
     respell,
     spell,
@@ -351,9 +352,14 @@ class RunOptions(_Options):
     device: Device = Device.AUTO
     on_failure: OnFailure = OnFailure.ABORT
     offload: tuple[str, ...] = ()
+    standin_profile: str | None = None  # --device standin:PROFILE (gossipgrad.devices)
+    dilate: float = 1.0  # stand-in compute x this (run behind links this much slower)
 
     def __post_init__(self) -> None:
-        self._set("device", choice(Device, self.device, "--device"))
+        device, profile = parse_device(self.device, self.standin_profile)
+        self._set("device", device)
+        self._set("standin_profile", profile)
+        at_least(self.dilate, 0, "--dilate", strict=True)
         self._set("on_failure", choice(OnFailure, self.on_failure, "--on-failure"))
         self._set("offload", parse_offload(self.offload))
         at_least(self.comm_timeout, 0, "--comm-timeout", strict=True)

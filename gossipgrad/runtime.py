@@ -233,10 +233,11 @@ def select_device(choice: str, comm: Communicator) -> Any:
     """``cpu``, or ``cuda:{node-local rank mod GPUs}``; ``auto`` = cuda when available.
 
     One rank per GPU: with more ranks than GPUs on a node, ranks share GPUs (warned).
+    ``standin`` (a stand-in accelerator, :mod:`gossipgrad.devices`) keeps the model on cpu.
     """
     import torch
 
-    if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
+    if choice in ("cpu", "standin") or (choice == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     if not torch.cuda.is_available():
         raise ValueError(

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""One-shot GPU check: CUDA-aware detection, GPU gossip exchange, training throughput, offload.
+"""One-shot GPU check: CUDA-aware detection, GPU gossip exchange, throughput, offload, stand-in.
 
     python scripts/gpu_check.py                  # prints one JSON object; exit 1 on a failure
     python scripts/gpu_check.py --steps 20 --batch 64 --exchange-mb 64
+    python scripts/gpu_check.py --standin-out "$OUT/standin"     # keep the measured profiles
 
 What it runs (the driver itself never initialises MPI; it launches the checks):
 
@@ -17,6 +18,15 @@ What it runs (the driver itself never initialises MPI; it launches the checks):
 4. ``offload`` (one process): the same model's peak device memory and images/s with
    ``--offload`` none, activations, optimizer and both (GeePS-style memory management), and
    each one's peak relative to none; the first step's loss must be the same in all four.
+5. ``standin`` (one process per model of ``--standin-archs``, default ResNet-50, GoogLeNet,
+   VGG-16): a measured stand-in profile (``gossipgrad profile --layers``) per precision
+   (fp32, bf16) and batch (32, 64), written to ``--standin-out``; then each profile's
+   stand-in runs on this host's CPU, one rank, strategy local, dilated by K =
+   ``--standin-dilate`` (10), more where a dilated step would still be under 0.5 s (a fast
+   GPU's step is shorter than the stand-in's own host work per step, which does not
+   dilate, so it is checked as it is used), and undilated (recorded, not judged). Passes
+   when the dilated stand-in's step is the GPU's x K within 5 %; gradient-ready errors and
+   CPU per step are reported.
 
 Without a CUDA device everything is skipped with a clear reason and the exit code is 0. The
 workers also run on CPU (``_exchange --device cpu`` forces the staging path onto host
@@ -78,6 +88,7 @@ def plan(cuda: dict[str, Any], cuda_aware: bool | None) -> dict[str, str | None]
             "direct": reason,
             "throughput": reason,
             "offload": reason,
+            "standin": reason,
         }
     direct = (
         None
@@ -88,7 +99,14 @@ def plan(cuda: dict[str, Any], cuda_aware: bool | None) -> dict[str, str | None]
             "the direct path with a CUDA-aware MPI"
         )
     )
-    return {"detect": None, "staging": None, "direct": direct, "throughput": None, "offload": None}
+    return {
+        "detect": None,
+        "staging": None,
+        "direct": direct,
+        "throughput": None,
+        "offload": None,
+        "standin": None,
+    }
 
 
 def _mpiexec() -> str:
@@ -156,11 +174,31 @@ def run_checks(args: argparse.Namespace) -> dict[str, Any]:
         ["_offload", "--batch", str(args.batch), "--steps", str(args.steps), "--arch", args.arch],
         args.timeout,
     )
+    report["standin"] = {
+        arch: _launch(
+            0,
+            [
+                "_standin",
+                "--arch",
+                arch,
+                "--steps",
+                str(args.standin_steps),
+                "--dilate",
+                str(args.standin_dilate),
+                "--out",
+                args.standin_out,
+            ],
+            args.timeout,
+        )
+        for arch in args.standin_archs.split(",")
+        if arch
+    }
     parts = [
         report["detect"],
         report["throughput"],
         report["offload"],
         *report["exchange"].values(),
+        *report["standin"].values(),
     ]
     report["ok"] = all(p.get("ok", False) or p.get("skipped", False) for p in parts)
     return report
@@ -356,6 +394,82 @@ def worker_offload(
     }
 
 
+STANDIN_PRECISIONS = ("fp32", "bf16")
+STANDIN_BATCHES = (32, 64)
+
+
+def worker_standin(
+    arch: str,
+    steps: int,
+    dilate: float,
+    out_dir: str,
+    device: str = "cuda",
+    precisions: tuple[str, ...] = STANDIN_PRECISIONS,
+    batches: tuple[int, ...] = STANDIN_BATCHES,
+    image_size: int = 224,
+    min_step_s: float = 0.5,
+) -> dict[str, Any]:
+    """Measure ``arch``'s stand-in profile per precision and batch on ``device``, save each,
+    then time its stand-in on the CPU (one rank, local) dilated (by ``dilate``, more if
+    needed for a step of ``min_step_s``) and at 1."""
+    import math
+
+    import torch
+
+    from gossipgrad.bench.standin import run_standin
+    from gossipgrad.comm.local import LocalWorld
+    from gossipgrad.devices import StandinProfile
+    from gossipgrad.measure.layers import profile_arch_layers
+
+    os.makedirs(out_dir, exist_ok=True)
+    gpu = (torch.cuda.get_device_name(0) if device == "cuda" else "cpu").split()[-1].lower()
+    profiles = []
+    for precision in precisions:
+        for batch in batches:
+            prof = profile_arch_layers(
+                arch,
+                batch_size=batch,
+                device=device,
+                precision=precision,
+                steps=max(steps, 10),  # medians of the device's phases and layers
+                warmup=5,
+                image_size=image_size,
+                command=f"scripts/gpu_check.py _standin --arch {arch} (batch {batch})",
+            )
+            path = os.path.join(out_dir, f"{arch}-{gpu}-{precision}-b{batch}.json")
+            prof.save(path)
+            profiles.append((precision, batch, path, StandinProfile.load(path)))
+            if device == "cuda":
+                torch.cuda.empty_cache()
+    rows = []
+    comm = LocalWorld(1).communicators()[0]
+    for precision, batch, path, prof in profiles:
+        row: dict[str, Any] = {
+            "precision": precision,
+            "batch": batch,
+            "profile": path,
+            "device_step_s": prof.compute_s,
+            "layers_coverage": prof.source["layers_coverage"],
+        }
+        # dilated until a step takes min_step_s: a fast GPU's step is shorter than the
+        # stand-in's own host work per step (zeroing buckets, Python), which does not dilate
+        k = max(dilate, math.ceil(min_step_s / prof.compute_s))
+        row["dilate"] = k
+        for name, factor in (("dilated", k), ("undilated", 1.0)):
+            rec = run_standin(comm, prof, factor, ("local",), steps=steps, reps=2, warmup=1)
+            local = rec["results"][0]
+            row[name] = {
+                "standin_step_s": local["step_s"],
+                "ratio": local["ratio_to_profile"],
+                "ready": local["ready"],
+                "cpu_s_per_step": local["cpu_s_per_step"],
+            }
+        ratio = row["dilated"]["ratio"]
+        row["within_5pct"] = ratio is not None and abs(ratio - 1) <= 0.05
+        rows.append(row)
+    return {"ok": all(r["within_5pct"] for r in rows), "arch": arch, "device": device, "rows": rows}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -364,6 +478,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arch", default="resnet50")
     parser.add_argument("--exchange-mb", type=float, default=64.0)
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds per check")
+    parser.add_argument("--standin-archs", default="resnet50,googlenet,vgg16")
+    parser.add_argument("--standin-steps", type=int, default=3, help="timed steps per block")
+    parser.add_argument("--standin-dilate", type=float, default=10.0)
+    parser.add_argument("--standin-out", default="standin-profiles", help="profiles go here")
     if argv and argv[0].startswith("_"):
         worker = argparse.ArgumentParser()
         worker.add_argument("--path", default="staging")
@@ -373,6 +491,11 @@ def main(argv: list[str] | None = None) -> int:
         worker.add_argument("--steps", type=int, default=10)
         worker.add_argument("--arch", default="resnet50")
         worker.add_argument("--image-size", type=int, default=224)
+        worker.add_argument("--dilate", type=float, default=10.0)
+        worker.add_argument("--out", default="standin-profiles")
+        worker.add_argument("--precisions", default=",".join(STANDIN_PRECISIONS))
+        worker.add_argument("--batches", default=",".join(map(str, STANDIN_BATCHES)))
+        worker.add_argument("--min-step-s", type=float, default=0.5)
         w = worker.parse_args(argv[1:])
         if argv[0] == "_detect":
             rec = worker_detect()
@@ -380,6 +503,18 @@ def main(argv: list[str] | None = None) -> int:
             rec = worker_exchange(w.path, w.device, w.mb)
         elif argv[0] == "_offload":
             rec = worker_offload(w.arch, w.batch, w.steps, w.device, w.image_size)
+        elif argv[0] == "_standin":
+            rec = worker_standin(
+                w.arch,
+                w.steps,
+                w.dilate,
+                w.out,
+                w.device,
+                tuple(w.precisions.split(",")),
+                tuple(int(b) for b in w.batches.split(",")),
+                w.image_size,
+                w.min_step_s,
+            )
         else:
             rec = worker_throughput(w.arch, w.batch, w.steps, w.device)
         if rec.get("rank", 0) == 0:

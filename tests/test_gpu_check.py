@@ -42,7 +42,7 @@ def test_no_cuda_skips_everything_with_the_reason_and_launches_nothing(
 def test_plan_runs_direct_only_when_cuda_aware(gpu_check):
     gpu = {"available": True}
     assert gpu_check.plan(gpu, True) == dict.fromkeys(
-        ("detect", "staging", "direct", "throughput", "offload")
+        ("detect", "staging", "direct", "throughput", "offload", "standin")
     )
     todo = gpu_check.plan(gpu, False)
     assert todo["staging"] is None and todo["throughput"] is None and todo["offload"] is None
@@ -67,12 +67,21 @@ def test_with_a_gpu_the_checks_are_launched_and_failures_set_the_exit_code(
             return {"ok": staging_ok, "exact": staging_ok}
         if args[0] == "_offload":
             return {"ok": True, "modes": {}}
+        if args[0] == "_standin":
+            return {"ok": True, "rows": []}
         return {"ok": True, "plain": {"images_per_s": 1.0}}
 
     monkeypatch.setattr(gpu_check, "_launch", fake_launch)
     assert gpu_check.main(["--steps", "2"]) == (0 if staging_ok else 1)
     report = json.loads(capsys.readouterr().out)
-    assert launched == [(1, "_detect"), (2, "_exchange"), (0, "_throughput"), (0, "_offload")]
+    assert launched == [
+        (1, "_detect"),
+        (2, "_exchange"),
+        (0, "_throughput"),
+        (0, "_offload"),
+        *[(0, "_standin")] * 3,  # ResNet-50, GoogLeNet, VGG-16
+    ]
+    assert set(report["standin"]) == {"resnet50", "googlenet", "vgg16"}
     assert report["exchange"]["direct"]["skipped"] is True
     assert report["ok"] is staging_ok
 
@@ -134,3 +143,22 @@ def test_offload_worker_on_cpu_reports_every_mode_with_the_same_first_loss():
     assert modes["optimizer"]["optimizer_host_bytes"] > 0
     assert modes["none"]["peak_memory_bytes"] is None  # no device memory on a CPU
     assert all(m["images_per_s"] > 0 for m in modes.values())
+
+
+@pytest.mark.timeout(300)
+def test_standin_worker_on_cpu_profiles_saves_and_checks_each_setting(tmp_path):
+    out = run(
+        [sys.executable, str(SCRIPT), "_standin", "--device", "cpu", "--arch", "cnn"]
+        + ["--precisions", "fp32", "--batches", "8,16", "--steps", "2", "--dilate", "2"]
+        + ["--min-step-s", "0.02", "--out", str(tmp_path)],
+        timeout=280,
+    )
+    assert out.returncode in (0, 1), out.stdout + out.stderr  # 1: a ratio off on a busy host
+    rec = json.loads(out.stdout.strip().splitlines()[-1])
+    assert rec["arch"] == "cnn" and [r["batch"] for r in rec["rows"]] == [8, 16]
+    for row in rec["rows"]:
+        assert Path(row["profile"]).is_file() and row["profile"].endswith(f"-b{row['batch']}.json")
+        assert row["dilate"] >= 2 and row["dilated"]["ratio"] > 0
+        assert row["undilated"]["standin_step_s"] > 0
+        assert isinstance(row["within_5pct"], bool)
+    assert rec["ok"] == all(r["within_5pct"] for r in rec["rows"])

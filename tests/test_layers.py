@@ -1,7 +1,7 @@
 """The layering of docs/architecture.md, checked on the source: imports point down only.
 
-    cli > bench > measure > runtime > strategies > engine > data, shuffle, comm, inject >
-    plan, options, choices, registry, settings, models
+    cli > bench > measure > runtime > strategies > engine > data, shuffle, comm, inject,
+    devices > plan, options, choices, registry, settings, models
 
 ``inject`` (the testing corner: fault, straggler and latency injection) sits at comm's layer
 so that comm and the engine may call it, and imports only ``comm.base`` and the bottom layer.
@@ -34,6 +34,7 @@ LAYERS = {
     "shuffle": 2,
     "comm": 2,
     "inject": 2,  # the testing corner: imports only comm.base and layer 1 (test below)
+    "devices": 2,  # the stand-in accelerator: patches a model, imports models and plan only
     "plan": 1,
     "options": 1,
     "choices": 1,

@@ -24,6 +24,7 @@ from gossipgrad.comm.base import Communicator, ReduceOp, WaitContext
 from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.engine.step import PHASES, train_step
 from gossipgrad.inject.straggler import Straggler
+from gossipgrad.models import logits
 from gossipgrad.settings import settings
 from gossipgrad.strategies import DistributedOptimizer, options_for
 
@@ -107,9 +108,11 @@ def make_fc_head(dims: tuple[int, ...], seed: int = 0) -> torch.nn.Module:
 
 
 class Trainer:
-    """One model copy (:func:`make_stack`, or :func:`make_fc_head` when ``dims`` is given)
-    and its distributed optimizer for ``strategy``; ``kw`` are exchange options, of which
-    the strategy's own are used (:func:`gossipgrad.strategies.options_for`)."""
+    """One model copy (:func:`make_stack`, or :func:`make_fc_head` when ``dims`` is given,
+    or the profiled model on a stand-in device when ``standin`` is given: a
+    :class:`gossipgrad.bench.standin.StandinModels`) and its distributed optimizer for
+    ``strategy``; ``kw`` are exchange options, of which the strategy's own are used
+    (:func:`gossipgrad.strategies.options_for`)."""
 
     def __init__(
         self,
@@ -118,20 +121,28 @@ class Trainer:
         width: int,
         layers: int,
         dims: tuple[int, ...] | None = None,
+        standin: Any = None,
         **kw: Any,
     ) -> None:
-        self.model = make_fc_head(dims) if dims else make_stack(width, layers)
+        self.device = None  # a stand-in device's handle
+        if standin is not None:
+            self.model, self.device = standin.build()
+            self.sample_shape = tuple(standin.sample_shape)
+        else:
+            self.model = make_fc_head(dims) if dims else make_stack(width, layers)
+            self.sample_shape = (dims[0] if dims else width,)
+        sgd = torch.optim.SGD(self.model.parameters(), lr=1e-3)
         # Timing benchmarks time the exchange alone: no consensus monitor, no adaptive average.
         opts = options_for(strategy, **{"sync": "off", "monitor_every": 0, **kw})
         self.opt = DistributedOptimizer(
-            torch.optim.SGD(self.model.parameters(), lr=1e-3), self.model, comm, opts
+            self.device.optimizer(sgd) if self.device else sgd, self.model, comm, opts
         )
-        self.width = dims[0] if dims else width
         self.x = torch.empty(0)
         self.straggler = Straggler(comm.rank)
 
     def set_batch(self, batch: int) -> None:
-        self.x = torch.randn(batch, self.width, generator=torch.Generator().manual_seed(1))
+        g = torch.Generator().manual_seed(1)
+        self.x = torch.randn(batch, *self.sample_shape, generator=g)
 
     def step(self) -> dict[str, float]:
         """One step (:func:`gossipgrad.engine.step.train_step`); seconds on this rank of its
@@ -140,7 +151,7 @@ class Trainer:
             self.opt,
             self.x,
             None,
-            lambda out, _: out.square().mean(),
+            lambda out, _: logits(out).square().mean(),
             compute=self.straggler.compute,  # GOSSIPGRAD_INJECT_SLOW
             batch=len(self.x),
         )
@@ -160,6 +171,8 @@ class Trainer:
 
     def close(self) -> None:
         self.opt.close()
+        if self.device is not None:
+            self.device.remove()
 
 
 def emit(comm: Communicator, record: dict[str, Any]) -> None:

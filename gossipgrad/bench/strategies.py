@@ -130,13 +130,14 @@ class Contender:
         kw: dict[str, Any],
         strategy: str | None = None,
         dims: tuple[int, ...] | None = None,
+        standin: Any = None,
     ) -> None:
         self.name, self.strategy = name, strategy or name
         self.staleness = int(kw.get("staleness", 0))
         self.factors = kw.get("sufficient_factors", "off")
         base, block = split_variant(self.strategy)
         self.counter = CountingCommunicator(comm, block)
-        self.trainer = Trainer(self.counter, base, width, layers, dims=dims, **kw)
+        self.trainer = Trainer(self.counter, base, width, layers, dims=dims, standin=standin, **kw)
         self.trainer.set_batch(batch)
         self.times: list[float] = []
         self.phases: dict[str, list[float]] = {k: [] for k in PHASES}
@@ -194,8 +195,12 @@ def run_strategies(
     factors: tuple[str, ...] = ("off",),
     dims: tuple[int, ...] | None = None,
     together: str = "all",
+    standin: Any = None,
 ) -> dict[str, Any]:
-    """The whole benchmark; returns the JSON record (the same on every rank)."""
+    """The whole benchmark; returns the JSON record (the same on every rank).
+
+    ``standin`` (a :class:`gossipgrad.bench.standin.StandinModels`): every contender trains
+    the profiled model on a stand-in device instead of the Linear stack."""
     _check_arguments(strategies, batch, steps, reps, warmup, staleness, factors)
     specs = {name: (s, f) for name, s, f in contenders(strategies, list(factors))}
     rows: dict[str, dict[str, Any]] = {}
@@ -216,6 +221,7 @@ def run_strategies(
                         strategy_kwargs(split_variant(s)[0], mix, bucket_mb, overlap, staleness, f),
                         strategy=s,
                         dims=dims,
+                        standin=standin,
                     )
                 )
             model_bytes = sum(
@@ -253,7 +259,8 @@ def run_strategies(
         "results": [rows[n] for n in specs],
         **link_info(),
     }
-    return _with_ratios(record, rows, times, strategies)
+    record = _with_ratios(record, rows, times, strategies)
+    return standin.annotate(record) if standin is not None else record
 
 
 def _check_arguments(

@@ -6,6 +6,7 @@ object on rank 0.
     mpiexec -n 4 gossipgrad bench shuffle --steps 300 --reps 3
     python scripts/emucluster.py run -n 8 --rate 1gbit -- gossipgrad bench strategies --png s.png
     mpiexec -n 4 gossipgrad bench tta --strategies gossip,allreduce --target 0.9
+    gossipgrad bench standin --profile resnet50 --dilate 10        # the stand-in accelerator
 
 See docs/benchmarks.md for what each measures and the numbers they produced. The studies
 that validate the project's own claims (plan-validate, stragglers, ps-lag, convergence) are
@@ -25,6 +26,7 @@ from gossipgrad.bench.common import parse_sizes_mb
 from gossipgrad.bench.exchange import run_exchange
 from gossipgrad.bench.overlap import run_overlap
 from gossipgrad.bench.strategies import markdown_table, plot_png, run_strategies
+from gossipgrad.cli.bench_standin import DILATE, STANDIN_DEVICE, standin, standin_models
 from gossipgrad.cli.bench_tta import tta
 from gossipgrad.cli.options import BUCKET_MB, COMM_TIMEOUT, timed_blocks
 from gossipgrad.cli.output import run_bench
@@ -239,8 +241,12 @@ def overlap(
     default=None,
     help="Write a Markdown table here (rank 0).",
 )
+@STANDIN_DEVICE
+@DILATE
 @COMM_TIMEOUT
+@click.pass_context
 def strategies(
+    ctx: click.Context,
     strategies: str,
     width: int,
     layers: int,
@@ -258,9 +264,14 @@ def strategies(
     warmup: int,
     png: str | None,
     markdown: str | None,
+    device: str,
+    dilate: float,
     comm_timeout: float,
 ) -> None:
     """gossip vs allreduce vs local on the same model, ranks and links, in one launch."""
+    devices = standin_models(ctx, device, dilate)  # --device standin:PROFILE, else None
+    if devices is not None and ctx.get_parameter_source("batch").name == "DEFAULT":
+        batch = devices.profile.batch_size
     names = [s.strip() for s in strategies.split(",") if s.strip()]
     settings = tuple(f.strip() for f in factors.split(",") if f.strip())
     try:
@@ -287,6 +298,7 @@ def strategies(
             settings,
             sizes,
             together,
+            devices,
         )
         if comm.rank == 0 and markdown:
             with open(markdown, "w", encoding="utf-8") as f:
@@ -336,3 +348,4 @@ def shuffle(steps: int, reps: int, samples: int, every: int, arch: str, hidden: 
 
 
 bench.add_command(tta)
+bench.add_command(standin)

@@ -3,12 +3,17 @@
     gossipgrad profile -a resnet50 -b 64 --out profile.json
     gossipgrad profile -a mlp --hidden 1024 --threads 1
     gossipgrad profile -a resnet18 -b 32 --offload activations   # with and without
+    gossipgrad profile -a resnet50 -b 64 --device cuda --precision bf16 --layers --out r50.json
 
 With ``--offload`` the step is profiled twice, without and then with it; the profile written
 is the one with it, plus ``offload``: what moved to host memory and the peak device memory
 and step time of both (peak memory is ``null`` on a CPU, which has no device memory).
 
-Parses and validates, then calls :func:`gossipgrad.measure.profiler.profile_arch`.
+With ``--layers`` every leaf module is timed too and the JSON is a stand-in profile
+(``--device standin:r50.json``; :mod:`gossipgrad.measure.layers`), still a planner profile.
+
+Parses and validates, then calls :func:`gossipgrad.measure.profiler.profile_arch` (or
+:func:`gossipgrad.measure.layers.profile_arch_layers`).
 """
 
 from __future__ import annotations
@@ -91,6 +96,19 @@ from gossipgrad.models import MODELS
     help="Also profile with activations and/or optimizer in host memory (compared with none).",
 )
 @click.option(
+    "--layers",
+    is_flag=True,
+    help="Also time every leaf module (forward and backward): a stand-in profile for "
+    "--device standin:FILE (docs/standin.md); the planner reads it too.",
+)
+@click.option(
+    "--precision",
+    type=click.Choice(["fp32", "bf16", "fp16"]),
+    default="fp32",
+    show_default=True,
+    help="With --layers: forward and loss under torch.autocast at this precision.",
+)
+@click.option(
     "--out",
     type=click.Path(dir_okay=False),
     default=None,
@@ -108,6 +126,8 @@ def profile(
     threads: int,
     seed: int,
     offload: str,
+    layers: bool,
+    precision: str,
     out: str | None,
 ) -> None:
     """Measure one rank's step (forward, backward, optimizer, per-parameter gradient ready
@@ -132,6 +152,13 @@ def profile(
         warmup=warmup,
         seed=seed,
     )
+    if layers:
+        if what:
+            raise click.UsageError("--layers and --offload: profile one at a time")
+        _layers(arch, kwargs, precision, out)
+        return
+    if precision != "fp32":
+        raise click.UsageError("--precision needs --layers")
     try:
         result = profile_arch(arch, **kwargs)
         if what:
@@ -178,3 +205,28 @@ def _with_offload(without, with_):  # noqa: ANN001, ANN202 - StepProfile, import
         err=True,
     )
     return dataclasses.replace(with_, offload=report)
+
+
+def _layers(arch: str, kwargs: dict, precision: str, out: str | None) -> None:
+    """``--layers``: the measured stand-in profile (gossipgrad.measure.layers)."""
+    from gossipgrad.measure.layers import profile_arch_layers
+
+    k = kwargs
+    command = (
+        f"gossipgrad profile -a {arch} -b {k['batch_size']} --hidden {k['hidden']} "
+        f"--image-size {k['image_size']} --device {k['device']} --precision {precision} "
+        f"--steps {k['steps']} --warmup {k['warmup']} --seed {k['seed']} --layers"
+    )
+    try:
+        result = profile_arch_layers(arch, precision=precision, command=command, **kwargs)
+    except (ValueError, RuntimeError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    write_output(json.dumps(result.to_json(), indent=1), out)
+    p, cover = result.planner, result.source["layers_coverage"]
+    click.echo(
+        f"{p.model} batch {p.batch_size} on {p.device}: step {p.local_step_s * 1e3:.2f} ms "
+        f"(forward {p.forward_s * 1e3:.2f}, backward {p.backward_s * 1e3:.2f}, optimizer "
+        f"{p.optimizer_s * 1e3:.2f}); {len(result.layers)} leaf modules covered "
+        f"{cover['forward']} of forward and {cover['backward']} of backward before scaling",
+        err=True,
+    )

@@ -26,7 +26,7 @@ from gossipgrad.engine import trainer
 from gossipgrad.engine.config import TrainConfig, imagenet_defaults
 from gossipgrad.engine.membership import check_support, leads
 from gossipgrad.models import IMAGENET_ARCHS, MODELS
-from gossipgrad.options import Device, Mix, OnFailure, SufficientFactors, Sync, Topology
+from gossipgrad.options import Mix, OnFailure, SufficientFactors, Sync, Topology
 from gossipgrad.registry import CODECS, RULES, STRATEGIES
 from gossipgrad.settings import table_text
 
@@ -219,9 +219,17 @@ OPTIONS = [
     _opt("-j", "--workers", type=int, default=D.workers, help="DataLoader workers per rank."),
     _opt(
         "--device",
-        type=_choices(Device),
         default=D.device,
-        help="auto: cuda:<node-local rank> when CUDA is available, else cpu.",
+        help="auto (cuda:<node-local rank> when CUDA is available, else cpu), cpu, cuda, or "
+        "standin:PROFILE: a stand-in accelerator that waits each layer's profiled time instead "
+        "of computing (a shipped profile such as resnet50, or a JSON file; no accuracy).",
+    ),
+    _opt(
+        "--dilate",
+        type=float,
+        default=D.dilate,
+        help="Stand-in compute times x this (run behind links this many times slower); "
+        "the summary gives both the measured and the undilated figures.",
     ),
     _opt(
         "--offload",

@@ -102,16 +102,27 @@ class TrainConfig:
             why = spec.cannot_shrink(self.exchange)
             if why is not None:
                 raise ValueError(f"{spell('--on-failure', 'continue')} cannot work: {why}")
-            if self.exchange.sufficient_factors is SufficientFactors.AUTO:
-                # a factor path cannot follow a shrink: auto sends none when ranks may die
-                off = dataclasses.replace(self.exchange, sufficient_factors=SufficientFactors.OFF)
-                object.__setattr__(self, "exchange", off)
+            self._no_factors_unless_asked()  # a factor path cannot follow a shrink
+        if self.run.standin_profile is not None:
+            if self.exchange.sufficient_factors is SufficientFactors.ON:
+                raise ValueError(
+                    f"{spell('--sufficient-factors', 'on')} is not available on a stand-in "
+                    "device: its activations hold one sample's rows, not the batch's"
+                )
+            self._no_factors_unless_asked()
         if Offload.OPTIMIZER in self.run.offload and spec.wraps_optimizer_class:
             raise ValueError(
                 f"{spell('--offload', 'optimizer')} is not available with "
                 f"{spell('--strategy', spec.name)}: it wraps the optimizer's class itself; "
                 "drop one of them"
             )
+
+    def _no_factors_unless_asked(self) -> None:
+        """``--sufficient-factors auto`` resolves to off (written once, here: where ranks
+        may die or the device is a stand-in, auto sends none)."""
+        if self.exchange.sufficient_factors is SufficientFactors.AUTO:
+            off = dataclasses.replace(self.exchange, sufficient_factors=SufficientFactors.OFF)
+            object.__setattr__(self, "exchange", off)
 
     @classmethod
     def from_flags(cls, **flags: Any) -> TrainConfig:

@@ -31,6 +31,7 @@ from gossipgrad.engine.monitor import describe_monitor, monitor_log_fields
 from gossipgrad.engine.offload import ActivationOffload, offloading
 from gossipgrad.engine.protocol import DistributedOptimizerProtocol as DistributedOptimizer
 from gossipgrad.engine.signals import PeriodicAgreement, StopSignals, signal_name
+from gossipgrad.engine.standin import NO_ACCURACY, summary_fields
 from gossipgrad.engine.step import train_step
 from gossipgrad.engine.summary import run_summary
 from gossipgrad.inject.faults import KillSwitch
@@ -104,6 +105,7 @@ class Run:
         self.model_bytes = sum(
             p.numel() * p.element_size() for p in model.parameters() if p.requires_grad
         )
+        self.standin: Any = None  # --device standin: a Standin (set by the trainer)
 
     def compat(self) -> dict[str, Any]:
         """What a checkpoint must match: the model; when training also the data order,
@@ -306,12 +308,14 @@ class Run:
             "comm_seconds": self.comm_s,
             **monitor_log_fields(self.opt),
         }
+        if self.standin is not None:  # a stand-in's losses carry no meaning
+            rec.update(loss=None, train_accuracy=None, standin=True)
         window.update(loss=0.0, correct=0.0, n=0, t=now)
         self.metrics.write(rec)
         self.progress.update(
             0,
-            loss=f"{rec['loss']:.3f}",
-            acc=f"{rec['train_accuracy']:.3f}",
+            loss="-" if rec["loss"] is None else f"{rec['loss']:.3f}",
+            acc="-" if rec["train_accuracy"] is None else f"{rec['train_accuracy']:.3f}",
             img_s=f"{rec['samples_per_s']:.0f}",
         )
 
@@ -326,12 +330,18 @@ class Run:
                 "step": step,
                 "epoch": step / self.spe,
                 "consensus_distance": distance,
-                **evaluate(self.model, self.source, self.comm, self.device),
+                **(
+                    evaluate(self.model, self.source, self.comm, self.device)
+                    if self.standin is None
+                    else NO_ACCURACY
+                ),
             }
         self.eval_s += time.perf_counter() - t0
         self.metrics.write(self.last)
         line = (
-            f"step {step} (epoch {step / self.spe:.2f}): top1 {100 * self.last['top1']:.2f}% "
+            f"step {step}: stand-in run, not evaluated (its outputs carry no meaning)"
+            if self.standin is not None
+            else f"step {step} (epoch {step / self.spe:.2f}): top1 {100 * self.last['top1']:.2f}% "
             f"top5 {100 * self.last['top5']:.2f}% loss {self.last['test_loss']:.4f} "
             f"on {self.last['val_images']} val images, consensus_distance {distance:.3g}"
         )
@@ -428,6 +438,8 @@ class Run:
             self.agreement.close()
         summary = run_summary(self, start, step, stopped)
         ips = summary["samples_per_s"]
+        if self.standin is not None:
+            summary.update(summary_fields(self.standin, summary))
         self.metrics.write(summary)
         if self.comm.rank == 0 and summary["monitor_calls"]:
             log.info("consensus: %s", describe_monitor(summary))

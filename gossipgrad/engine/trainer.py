@@ -33,6 +33,7 @@ from gossipgrad.engine.membership import Membership, check_support
 from gossipgrad.engine.offload import HostOffloadOptimizer
 from gossipgrad.engine.run import Run
 from gossipgrad.engine.signals import StopSignals
+from gossipgrad.engine.standin import attach as attach_standin
 from gossipgrad.models import build_model
 from gossipgrad.options import Offload, OnFailure
 from gossipgrad.shuffle import ShuffleWorker
@@ -88,6 +89,7 @@ def _setup_and_run(
         cfg.data, rank=comm.rank, size=comm.size, seed=cfg.seed, pin_memory=device.type == "cuda"
     )
     model = build_model(cfg.arch, source.in_shape, source.classes, cfg.hidden).to(device)
+    standin = attach_standin(cfg, model, source.in_shape)  # None unless --device standin:...
     base_lr = cfg.optim.lr * (comm.size if cfg.optim.scale_lr else 1)
     sgd = torch.optim.SGD(
         model.parameters(),
@@ -95,6 +97,8 @@ def _setup_and_run(
         momentum=cfg.optim.momentum,
         weight_decay=cfg.optim.weight_decay,
     )
+    if standin is not None:
+        sgd = standin.optimizer(sgd)  # waits the profile's optimizer time, updates nothing
     if Offload.OPTIMIZER in cfg.run.offload:
         sgd = HostOffloadOptimizer(sgd)
     opt = cfg.exchange.spec.build(sgd, model, comm, cfg.exchange, stager=stager)
@@ -111,6 +115,7 @@ def _setup_and_run(
         run = Run(
             cfg, comm, model, opt, source, device, base_lr, states, rank_states, shuffle, membership
         )
+        run.standin = standin
         result = run.run(stop)
         if run.shuffle is not None:  # the survivors' worker after a failure
             run.shuffle.stop()

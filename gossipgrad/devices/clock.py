@@ -1,0 +1,102 @@
+"""The stand-in device's clock: one stream of operations that take time without computing.
+
+:class:`DeviceClock` is what a patched model waits on: ``run(seconds)`` queues an operation
+on the device and sleeps (``time.sleep``: the GIL and the CPU are given away, so the
+communication thread runs meanwhile) until the device would have finished it.
+:class:`VirtualClock` only adds the seconds up, so a profile's gradient-ready times can be
+computed on the meta device without waiting.
+
+A GPU runs asynchronously: the host launches kernels ahead of the device, so the Python
+between two layers costs the step nothing while the device is busy. The stand-in runs each
+operation synchronously, so it keeps two timelines:
+
+- the **host** timeline advances only by the host's own work, the wall time between the
+  return of one operation and the call of the next (a late wake-up from ``sleep`` is not
+  host work);
+- the **device** timeline: an operation starts when both the previous one has ended and
+  the host has reached it, ``start = max(device_end, host)``, and the caller sleeps until
+  its end.
+
+So a stretch of operations takes max(device time, host time), as on a GPU that the host
+keeps fed, and sleep overshoot does not accumulate (every target is absolute: a late
+wake-up shortens the next sleep). :meth:`DeviceClock.sync` is the host waiting for the
+device (``loss.item()``, a CUDA event before a send): the patched model calls it at the
+start of every root forward and of every optimizer step, where both timelines restart
+from the wall clock, so neither hidden host work nor an uncompensated late wake-up is
+carried from one step into the next.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+
+class DeviceClock:
+    """Operations on one stand-in device, back to back; thread-safe.
+
+    ``busy_s`` is the device time run so far, ``ops`` the number of operations.
+    """
+
+    def __init__(self) -> None:
+        self.busy_s = 0.0
+        self.ops = 0
+        now = time.perf_counter()
+        self._end = now  # the device's last operation ends here
+        self._host = now  # how far the host's own work has come
+        self._returned = now  # when the last operation returned to the host
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def now() -> float:
+        return time.perf_counter()
+
+    def sync(self) -> None:
+        """The host waits for the device to finish, and both timelines restart from the
+        wall clock: a late wake-up before this point is not made good after it."""
+        with self._lock:
+            target = max(self._host, self._end)
+        delay = target - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        with self._lock:
+            now = time.perf_counter()
+            self._host = self._end = self._returned = max(now, target)
+
+    def run(self, seconds: float) -> None:
+        """Queue ``seconds`` of device work and return when it is done."""
+        if seconds <= 0:
+            return
+        with self._lock:
+            now = time.perf_counter()
+            self._host += max(0.0, now - self._returned)
+            end = max(self._end, self._host) + seconds
+            self._end = end
+            self.busy_s += seconds
+            self.ops += 1
+        delay = end - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        with self._lock:
+            self._returned = time.perf_counter()
+
+
+class VirtualClock:
+    """A clock that only the operations move: ``run`` adds, ``now`` reads; no waiting."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+        self.busy_s = 0.0
+        self.ops = 0
+
+    def now(self) -> float:
+        return self.t
+
+    def sync(self) -> None:
+        """Nothing to wait for: there is no host timeline."""
+
+    def run(self, seconds: float) -> None:
+        if seconds > 0:
+            self.t += seconds
+            self.busy_s += seconds
+            self.ops += 1
