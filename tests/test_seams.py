@@ -39,7 +39,7 @@ def test_the_toys_live_outside_the_package():
         assert "toy-periodic" not in text and "toy30" not in text and "toy-negate" not in text
 
 
-def _digits_job(comm, epochs: int = 3, **options):
+def _digits_job(comm, epochs: int = 6, **options):
     """Train the digits MLP on this rank's shard with ``options``; the consensus model's
     accuracy and the optimizer."""
     source = open_source(DataOptions(), rank=comm.rank, size=comm.size, seed=0)
@@ -60,14 +60,14 @@ def _digits_job(comm, epochs: int = 3, **options):
 @pytest.mark.timeout(240)
 def test_a_toy_strategy_trains_digits_through_the_library():
     def body(comm):
-        top1, opt = _digits_job(comm, strategy=toy_strategy.NAME, sync_every=5)
+        top1, opt = _digits_job(comm, strategy=toy_strategy.NAME, sync_every=2)
         return top1, opt.averages, type(opt).__name__
 
     results = run_ranks(4, body, timeout=200)
     top1 = results[0][0]
     assert all(r[0] == top1 for r in results), results  # one consensus model
     assert top1 > 0.9, results
-    assert results[0][1] >= 2 and results[0][2] == "PeriodicAverage"
+    assert results[0][1] >= 30 and results[0][2] == "PeriodicAverage"  # 6 epochs / 2
 
 
 def test_a_toy_strategy_refuses_what_it_does_not_read():
@@ -92,7 +92,7 @@ def test_a_toy_rule_mixes_with_its_weight_and_keeps_the_mean():
             for _ in range(3):
                 opt.zero_grad()
                 opt.step()  # lr 0: only the mix moves the parameters
-                seen.append(float(model.weight))
+                seen.append(float(model.weight.detach()))
         finally:
             opt.close()
         return seen, opt.schedule.peers(comm.rank, 0).src

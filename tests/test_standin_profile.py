@@ -134,7 +134,7 @@ def test_dilation_arithmetic():
         parse_rate("fast")
 
 
-def test_device_option_takes_standin_with_a_profile_and_round_trips():
+def test_device_option_takes_standin_with_a_profile_and_round_trips(cli_names):
     assert parse_device("standin:vgg16") == (Device.STANDIN, "vgg16")
     assert parse_device("cuda") == (Device.CUDA, None)
     with pytest.raises(ValueError, match="standin:PROFILE"):

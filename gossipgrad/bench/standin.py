@@ -37,7 +37,8 @@ import numpy as np
 import torch
 
 from gossipgrad.bench.common import finite, link_info, max_over_ranks, median, rounded
-from gossipgrad.comm.base import Communicator, allreduce_
+from gossipgrad.comm.base import Communicator
+from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.devices import NOTE, Standin, StandinProfile
 from gossipgrad.devices.dilation import Dilation
 from gossipgrad.models import build_model, loss_fn
