@@ -134,7 +134,7 @@ class StrategySpec:
             return (
                 f"needs a strategy that sends factors ({spell('--strategy', self.name)} sends none)"
             )
-        if getattr(opts.mix, "value", opts.mix) != "grad":
+        if opts.mix != "grad":  # a Mix (a StrEnum) compares equal to its value
             return (
                 f"needs {spell('--mix', 'grad')} ({spell('--mix', 'param')} averages "
                 "parameters, which have no factors)"

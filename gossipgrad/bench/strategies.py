@@ -358,7 +358,7 @@ def summarize(comm: Communicator, c: Contender, batch: int) -> dict[str, Any]:
     phases = {
         k: rounded(median(max_over_ranks(comm, v)), 4) for k, v in c.phases.items() if k != "total"
     }
-    table = getattr(c.trainer.opt, "factor_table", None)
+    table = c.trainer.opt.factor_table
     return {
         "strategy": c.strategy,
         "name": c.name,
