@@ -170,7 +170,7 @@ def _train_with_plugin(tmp_path, plugin: str, *flags: str) -> dict:
     path = os.pathsep.join([str(PLUGINS), os.environ.get("PYTHONPATH", "")])
     out = launch_gossipgrad(
         4,
-        ["train", "--no-progress", "--epochs", "3", "--metrics-out", str(metrics), *flags],
+        ["train", "--no-progress", "--epochs", "8", "--metrics-out", str(metrics), *flags],
         timeout=400,
         GOSSIPGRAD_PLUGINS=plugin,
         PYTHONPATH=path,
