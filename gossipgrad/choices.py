@@ -55,10 +55,19 @@ class Sync(enum.StrEnum):
 class Topology(enum.StrEnum):
     """The partner schedule (``--topology``)."""
 
-    AUTO = "auto"  # hypercube for power-of-two sizes, else dissemination
+    AUTO = "auto"  # hypercube for power-of-two sizes, else base2 (both exact in finite time)
     HYPERCUBE = "hypercube"  # power-of-two sizes: the exact mean after log2(size) steps
     DISSEMINATION = "dissemination"  # any size; contracts, exact only for powers of two
     BASE2 = "base2"  # any size: the exact mean after one pass (comm/base2.py), some ranks idle
+
+
+class ErrorFeedback(enum.StrEnum):
+    """Whether a lossy wire codec adds the remainder of each cast to the next send of the
+    same buffer (``--error-feedback``; gossipgrad/comm/codecs/lossy.py)."""
+
+    AUTO = "auto"  # the codec's own default: on for fp8, off for bf16 and fp16
+    ON = "on"
+    OFF = "off"
 
 
 class ShuffleMode(enum.StrEnum):

@@ -29,6 +29,7 @@ from typing import Any
 
 from gossipgrad.choices import (  # noqa: F401 - re-exported: the usual import path
     Device,
+    ErrorFeedback,
     Mix,
     Offload,
     OnFailure,
@@ -117,6 +118,8 @@ class ExchangeOptions(_Options):
         sufficient_factors: send Linear layers' weight gradients as their factors
             (:class:`SufficientFactors`); ``on`` where the strategy cannot is an error.
         wire: the wire codec of every bucket this rank sends (:data:`registry.CODECS`).
+        error_feedback: whether a lossy codec adds each cast's remainder to the next send
+            (:class:`ErrorFeedback`; ``auto``: on for fp8 only); see :attr:`feedback`.
         rule: the mixing rule (:data:`registry.RULES`), ``NAME`` or ``NAME:ARG``.
     """
 
@@ -135,6 +138,7 @@ class ExchangeOptions(_Options):
     rotate: bool = True
     sufficient_factors: SufficientFactors = SufficientFactors.AUTO
     wire: str = DEFAULT_WIRE
+    error_feedback: ErrorFeedback = ErrorFeedback.AUTO
     rule: str = DEFAULT_RULE
 
     def __post_init__(self) -> None:
@@ -152,7 +156,13 @@ class ExchangeOptions(_Options):
             at_least(getattr(self, name), 0, "--" + name.replace("_", "-"))
         at_least(self.sync_threshold, 0, "--sync-threshold", strict=True)
         bucket_cap_bytes(self.bucket_mb)
-        CODECS.get(self.wire)
+        self._set("error_feedback", choice(ErrorFeedback, self.error_feedback, "--error-feedback"))
+        codec = CODECS.get(self.wire)()
+        if self.error_feedback is ErrorFeedback.ON and codec.lossless:
+            raise ValueError(
+                f"{spell('--error-feedback', 'on')} needs a lossy wire codec, not "
+                f"{spell('--wire', self.wire)} (its casts lose nothing to feed back)"
+            )
         RULES.get(self.rule.partition(":")[0])(self.rule.partition(":")[2] or None)
         self._resolve_mix(spec)
         self._refuse_unused(spec)
@@ -195,6 +205,14 @@ class ExchangeOptions(_Options):
     def spec(self) -> StrategySpec:
         """The strategy's spec (:class:`gossipgrad.registry.StrategySpec`)."""
         return STRATEGIES.get(self.strategy)
+
+    @property
+    def feedback(self) -> bool | None:
+        """Error feedback on (True), off (False) or the codec's default (None: ``auto``);
+        what :func:`gossipgrad.comm.codecs.make_codec` takes."""
+        if self.error_feedback is ErrorFeedback.AUTO:
+            return None
+        return self.error_feedback is ErrorFeedback.ON
 
     @property
     def adaptive(self) -> bool:

@@ -183,6 +183,7 @@ the start-up agreement use it whatever the strategy) and the seed."""
 
 NEUTRAL = {
     "sufficient_factors": "off",
+    "error_feedback": "off",
     "sync": "off",
     "sync_every": 0,
     "max_lag": 0,
@@ -222,6 +223,11 @@ RULES: Registry[Any] = Registry("mixing rule", "--rule")
 
 CODECS: Registry[Any] = Registry("wire codec", "--wire")
 """Every ``--wire``: name -> a factory ``() -> Codec``."""
+
+
+def lossless(wire: str) -> bool:
+    """Whether ``--wire wire`` decodes every value bit for bit (its codec says)."""
+    return bool(CODECS.get(wire)().lossless)
 
 
 def strategy(name: Any) -> StrategySpec:

@@ -177,6 +177,59 @@ def test_bench_strategies_counts_the_bytes_it_posts(tmp_path):
     assert md.read_text() == markdown_table(rec) and md.read_text().count("\n") == 5
 
 
+@pytest.mark.mpi
+@pytest.mark.timeout(300)
+def test_bench_strategies_runs_each_wire_a_strategy_takes():
+    """--wires: one contender per codec a strategy accepts (ddp takes bf16 through its own
+    hook, not fp8; local takes none); a name may carry its codec; bytes halve and quarter."""
+    rec = bench_record(
+        gossipgrad(
+            2,
+            ["bench", "strategies", "--strategies", "gossip,ddp,local,allreduce+fp8"]
+            + ["--wires", "fp32,bf16,fp8", "--width", "64", "--layers", "2"]
+            + ["--batch", "2", "--steps", "2", "--reps", "1", "--warmup", "0"],
+            timeout=280,
+        )
+    )
+    rows = {r["name"]: r for r in rec["results"]}
+    assert list(rows) == ["gossip", "gossip+bf16", "gossip+fp8", "ddp", "ddp+bf16", "local"] + [
+        "allreduce+fp8"
+    ]
+    model = 2 * (64 * 64 + 64) * 4
+    assert rows["gossip+bf16"]["posted_bytes_per_step"] == model / 2
+    assert rows["gossip+bf16"]["wire"] == "bf16" and rows["ddp+bf16"]["wire"] == "bf16"
+    assert rows["gossip+fp8"]["posted_bytes_per_step"] == pytest.approx(model / 4, rel=0.01)
+    assert rows["ddp+bf16"]["theory_bytes_per_step"] == model / 2
+    ratios = rec["wires_over_fp32"]
+    assert set(ratios) == {"gossip+bf16", "gossip+fp8", "ddp+bf16"}
+    assert ratios["gossip+bf16"]["posted_bytes"] == 0.5
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(300)
+def test_bench_codecs_reports_bytes_and_codec_time_per_wire():
+    rec = bench_record(
+        gossipgrad(
+            2,
+            ["bench", "codecs", "--strategies", "gossip,allreduce,ps,ddp"]
+            + ["--steps", "3", "--warmup", "1"],
+            timeout=280,
+        )
+    )
+    rows = {(r["strategy"], r["wire"]): r for r in rec["results"]}
+    assert ("ddp", "fp8") not in rows and ("ddp", "bf16") in rows
+    for (strategy, wire), r in rows.items():
+        want = {"fp32": 1.0, "bf16": 0.5, "fp16": 0.5, "fp8": 0.252}[wire]
+        if strategy != "ps":  # ps: ranks own different shares of the model
+            assert r["bytes_over_fp32"] == pytest.approx(want, rel=0.01), r
+        assert positive(r["step_s"]) and r["codec_share"] is not None
+        if wire != "fp32" and strategy != "ddp":
+            assert positive(r["encode_s_per_step"]) and positive(r["decode_s_per_step"]), r
+    assert (
+        rows[("gossip", "fp8")]["error_feedback"] and not rows[("gossip", "bf16")]["error_feedback"]
+    )
+
+
 def test_horovod_runs_alone_after_the_others():
     """Its background thread negotiates every cycle even when idle: nothing shares its run."""
     assert run_order(["gossip", "horovod", "ddp", "local"]) == [

@@ -90,7 +90,10 @@ def test_schedule_command_prints_pairs_and_checks():
 
 
 def test_schedule_json_and_dissemination():
-    result = CliRunner().invoke(main, ["schedule", "-n", "3", "-k", "2", "--json", "--no-rotate"])
+    result = CliRunner().invoke(
+        main,
+        ["schedule", "-n", "3", "-k", "2", "--json", "--no-rotate", "--topology", "dissemination"],
+    )
     data = json.loads(result.output)
     assert data["topology"] == "dissemination" and data["cycle_length"] == 2
     assert data["steps"][0] == [[1, 2], [2, 0], [0, 1]]

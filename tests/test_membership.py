@@ -146,7 +146,7 @@ def test_the_lowest_surviving_launch_rank_prints_the_summary():
 
 
 def test_rejoin_puts_the_optimizer_on_the_survivors_at_the_agreed_step():
-    """The schedule is for the new size (dissemination for 3 under auto) and its position is
+    """The schedule is for the new size (base2 for 3 under auto) and its position is
     the agreed step on every survivor, whatever step each had reached."""
     from gossipgrad.strategies import DistributedOptimizer
 
@@ -160,7 +160,7 @@ def test_rejoin_puts_the_optimizer_on_the_survivors_at_the_agreed_step():
     opt.abandon()
     opt.rejoin_(survivors, 17)
     assert opt.step_count == 17 and opt.comm is survivors and opt.mixer.comm is survivors
-    assert opt.schedule.size == 3 and opt.schedule.topology.value == "dissemination"
+    assert opt.schedule.size == 3 and opt.schedule.topology.value == "base2"
     assert opt.communicates and opt.overlap
     opt.close()
 

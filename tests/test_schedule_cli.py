@@ -23,10 +23,11 @@ def test_base2_table_shows_weights_and_idle_ranks_and_checks_exactness():
     assert "exact mean after 4 steps" in result.output
 
 
-def test_auto_names_the_exact_alternative():
+def test_auto_is_the_exact_schedule_and_dissemination_names_it():
     result = invoke("--size", "6", "--check")
     assert result.exit_code == 0, result.output
-    assert "topology dissemination" in result.output
+    assert "size 6, topology base2, cycle 4 steps, exact after 4" in result.output
+    result = invoke("--size", "6", "--topology", "dissemination")
     assert "--topology base2 gives the exact mean after 4 steps" in result.output
 
 
@@ -50,4 +51,4 @@ def test_mixing_record_compares_the_topologies():
     assert rows["dissemination"]["exact_steps"] is None
     assert rows["dissemination"]["steps_to_tol"] > 5
     assert rows["base2"]["error_after_period"] < 1e-12
-    assert (data["auto"], data["best_exact"]) == ("dissemination", "base2")
+    assert (data["auto"], data["best_exact"]) == ("base2", "base2")

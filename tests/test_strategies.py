@@ -21,6 +21,7 @@ from gossipgrad.comm.rendezvous import (
 )
 from gossipgrad.engine.config import TrainConfig
 from gossipgrad.engine.protocol import WrappedOptimizer
+from gossipgrad.options import ExchangeOptions
 from gossipgrad.strategies import DistributedOptimizer
 
 from launch import gossipgrad
@@ -217,3 +218,44 @@ def test_rank_zero_address_reaches_every_rank_and_threads_share_a_host():
         return share_address(comm, mine), same_host(comm)
 
     assert run_ranks(4, body, timeout=20) == [(("10.213.0.1", 4000), True)] * 4
+
+
+# -- the libraries' own compression (--wire with horovod and ddp) ---------------------------
+@pytest.mark.parametrize("wire, hook", [("fp32", None), ("bf16", "bf16_compress_hook")])
+def test_ddp_registers_its_own_compression_hook(wire, hook):
+    model = torch.nn.Linear(3, 2)
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt = DistributedOptimizer(sgd, model, _one_rank(), strategy="ddp", wire=wire)
+    try:
+        assert opt.ddp._get_ddp_logging_data().get("comm_hook") == hook
+    finally:
+        opt.close()
+
+
+class _CompressingHorovod(_FakeHorovod):
+    """Records the compression its DistributedOptimizer is given."""
+
+    class Compression:
+        none, fp16 = object(), object()
+
+    def broadcast_parameters(self, state, root_rank):
+        pass
+
+    def DistributedOptimizer(self, optimizer, named_parameters, compression):  # noqa: N802
+        self.compression = compression
+        return optimizer
+
+
+@pytest.mark.parametrize("wire, name", [("fp32", "none"), ("fp16", "fp16")])
+def test_horovod_gets_its_fp16_compression(monkeypatch, wire, name):
+    from gossipgrad.strategies import horovod
+
+    fake = _CompressingHorovod()
+    monkeypatch.setattr(horovod, "import_horovod", lambda: fake)
+    monkeypatch.setenv("HOROVOD_FUSION_THRESHOLD", "1")
+    model = torch.nn.Linear(3, 2)
+    options = ExchangeOptions(strategy="horovod", wire=wire)
+    horovod.HorovodOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1), model, _one_rank(), options
+    )
+    assert fake.compression is getattr(fake.Compression, name)

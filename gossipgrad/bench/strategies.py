@@ -46,6 +46,12 @@ gradients as factors (its spec's ``factor_pattern``) runs once per value, named
 once, without. ``factors_over_plain`` holds, per strategy, the ratios on / off of step time
 (medians, and paired block by block), wire and posted bytes. ``--model fc-head`` trains the
 FC-heavy model of ``--dims`` (the VGG head by default) instead of the Linear stack.
+
+Wire codecs (``--wires fp32,bf16,fp8``): each strategy that takes a codec runs once per
+codec it accepts, named ``gossip`` (fp32), ``gossip+bf16``, ``ddp+bf16`` (DDP's own
+compression hook); a name may also carry its codec itself (``--strategies
+gossip,gossip+bf16,ddp+bf16``). ``wires_over_fp32`` holds, per strategy and codec, the
+ratios to its fp32 row of step time (medians, and paired) and of posted and theory bytes.
 """
 
 # Over 300 lines on purpose: one benchmark: contenders, the timed rounds and their summary.
@@ -70,7 +76,8 @@ from gossipgrad.bench.common import (
 )
 from gossipgrad.comm.base import Communicator
 from gossipgrad.comm.collectives import allreduce_
-from gossipgrad.registry import STRATEGIES
+from gossipgrad.options import ExchangeOptions
+from gossipgrad.registry import CODECS, STRATEGIES
 
 ALLREDUCE_FAMILY = ("allreduce", "horovod", "ddp")
 """The strategies that average over all ranks every step: gossip's comparison is with the
@@ -85,8 +92,23 @@ def sends_factors(name: str) -> bool:
     return STRATEGIES.get(name).factor_pattern is not None
 
 
+def takes_wire(name: str, wire: str) -> bool:
+    """Whether strategy ``name`` accepts ``--wire wire`` (its spec's rules say)."""
+    try:
+        ExchangeOptions(strategy=name, wire=wire)
+    except ValueError:
+        return False
+    return True
+
+
 def strategy_kwargs(
-    name: str, mix: str, bucket_mb: float, overlap: bool, staleness: int = 0, factors: str = "off"
+    name: str,
+    mix: str,
+    bucket_mb: float,
+    overlap: bool,
+    staleness: int = 0,
+    factors: str = "off",
+    wire: str = "fp32",
 ) -> dict[str, Any]:
     """The launch's exchange settings as contender ``name`` takes them: those its spec
     reads (a strategy that averages one thing, or has no buckets of its own, keeps its own
@@ -97,23 +119,47 @@ def strategy_kwargs(
         "overlap": overlap,
         "staleness": staleness,
         "sufficient_factors": factors,
+        "wire": wire,
     }
     uses = STRATEGIES.get(name).uses
     return {k: v for k, v in candidates.items() if k in uses}
 
 
-def contenders(strategies: list[str], factors: list[str]) -> list[tuple[str, str, str]]:
-    """``(name, strategy, factors)`` of every contender, in order (see the module docstring).
+Spec = tuple[str, str, str, str]  # name, strategy (with its @variant), factors, wire
 
-    >>> [n for n, _, _ in contenders(["gossip", "local"], ["off", "on"])]
+
+def contenders(
+    strategies: list[str], factors: list[str], wires: tuple[str, ...] = ("fp32",)
+) -> list[Spec]:
+    """``(name, strategy, factors, wire)`` of every contender, in order (see the module
+    docstring). A name ``strategy+wire`` runs that codec only.
+
+    >>> [n for n, _, _, _ in contenders(["gossip", "local"], ["off", "on"])]
     ['gossip', 'gossip+factors', 'local']
+    >>> [n for n, *_ in contenders(["gossip", "ddp", "allreduce+fp8"], ["off"], ("fp32", "fp8"))]
+    ['gossip', 'gossip+fp8', 'ddp', 'allreduce+fp8']
     """
     out = []
     for s in strategies:
-        for f in factors if sends_factors(split_variant(s)[0]) else ["off"]:
-            out.append(
-                (s if f == "off" else f"{s}+factors" if f == "on" else f"{s}+factors-{f}", s, f)
+        base, _, fixed = s.partition("+")
+        if fixed and fixed not in CODECS:
+            raise ValueError(
+                f"--strategies {s!r}: {fixed!r} is not a wire codec; one of "
+                f"{', '.join(CODECS.names())} (e.g. gossip+bf16)"
             )
+        plain = split_variant(base)[0]
+        for w in [fixed] if fixed else [w for w in wires if takes_wire(plain, w)]:
+            if not takes_wire(plain, w):
+                ExchangeOptions(strategy=plain, wire=w)  # raises, saying why
+            for f in factors if sends_factors(plain) else ["off"]:
+                name = (
+                    base
+                    if f == "off"
+                    else f"{base}+factors"
+                    if f == "on"
+                    else f"{base}+factors-{f}"
+                )
+                out.append((name if w == "fp32" else f"{name}+{w}", base, f, w))
     return list(dict.fromkeys(out))
 
 
@@ -135,6 +181,7 @@ class Contender:
         self.name, self.strategy = name, strategy or name
         self.staleness = int(kw.get("staleness", 0))
         self.factors = kw.get("sufficient_factors", "off")
+        self.codec = kw.get("wire", "fp32")
         base, block = split_variant(self.strategy)
         self.counter = CountingCommunicator(comm, block)
         self.trainer = Trainer(self.counter, base, width, layers, dims=dims, standin=standin, **kw)
@@ -196,13 +243,14 @@ def run_strategies(
     dims: tuple[int, ...] | None = None,
     together: str = "all",
     standin: Any = None,
+    wires: tuple[str, ...] = ("fp32",),
 ) -> dict[str, Any]:
     """The whole benchmark; returns the JSON record (the same on every rank).
 
     ``standin`` (a :class:`gossipgrad.bench.standin.StandinModels`): every contender trains
     the profiled model on a stand-in device instead of the Linear stack."""
     _check_arguments(strategies, batch, steps, reps, warmup, staleness, factors)
-    specs = {name: (s, f) for name, s, f in contenders(strategies, list(factors))}
+    specs = {name: (s, f, w) for name, s, f, w in contenders(strategies, list(factors), wires)}
     rows: dict[str, dict[str, Any]] = {}
     times: dict[str, tuple[int, list[float]]] = {}  # name -> (group, block times)
     model_bytes = 0
@@ -210,7 +258,8 @@ def run_strategies(
         alive: list[Contender] = []
         try:
             for n in names:  # one by one: those built are closed if a later one fails
-                s, f = specs[n]
+                s, f, w = specs[n]
+                kw = strategy_kwargs(split_variant(s)[0], mix, bucket_mb, overlap, staleness, f, w)
                 alive.append(
                     Contender(
                         comm,
@@ -218,7 +267,7 @@ def run_strategies(
                         width,
                         layers,
                         batch,
-                        strategy_kwargs(split_variant(s)[0], mix, bucket_mb, overlap, staleness, f),
+                        kw,
                         strategy=s,
                         dims=dims,
                         standin=standin,
@@ -251,6 +300,7 @@ def run_strategies(
         "overlap": overlap,
         "staleness": staleness,
         "factors": list(factors),
+        "wires": list(wires),
         "together": together,
         "steps": steps,
         "reps": reps,
@@ -309,6 +359,14 @@ def _with_ratios(
     }
     if ratios:
         record["factors_over_plain"] = ratios
+    by_wire = {
+        n: factor_ratios(rows[n], rows[base], times[n], times[base])
+        for n in rows
+        for base in [n.rpartition("+")[0]]
+        if n.rpartition("+")[2] in CODECS and base in rows
+    }
+    if by_wire:
+        record["wires_over_fp32"] = by_wire
     return record
 
 
@@ -362,6 +420,7 @@ def summarize(comm: Communicator, c: Contender, batch: int) -> dict[str, Any]:
     return {
         "strategy": c.strategy,
         "name": c.name,
+        "wire": c.codec,
         "sufficient_factors": c.factors,
         "factor_forms": [r["form"] for r in table] if table else None,
         "staleness": c.staleness,

@@ -22,6 +22,7 @@ from typing import Any
 import click
 
 from gossipgrad.bench import shuffle_cost
+from gossipgrad.bench.codecs import run_codecs
 from gossipgrad.bench.common import parse_sizes_mb
 from gossipgrad.bench.exchange import run_exchange
 from gossipgrad.bench.overlap import run_overlap
@@ -193,6 +194,14 @@ def overlap(
     "contender each for strategies that can send factors.",
 )
 @click.option(
+    "--wires",
+    default="fp32",
+    show_default=True,
+    help="Comma-separated wire codecs: one contender each for strategies that take one "
+    "(named gossip+bf16; ddp+bf16 is DDP's own compression hook). A name in --strategies "
+    "may carry its own, e.g. gossip+fp8.",
+)
+@click.option(
     "--together",
     type=click.Choice(["all", "strategy", "one"]),
     default="all",
@@ -253,6 +262,7 @@ def strategies(
     model: str,
     dims: str,
     factors: str,
+    wires: str,
     together: str,
     batch: int,
     mix: str,
@@ -274,6 +284,7 @@ def strategies(
         batch = devices.profile.batch_size
     names = [s.strip() for s in strategies.split(",") if s.strip()]
     settings = tuple(f.strip() for f in factors.split(",") if f.strip())
+    codecs = tuple(w.strip() for w in wires.split(",") if w.strip())
     try:
         sizes = tuple(int(d) for d in dims.split(",")) if model == "fc-head" else None
     except ValueError:
@@ -299,6 +310,7 @@ def strategies(
             sizes,
             together,
             devices,
+            wires=codecs,
         )
         if comm.rank == 0 and markdown:
             with open(markdown, "w", encoding="utf-8") as f:
@@ -308,6 +320,44 @@ def strategies(
         return record
 
     _run(comm_timeout, body)
+
+
+@bench.command("codecs")
+@click.option(
+    "--strategies",
+    default="gossip,allreduce,ps",
+    show_default=True,
+    help="Comma-separated strategies (each runs every codec it accepts).",
+)
+@click.option(
+    "--wires",
+    default="fp32,bf16,fp16,fp8",
+    show_default=True,
+    help="Comma-separated wire codecs.",
+)
+@click.option("--arch", default="mlp", show_default=True)
+@click.option("--dataset", default="digits", show_default=True)
+@click.option("--batch-size", type=click.IntRange(1), default=32, show_default=True)
+@click.option("--steps", type=click.IntRange(1), default=40, show_default=True)
+@click.option("--warmup", type=click.IntRange(0), default=5, show_default=True)
+@COMM_TIMEOUT
+def codecs(
+    strategies: str,
+    wires: str,
+    arch: str,
+    dataset: str,
+    batch_size: int,
+    steps: int,
+    warmup: int,
+    comm_timeout: float,
+) -> None:
+    """Bytes per step and encode/decode time per codec, on the digits job."""
+    names = [s.strip() for s in strategies.split(",") if s.strip()]
+    codec_names = [w.strip() for w in wires.split(",") if w.strip()]
+    _run(
+        comm_timeout,
+        lambda comm: run_codecs(comm, names, codec_names, arch, dataset, batch_size, steps, warmup),
+    )
 
 
 @bench.command("shuffle")

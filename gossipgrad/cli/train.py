@@ -26,7 +26,7 @@ from gossipgrad.engine import trainer
 from gossipgrad.engine.config import TrainConfig, imagenet_defaults
 from gossipgrad.engine.membership import check_support, leads
 from gossipgrad.models import IMAGENET_ARCHS, MODELS
-from gossipgrad.options import Mix, OnFailure, SufficientFactors, Sync, Topology
+from gossipgrad.options import ErrorFeedback, Mix, OnFailure, SufficientFactors, Sync, Topology
 from gossipgrad.registry import CODECS, RULES, STRATEGIES
 from gossipgrad.settings import table_text
 
@@ -171,7 +171,15 @@ OPTIONS = [
         "--wire",
         type=click.Choice(CODECS.names()),
         default=D.wire,
-        help="Wire codec of every bucket sent (fp32: as the parameters are).",
+        help="Wire codec of every bucket sent: fp32 (as the parameters are), bf16 or "
+        "fp16 (half the bytes), fp8 (a quarter; e4m3 with a scale per 512 values).",
+    ),
+    _opt(
+        "--error-feedback",
+        type=_choices(ErrorFeedback),
+        default=D.error_feedback,
+        help="Add each cast's remainder to the next send of the same bucket (auto: on for "
+        "fp8 only).",
     ),
     _opt(
         "--rule",

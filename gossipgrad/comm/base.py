@@ -77,7 +77,8 @@ class Tag(enum.IntEnum):
     """Every message tag used on the wire. Bucket tags are ``GRAD_BUCKET + bucket index``
     (likewise ``PARAM_BUCKET``, and ps's ``PS_PUSH``: a gradient to the bucket's owner, and
     ``PS_PULL``: the owner's fresh parameters back to a worker); a Linear layer's sufficient
-    factors (or its gradient matrix) ``FACTOR + layer index``."""
+    factors (or its gradient matrix) ``FACTOR + layer index``. An allreduce that decodes
+    before it adds sends each rank's reduced shard back with ``tag + SHARD_GATHER``."""
 
     CONFIG_CHECK = 1
     PARAM_BROADCAST = 2
@@ -90,6 +91,7 @@ class Tag(enum.IntEnum):
     PS_PUSH = 200_000
     PS_PULL = 300_000
     FACTOR = 400_000
+    SHARD_GATHER = 500_000  # added to a bucket's tag: the second stage of a decoded allreduce
 
 
 class ReduceOp(enum.StrEnum):
@@ -180,7 +182,10 @@ class WaitContext:
 
 
 def tag_name(tag: int) -> str:
-    """``Tag.PS_PULL + 3`` -> ``"PS_PULL_3"``; a plain tag by its name."""
+    """``Tag.PS_PULL + 3`` -> ``"PS_PULL_3"``; a plain tag by its name; a decoded
+    allreduce's second stage ``"GRAD_BUCKET_3 (gather)"``."""
+    if tag >= Tag.SHARD_GATHER:
+        return f"{tag_name(tag - Tag.SHARD_GATHER)} (gather)"
     for base in (Tag.FACTOR, Tag.PS_PULL, Tag.PS_PUSH, Tag.PARAM_BUCKET, Tag.GRAD_BUCKET):
         if tag >= base:
             return f"{base.name}_{tag - base}"

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -48,6 +49,14 @@ class FactorPending(Pending):
 
     rows: int = 0
     inner: Pending | None = None
+    sent: Any = None  # the encoded block this rank sent (a lossy codec's "sent" values)
+
+    def advance(self) -> bool:
+        """The matrix form's next stage is its bucket exchange's (see :class:`Pending`)."""
+        if self.inner is None or not self.inner.advance():
+            return False
+        self.requests = list(self.inner.requests)
+        return True
 
 
 class FactorTransport:
@@ -59,7 +68,9 @@ class FactorTransport:
         pattern: ``"peer"`` or ``"allgather"``.
         schedule: the partner schedule (peer).
         stager: how device tensors reach MPI (default: direct).
-        codec: the wire codec of the blocks (default: the identity).
+        codec: the wire codec of the blocks (default: the identity); its error feedback
+            is switched off (a block's rows are new inputs and gradients every step, and
+            a product of remainders would not add up to anything).
 
     Buffers are cached per layer ``index`` and reused step to step; a buffer is not written
     while its exchange is in flight (every exchange finishes within its step).
@@ -79,6 +90,8 @@ class FactorTransport:
         self.schedule = schedule or Schedule(comm.size, "auto", 0, True)
         self.stager = stager or Stager(cuda_aware=False)
         self.codec = codec or Codec()
+        if self.codec.feedback:
+            self.codec.set_feedback(False)
         self._blocks: dict[int, torch.Tensor] = {}
         self._wires: dict[int, torch.Tensor] = {}
         self._staged: dict[int, torch.Tensor] = {}
@@ -119,7 +132,14 @@ class FactorTransport:
                 out, peers.dst, tag, WaitContext("received nothing", peers.dst, tag, step)
             )
             return FactorPending(
-                grad, [rq, sq], wire=block, recv=recv, weight=peers.weight, key=index, rows=rows
+                grad,
+                [rq, sq],
+                wire=block,
+                recv=recv,
+                weight=peers.weight,
+                key=index,
+                rows=rows,
+                sent=None if self.codec.lossless else wire,
             )
         recv = self._receive_buffer(index, out, self.comm.size)
         return FactorPending(
@@ -145,9 +165,16 @@ class FactorTransport:
             blocks = parts
         else:
             blocks = torch.stack(values)
-        dy = blocks[:, : rows * m].reshape(-1, m)
-        x = blocks[:, rows * m :].reshape(-1, n)
-        return dy, x
+        return _split(blocks, rows, m, n)
+
+    def unpack_sent(self, pending: FactorPending) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """After :meth:`wait`, peer pattern: this rank's block as the peer decodes it (None
+        for a lossless codec: the peer got it exactly)."""
+        if pending.sent is None or pending.recv is None:
+            return None
+        m, n = pending.buf.shape
+        block = self.codec.decode(pending.sent, pending.wire, pending.key)
+        return _split(block.view(1, -1), pending.rows, m, n)
 
     def _pack(
         self,
@@ -206,3 +233,8 @@ class FactorTransport:
     def block_nbytes(self, rows: int, out_features: int, in_features: int, itemsize: int) -> int:
         """Wire bytes of one layer's block of ``rows`` rows."""
         return self.codec.wire_nbytes((rows * (out_features + in_features), itemsize))
+
+
+def _split(blocks: torch.Tensor, rows: int, m: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(dY, X)`` of blocks ``[dY | X]`` (one per row of ``blocks``), concatenated."""
+    return blocks[:, : rows * m].reshape(-1, m), blocks[:, rows * m :].reshape(-1, n)

@@ -17,6 +17,7 @@ Device buffers go to MPI directly when it is CUDA-aware, else through host copie
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,15 +32,29 @@ from gossipgrad.comm.staging import Stager
 @dataclass
 class Pending:
     """One bucket's exchange in flight: ``buf`` is the bucket (mixed by the caller),
-    ``wire`` what this rank sent, ``recv`` what it got (None: nothing to mix)."""
+    ``wire`` what this rank sent, ``recv`` what it got (None: nothing to mix).
+
+    ``then``: a next stage, posted once ``requests`` have completed (a two-stage exchange:
+    an allreduce that decodes before it adds, :mod:`gossipgrad.engine.sharded`). Whoever
+    waits calls :meth:`advance` when the requests are done and waits again while it
+    returns True."""
 
     buf: torch.Tensor
     requests: list[Request] = field(default_factory=list)
     wire: Any = None
     recv: Any = None
     weight: float = 0.5
-    key: int = 0
+    key: Any = 0
     staged: Any = None
+    then: Callable[[Pending], None] | None = None
+
+    def advance(self) -> bool:
+        """Post the next stage (``requests`` are all done); True if one was posted."""
+        if self.then is None:
+            return False
+        then, self.then = self.then, None
+        then(self)
+        return True
 
 
 class Transport:
@@ -58,8 +73,16 @@ class Transport:
         return Pending(buf, wire=wire, key=index)
 
     def wait(self, pending: Pending) -> None:
-        for r in pending.requests:
-            r.wait(self.comm.timeout)
+        """Wait for every stage of ``pending`` (each request with the deadline)."""
+        while True:
+            for r in pending.requests:
+                r.wait(self.comm.timeout)
+            if not pending.advance():
+                return
+
+    def idle(self, step: int) -> bool:
+        """True when this rank sends nothing at ``step`` (no partner): nothing to encode."""
+        return False
 
     def finish(self, pending: Pending) -> None:
         """Complete ``pending`` (what the communication thread calls); nothing is mixed."""
@@ -83,12 +106,19 @@ class PeerTransport(Transport):
         self._views: dict[tuple[str, int], tuple[Any, Any]] = {}
         self._peers: tuple[int, Any] = (-1, None)
 
+    def _at(self, step: int) -> Any:
+        if self._peers[0] != step:  # one schedule look-up per step, not per bucket
+            self._peers = (step, self.schedule.peers(self.comm.rank, step))
+        return self._peers[1]
+
+    def idle(self, step: int) -> bool:
+        peers = self._at(step)
+        return peers is None or peers.idle
+
     def start(
         self, buf: torch.Tensor, wire: torch.Tensor, index: int, step: int, tag: int
     ) -> Pending:
-        if self._peers[0] != step:  # one schedule look-up per step, not per bucket
-            self._peers = (step, self.schedule.peers(self.comm.rank, step))
-        peers = self._peers[1]
+        peers = self._at(step)
         if peers is None or peers.idle:
             return Pending(buf, wire=wire, key=index)
         recv = self._buffer(self._recv, index, wire)

@@ -306,6 +306,8 @@ class CommThread:
         for item in list(self._inflight):
             _, pending, deadline = item
             waiting = [r for r in pending.requests if not r.test()]
+            if not waiting and pending.advance():  # a next stage is on the wire now
+                continue
             if not waiting:
                 self._inflight.remove(item)
                 done.append(item)

@@ -108,7 +108,9 @@ class FactorPath:
         # (ps: as many bytes as a push and a pull, updated on every rank like the others)
         matrix = "peer" if self.pattern is Pattern.PEER else "ring"
         self.matrix = BucketMixer(
-            make_transport(matrix, self.comm, schedule, stager), make_codec(opts.wire), self.rule
+            make_transport(matrix, self.comm, schedule, stager),
+            make_codec(opts.wire, opts.feedback),
+            self.rule,
         )
         self.all_layers = [FactorLayer(i, name, m) for i, (name, m) in enumerate(layers)]
         self._use(self.all_layers)
@@ -124,6 +126,13 @@ class FactorPath:
         self.layers = layers
         self.order = list(reversed(layers))  # backward order of a sequential model
         self.weight_ids = frozenset(id(layer.weight) for layer in layers)
+
+    @property
+    def codec_states(self) -> dict[str, Any]:
+        """This rank's stateful codecs of the factor path, by name, for checkpoints (the
+        matrices' error-feedback residuals; factor blocks keep none)."""
+        codec = self.matrix.codec
+        return {"codec_factor_matrices": codec} if not codec.lossless else {}
 
     def bind(self, thread: Any, step: Callable[[], int]) -> None:
         """Post through ``thread`` (a ``CommThread``; None: blocking at ``step()``), as soon
@@ -283,8 +292,9 @@ class FactorPath:
         return [{"layer": layer.name, **layer.decision.to_json()} for layer in self.all_layers]
 
     def bytes_sent(self) -> float:
-        """Bytes this rank sends per step for the layers it handles (all of them as matrices
-        before the decision; after the first step only those sent as factors)."""
+        """Bytes a rank sends per step for the layers it handles (all of them as matrices
+        before the decision; after the first step only those sent as factors); to one peer,
+        the mean over a period of the schedule."""
         total = 0.0
         for layer in self.layers:
             d = layer.decision or decide(
@@ -297,6 +307,8 @@ class FactorPath:
             )
             raw = d.factor_bytes if d.form == Form.FACTORS else d.matrix_bytes
             total += raw * self.transport.codec.wire_ratio(layer.weight.element_size())
+        if self.pattern is Pattern.PEER:  # base2: some ranks idle at some steps
+            total *= self.transport.schedule.active_share
         return total
 
     def close(self) -> None:
@@ -318,7 +330,7 @@ def finish_factors(transport: FactorTransport, rule: Average, pending: FactorPen
         return
     dy, x = received
     if transport.pattern == "peer":
-        rule.mix_product_(pending.buf, dy, x, pending.weight)
+        rule.mix_product_(pending.buf, dy, x, pending.weight, transport.unpack_sent(pending))
     else:
         rule.mean_product_(pending.buf, dy, x, transport.comm.size)
 

@@ -8,7 +8,8 @@ What ``finish`` leaves in the bucket, by the transport's pattern:
 
 - ``peer``: the rule's mix of the bucket with what this step's ``src`` sent, with the
   schedule's weight (a lossy codec: ``own + w (peer - sent)``, which keeps the mean);
-- ``ring``: the mean over ranks (the decoded sum of the encodings, divided by ``size``);
+- ``ring``: the mean over ranks (the decoded sum of the encodings, divided by ``size``;
+  a codec that is not summable decodes before it adds: :mod:`gossipgrad.engine.sharded`);
 - ``none``: the bucket unchanged.
 
 The communication thread calls ``finish`` from its own thread (:mod:`.commthread`); every
@@ -22,8 +23,10 @@ from typing import Any
 import torch
 
 from gossipgrad.comm.codecs import Codec, make_codec
+from gossipgrad.comm.sharded import ShardTransport
 from gossipgrad.comm.transport import Pending, Transport, make_transport
 from gossipgrad.engine.rules import Average, make_rule
+from gossipgrad.engine.sharded import ShardedMean
 
 
 class BucketMixer:
@@ -37,14 +40,12 @@ class BucketMixer:
     """
 
     def __init__(self, transport: Transport, codec: Codec, rule: Average) -> None:
-        if transport.pattern == "ring" and not codec.summable:
-            raise ValueError(
-                f"wire codec {codec.name!r} cannot be summed by an allreduce as it is; "
-                "this strategy has no path for it yet: choose another --wire"
-            )
         self.transport, self.codec, self.rule = transport, codec, rule
         self.comm = transport.comm
         self._wires: dict[int, torch.Tensor] = {}
+        self.sharded: ShardedMean | None = None
+        if transport.pattern == "ring" and not codec.summable:
+            self.sharded = ShardedMean(ShardTransport(self.comm, transport.stager), codec, rule)
 
     @property
     def pattern(self) -> str:
@@ -53,8 +54,10 @@ class BucketMixer:
     def start(self, buf: torch.Tensor, index: int, step: int, tag: int) -> Pending:
         """Encode ``buf`` and post its exchange (``buf`` is read, not written, until
         :meth:`finish`)."""
-        if self.transport.pattern == "none":
-            return Pending(buf, key=index)
+        if self.transport.pattern == "none" or self.transport.idle(step):
+            return Pending(buf, key=index)  # nothing to send: nothing to encode either
+        if self.sharded is not None:
+            return self.sharded.start(buf, index, step, tag)
         if self.codec.in_place:
             wire = buf  # the identity: send (or allreduce) the bucket itself
         else:
@@ -72,6 +75,9 @@ class BucketMixer:
 
     def finish(self, pending: Pending) -> None:
         """Wait for ``pending`` and mix what arrived into its bucket, in place."""
+        if self.sharded is not None:
+            self.sharded.finish(pending)
+            return
         self.transport.wait(pending)
         if pending.recv is None:
             return
@@ -100,9 +106,13 @@ def make_mixer(
     stager: Any = None,
     wire: str = "fp32",
     rule: str = "average",
+    feedback: bool | None = None,
 ) -> BucketMixer:
     """A bucket mixer for ``pattern`` (``peer``, ``ring``, ``none``) with the codec ``wire``
-    and the rule ``rule``: what a strategy's optimizer builds, for benchmarks and checks."""
+    (error ``feedback`` on, off or its default) and the rule ``rule``: what a strategy's
+    optimizer builds, for benchmarks and checks."""
     return BucketMixer(
-        make_transport(pattern, comm, schedule, stager), make_codec(wire), make_rule(rule)
+        make_transport(pattern, comm, schedule, stager),
+        make_codec(wire, feedback),
+        make_rule(rule),
     )

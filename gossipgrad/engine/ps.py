@@ -107,7 +107,8 @@ class ParameterServerOptimizer(WrappedOptimizer):
             raise ValueError("--strategy ps needs an optimizer that has not stepped yet")
         super().__init__(base, model, comm, opts)
         self.max_lag = opts.max_lag
-        self.push_codec, self.pull_codec = make_codec(opts.wire), make_codec(opts.wire)
+        self.push_codec = make_codec(opts.wire, opts.feedback)
+        self.pull_codec = make_codec(opts.wire, feedback=False)  # pulls are deltas: see published
         params = list(model.parameters())
         self._split(params, stager, host)
         broadcast_parameters_(model, comm)
@@ -137,6 +138,10 @@ class ParameterServerOptimizer(WrappedOptimizer):
             pull_codec=self.pull_codec,
         )
         self.rank_states = {"ps": self.server}  # the trainer checkpoints each rank's shard
+        if not self.push_codec.lossless:  # error-feedback residuals: this rank's own
+            self.rank_states["codec_push"] = self.push_codec
+        if self.factors:
+            self.rank_states.update(self.factors.codec_states)
         self.worker = ShardWorker(
             self.layout,
             self.owners,

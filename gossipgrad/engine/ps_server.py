@@ -28,6 +28,9 @@ sufficient factors) plugs into: what a worker sends for a bucket, the receive bu
 owner posts for it, and how the owner turns what arrived into the bucket's mean gradient.
 """
 
+# Over 300 lines on purpose: the owner's half of one protocol (slots, updates, pulls as
+# deltas under a lossy codec) reads best in one place.
+
 from __future__ import annotations
 
 import logging
@@ -179,6 +182,8 @@ class ShardServer:
         self.owned = {b.index: OwnedBucket(b, optimizer, device, pin, self.nslots) for b in buckets}
         self._staged: dict[int, Any] = {}
         self._wires: dict[int, torch.Tensor] = {}
+        self._replicas: dict[int, torch.Tensor] = {}  # lossy pulls: what the workers hold
+        self._copy_replicas()
 
     # -- the step's side ---------------------------------------------------------------
     def open(self, step: int) -> None:
@@ -257,7 +262,7 @@ class ShardServer:
             if staged is not None and src != self.comm.rank:
                 part = slot.parts[src]
                 wire = self.stager.incoming(staged, part)
-                part.copy_(self.codec.decode(wire, part, ob.index))
+                part.copy_(self.codec.decode(wire, part, ob.index))  # summed in float32 below
         with torch.no_grad():
             self.push.reduce_(ob.grad, slot.parts)
         for group, hyper in zip(ob.optimizer.param_groups, slot.hyper, strict=True):
@@ -267,10 +272,27 @@ class ShardServer:
         ob.version += 1
         self._send_master(ob)
 
+    def published(self, index: int) -> torch.Tensor:
+        """The values of owned bucket ``index``'s latest version as every worker holds
+        them: the master itself, or with a lossy pull codec the replica (what the deltas
+        sent so far add up to, on every rank alike)."""
+        return self._replicas.get(index, self.owned[index].master)
+
     def _send_master(self, ob: OwnedBucket) -> None:
-        """Post the new version's parameters to every other rank."""
+        """Post the new version's parameters to every other rank. With a lossy pull codec
+        the master stays float32 and what travels is its change since what the workers
+        hold, ``master - replica`` (small next to the parameters, so a cast loses little
+        of it, and what it loses is sent with the next version's change); the replica moves
+        by the decoding of exactly that, as every worker's copy does."""
         buf = ob.master
-        if not self.pull_codec.in_place:
+        if not self.pull_codec.lossless and self.comm.size > 1:
+            replica = self._replicas[ob.index]
+            wire = self._wires.get(ob.index)
+            if wire is None:
+                wire = self._wires[ob.index] = self.pull_codec.wire_like(buf)
+            buf = self.pull_codec.encode_(ob.master - replica, wire, ob.index)
+            replica.add_(self.pull_codec.decode(buf, replica, ob.index))
+        elif not self.pull_codec.in_place:
             wire = self._wires.get(ob.index)
             if wire is None:
                 wire = self._wires[ob.index] = self.pull_codec.wire_like(buf)
@@ -305,6 +327,12 @@ class ShardServer:
             ob.version = step
             for slot in ob.slots:
                 slot.step, slot.contributed = -1, False
+        self._copy_replicas()  # the model's values are what every rank holds now
+
+    def _copy_replicas(self) -> None:
+        """Lossy pulls: replica <- master (every rank holds the model's values)."""
+        if not self.pull_codec.lossless and self.comm.size > 1:
+            self._replicas = {i: ob.master.clone() for i, ob in self.owned.items()}
 
     def state_dict(self) -> dict[str, Any]:
         """The owned buckets' optimizer states (plain tensors), by bucket index."""

@@ -12,11 +12,16 @@ Per bucket ``b`` owned by another rank (:class:`ShardWorker`):
   see v + 1 land in the middle of its step);
 - ``refresh(b, need)``: copy the newest version that has arrived into the model, waiting
   while it is older than ``need``. A bucket this rank owns is refreshed from its master.
+  With a lossy codec a pull is the change since the last version (the owner's
+  :meth:`ShardServer.published`), so every version that has arrived is added, in order.
 
 Every wait serves this rank's own shard (:meth:`ShardServer.service`), so ranks waiting for
 each other's updates all make progress; each has the communicator's deadline and says what
 it waited for. Only the training thread calls these methods.
 """
+
+# Over 300 lines on purpose: the worker's half of one protocol (pushes, pulls, waits that
+# say what they waited for) reads best in one place.
 
 from __future__ import annotations
 
@@ -182,16 +187,20 @@ class ShardWorker:
             ob = self.server.owned[index]
             if ob.version > self.have[index]:
                 with torch.no_grad():
-                    self.layout.buckets[index].values.copy_(ob.master)
+                    self.layout.buckets[index].values.copy_(self.server.published(index))
                 self.have[index] = ob.version
             return
         pulls, newest = self.pulls[index], None
+        values = self.layout.buckets[index].values
         while pulls and self.thread.done(request_key(PULL_RECV, index, pulls[0][1])):
             newest = pulls.popleft()
+            if not self.pull_codec.lossless:  # a delta: every version, in order
+                wire = self.stager.incoming(self.pull_bufs[index][newest[1]], values)
+                values.add_(self.pull_codec.decode(wire, values, index))
         if newest is None:
             return
-        values, buf = self.layout.buckets[index].values, self.pull_bufs[index][newest[1]]
-        if buf is not values:
+        buf = self.pull_bufs[index][newest[1]]
+        if buf is not values and self.pull_codec.lossless:
             wire = self.stager.incoming(buf, values)
             values.copy_(self.pull_codec.decode(wire, values, index))
         self.have[index] = newest[0]

@@ -67,12 +67,23 @@ class Average:
             own.mul_(1.0 - w).add_(peer, alpha=w)
 
     def mix_product_(
-        self, grad: torch.Tensor, dy: torch.Tensor, x: torch.Tensor, scheduled: float
+        self,
+        grad: torch.Tensor,
+        dy: torch.Tensor,
+        x: torch.Tensor,
+        scheduled: float,
+        sent: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> None:
         """``grad`` <- the mix of this rank's gradient with the peer's ``dy^T x`` (a Linear
-        layer's sufficient factors), in one product."""
+        layer's sufficient factors), in one product. ``sent``: the factors the peer
+        received from this rank (a lossy codec's decoding); then ``grad += w (dy^T x -
+        dy_sent^T x_sent)``, the same difference the peer applies with the other sign."""
         w = self.weight(scheduled)
-        if w:
+        if not w:
+            return
+        if sent is not None:
+            grad.addmm_(dy.t(), x, alpha=w).addmm_(sent[0].t(), sent[1], alpha=-w)
+        else:
             grad.addmm_(dy.t(), x, beta=1.0 - w, alpha=w)
 
     def mean_(self, total: torch.Tensor, size: int) -> None:

@@ -96,12 +96,14 @@ class BucketOptimizer(WrappedOptimizer):
         verify_identical(model, comm)
         self._stager = stager
         self.rule = make_rule(opts.rule)
-        self.codec: Codec = make_codec(opts.wire)
-        if not self.codec.lossless:  # its residuals differ per rank: saved per rank
-            self.rank_states = {"codec": self.codec}
+        self.codec: Codec = make_codec(opts.wire, opts.feedback)
         schedule = Schedule(comm.size, opts.topology, opts.seed, opts.rotate)
         # Linear weights that may go as sufficient factors (engine/factors.py) get no bucket.
         self.factors = make_factor_path(model, comm, opts, schedule, stager)
+        if not self.codec.lossless:  # residuals differ per rank: saved per rank
+            self.rank_states = {"codec": self.codec}
+        if self.factors:
+            self.rank_states.update(self.factors.codec_states)
         self._bind_layout(self.factors.weight_ids if self.factors else frozenset())
         self._hooks: list[Any] = []
         self._connect(comm)
@@ -213,6 +215,7 @@ class BucketOptimizer(WrappedOptimizer):
             loss = self.optimizer.step(closure)
             if self.factors and self.factors.end_step():  # first step: matrices to buckets
                 self._bind_layout(self.factors.weight_ids)
+                self.codec.forget()  # residuals of the old buckets (one step's remainder)
         else:
             loss = self.optimizer.step(closure)
             self.timing.exchange_([b.values for b in self.layout.buckets], Tag.PARAM_BUCKET, t)
@@ -278,18 +281,22 @@ class BucketOptimizer(WrappedOptimizer):
         return distance
 
     def bytes_sent_per_step(self) -> float:
-        """Bytes this rank sends per step: every bucket's wire bytes moved by the
-        strategy's pattern, each message's header, and the factor path's."""
+        """Bytes a rank sends per step: every bucket's wire bytes moved by the strategy's
+        pattern, each message's header, and the factor path's; for one peer a step, the
+        mean over a period of the schedule (base2 leaves some ranks idle at some steps)."""
         if not self.communicates:
             return 0.0
         factors = self.factors.bytes_sent() if self.factors else 0.0
         spec = self.options.spec
-        return factors + sum(
+        buckets = sum(
             spec.bytes_per_step(
                 self.codec.wire_nbytes(b.grads) + self.timing.header_bytes, self.comm.size
             )
             for b in self.layout.buckets
         )
+        if self.pattern == "peer" and not self.options.max_lag:  # a lagged idle step sends
+            buckets *= self.schedule.active_share  # a weight-0 frame to itself: no wire
+        return factors + buckets
 
     def lag_stats(self) -> dict[str, Any]:
         return self.timing.stats()

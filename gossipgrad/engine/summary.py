@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from gossipgrad.comm.base import Communicator, ReduceOp
+from gossipgrad.comm.codecs import make_codec
 from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.engine import checkpoint as ckpt
 from gossipgrad.engine.monitor import monitor_summary
@@ -71,6 +72,7 @@ def run_summary(run: Any, start: int, step: int, stopped: str | None) -> dict[st
         "staleness": ex.staleness,
         "max_lag": ex.max_lag,
         "wire": ex.wire,
+        "error_feedback": "on" if make_codec(ex.wire, ex.feedback).feedback else "off",
         "rule": ex.rule,
         "arch": cfg.arch,
         "dataset": run.source.name,

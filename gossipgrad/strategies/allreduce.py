@@ -17,7 +17,9 @@ COLLECTIVE_REFUSALS = {
 class Allreduce(BucketStrategy):
     name = "allreduce"
     summary = "bucketed allreduce of gradients during backward (DDP/Horovod's way)"
-    uses = frozenset({"staleness", "bucket_mb", "overlap", "sufficient_factors", "wire"})
+    uses = frozenset(
+        {"staleness", "bucket_mb", "overlap", "sufficient_factors", "wire", "error_feedback"}
+    )
     pattern = "ring"
     collective = True
     identical = True

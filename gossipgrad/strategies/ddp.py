@@ -2,16 +2,17 @@
 
     mpiexec -n 4 python -m gossipgrad train --strategy ddp
 
-No extra launcher: the torch.distributed process group takes its rank and size from the
-communicator, and its rendezvous from rank 0 through it. Rank 0 binds a listening socket to
-an ephemeral port (no race for the port), hands it to a ``TCPStore`` and broadcasts
-``host:port`` as raw bytes (:mod:`gossipgrad.comm.rendezvous`). All ranks on one host: the
-store, Gloo and NCCL use loopback only (``127.0.0.1``; ``GLOO_SOCKET_IFNAME`` is set to the
-loopback interface while the group is created, ``NCCL_SOCKET_IFNAME`` for good, each unless
-already set); otherwise the interface that
-:func:`~gossipgrad.comm.rendezvous.choose_interface` picks. Backend: gloo for
-CPU models, nccl for CUDA ones. ``--comm-timeout`` is the process group's timeout, so a
-collective a rank never joins fails (in backward) instead of hanging.
+``--wire bf16|fp16`` registers DDP's own compression hook (``bf16_compress_hook``,
+``fp16_compress_hook``). No extra launcher: the torch.distributed process group takes its
+rank and size from the communicator, and its rendezvous from rank 0 through it. Rank 0
+binds a listening socket to an ephemeral port (no race for the port), hands it to a
+``TCPStore`` and broadcasts ``host:port`` as raw bytes (:mod:`gossipgrad.comm.rendezvous`).
+All ranks on one host: the store, Gloo and NCCL use loopback only (``127.0.0.1``;
+``GLOO_SOCKET_IFNAME`` is set to the loopback interface while the group is created,
+``NCCL_SOCKET_IFNAME`` for good, each unless already set); otherwise the interface that
+:func:`~gossipgrad.comm.rendezvous.choose_interface` picks. Backend: gloo for CPU models,
+nccl for CUDA ones. ``--comm-timeout`` is the process group's timeout, so a collective a
+rank never joins fails (in backward) instead of hanging.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 from gossipgrad.comm.base import Communicator
@@ -64,6 +66,9 @@ class DdpOptimizer(LibraryOptimizer):
             bucket_cap_mb=self.bucket_mb,
             gradient_as_bucket_view=True,
         )
+        hook = COMPRESS_HOOKS.get(options.wire)
+        if hook is not None:  # DDP's own compression: each bucket cast before its allreduce
+            self.ddp.register_comm_hook(None, getattr(default_hooks, hook))
         verify_identical(model, comm, when="after DistributedDataParallel's broadcast")
         self._forwarded = False
         self.ddp.register_forward_pre_hook(self._saw_forward)
@@ -99,9 +104,16 @@ class DdpOptimizer(LibraryOptimizer):
             self._owns_group = False
 
 
+COMPRESS_HOOKS = {"bf16": "bf16_compress_hook", "fp16": "fp16_compress_hook"}
+"""``--wire`` -> the ``torch.distributed.algorithms.ddp_comm_hooks.default_hooks`` hook that
+casts each bucket to that type, allreduces it (divided by size first) and casts back: the
+baseline a user of DDP would compare a lossy gossipgrad wire with."""
+
+
 class Ddp(LibraryStrategy):
     name = "ddp"
     summary = "torch DistributedDataParallel (gloo on CPU, nccl on CUDA)"
+    wires = ("fp32", *COMPRESS_HOOKS)
 
     def build(self, optimizer: Any, model: Any, comm: Any, opts: Any, *, stager: Any) -> Any:
         return DdpOptimizer(optimizer, model, comm, opts)

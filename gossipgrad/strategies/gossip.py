@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gossipgrad.choices import Mix, Sync, spell
+from gossipgrad.choices import ErrorFeedback, Mix, Sync, spell
 from gossipgrad.engine.signals import agreement_period
-from gossipgrad.registry import STRATEGIES
+from gossipgrad.registry import STRATEGIES, lossless
 from gossipgrad.strategies.bucketed import BucketStrategy
 
 
@@ -27,6 +27,7 @@ class Gossip(BucketStrategy):
             "monitor_every",
             "sufficient_factors",
             "wire",
+            "error_feedback",
             "rule",
         }
     )
@@ -34,6 +35,12 @@ class Gossip(BucketStrategy):
     factor_pattern = "peer"
 
     def check(self, opts: Any) -> None:
+        if opts.max_lag and opts.error_feedback is ErrorFeedback.OFF and not lossless(opts.wire):
+            raise ValueError(
+                f"{spell('--error-feedback', 'off')} does not apply with {spell('--max-lag')} "
+                f"above 0: a lagged frame always carries the cast's remainder to the next "
+                f"(what keeps the sum over ranks exact); drop it"
+            )
         if opts.sync is Sync.ADAPTIVE and opts.max_lag:
             raise ValueError(
                 f"{spell('--sync', 'adaptive')} needs {spell('--max-lag', 0)}: its estimate "

@@ -14,6 +14,7 @@ as backward produces it; Horovod's background thread fuses what is ready each cy
 one buffer of at most ``HOROVOD_FUSION_THRESHOLD`` bytes (set from ``--bucket-mb`` unless
 already in the environment). ``step()`` polls those allreduces against ``--comm-timeout``
 before the optimizer runs, so a missing rank ends in :class:`CommTimeout`, not a hang.
+``--wire fp16`` passes ``compression=hvd.Compression.fp16`` (Horovod's only cast).
 """
 
 from __future__ import annotations
@@ -74,8 +75,11 @@ class HorovodOptimizer(LibraryOptimizer):
         self._stuck = False  # set when an allreduce passed its deadline
         self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         verify_identical(model, comm, when="after hvd.broadcast_parameters")
+        compression = (  # --wire fp16: Horovod's own cast of each gradient before its allreduce
+            self.hvd.Compression.fp16 if options.wire == "fp16" else self.hvd.Compression.none
+        )
         self.optimizer = self.hvd.DistributedOptimizer(
-            optimizer, named_parameters=model.named_parameters()
+            optimizer, named_parameters=model.named_parameters(), compression=compression
         )
 
     def zero_grad(self, set_to_none: bool = True) -> None:
@@ -186,6 +190,7 @@ class Horovod(LibraryStrategy):
     name = "horovod"
     summary = "horovod.torch's DistributedOptimizer (bash scripts/install-horovod.sh)"
     wraps_optimizer_class = True
+    wires = ("fp32", "fp16")  # hvd.Compression.none, hvd.Compression.fp16
 
     def build(self, optimizer: Any, model: Any, comm: Any, opts: Any, *, stager: Any) -> Any:
         return HorovodOptimizer(optimizer, model, comm, opts)

@@ -6,11 +6,11 @@ traits of such a strategy (collective, identical ranks, no codec of ours, no shr
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
-from gossipgrad.choices import Mix
+from gossipgrad.choices import Mix, spell
 from gossipgrad.comm.base import Communicator
 from gossipgrad.engine.buckets import BucketLayout
 from gossipgrad.engine.consensus import consensus_distance, verify_identical
@@ -23,9 +23,12 @@ log = logging.getLogger(__name__)
 
 
 class LibraryStrategy(StrategySpec):
-    """Spec traits of a strategy whose library runs the exchange."""
+    """Spec traits of a strategy whose library runs the exchange. ``wires``: the
+    ``--wire`` values its library's own compression provides (a cast of each bucket
+    before the library's allreduce); any other is refused."""
 
-    uses = frozenset({"bucket_mb"})
+    uses = frozenset({"bucket_mb", "wire"})
+    wires: ClassVar[tuple[str, ...]] = ("fp32",)
     pattern = "ring"
     collective = True
     identical = True
@@ -36,7 +39,17 @@ class LibraryStrategy(StrategySpec):
         **COLLECTIVE_REFUSALS,
         "staleness": "it waits for every step's allreduce; gossipgrad's allreduce has a stale one",
         "overlap": "the library always overlaps its allreduce with backward",
+        "error_feedback": "its library's compression keeps no residual",
     }
+
+    def check(self, opts: Any) -> None:
+        if opts.wire not in self.wires:
+            raise ValueError(
+                f"{spell('--wire', opts.wire)} does not apply to "
+                f"{spell('--strategy', self.name)}: its library's own compression is "
+                f"{', '.join(self.wires[:-1])} or {self.wires[-1]} (gossipgrad's codecs need "
+                f"its communicator: {spell('--strategy', 'gossip')}, allreduce or ps)"
+            )
 
 
 class LibraryOptimizer(WrappedOptimizer):
@@ -63,6 +76,7 @@ class LibraryOptimizer(WrappedOptimizer):
     ) -> None:
         super().__init__(optimizer, model, comm, options)
         self.bucket_mb = options.bucket_mb
+        self.wire = options.wire
         # Sizes only (logging, bytes per step): never bound, no gradient lives in it.
         self.layout = BucketLayout(list(model.parameters()), options.bucket_cap_bytes)
         self.communicates = comm.size > 1
@@ -95,5 +109,14 @@ class LibraryOptimizer(WrappedOptimizer):
         return consensus_distance(self.model, self.comm)
 
     def bytes_sent_per_step(self) -> float:
-        """Ring-allreduce theory (the spec's pattern), not measured."""
-        return self.options.spec.bytes_per_step(self.layout.nbytes, self.comm.size)
+        """Ring-allreduce theory (the spec's pattern) of the buckets as the library's
+        compression casts them (bf16, fp16: 2 bytes a value), not measured."""
+        nbytes = sum(
+            b.numel * LIBRARY_WIRE_BYTES.get(self.wire, b.params[0].element_size())
+            for b in self.layout.buckets
+        )
+        return self.options.spec.bytes_per_step(nbytes, self.comm.size)
+
+
+LIBRARY_WIRE_BYTES = {"bf16": 2, "fp16": 2}
+"""Bytes per value on the wire of a library's compression (fp32: the parameters' own)."""

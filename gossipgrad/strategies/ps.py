@@ -13,7 +13,9 @@ from gossipgrad.registry import STRATEGIES, StrategySpec
 class ParameterServer(StrategySpec):
     name = "ps"
     summary = "sharded parameter server; --max-lag S: compute on parameters up to S steps old"
-    uses = frozenset({"max_lag", "bucket_mb", "overlap", "sufficient_factors", "wire"})
+    uses = frozenset(
+        {"max_lag", "bucket_mb", "overlap", "sufficient_factors", "wire", "error_feedback"}
+    )
     pattern = "server"
     identical = True
     factor_pattern = "allgather"

@@ -6,8 +6,9 @@
     python -m lab sweep --sizes 8 --mixes grad,param     # launches mpiexec itself
 
 Studies with options of their own (``plan-validate``, ``stragglers``, ``ps-lag``,
-``convergence``) are click commands; the drivers in :mod:`lab.studies` keep their argparse
-options and get the rest of the command line (``python -m lab sweep --help``).
+``convergence``, ``codecs``) are click commands; the drivers in :mod:`lab.studies` keep
+their argparse options and get the rest of the command line (``python -m lab sweep
+--help``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 
 import click
 
+from lab.cli.codecs import codecs
 from lab.cli.convergence import convergence
 from lab.cli.plan_validate import plan_validate
 from lab.cli.ps_lag import ps_lag
@@ -63,7 +65,7 @@ def study(name: str, module: str, summary: str) -> click.Command:
     return command
 
 
-for _command in (plan_validate, stragglers, ps_lag, convergence):
+for _command in (plan_validate, stragglers, ps_lag, convergence, codecs):
     lab.add_command(_command)
 for _name, (_module, _summary) in STUDIES.items():
     lab.add_command(study(_name, _module, _summary))

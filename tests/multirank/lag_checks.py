@@ -40,7 +40,9 @@ def _grad(rank: int, p: torch.Tensor) -> torch.Tensor:
     return (rank + 1) * pattern
 
 
-def _lagged(comm, mix: str, max_lag: int, staleness: int = 0, overlap: bool = True):
+def _lagged(
+    comm, mix: str, max_lag: int, staleness: int = 0, overlap: bool = True, wire: str = "fp32"
+):
     model = TwoTensors()
     opt = DistributedOptimizer(
         torch.optim.SGD(model.parameters(), lr=LR),
@@ -52,6 +54,7 @@ def _lagged(comm, mix: str, max_lag: int, staleness: int = 0, overlap: bool = Tr
         bucket_mb=0.002,
         overlap=overlap,
         seed=5,
+        wire=wire,
     )
     assert len(opt.layout.buckets) == 2 and isinstance(opt.timing, Lagged)
     return model, opt
@@ -94,14 +97,18 @@ def _lag_was_exercised(comm, opt) -> None:
 
 
 def _mean_is_exact_after_synchronize(
-    comm, mix: str, slow_rank: int, settings: tuple[tuple[int, int, bool], ...]
+    comm,
+    mix: str,
+    slow_rank: int,
+    settings: tuple[tuple[int, int, bool], ...],
+    wire: str = "fp32",
 ) -> None:
     """For each (max_lag, staleness, overlap): run with ``slow_rank`` slow, then check that
     synchronize() leaves every rank exactly the closed-form mean."""
     if comm.size == 1:
         return
     for max_lag, staleness, overlap in settings:
-        model, opt = _lagged(comm, mix, max_lag, staleness, overlap=overlap)
+        model, opt = _lagged(comm, mix, max_lag, staleness, overlap=overlap, wire=wire)
         try:
             computed = _run_slow(comm, opt, model, slow_rank=slow_rank, pause_s=0.02)
             _lag_was_exercised(comm, opt)
@@ -109,7 +116,7 @@ def _mean_is_exact_after_synchronize(
             for p, want in zip(model.parameters(), _expected_mean(comm, computed), strict=True):
                 err = float((p.detach() - want).abs().max())
                 assert err < 1e-9, (
-                    f"rank {comm.rank} {mix} max_lag {max_lag} staleness "
+                    f"rank {comm.rank} {mix} {wire} max_lag {max_lag} staleness "
                     f"{staleness}: mean off by {err}"
                 )
         finally:
@@ -128,6 +135,18 @@ def check_lagged_grad_halves_applied_once(comm) -> None:
     _mean_is_exact_after_synchronize(
         comm, "grad", comm.size - 1, ((2, 0, True), (3, 0, False), (2, 1, True))
     )
+
+
+def check_lagged_lossy_mean_is_exact(comm) -> None:
+    """A lossy wire (bf16, fp8): each frame carries the decoding of its encoding and the
+    sender keeps what it did not send (param: the remainder, deposited into its own model;
+    grad: ``g - share q``), so the closed-form mean still holds to float64 rounding, with a
+    slow rank, ranks running ahead and skipped steps."""
+    for wire in ("bf16", "fp8"):
+        _mean_is_exact_after_synchronize(comm, "param", 1, ((2, 0, True), (1, 1, True)), wire)
+        _mean_is_exact_after_synchronize(
+            comm, "grad", comm.size - 1, ((2, 0, True), (2, 1, False)), wire
+        )
 
 
 def check_fast_rank_waits_only_past_the_bound(comm) -> None:
@@ -228,6 +247,7 @@ def check_close_leaves_nothing_unmatched(comm) -> None:
 ALL = [
     check_lagged_param_mean_is_exact,
     check_lagged_grad_halves_applied_once,
+    check_lagged_lossy_mean_is_exact,
     check_fast_rank_waits_only_past_the_bound,
     check_only_a_slower_rank_skips,
     check_close_leaves_nothing_unmatched,

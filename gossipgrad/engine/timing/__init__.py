@@ -52,7 +52,7 @@ def make_timing(
             opts.staleness,
             poll=opts.overlap,
             rule=rule,
-            codec=make_codec(opts.wire),
+            codec=make_codec(opts.wire, feedback=False),  # lagged frames carry their remainder
         )
     if opts.staleness:
         return Stale(mixer, thread, collective)

@@ -22,6 +22,20 @@ ranks stays exact:
   is applied exactly once. Shares still owed when the ranks drain are applied with one more
   optimizer step (:meth:`Lagged.drain_` returns True).
 
+With a lossy wire codec (``--wire bf16|fp16|fp8``) a frame carries ``q``, the decoding of
+its encoding, not the values themselves, and the sender accounts for exactly that:
+
+- param: the frame adds ``s q`` to the sum, not ``s z``; the difference ``s (z - q)`` is
+  this rank's *remainder* (per bucket), added back into its own model ``z += D / w`` at
+  the end of a step whose weight ``w`` is at least :data:`DEPOSIT_WEIGHT` (a rank that
+  just sent most of its weight would otherwise blow the remainder up by ``1 / w``), and in
+  any case by :meth:`Lagged.drain_`;
+- grad: the sender keeps ``g - s q`` (not ``(1 - s) g``), so every gradient still adds up
+  to itself once all frames are applied.
+
+The sum over ranks therefore stays exact whatever the codec rounds (float rounding
+aside); codec error feedback is off here, since the remainder already is the feedback.
+
 With momentum or weight decay the mean moves a little differently (the optimizer is then
 not linear in the gradient); the consensus distance is measured at every evaluation.
 
@@ -38,6 +52,9 @@ What skipping cost is counted by the caller.
 Results depend on timing (which frames have arrived when), so runs with S >= 1 are not
 bit-reproducible; S = 0 (the default) is lockstep and unchanged.
 """
+
+# Over 300 lines on purpose: one timing, push-sum and gradient shares with a lossy codec's
+# remainders, whose sum-keeping steps read best side by side.
 
 from __future__ import annotations
 
@@ -62,6 +79,10 @@ log = logging.getLogger(__name__)
 
 PACE_MARGIN = 1.1
 """A rank skips only when its compute pace is more than this many times its peers'."""
+
+DEPOSIT_WEIGHT = 0.5
+"""A lossy codec's remainder goes back into the own model only once the push-sum weight is
+at least this (see the module docstring)."""
 
 PACE_SMOOTHING = 0.2
 """Weight of the newest sample in the moving averages of compute pace."""
@@ -125,6 +146,8 @@ class Lagged(Timing):
         )
         self.poller = Poller(self.link, self.comm.policy.max_pause_s) if poll else None
         self.weight = 1.0  # push-sum weight (param); 1 for grad
+        self.lossy = not self.codec.lossless
+        self.remainder: dict[int, torch.Tensor] = {}  # param, lossy: mass not yet deposited
         self.least_ahead = skip_threshold(max_lag)
         self.waits = 0  # steps that had to wait for a frame of step t - S
         self.wait_s = 0.0
@@ -190,15 +213,33 @@ class Lagged(Timing):
         the rest, add what has arrived, and wait for step ``step - S`` if it has not."""
         self._resume()
         keep, send = self.rule.split(self.weight, self._share(step))
-        buckets = self.layout.buckets
         self.link.post(
-            step,
-            lambda i, f: self.codec.encode_(buckets[i].values, f.payload, i),
-            send,
-            pace=self.pace or 0.0,
+            step, lambda i, f: self._fill_values(i, f, send), send, pace=self.pace or 0.0
         )
         self.weight = keep
         self._take(step)
+        if self.lossy and self.weight >= DEPOSIT_WEIGHT:
+            self._deposit()
+
+    def _fill_values(self, i: int, frame: Any, share: float) -> None:
+        """Encode bucket ``i``'s values into ``frame`` (nothing for a weight-0 frame: it is
+        never applied); a lossy codec's remainder ``share (z - q)`` is kept."""
+        if share == 0.0:
+            return
+        z = self.layout.buckets[i].values
+        self.codec.encode_(z, frame.payload, i)
+        if self.lossy:
+            q = self.codec.decode(frame.payload, z, i).to(z.device)
+            r = self.remainder.get(i)
+            if r is None:
+                r = self.remainder[i] = torch.zeros_like(z)
+            r.add_(z - q, alpha=share)
+
+    def _deposit(self) -> None:
+        """Add the remainders to the own model: x = w z gains D, so z += D / w."""
+        for i, r in self.remainder.items():
+            self.layout.buckets[i].values.add_(r, alpha=1.0 / self.weight)
+            r.zero_()
 
     def mix_grads_(self, step: int, computed: bool) -> None:
         """Before the optimizer step: send this step's gradients with the peer's share as
@@ -206,17 +247,24 @@ class Lagged(Timing):
         shares of the peers' that have arrived, and wait for step ``step - S`` if it has
         not."""
         self._resume()
-        buckets = self.layout.buckets
         keep, send = self.rule.split(1.0, self._share(step))
+        share = send * float(computed)
         self.link.post(
-            step,
-            lambda i, f: self.codec.encode_(buckets[i].grads, f.payload, i),
-            send * float(computed),
-            pace=self.pace or 0.0,
+            step, lambda i, f: self._fill_grads(i, f, share, keep), share, pace=self.pace or 0.0
         )
-        for b in buckets:
-            b.grads.mul_(keep)
         self._take(step)
+
+    def _fill_grads(self, i: int, frame: Any, share: float, keep: float) -> None:
+        """Encode bucket ``i``'s gradients into ``frame`` and keep the rest of them: ``keep
+        g``, or ``g - share q`` with a lossy codec (what the peer will add is ``share q``)."""
+        g = self.layout.buckets[i].grads
+        if share == 0.0:  # idle (keep is 1) or skipped (g is zero): nothing to send or keep
+            return
+        self.codec.encode_(g, frame.payload, i)
+        if self.lossy:
+            g.sub_(self.codec.decode(frame.payload, g, i).to(g.device), alpha=share)
+        else:
+            g.mul_(keep)
 
     def _resume(self) -> None:
         if self.poller is not None:
@@ -270,6 +318,8 @@ class Lagged(Timing):
             owed = owed or any(f.weight != 0.0 for f in frames)
             self._apply(frames)
             self.link.release(frames)
+        if self.remainder:
+            self._deposit()
         return owed and self.mix is Mix.GRAD
 
     def average_(self, model: torch.nn.Module, comm: Communicator) -> None:
