@@ -247,6 +247,48 @@ def split_variant(name: str) -> tuple[str, bool | None]:
     return base, WAIT_VARIANTS[variant]
 
 
+#: What a contender's name may set for itself (``gossip:mix=grad:bucket-mb=4``): the
+#: option's spelling on the command line -> (its field, how the value is read).
+CONTENDER_SETTINGS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "mix": ("mix", str),
+    "bucket-mb": ("bucket_mb", float),
+    "staleness": ("staleness", int),
+    "max-lag": ("max_lag", int),
+    "wire": ("wire", str),
+}
+
+
+def split_settings(name: str) -> tuple[str, dict[str, Any]]:
+    """``"gossip:mix=grad:bucket-mb=4"`` -> ``("gossip", {"mix": "grad", "bucket_mb": 4.0})``:
+    a contender with settings of its own beside the launch's (the rest are the launch's);
+    ValueError naming ``--strategies`` for an unknown key or a bad value.
+
+    >>> split_settings("gossip@block:staleness=1"), split_settings("ddp")
+    (('gossip@block', {'staleness': 1}), ('ddp', {}))
+    """
+    base, *parts = name.split(":")
+    out: dict[str, Any] = {}
+    for part in parts:
+        key, sep, value = part.partition("=")
+        if not sep or key not in CONTENDER_SETTINGS:
+            raise ValueError(
+                f"--strategies: {name!r}: a setting is KEY=VALUE with KEY one of "
+                f"{', '.join(CONTENDER_SETTINGS)}, e.g. gossip:mix=grad:bucket-mb=4"
+            )
+        field, read = CONTENDER_SETTINGS[key]
+        try:
+            out[field] = read(value)
+        except ValueError:
+            raise ValueError(f"--strategies: {name!r}: {key}={value!r} is not a value") from None
+    return base, out
+
+
+def base_strategy(name: str) -> str:
+    """The registered strategy a contender's name runs: ``"horovod@block:bucket-mb=4+factors"``
+    -> ``"horovod"``."""
+    return name.split(":")[0].split("+")[0].split("@")[0]
+
+
 class CountingCommunicator:
     """Wraps a Communicator and counts the bytes handed to ``isend``, ``iallreduce_`` and
     ``iallgather``, also on communicators duplicated from it (they share the counts).
