@@ -107,6 +107,16 @@ def make_fc_head(dims: tuple[int, ...], seed: int = 0) -> torch.nn.Module:
     return torch.nn.Sequential(*mods[:-1])
 
 
+def square_loss(output: torch.Tensor | tuple, _target: Any = None) -> torch.Tensor:
+    """A timing benchmark's loss: the mean square of every head's logits (GoogLeNet's
+    auxiliary heads too, so that every parameter gets a gradient, as in training)."""
+    loss = logits(output).square().mean()
+    for aux in (getattr(output, "aux_logits1", None), getattr(output, "aux_logits2", None)):
+        if aux is not None:
+            loss = loss + aux.square().mean()
+    return loss
+
+
 class Trainer:
     """One model copy (:func:`make_stack`, or :func:`make_fc_head` when ``dims`` is given,
     or the profiled model on a stand-in device when ``standin`` is given: a
@@ -151,7 +161,7 @@ class Trainer:
             self.opt,
             self.x,
             None,
-            lambda out, _: logits(out).square().mean(),
+            square_loss,
             compute=self.straggler.compute,  # GOSSIPGRAD_INJECT_SLOW
             batch=len(self.x),
         )
