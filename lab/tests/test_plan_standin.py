@@ -42,9 +42,17 @@ def record(size: int, rate: str, cal: StandinCalibration = TRUE, skew: float = 1
     rows = []
     for name, strategy in (("gossip", "gossip"), ("local", "local")):
         rows.append(
-            {"name": name, "strategy": strategy, "mix": "grad", "bucket_mb": 25.0,
-             "staleness": 0, "step_s": 1.0, "phase_s": {"backward": 1.0},
-             "wire_bytes_per_step": 102e6, "theory_bytes_per_step": 102e6}  # fmt: skip
+            {
+                "name": name,
+                "strategy": strategy,
+                "mix": "grad",
+                "bucket_mb": 25.0,
+                "staleness": 0,
+                "step_s": 1.0,
+                "phase_s": {"backward": 1.0},
+                "wire_bytes_per_step": 102e6,
+                "theory_bytes_per_step": 102e6,
+            }  # fmt: skip
         )
     rec = {"bench": "strategies", "size": size, "emu_rate": rate, "mix": "grad",
            "bucket_mb": 25.0, "results": rows,
