@@ -85,7 +85,7 @@ def _emit(report: dict[str, Any], out: str | None) -> None:
 def _standin(runs: tuple[str, ...], networks: tuple[str, ...], sizes: str, rate: str) -> dict:
     from gossipgrad.devices.profile import StandinProfile
     from lab.plan.standin import load_networks, load_runs
-    from lab.plan.standin_score import score
+    from lab.plan.standin_score import render_markdown, score, side_by_side
 
     if not networks:
         raise click.UsageError("--standin-runs needs --networks (netfit of each size and rate)")
@@ -93,6 +93,9 @@ def _standin(runs: tuple[str, ...], networks: tuple[str, ...], sizes: str, rate:
     profiles = {r.profile: StandinProfile.load(r.profile) for r in rows}
     cal = [int(v) for v in _floats(sizes)]
     report = score(rows, profiles, load_networks(networks), cal, rate)
+    batch = {name: p.batch_size for name, p in profiles.items()}
+    report["side_by_side"] = side_by_side(rows, batch)
+    report["markdown"] = render_markdown(report, report["side_by_side"])
     h = report["held_out"]
     click.echo(
         f"held out: MAPE {h['mape_pct']} %, worst {h['worst_pct']} %, median tau "

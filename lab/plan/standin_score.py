@@ -83,7 +83,7 @@ def summarize(rows: Sequence[tuple[Run, float]]) -> dict[str, Any]:
         "mape_pct": round(mape_pct([(p, r.step_s) for r, p in comm]), 2),
         "worst_pct": round(100 * max(map(abs, errors)), 2) if errors else None,
         "share_too_fast": round(sum(e < 0 for e in errors) / len(errors), 3) if errors else None,
-        "median_tau": statistics.median(taus) if taus else None,
+        "median_tau": round(statistics.median(taus), 3) if taus else None,
         "min_tau": min(taus) if taus else None,
         "max_regret": max(g["regret"] for g in groups.values()) if groups else None,
         "groups": groups,
@@ -202,3 +202,46 @@ def check_targets(table: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def calibration_only(cal: StandinCalibration) -> dict[str, Any]:
     return cal.to_json()
+
+
+def render_markdown(report: Mapping[str, Any], table: Sequence[Mapping[str, Any]]) -> str:
+    """The side-by-side table, item 3's targets and the held-out scores as Markdown."""
+    out = [
+        "| profile | size | link stood for | contender | step s | samples/s | efficiency vs "
+        "1 rank | wire MB/step | wire s | hidden |",
+        "|" + "---|" * 10,
+    ]
+    for r in table:
+        hidden = "-" if r["hidden"] is None else f"{r['hidden']:.2f}"
+        eff = "-" if r["efficiency"] is None else f"{r['efficiency']:.3f}"
+        out.append(
+            f"| {r['profile'].split('-')[0]} | {r['size']} | {r['link']} | {r['name']} | "
+            f"{r['step_s']:.4f} | {r['samples_per_s']:,.0f} | {eff} | {r['wire_mb']:.1f} | "
+            f"{r['wire_s']:.4f} | {hidden} |"
+        )
+    out += ["", "| launch | link dominates | gossip/DDP step | gossip/DDP wire bytes | "
+            "within 10 % | gossip fits behind backward | gossip efficiency | >= 0.9 |",
+            "|" + "---|" * 8]  # fmt: skip
+    for t in check_targets(table):
+        out.append(
+            f"| {t['profile'].split('-')[0]} {t['size']} @ {t['link']} | "
+            f"{'yes' if t.get('link_dominates') else 'no'} | "
+            f"{t.get('gossip_over_ddp_step', '-')} | "
+            f"{t.get('gossip_over_ddp_bytes', '-')} | {t.get('within_10pct', '-')} | "
+            f"{'yes' if t.get('gossip_fits_behind_backward') else 'no'} | "
+            f"{t.get('gossip_efficiency', '-')} | {t.get('efficiency_ge_0.9', '-')} |"
+        )
+    if report:
+        out += ["", "| scored | n | MAPE % | worst % | share too fast | median tau | min tau | "
+                "max regret |", "|" + "---|" * 8]  # fmt: skip
+        scored = [("held out", report["held_out"])]
+        scored += [(f"held out, {k}", v) for k, v in report["by_split"].items()]
+        scored += [("held out, nothing fitted", report["unfitted"])]
+        scored += [("held out, the planner before these terms", report["legacy"])]
+        scored += [("in-sample (calibration launches)", report["in_sample"])]
+        for name, s in scored:
+            out.append(
+                f"| {name} | {s['n']} | {s['mape_pct']} | {s['worst_pct']} | "
+                f"{s['share_too_fast']} | {s['median_tau']} | {s['min_tau']} | {s['max_regret']} |"
+            )
+    return "\n".join(out) + "\n"
