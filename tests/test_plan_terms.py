@@ -182,3 +182,17 @@ def test_profile_linear_layers_round_trip_and_name_bad_fields():
     doc["linear"][0]["bucket"] = 7
     with pytest.raises(ValueError, match=r"'linear\[0\].bucket' names no bucket"):
         Profile.from_json(doc)
+
+
+def test_a_parameter_server_pushes_during_backward_and_pulls_before_forward():
+    cm = CommModel(0.0, 1e-4)
+    # one bucket (two ranks: the owner's link carries it once each way), ready at the end
+    late = profile([(1000, 0.2)], forward=0.1, backward=0.2)
+    assert step_time(late, cm, "ps", 2).step_s == approx(0.1 + 0.2 + 0.1)  # 0.05 + 0.05
+    # the first layer's bucket (ready last) is needed at once; the last layer's at F
+    two = profile([(500, 0.0), (500, 0.2)], forward=0.1, backward=0.2)
+    t = step_time(two, cm, "ps", 2)
+    # pushes: 0.025 s each, the second after backward; pulls: bucket 1 first (needed at 0)
+    assert t.step_s == approx(0.3 + 0.025 + 0.025)
+    host = step_time(late, CommModel(0.0, 1e-4, host_s_per_byte=1e-5), "ps", 2)
+    assert host.step_s == approx(0.4 + 0.01)  # the owner's work comes before its pull

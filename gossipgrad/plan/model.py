@@ -276,6 +276,10 @@ def step_time(
       step, ``T >= F+B+O`` for the compute; with ``T`` the max of both, every chain ends
       within ``F + B + S <= T + F + B`` of its step's start, i.e. before the next step's
       optimizer, so nobody waits.)
+    - a parameter server (pattern ``server``): each bucket's push leaves when it is ready
+      (the chain above, half of its cost) and its pull after the owner's update at the
+      step's end (the other half plus the host's work), so forward waits for pulls as for
+      a parameter mix: ``T = F + wait + c H_f + max(B + c H, end_push) + O``.
     - ``extra``: more transfers on the same thread as ``(ready_s, cost_s)`` (sufficient
       factors: :func:`gossipgrad.plan.factors.factor_transfers`), chained with the
       buckets in ready order.
@@ -308,12 +312,13 @@ def step_time(
     if mix == "param" and pattern_of(strategy) == "peer":
         if not overlap:
             return StepTime(f + b + o + total, profile.compute_s, o, total, total)
-        needs = [f * (1 - bk.ready_s / b) if b > 0 else 0.0 for bk in profile.buckets]
-        order = list(reversed(range(len(costs))))  # forward order: the first layer's first
-        ends = comm_chain([0.0] * len(order), [costs[i] for i in order])
-        wait = max([0.0, *(e - needs[i] for e, i in zip(ends, order, strict=True))])
-        busy = busy_within(ends, [costs[i] for i in order], f + wait)
-        return StepTime(f + wait + c * busy + b + o, profile.compute_s, o, total, ends[-1])
+        wait, busy, end = forward_wait(profile, costs)
+        return StepTime(f + wait + c * busy + b + o, profile.compute_s, o, total, end)
+    pulls: list[float] = []
+    if pattern_of(strategy) == "server" and size > 1:  # two rounds: push, then pull
+        host = [model.host_s_per_byte * bk.bytes for bk in profile.buckets]
+        costs = [(cost - h) / 2 for cost, h in zip(costs, host, strict=True)]
+        pulls = [cost + h for cost, h in zip(costs, host, strict=True)]
     transfers = sorted(
         [
             (bk.ready_s if overlap else b, cost)
@@ -326,7 +331,24 @@ def step_time(
     ends = comm_chain(ready, chain_costs)
     busy = busy_within(ends, chain_costs, b)
     step = f + max(b + c * busy, ends[-1]) + o
+    if pulls:
+        wait, busy_f, _ = forward_wait(profile, pulls)
+        step += wait + c * busy_f
     return StepTime(step, profile.compute_s, o, total, f + ends[-1])
+
+
+def forward_wait(profile: Profile, costs: Sequence[float]) -> tuple[float, float, float]:
+    """Buckets sent after the optimizer, first layer first, each needed by forward at
+    ``F (1 - r_b / B)`` (forward mirrors backward): ``(how long forward waits, the chain's
+    busy time beside forward, the chain's end)`` (a peer's parameter mix; a parameter
+    server's pull)."""
+    f, b = profile.forward_s, profile.backward_s
+    needs = [f * (1 - bk.ready_s / b) if b > 0 else 0.0 for bk in profile.buckets]
+    order = list(reversed(range(len(costs))))  # forward order: the first layer's first
+    ordered = [costs[i] for i in order]
+    ends = comm_chain([0.0] * len(order), ordered)
+    wait = max([0.0, *(e - needs[i] for e, i in zip(ends, order, strict=True))])
+    return wait, busy_within(ends, ordered, f + wait), ends[-1] if ends else 0.0
 
 
 def busy_within(ends: Sequence[float], costs: Sequence[float], window: float) -> float:
