@@ -314,8 +314,25 @@ def step_time(
             return StepTime(f + b + o + total, profile.compute_s, o, total, total)
         wait, busy, end = forward_wait(profile, costs)
         return StepTime(f + wait + c * busy + b + o, profile.compute_s, o, total, end)
+    server = pattern_of(strategy) == "server" and size > 1
+    step, end = _backward_chain(profile, model, costs, extra, overlap, server)
+    return StepTime(step, profile.compute_s, o, total, f + end)
+
+
+def _backward_chain(
+    profile: Profile,
+    model: CommModel,
+    costs: Sequence[float],
+    extra: Sequence[tuple[float, float]],
+    overlap: bool,
+    server: bool,
+) -> tuple[float, float]:
+    """(step time, end of the chain from backward's start) of buckets sent as they are
+    ready (staleness 0, gradients; a parameter server's pushes, its pulls then waited for
+    in forward)."""
+    f, b, o, c = profile.forward_s, profile.backward_s, profile.optimizer_s, model.interference
     pulls: list[float] = []
-    if pattern_of(strategy) == "server" and size > 1:  # two rounds: push, then pull
+    if server:  # two rounds: push, then pull
         host = [model.host_s_per_byte * bk.bytes for bk in profile.buckets]
         costs = [(cost - h) / 2 for cost, h in zip(costs, host, strict=True)]
         pulls = [cost + h for cost, h in zip(costs, host, strict=True)]
@@ -327,14 +344,14 @@ def step_time(
         + [(r if overlap else b, cost) for r, cost in extra],
         key=lambda t: t[0],
     )
-    ready, chain_costs = [t[0] for t in transfers], [t[1] for t in transfers]
-    ends = comm_chain(ready, chain_costs)
-    busy = busy_within(ends, chain_costs, b)
-    step = f + max(b + c * busy, ends[-1]) + o
+    chain_costs = [t[1] for t in transfers]
+    ends = comm_chain([t[0] for t in transfers], chain_costs)
+    end = ends[-1] if ends else 0.0
+    step = f + max(b + c * busy_within(ends, chain_costs, b), end) + o
     if pulls:
         wait, busy_f, _ = forward_wait(profile, pulls)
         step += wait + c * busy_f
-    return StepTime(step, profile.compute_s, o, total, f + ends[-1])
+    return step, end
 
 
 def forward_wait(profile: Profile, costs: Sequence[float]) -> tuple[float, float, float]:
