@@ -155,19 +155,35 @@ def step_s(prof: Profile, model: CommModel, cfg: Mapping[str, Any], strategy: st
     return row.step_s
 
 
-def predict(
-    cfg: Mapping[str, Any], gpus: Mapping[str, Any], efficiency: float, duplex: float, c: float
-) -> dict[str, Any]:
-    """One configuration's predicted quantity against its published one."""
-    g = gpus[cfg["gpu"]]
-    prof = profile_of(cfg, Gpu(g["name"], g["peak_flops"], g["bandwidth"]))
-    model = comm_model(cfg, efficiency, duplex, c)
+def quantity(prof: Profile, model: CommModel, cfg: Mapping[str, Any]) -> tuple[float, float]:
+    """(the configuration's predicted quantity, its step time at ``gpus``)."""
     p = int(cfg["gpus"])
     t = step_s(prof, model, cfg, cfg["strategy"], p)
     if cfg["quantity"] == "efficiency":
-        value = step_s(prof, model, cfg, cfg["strategy"], int(cfg["baseline_gpus"])) / t
-    else:
-        value = t / step_s(prof, model, cfg, cfg["versus"], p)
+        return step_s(prof, model, cfg, cfg["strategy"], int(cfg["baseline_gpus"])) / t, t
+    return t / step_s(prof, model, cfg, cfg["versus"], p), t
+
+
+def legacy(cfg: Mapping[str, Any], model: CommModel) -> tuple[dict[str, Any], CommModel]:
+    """The planner before issue 22's terms: one rank per NIC, a flat ring, a parameter
+    server charged as a ring, no factors, no interference."""
+    plain = {**cfg, "sufficient_factors": "off"}
+    for key in ("strategy", "versus"):
+        if plain.get(key) == "ps":
+            plain[key] = "allreduce"
+    return plain, replace(model, fabric=Fabric(), interference=0.0)
+
+
+def predict(
+    cfg: Mapping[str, Any], gpus: Mapping[str, Any], efficiency: float, duplex: float, c: float
+) -> dict[str, Any]:
+    """One configuration's predicted quantity against its published one (and what the
+    planner before these terms predicted)."""
+    g = gpus[cfg["gpu"]]
+    prof = profile_of(cfg, Gpu(g["name"], g["peak_flops"], g["bandwidth"]))
+    model = comm_model(cfg, efficiency, duplex, c)
+    value, t = quantity(prof, model, cfg)
+    old, _ = quantity(prof, legacy(cfg, model)[1], legacy(cfg, model)[0])
     measured = float(cfg["measured"])
     return {
         "id": cfg["id"],
@@ -178,6 +194,8 @@ def predict(
         "measured": measured,
         "predicted": round(value, 4),
         "error_pct": round(100 * (value - measured) / measured, 1),
+        "legacy_predicted": round(old, 4),
+        "legacy_error_pct": round(100 * (old - measured) / measured, 1),
         "single_gpu_step_s": round(prof.local_step_s, 4),
         "step_s": round(t, 4),
         "model_mb": round(prof.param_bytes / 1e6, 1),
@@ -195,6 +213,7 @@ def check(
     eff, dup = link_efficiency(host_network), duplex_of(host_network)
     rows = [predict(c, published["gpus"], eff, dup, interference) for c in published["configs"]]
     errors = [r["error_pct"] for r in rows]
+    old = [r["legacy_error_pct"] for r in rows]
     return {
         "inputs": {
             "link_efficiency": round(eff, 4),
@@ -209,6 +228,11 @@ def check(
         "worst_abs_error_pct": round(max(abs(e) for e in errors), 1),
         "share_above": round(sum(e > 0 for e in errors) / len(errors), 3),
         "share_below": round(sum(e < 0 for e in errors) / len(errors), 3),
+        "legacy": {
+            "median_abs_error_pct": round(statistics.median(abs(e) for e in old), 1),
+            "worst_abs_error_pct": round(max(abs(e) for e in old), 1),
+            "share_above": round(sum(e > 0 for e in old) / len(old), 3),
+        },
         "rows": rows,
     }
 
