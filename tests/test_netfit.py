@@ -68,6 +68,7 @@ def test_measure_network_assembles_fits(monkeypatch):
     monkeypatch.setattr(sweeps, "pingpong", fake(ALPHA, BETA, (0,)))
     monkeypatch.setattr(sweeps, "exchange", fake(ALPHA, 2 * BETA, (0, 1)))
     monkeypatch.setattr(sweeps, "allreduce", fake(3 * ALPHA, 3 * BETA, (0, 1, 2)))
+    monkeypatch.setattr(sweeps, "concurrent", fake(ALPHA, 4 * BETA, (0, 1, 2)))
     monkeypatch.setenv("GOSSIPGRAD_EMU_RATE", "1gbit")
 
     def body(comm):
@@ -81,12 +82,33 @@ def test_measure_network_assembles_fits(monkeypatch):
     assert r.network.allreduce.size == 3
     assert r.network.allreduce.beta_s_per_byte == pytest.approx(3 * BETA, rel=1e-6)
     assert r.duplex == pytest.approx(2.0, rel=1e-6)
+    assert r.network.concurrent.size == 3
+    assert r.network.concurrent.beta_s_per_byte == pytest.approx(4 * BETA, rel=1e-6)
+    assert r.network.ranks_per_node == 3  # threads of one process: one node
     assert "3 ranks on 1 host(s)" in r.network.source
     assert "emulated link rate 1gbit" in r.network.source and r.network.source.endswith("test")
     doc = json.loads(json.dumps(r.to_json()))
     assert NetworkFit.from_json(doc) == r.network  # extra keys are ignored by the planner
     assert doc["measurements"]["pingpong"]["nbytes"][-1] == 1 << 20
     assert doc["measurements"]["exchange_fit"]["duplex"] == pytest.approx(2.0, rel=1e-6)
+
+
+def test_concurrent_sweep_moves_every_ranks_bytes_around_the_ring():
+    def body(comm):
+        send = np.full(4096, comm.rank + 1, dtype=np.uint8)
+        recv = np.zeros(4096, dtype=np.uint8)
+        t = sweeps.concurrent(comm, send, recv)(1024)
+        return t, recv[:1024].tolist(), recv[1024:].tolist()
+
+    for rank, (t, got, rest) in enumerate(run_ranks(3, body)):
+        assert t > 0
+        assert got == [(rank - 1) % 3 + 1] * 1024  # from the previous rank
+        assert rest == [0] * (4096 - 1024)  # only n bytes move
+
+
+def test_ranks_per_node_counts_the_busiest_node():
+    assert netfit.ranks_per_node([7, 7, 9, 7]) == 3
+    assert netfit.ranks_per_node([1, 2, 3]) == 1
 
 
 def test_a_link_too_slow_for_two_sizes_is_a_clear_error():

@@ -194,3 +194,43 @@ def test_calibration_factors_scale_the_prediction(files):
 def test_bad_exchange_factor_is_one_clear_error(files, bad):
     res = invoke(*base(files), "--sizes", "2", "--exchange-factor", bad)
     assert res.exit_code == 2 and "--exchange-factor" in res.output, res.output
+
+
+def test_plan_fabric_flags_change_the_prediction(files):
+    slow = NetworkFit(LinkFit(1e-5, 1 / 1e8, 0.999), source="unit test")  # 0.1 GB/s
+    slow.save(files / "network.json")
+    args = [*base(files), "--sizes", "16", "--strategies", "gossip", "--bucket-mb", "4",
+            "--staleness", "0", "--all-rows"]  # fmt: skip
+    one = invoke(*args)
+    shared = invoke(*args, "--ranks-per-node", "4")
+    assert one.exit_code == 0 and shared.exit_code == 0, one.output + shared.output
+    step = [ln for ln in one.output.splitlines() if ln.startswith("| gossip | 16 | 4 |")][0]
+    step4 = [ln for ln in shared.output.splitlines() if ln.startswith("| gossip | 16 | 4 |")][0]
+    assert float(step4.split("|")[5]) > float(step.split("|")[5])  # 4 ranks behind one NIC
+    res = invoke(*args, "--mix", "both")
+    assert res.exit_code == 2 and "--mix" in res.output
+
+
+def test_plan_time_to_accuracy_from_measured_step_times(files):
+    metrics = files / "m.jsonl"
+    lines = []
+    for size, steps in ((1, 100), (2, 60), (4, 40)):
+        lines.append({"event": "eval", "size": size, "step": steps, "strategy": "gossip",
+                      "test_accuracy": 0.95})  # fmt: skip
+        lines.append({"event": "summary", "size": size, "steps": steps, "strategy": "gossip",
+                      "test_accuracy": 0.95})  # fmt: skip
+    metrics.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    row = {"strategy": "gossip", "name": "gossip", "step_s": 2.0, "step_s_undilated": 0.2}
+    record = {"bench": "strategies", "size": 8, "results": [row]}
+    (files / "s8.json").write_text("log line\n" + json.dumps(record) + "\n")
+    res = invoke(*base(files), "--sizes", "8", "--metrics", str(metrics), "--target-accuracy",
+                 "0.9", "--step-times", str(files / "s8.json"))  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "step time MEASURED (bench strategies: s8.json)" in res.output
+    row = [ln for ln in res.output.splitlines() if ln.startswith("| 8 | gossip |")][0]
+    cells = [c.strip() for c in row.split("|")]
+    steps = float(cells[5])  # predicted at 8 by the batch form fitted on sizes 1, 2, 4
+    assert cells[7] == "0.2000" and float(cells[8]) == pytest.approx(steps * 0.2, abs=0.01)
+    bad = invoke(*base(files), "--sizes", "8", "--metrics", str(metrics), "--target-accuracy",
+                 "0.9", "--step-times", str(metrics))  # fmt: skip
+    assert bad.exit_code == 1 and "not a 'gossipgrad bench strategies' record" in bad.output

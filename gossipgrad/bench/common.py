@@ -107,6 +107,16 @@ def make_fc_head(dims: tuple[int, ...], seed: int = 0) -> torch.nn.Module:
     return torch.nn.Sequential(*mods[:-1])
 
 
+def square_loss(output: torch.Tensor | tuple, _target: Any = None) -> torch.Tensor:
+    """A timing benchmark's loss: the mean square of every head's logits (GoogLeNet's
+    auxiliary heads too, so that every parameter gets a gradient, as in training)."""
+    loss = logits(output).square().mean()
+    for aux in (getattr(output, "aux_logits1", None), getattr(output, "aux_logits2", None)):
+        if aux is not None:
+            loss = loss + aux.square().mean()
+    return loss
+
+
 class Trainer:
     """One model copy (:func:`make_stack`, or :func:`make_fc_head` when ``dims`` is given,
     or the profiled model on a stand-in device when ``standin`` is given: a
@@ -151,7 +161,7 @@ class Trainer:
             self.opt,
             self.x,
             None,
-            lambda out, _: logits(out).square().mean(),
+            square_loss,
             compute=self.straggler.compute,  # GOSSIPGRAD_INJECT_SLOW
             batch=len(self.x),
         )
@@ -245,6 +255,48 @@ def split_variant(name: str) -> tuple[str, bool | None]:
             "strategy name, e.g. gossip@block"
         )
     return base, WAIT_VARIANTS[variant]
+
+
+#: What a contender's name may set for itself (``gossip:mix=grad:bucket-mb=4``): the
+#: option's spelling on the command line -> (its field, how the value is read).
+CONTENDER_SETTINGS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "mix": ("mix", str),
+    "bucket-mb": ("bucket_mb", float),
+    "staleness": ("staleness", int),
+    "max-lag": ("max_lag", int),
+    "wire": ("wire", str),
+}
+
+
+def split_settings(name: str) -> tuple[str, dict[str, Any]]:
+    """``"gossip:mix=grad:bucket-mb=4"`` -> ``("gossip", {"mix": "grad", "bucket_mb": 4.0})``:
+    a contender with settings of its own beside the launch's (the rest are the launch's);
+    ValueError naming ``--strategies`` for an unknown key or a bad value.
+
+    >>> split_settings("gossip@block:staleness=1"), split_settings("ddp")
+    (('gossip@block', {'staleness': 1}), ('ddp', {}))
+    """
+    base, *parts = name.split(":")
+    out: dict[str, Any] = {}
+    for part in parts:
+        key, sep, value = part.partition("=")
+        if not sep or key not in CONTENDER_SETTINGS:
+            raise ValueError(
+                f"--strategies: {name!r}: a setting is KEY=VALUE with KEY one of "
+                f"{', '.join(CONTENDER_SETTINGS)}, e.g. gossip:mix=grad:bucket-mb=4"
+            )
+        field, read = CONTENDER_SETTINGS[key]
+        try:
+            out[field] = read(value)
+        except ValueError:
+            raise ValueError(f"--strategies: {name!r}: {key}={value!r} is not a value") from None
+    return base, out
+
+
+def base_strategy(name: str) -> str:
+    """The registered strategy a contender's name runs: ``"horovod@block:bucket-mb=4+factors"``
+    -> ``"horovod"``."""
+    return name.split(":")[0].split("+")[0].split("@")[0]
 
 
 class CountingCommunicator:

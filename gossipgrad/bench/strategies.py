@@ -28,7 +28,10 @@ repetitions of the ratio of the two blocks run back to back in that repetition (
 sensitive to a machine whose load drifts during the run).
 
 A name may carry a variant: ``gossip@block`` is gossip whose communication thread waits in
-MPI instead of polling (``GOSSIPGRAD_COMM_WAIT=block``), so both run side by side.
+MPI instead of polling (``GOSSIPGRAD_COMM_WAIT=block``), so both run side by side; and
+settings of its own (:func:`~gossipgrad.bench.common.split_settings`): ``gossip:mix=grad``,
+``gossip:bucket-mb=4:staleness=1`` run beside the launch's ``gossip`` in one launch (a
+setting the strategy does not read is refused).
 
 Gossip mixes ``--mix`` (default param); allreduce averages gradients during backward, as
 DDP and Horovod do. Both overlap (``--no-overlap`` turns it off for all); ``--staleness 1``
@@ -66,11 +69,13 @@ from gossipgrad.bench.common import (
     PHASES,
     CountingCommunicator,
     Trainer,
+    base_strategy,
     finite,
     link_info,
     max_over_ranks,
     median,
     rounded,
+    split_settings,
     split_variant,
     wire_tx_bytes,
 )
@@ -109,10 +114,12 @@ def strategy_kwargs(
     staleness: int = 0,
     factors: str = "off",
     wire: str = "fp32",
+    own: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The launch's exchange settings as contender ``name`` takes them: those its spec
     reads (a strategy that averages one thing, or has no buckets of its own, keeps its own
-    settings for the rest)."""
+    settings for the rest), with ``own`` (the contender's settings, from its name) on top;
+    one of those the strategy does not read is a ValueError."""
     candidates = {
         "mix": mix,
         "bucket_mb": bucket_mb,
@@ -122,7 +129,12 @@ def strategy_kwargs(
         "wire": wire,
     }
     uses = STRATEGIES.get(name).uses
-    return {k: v for k, v in candidates.items() if k in uses}
+    unread = sorted(k for k in (own or {}) if k not in uses)
+    if unread:
+        raise ValueError(
+            f"--strategies: {name} does not read {', '.join(unread)}; drop it from its name"
+        )
+    return {k: v for k, v in candidates.items() if k in uses} | dict(own or {})
 
 
 Spec = tuple[str, str, str, str]  # name, strategy (with its @variant), factors, wire
@@ -147,7 +159,7 @@ def contenders(
                 f"--strategies {s!r}: {fixed!r} is not a wire codec; one of "
                 f"{', '.join(CODECS.names())} (e.g. gossip+bf16)"
             )
-        plain = split_variant(base)[0]
+        plain = base_strategy(base)
         for w in [fixed] if fixed else [w for w in wires if takes_wire(plain, w)]:
             if not takes_wire(plain, w):
                 ExchangeOptions(strategy=plain, wire=w)  # raises, saying why
@@ -182,6 +194,7 @@ class Contender:
         self.staleness = int(kw.get("staleness", 0))
         self.factors = kw.get("sufficient_factors", "off")
         self.codec = kw.get("wire", "fp32")
+        self.settings = {k: kw[k] for k in ("mix", "bucket_mb", "max_lag", "wire") if k in kw}
         base, block = split_variant(self.strategy)
         self.counter = CountingCommunicator(comm, block)
         self.trainer = Trainer(self.counter, base, width, layers, dims=dims, standin=standin, **kw)
@@ -213,17 +226,17 @@ def run_order(names: list[str], together: str = "all") -> list[list[str]]:
     """Groups of contenders alive at once, in the order they run: every one without a busy
     background thread together (rotating block by block; with ``together="strategy"`` one
     group per strategy, with ``"one"`` each alone), then each busy one alone."""
-    quiet = [n for n in names if n not in BUSY_BACKGROUND]
+    quiet = [n for n in names if base_strategy(n) not in BUSY_BACKGROUND]
     if together == "strategy":
         groups = [
-            [n for n in quiet if n.split("+")[0] == s]
-            for s in dict.fromkeys(n.split("+")[0] for n in quiet)
+            [n for n in quiet if base_strategy(n) == s]
+            for s in dict.fromkeys(base_strategy(n) for n in quiet)
         ]
     elif together == "one":
         groups = [[n] for n in quiet]
     else:
         groups = [quiet] * bool(quiet)
-    return groups + [[n] for n in names if n in BUSY_BACKGROUND]
+    return groups + [[n] for n in names if base_strategy(n) in BUSY_BACKGROUND]
 
 
 def run_strategies(
@@ -259,7 +272,9 @@ def run_strategies(
         try:
             for n in names:  # one by one: those built are closed if a later one fails
                 s, f, w = specs[n]
-                kw = strategy_kwargs(split_variant(s)[0], mix, bucket_mb, overlap, staleness, f, w)
+                s, own = split_settings(s)
+                base = split_variant(s)[0]
+                kw = strategy_kwargs(base, mix, bucket_mb, overlap, staleness, f, w, own)
                 alive.append(
                     Contender(
                         comm,
@@ -324,6 +339,9 @@ def _check_arguments(
 ) -> None:
     if not strategies or len(set(strategies)) != len(strategies):
         raise ValueError(f"--strategies {','.join(strategies)!r}: name each strategy once")
+    for s in strategies:  # unknown names and settings fail before any model is built
+        base, own = split_settings(s.partition("+")[0])
+        strategy_kwargs(base_strategy(base), "param", 25.0, True, 0, "off", "fp32", own)
     if batch < 1 or steps < 1 or reps < 1 or warmup < 0:
         raise ValueError("need --batch, --steps, --reps >= 1 and --warmup >= 0")
     if staleness not in (0, 1):
@@ -424,6 +442,7 @@ def summarize(comm: Communicator, c: Contender, batch: int) -> dict[str, Any]:
         "sufficient_factors": c.factors,
         "factor_forms": [r["form"] for r in table] if table else None,
         "staleness": c.staleness,
+        **c.settings,
         "step_s": rounded(step_s),
         "phase_s": phases,
         "samples_per_s": rounded(batch * comm.size / step_s, 5),

@@ -43,6 +43,7 @@ from gossipgrad.bench.common import (
     link_info,
     max_over_ranks,
     rounded,
+    split_settings,
     split_variant,
     wire_tx_bytes,
 )
@@ -70,7 +71,8 @@ class TtaOptions:
 
     Args:
         strategies: contenders, each named once (any name the engine factory knows, with
-            an optional ``@block``/``@poll`` variant: :func:`bench.common.split_variant`).
+            an optional ``@block``/``@poll`` variant: :func:`bench.common.split_variant`,
+            and settings of its own: ``ps:max-lag=2``, :func:`bench.common.split_settings`).
         target: the test accuracy to reach (a fraction).
         steps: the step budget, also the length of the learning-rate schedule.
         eval_every: steps between evaluations (the resolution of ``steps_to_target``).
@@ -91,7 +93,8 @@ class TtaOptions:
         if not names or len(set(names)) != len(names):
             raise ValueError(f"--strategies {','.join(names)!r}: name each strategy once")
         for n in names:
-            split_variant(n)  # ValueError naming --strategies
+            base, own = split_settings(n)  # ValueError naming --strategies
+            strategy_kwargs(split_variant(base)[0], "param", 25.0, True, own=own)
         if not 0 < self.target <= 1:
             raise ValueError(f"--target must be an accuracy in (0, 1], got {self.target}")
         if self.steps < 1 or self.eval_every < 1:
@@ -111,7 +114,8 @@ class Contender:
 
     def __init__(self, comm: Communicator, cfg: TrainConfig, name: str, budget: int) -> None:
         self.name, self.cfg, self.comm, self.budget = name, cfg, comm, budget
-        self.strategy, block = split_variant(name)  # e.g. gossip@block: see bench.common
+        base, own = split_settings(name)  # e.g. ps:max-lag=2
+        self.strategy, block = split_variant(base)  # e.g. gossip@block: see bench.common
         self.source = open_source(cfg.data, rank=comm.rank, size=comm.size, seed=cfg.seed)
         with _INIT_LOCK:  # ranks as threads (tests) share torch's generator
             torch.manual_seed(cfg.seed)  # the same initial weights for every contender
@@ -124,7 +128,7 @@ class Contender:
             weight_decay=cfg.optim.weight_decay,
         )
         ex = cfg.exchange
-        kw = strategy_kwargs(self.strategy, ex.mix.value, ex.bucket_mb, ex.overlap)
+        kw = strategy_kwargs(self.strategy, ex.mix.value, ex.bucket_mb, ex.overlap, own=own)
         self.counter = CountingCommunicator(comm, block)
         opts = options_for(self.strategy, ex, **kw)
         self.opt = DistributedOptimizer(sgd, self.model, self.counter, opts)
@@ -228,7 +232,7 @@ def run_tta(comm: Communicator, cfg: TrainConfig, opts: TtaOptions) -> dict[str,
         contenders: list[Contender] = []
         try:
             for n in names:  # one by one: those built are closed if a later one fails
-                cfg_n = cfg.replace(strategy=split_variant(n)[0])
+                cfg_n = cfg.replace(strategy=split_variant(split_settings(n)[0])[0])
                 contenders.append(Contender(comm, cfg_n, n, opts.steps))
             race(contenders, opts)
             for c in contenders:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from gossipgrad.bench.common import finite, rounded, split_variant
+from gossipgrad.bench.common import base_strategy, finite, rounded
 
 
 def markdown_table(record: dict[str, Any]) -> str:
@@ -119,10 +119,10 @@ def ratios(record: dict[str, Any]) -> dict[str, Any]:
     """
     rows, out = record["results"], {}
     for g, gr in rows.items():
-        if split_variant(g)[0] != "gossip":
+        if base_strategy(g) != "gossip":
             continue
         for other, orow in rows.items():
-            if split_variant(other)[0] == "gossip":
+            if base_strategy(other) == "gossip":
                 continue
             for key, short in (("seconds_to_target", "seconds"), ("steps_to_target", "steps")):
                 if gr[key] is not None and orow[key]:

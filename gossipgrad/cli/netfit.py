@@ -78,6 +78,13 @@ POOR_R2 = 0.9
     show_default=True,
     help="Also time allreduce at the launched size.",
 )
+@click.option(
+    "--concurrent/--no-concurrent",
+    default=True,
+    show_default=True,
+    help="Also time every rank sending at once (a ring shift), as a training step loads "
+    "the network.",
+)
 @COMM_TIMEOUT
 @click.option(
     "--out",
@@ -95,6 +102,7 @@ def netfit(
     peer: int | None,
     exchange: bool,
     allreduce: bool,
+    concurrent: bool,
     comm_timeout: float,
     out: str | None,
     verbose: bool,
@@ -123,6 +131,7 @@ def netfit(
             max_message_s=max_message_s,
             exchange=exchange,
             allreduce=allreduce,
+            concurrent=concurrent,
             stat=stat,
             source=" ".join(library_version().split()),
         )
@@ -136,6 +145,7 @@ def netfit(
         ("ping-pong", result.pingpong),
         ("exchange", result.exchange),
         ("allreduce", result.allreduce),
+        ("concurrent", result.concurrent),
     ):
         if sweep is not None and sweep.problem is not None:
             log.warning("%s not fitted: %s", name, sweep.problem)
@@ -169,4 +179,10 @@ def _summary(result: NetfitResult) -> str:
             f"; allreduce at {ar.size}: alpha {ar.alpha_s * 1e6:.2f} us, "
             f"{1e-9 / ar.beta_s_per_byte:.2f} GB/s, R^2 {ar.r2:.4f}"
         )
-    return line
+    cc = result.network.concurrent
+    if cc is not None:
+        line += (
+            f"; all {cc.size} ranks sending at once: {1e-9 / cc.beta_s_per_byte:.2f} GB/s "
+            f"per rank, R^2 {cc.r2:.4f}"
+        )
+    return line + f"; {result.network.ranks_per_node} rank(s) per node"

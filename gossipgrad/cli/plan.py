@@ -60,6 +60,16 @@ def _factors(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ..
     return out
 
 
+def _fabric(ranks_per_node: int | None, intra_gbps: float | None, hierarchical: bool) -> dict:
+    """The Fabric fields the flags set (the rest are the network file's)."""
+    out: dict[str, Any] = {"hierarchical": hierarchical}
+    if ranks_per_node is not None:
+        out["ranks_per_node"] = ranks_per_node
+    if intra_gbps is not None:
+        out["intra_beta_s_per_byte"] = 1 / (intra_gbps * 1e9)
+    return out
+
+
 @click.command(name="plan")
 @click.option(
     "--profile",
@@ -184,6 +194,58 @@ def _factors(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ..
 )
 @click.option("--target-accuracy", type=click.FloatRange(0, 1), default=None)
 @click.option(
+    "--step-times",
+    default=None,
+    callback=_numbers(str, "--step-times"),
+    metavar="FILE[,FILE...]",
+    help="bench strategies JSON records (a stand-in cluster's: their undilated step "
+    "times): with --metrics, time to accuracy = predicted steps x these measured step "
+    "times instead of the planner's.",
+)
+@click.option(
+    "--mix",
+    type=click.Choice(["grad", "param"]),
+    default="grad",
+    show_default=True,
+    help="What gossip mixes: grad exchanges during backward, param after the optimizer "
+    "(forward waits for each bucket).",
+)
+@click.option(
+    "--sufficient-factors",
+    type=click.Choice(["off", "auto", "on"]),
+    default="off",
+    show_default=True,
+    help="Send the profile's Linear layers ('linear' in the profile) as factors where the "
+    "runtime would.",
+)
+@click.option(
+    "--ranks-per-node",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Ranks sharing one network interface in the cluster planned (default: the network "
+    "file's).",
+)
+@click.option(
+    "--intra-gbps",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="GB/s between two ranks of one node (NVLink, PCIe; default: as between nodes).",
+)
+@click.option(
+    "--hierarchical/--flat",
+    default=False,
+    show_default=True,
+    help="Allreduce within nodes, across nodes, then within again (Horovod's hierarchical "
+    "allreduce) instead of one ring through every rank.",
+)
+@click.option(
+    "--interference",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Compute seconds added per second of communication running beside it.",
+)
+@click.option(
     "--png",
     type=click.Path(dir_okay=False),
     default=None,
@@ -217,6 +279,13 @@ def plan(
     optimizer_state_factor: float,
     metrics: list[str] | None,
     target_accuracy: float | None,
+    step_times: list[str] | None,
+    mix: str,
+    sufficient_factors: str,
+    ranks_per_node: int | None,
+    intra_gbps: float | None,
+    hierarchical: bool,
+    interference: float,
     png: str | None,
     all_rows: bool,
     out: str | None,
@@ -248,6 +317,11 @@ def plan(
             overlap_s=None if overlap_us is None else overlap_us * 1e-6,
             compute_factor=compute_factor,
             exchange_factor=exchange_factor,
+            mix=mix,
+            sufficient_factors=sufficient_factors,
+            fabric=_fabric(ranks_per_node, intra_gbps, hierarchical),
+            interference=interference,
+            step_times=step_times,
         )
     except (ValueError, OSError, ImportError) as exc:
         raise click.ClickException(str(exc)) from exc

@@ -13,7 +13,15 @@ optimistic on a shared network):
 - **exchange** on the same pair: both send and receive at once, as a gossip step does; the
   ratio of its ``beta`` to the ping-pong's estimates the model's ``duplex`` (1 = full duplex).
 - **allreduce** of a float32 buffer on all ranks (time = the slowest rank's), fitted at the
-  launched size.
+  launched size;
+- **concurrent**: every rank sends to the next and receives from the previous at once (a
+  ring shift), the load a training step puts on the links and on whatever the ranks share
+  (a NIC, the switch, the host's cores doing TCP); fitted at the launched size. Its
+  ``beta`` over the exchange's is how much bandwidth falls when the whole job sends
+  (:mod:`gossipgrad.plan.terms`).
+
+``ranks_per_node`` counts the ranks that share a network interface: one host, or one
+network namespace of it (the emulated cluster's ranks share a host's cores, not a NIC).
 
 A sweep stops growing the message after the first size whose kept time exceeds
 ``max_message_s``, so slow (emulated) links stay quick to measure. Only raw buffers move,
@@ -39,7 +47,7 @@ from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.comm.hosts import host_id
 from gossipgrad.measure import sweeps
 from gossipgrad.measure.sweeps import STATS, Sweep, message_sizes
-from gossipgrad.plan.formats import AllreduceFit, NetworkFit
+from gossipgrad.plan.formats import AllreduceFit, ConcurrentFit, NetworkFit
 from gossipgrad.plan.host import HostShare
 from gossipgrad.runtime import host_share
 from gossipgrad.settings import settings
@@ -65,6 +73,7 @@ class NetfitResult:
     pingpong: Sweep
     exchange: Sweep | None
     allreduce: Sweep | None
+    concurrent: Sweep | None = None
 
     @property
     def duplex(self) -> float | None:
@@ -75,7 +84,12 @@ class NetfitResult:
 
     def to_json(self) -> dict[str, Any]:
         """The NetworkFit document plus ``measurements`` (ignored by the planner)."""
-        sweeps = {"pingpong": self.pingpong, "exchange": self.exchange, "allreduce": self.allreduce}
+        sweeps = {
+            "pingpong": self.pingpong,
+            "exchange": self.exchange,
+            "allreduce": self.allreduce,
+            "concurrent": self.concurrent,
+        }
         extra: dict[str, Any] = {
             "peer": self.peer,
             "same_host": self.same_host,
@@ -94,12 +108,24 @@ class NetfitResult:
         return {**self.network.to_json(), "measurements": extra}
 
 
-def host_ids(comm: Communicator) -> np.ndarray:
+def host_ids(comm: Communicator, *, netns: bool = False) -> np.ndarray:
     """Every rank's :func:`~gossipgrad.comm.hosts.host_id`, indexed by rank (one allreduce
-    of raw int64s)."""
+    of raw int64s); ``netns``: ranks in different network namespaces count apart."""
     ids = np.zeros(comm.size, dtype=np.int64)
-    ids[comm.rank] = host_id()
+    ids[comm.rank] = host_id(netns=netns)
     return allreduce_(comm, ids)
+
+
+def ranks_per_node(node_ids: Sequence[int]) -> int:
+    """The most ranks on one node (ranks sharing a network interface).
+
+    >>> ranks_per_node([3, 3, 5, 5, 5]), ranks_per_node([1, 2])
+    (3, 1)
+    """
+    counts: dict[int, int] = {}
+    for n in node_ids:
+        counts[n] = counts.get(n, 0) + 1
+    return max(counts.values())
 
 
 def choose_peer(hosts: Sequence[int]) -> int:
@@ -124,6 +150,7 @@ def measure_network(
     max_message_s: float = DEFAULT_MAX_MESSAGE_S,
     exchange: bool = True,
     allreduce: bool = True,
+    concurrent: bool = True,
     stat: str = "median",
     source: str = "",
 ) -> NetfitResult:
@@ -166,10 +193,19 @@ def measure_network(
     ar_fit = None
     if ar is not None and ar.fit is not None:
         ar_fit = AllreduceFit(ar.fit.alpha_s, ar.fit.beta_s_per_byte, ar.fit.r2, size=comm.size)
+    cc = None
+    if concurrent:
+        bufs = np.zeros(sizes[-1], dtype=np.uint8), np.zeros(sizes[-1], dtype=np.uint8)
+        cc = sweep(sweeps.concurrent(comm, *bufs))
+        del bufs
+    cc_fit = None
+    if cc is not None and cc.fit is not None:
+        cc_fit = ConcurrentFit(cc.fit.alpha_s, cc.fit.beta_s_per_byte, cc.fit.r2, size=comm.size)
     label = describe_source(comm.size, peer, same_host, len(set(hosts)), source)
     host = HostShare(*host_share(comm))
+    per_node = ranks_per_node(host_ids(comm, netns=True).tolist())
     return NetfitResult(
-        NetworkFit(pp.fit, ar_fit, label, host),
+        NetworkFit(pp.fit, ar_fit, label, host, cc_fit, per_node),
         peer,
         same_host,
         len(set(hosts)),
@@ -178,6 +214,7 @@ def measure_network(
         pp,
         ex,
         ar,
+        cc,
     )
 
 

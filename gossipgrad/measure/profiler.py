@@ -25,6 +25,8 @@ allocated memory; on CPU ``memory_bytes`` is omitted.
     ['2', '2', '0', '0']
     >>> result.profile.grad_bytes == result.profile.param_bytes == 4 * (4 * 8 + 8 + 8 * 2 + 2)
     True
+    >>> [(lin.bucket, lin.out_features, lin.in_features, lin.rows) for lin in result.profile.linear]
+    [(0, 8, 4, 16), (2, 2, 8, 16)]
 """
 
 # Over 300 lines on purpose: the profile's measurement and its conversion to the planner's format,
@@ -54,7 +56,7 @@ from gossipgrad.models import (
     input_shape,
     loss_fn,
 )
-from gossipgrad.plan.formats import Bucket, Profile
+from gossipgrad.plan.formats import Bucket, LinearLayer, Profile
 
 DEFAULT_STEPS = 20
 DEFAULT_WARMUP = 5
@@ -173,6 +175,7 @@ def profile_step(
         key=lambda pt: (pt.ready_s, -pt.index),
     )
     memory = torch.cuda.max_memory_allocated(x.device) if x.device.type == "cuda" else None
+    linear = linear_layers(model, x)
     profile = Profile(
         model=label or type(model).__name__,
         batch_size=int(x.shape[0]),
@@ -183,9 +186,37 @@ def profile_step(
         param_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
         buckets=tuple(Bucket(t.index, t.bytes, t.ready_s) for t in timings),
         memory_bytes=memory,
+        linear=linear,
     )
     spread = {k: (min(v), max(v)) for k, v in phases.items()}
     return StepProfile(profile, tuple(timings), spread, steps, warmup, order_hits == steps)
+
+
+def linear_layers(model: torch.nn.Module, x: torch.Tensor) -> tuple[LinearLayer, ...]:
+    """Every exact ``nn.Linear`` whose weight trains, with the rows of input it sees in one
+    forward of ``x`` (batch x positions): the planner's sufficient-factor input. One
+    untimed forward without gradients; a layer never run has 0 rows."""
+    index = {id(p): i for i, p in enumerate(model.parameters())}
+    rows: dict[int, int] = {}
+    mods = [m for m in model.modules() if type(m) is torch.nn.Linear and m.weight.requires_grad]
+
+    def count(m: torch.nn.Module) -> Callable[..., None]:
+        def hook(_m: torch.nn.Module, args: tuple, _out: Any) -> None:
+            rows[id(m)] = rows.get(id(m), 0) + args[0].numel() // m.in_features
+
+        return hook
+
+    handles = [m.register_forward_hook(count(m)) for m in mods]
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return tuple(
+        LinearLayer(index[id(m.weight)], m.out_features, m.in_features, rows.get(id(m), 0))
+        for m in mods
+    )
 
 
 def _timed_steps(
@@ -252,7 +283,9 @@ def layout_profile(result: StepProfile, model: torch.nn.Module, cap_bytes: int) 
     buckets are listed by ready time, the order in which the overlap hooks hand them to the
     communication thread. ``model`` is the profiled module or one built the same way (e.g.
     ``build_model`` with the same arguments after :func:`profile_arch`): its parameters must
-    have the profiled names and sizes, else ``ValueError``.
+    have the profiled names and sizes, else ``ValueError``. The regrouped profile lists no
+    Linear layers (they name per-parameter buckets): plan sufficient factors from the
+    per-parameter profile.
     """
     named = list(model.named_parameters())
     for t in result.params:
@@ -269,7 +302,8 @@ def layout_profile(result: StepProfile, model: torch.nn.Module, cap_bytes: int) 
         Bucket(b.index, b.nbytes, max(ready[position[id(p)]] for p in b.params))
         for b in layout.buckets
     ]
-    return result.profile.with_buckets(sorted(buckets, key=lambda b: (b.ready_s, b.index)))
+    merged = result.profile.with_buckets(sorted(buckets, key=lambda b: (b.ready_s, b.index)))
+    return dataclasses.replace(merged, linear=())  # its bucket indices were the parameters'
 
 
 def profile_arch(

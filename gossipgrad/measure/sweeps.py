@@ -1,4 +1,5 @@
-"""Timed message sweeps over a Communicator: ping-pong, simultaneous exchange, allreduce.
+"""Timed message sweeps over a Communicator: ping-pong, simultaneous exchange, allreduce, and
+every rank sending at once (``concurrent``: what a training step puts on the network).
 
 The measuring half of ``gossipgrad netfit`` (:mod:`gossipgrad.measure.netfit` chooses what to
 measure and labels the result). Each size is run once to warm up, then ``reps`` times; the
@@ -155,6 +156,28 @@ def exchange(
         t0 = time.perf_counter()
         r = comm.irecv(recvbuf[:n], other, Tag.PINGPONG)
         s = comm.isend(sendbuf[:n], other, Tag.PINGPONG)
+        spin(r, deadline)
+        spin(s, deadline)
+        return time.perf_counter() - t0
+
+    return once
+
+
+def concurrent(
+    comm: Communicator, sendbuf: np.ndarray, recvbuf: np.ndarray
+) -> Callable[[int], float]:
+    """After a barrier, every rank sends ``n`` bytes to the next rank and receives ``n`` from
+    the previous one at once (a ring shift; at 2 ranks, the pair's exchange): every link
+    and whatever the ranks share (a NIC, a switch, the host's cores) carries a job's load,
+    as in a ring allreduce's step or a gossip step. Each rank returns its own time."""
+
+    def once(n: int) -> float:
+        dst, src = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+        comm.barrier()
+        deadline = time.monotonic() + comm.timeout
+        t0 = time.perf_counter()
+        r = comm.irecv(recvbuf[:n], src, Tag.PINGPONG)
+        s = comm.isend(sendbuf[:n], dst, Tag.PINGPONG)
         spin(r, deadline)
         spin(s, deadline)
         return time.perf_counter() - t0

@@ -13,6 +13,8 @@ field, e.g. ``profile field 'buckets[2].ready_s' must be <= backward_s (0.2), go
 Unknown keys are ignored (newer producers may add fields). Objects are immutable.
 """
 
+# Over 300 lines on purpose: both input documents and every field's check, in one place.
+
 from __future__ import annotations
 
 import json
@@ -77,6 +79,18 @@ class Bucket:
     ready_s: float
 
 
+@dataclass(frozen=True)
+class LinearLayer:
+    """A Linear layer whose weight gradient could travel as sufficient factors: the
+    weight's bucket (``bucket``, a profile bucket index: one bucket per parameter), its
+    ``out_features`` x ``in_features`` and the ``rows`` of input it sees per step."""
+
+    bucket: int
+    out_features: int
+    in_features: int
+    rows: int
+
+
 class _JsonFile:
     """``load(path)`` and ``save(path)`` for a record with ``from_json``/``to_json``."""
 
@@ -111,6 +125,7 @@ class Profile(_JsonFile):
     param_bytes: int
     buckets: tuple[Bucket, ...]
     memory_bytes: int | None = None
+    linear: tuple[LinearLayer, ...] = ()
 
     @property
     def compute_s(self) -> float:
@@ -148,7 +163,26 @@ class Profile(_JsonFile):
         }
         if self.memory_bytes is not None:
             out["memory_bytes"] = self.memory_bytes
+        if self.linear:
+            out["linear"] = [dict(vars(layer)) for layer in self.linear]
         return out
+
+
+def _linear_from_json(raw: Any, indices: set[int]) -> tuple[LinearLayer, ...]:
+    if not isinstance(raw, list):
+        raise ValueError(f"field 'linear' must be a list, got {raw!r}")
+    out = []
+    for i, layer in enumerate(raw):
+        where = f"linear[{i}]"
+        bucket = _integer(_get(layer, "bucket", where), f"{where}.bucket")
+        if bucket not in indices:
+            raise ValueError(f"field '{where}.bucket' names no bucket index, got {bucket}")
+        dims = [
+            _integer(_get(layer, k, where), f"{where}.{k}", minimum=lo)
+            for k, lo in (("out_features", 1), ("in_features", 1), ("rows", 0))
+        ]
+        out.append(LinearLayer(bucket, *dims))
+    return tuple(out)
 
 
 def _profile_from_json(data: Mapping[str, Any]) -> Profile:
@@ -180,6 +214,7 @@ def _profile_from_json(data: Mapping[str, Any]) -> Profile:
             f"field 'buckets' holds {total} bytes, more than param_bytes ({param_bytes})"
         )
     memory = g("memory_bytes", optional=True)
+    raw_linear = g("linear", optional=True)
     return Profile(
         model=_string(g("model"), "model"),
         batch_size=_integer(g("batch_size"), "batch_size", minimum=1),
@@ -190,6 +225,7 @@ def _profile_from_json(data: Mapping[str, Any]) -> Profile:
         param_bytes=param_bytes,
         buckets=tuple(buckets),
         memory_bytes=None if memory is None else _integer(memory, "memory_bytes"),
+        linear=() if raw_linear is None else _linear_from_json(raw_linear, seen),
     )
 
 
@@ -213,11 +249,21 @@ class AllreduceFit(LinkFit):
 
 
 @dataclass(frozen=True)
+class ConcurrentFit(LinkFit):
+    """One rank's time to send and receive ``n`` bytes while all ``size`` ranks do (a ring
+    shift, ``netfit``'s ``concurrent`` sweep): what a link gives when the job loads it."""
+
+    size: int = 2
+
+
+@dataclass(frozen=True)
 class NetworkFit(_JsonFile):
     """``gossipgrad netfit`` output. ``p2p`` is one-way ping-pong time; ``allreduce`` is
     optional and only used to calibrate the ring model (see ``CommModel.from_network``);
     ``host`` (optional) is the cores and ranks per host the fit was taken with: whether
-    overlap can hide communication there (see ``step_time``)."""
+    overlap can hide communication there (see ``step_time``). ``concurrent`` (optional):
+    every rank sending at once; ``ranks_per_node``: ranks that share one network interface
+    (a network namespace counts as a node), both read by :mod:`gossipgrad.plan.terms`."""
 
     KIND: ClassVar[str] = "network"
 
@@ -225,6 +271,8 @@ class NetworkFit(_JsonFile):
     allreduce: AllreduceFit | None = None
     source: str = field(default="unknown")
     host: HostShare | None = None
+    concurrent: ConcurrentFit | None = None
+    ranks_per_node: int | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> NetworkFit:
@@ -236,6 +284,10 @@ class NetworkFit(_JsonFile):
             out["allreduce"] = {**_link_json(self.allreduce), "size": self.allreduce.size}
         if self.host is not None:
             out["host"] = self.host.to_json()
+        if self.concurrent is not None:
+            out["concurrent"] = {**_link_json(self.concurrent), "size": self.concurrent.size}
+        if self.ranks_per_node is not None:
+            out["ranks_per_node"] = self.ranks_per_node
         return out
 
 
@@ -263,8 +315,20 @@ def _network_from_json(data: Mapping[str, Any]) -> NetworkFit:
     source = _get(data, "source", optional=True)
     raw_host = _get(data, "host", optional=True)
     host = None if raw_host is None else HostShare.from_json(raw_host)
+    raw = _get(data, "concurrent", optional=True)
+    concurrent = None
+    if raw is not None:
+        alpha, beta, r2 = _link_from_json(raw, "concurrent")
+        size = _integer(_get(raw, "size", "concurrent"), "concurrent.size", minimum=2)
+        concurrent = ConcurrentFit(alpha, beta, r2, size=size)
+    per_node = _get(data, "ranks_per_node", optional=True)
     return NetworkFit(
-        p2p, allreduce, "unknown" if source is None else _string(source, "source"), host
+        p2p,
+        allreduce,
+        "unknown" if source is None else _string(source, "source"),
+        host,
+        concurrent,
+        None if per_node is None else _integer(per_node, "ranks_per_node", minimum=1),
     )
 
 

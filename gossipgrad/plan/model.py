@@ -19,15 +19,25 @@ chain is serial. With ``overlap=False`` every bucket is ready only at the end of
     >>> m = CommModel(alpha_s=1e-3, beta_s_per_byte=0.0)
     >>> comm_chain([0.1, 0.2], [m.bucket_s("gossip", 100, size=2)] * 2)
     [0.101, 0.201]
+
+The terms beyond the alpha-beta fit (a shared bottleneck, ranks sharing a NIC,
+hierarchical allreduce, a parameter server's busiest server and two rounds, compute slowed
+by communication beside it, the host's work per byte) are fields of :class:`CommModel`;
+their defaults give the plain model.
 """
+
+# Over 300 lines on purpose: the communication model and the timeline that uses it, together.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gossipgrad.plan.fabric import Fabric, shared_from_concurrent
 from gossipgrad.plan.formats import Bucket, NetworkFit, Profile
 from gossipgrad.plan.host import HostShare
+from gossipgrad.plan.patterns import peer_s, ring_s, server_s
 from gossipgrad.registry import STRATEGIES
 
 MIB = 1 << 20
@@ -40,8 +50,9 @@ def parse_strategy(strategy: str) -> str:
 
 def pattern_of(strategy: str) -> str:
     """How ``strategy`` moves a bucket (its spec's pattern): the model's cost follows it.
-    A peer exchange costs one send and receive; a ring allreduce, the library strategies'
-    allreduces and (today) a parameter server's push and pull cost a ring."""
+    A peer exchange costs one send and receive; a ring allreduce and the library
+    strategies' allreduces cost a ring; a parameter server two rounds through its busiest
+    server (:mod:`gossipgrad.plan.patterns`)."""
     return STRATEGIES.get(strategy).pattern
 
 
@@ -64,6 +75,13 @@ class CommModel:
             allreduce implementation's efficiency relative to the ring built from p2p.
         gossip_factor: multiplies a gossip bucket's cost (1.0: the p2p fit as it is; set
             by the in-step calibration, :mod:`gossipgrad.plan.calibrate`).
+        fabric: how the ranks share the network (ranks per NIC, a shared bottleneck,
+            hierarchical allreduce; :mod:`gossipgrad.plan.fabric`). The default is the
+            plain model: one rank per node, nothing shared.
+        interference: seconds of compute added per second of communication running beside
+            it (a GPU's copy engines and kernels, a host's cores and memory bus). >= 0.
+        host_s_per_byte: the rank's own work per byte exchanged on the communication
+            thread (mixing, copies, reductions), added to every bucket's cost. >= 0.
     """
 
     alpha_s: float
@@ -72,6 +90,9 @@ class CommModel:
     allreduce_latency_factor: float = 1.0
     allreduce_bandwidth_factor: float = 1.0
     gossip_factor: float = 1.0
+    fabric: Fabric = Fabric()
+    interference: float = 0.0
+    host_s_per_byte: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.alpha_s >= 0:
@@ -83,6 +104,10 @@ class CommModel:
         for name in ("allreduce_latency_factor", "allreduce_bandwidth_factor", "gossip_factor"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        for name in ("interference", "host_s_per_byte"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
 
     @classmethod
     def from_network(
@@ -90,25 +115,49 @@ class CommModel:
     ) -> CommModel:
         """Build from a netfit. With ``calibrate_allreduce`` the measured allreduce fit at
         ``net.allreduce.size`` ranks sets the two ring factors (measured / ring-predicted
-        latency and bandwidth terms); they are then applied at every size."""
+        latency and bandwidth terms); they are then applied at every size. The fabric
+        comes from the concurrent sweep (a shared bottleneck where every rank sending at
+        once was slower than one pair's exchange, :func:`shared_from_concurrent`) and the
+        ranks per node."""
         latency = bandwidth = 1.0
         if calibrate_allreduce:
             latency, bandwidth = allreduce_factors(net)
-        return cls(net.p2p.alpha_s, net.p2p.beta_s_per_byte, duplex, latency, bandwidth)
+        shared = 0.0
+        cc = net.concurrent
+        if cc is not None and net.p2p.beta_s_per_byte > 0:
+            exchange = duplex * net.p2p.beta_s_per_byte
+            shared = shared_from_concurrent(cc.beta_s_per_byte, cc.size, exchange)
+        fabric = Fabric(ranks_per_node=net.ranks_per_node or 1, shared_s_per_byte=shared)
+        return cls(
+            net.p2p.alpha_s, net.p2p.beta_s_per_byte, duplex, latency, bandwidth, fabric=fabric
+        )
 
     def bucket_s(self, strategy: str, nbytes: float, size: int) -> float:
-        """Seconds to exchange one bucket of ``nbytes`` at ``size`` ranks."""
+        """Seconds to exchange one bucket of ``nbytes`` at ``size`` ranks (a parameter
+        server's bucket as its share of evenly loaded servers: :meth:`bucket_costs` sees
+        the whole step)."""
         pattern = pattern_of(strategy)
         _check_size(size)
         if size == 1 or pattern == "none":
             return 0.0
+        host = self.host_s_per_byte * nbytes
+        a, b, f = self.alpha_s, self.beta_s_per_byte, self.fabric
         if pattern == "peer":
-            return self.gossip_factor * (self.alpha_s + self.duplex * self.beta_s_per_byte * nbytes)
-        p = size
-        return (
-            self.allreduce_latency_factor * 2 * (p - 1) * self.alpha_s
-            + self.allreduce_bandwidth_factor * 2 * (p - 1) / p * nbytes * self.beta_s_per_byte
-        )
+            return self.gossip_factor * peer_s(nbytes, size, a, b, self.duplex, f) + host
+        if pattern == "server":
+            even = 2 * (size - 1) / size * nbytes * max(b, f.shared_beta(size))
+            return 2 * a + even + host
+        latency, bandwidth = self.allreduce_latency_factor, self.allreduce_bandwidth_factor
+        return ring_s(nbytes, size, a, b, f, latency, bandwidth) + host
+
+    def bucket_costs(self, strategy: str, nbytes: Sequence[int], size: int) -> list[float]:
+        """Every bucket's cost in one step (a parameter server's from its busiest node:
+        :func:`gossipgrad.plan.patterns.server_s`)."""
+        _check_size(size)
+        if pattern_of(strategy) != "server" or size == 1:
+            return [self.bucket_s(strategy, n, size) for n in nbytes]
+        wire = server_s(nbytes, size, self.alpha_s, self.beta_s_per_byte, self.fabric)
+        return [c + self.host_s_per_byte * n for c, n in zip(wire, nbytes, strict=True)]
 
 
 def allreduce_factors(net: NetworkFit) -> tuple[float, float]:
@@ -205,19 +254,35 @@ def step_time(
     staleness: int = 0,
     overlap: bool = True,
     host: HostShare | None = None,
+    mix: str = "grad",
+    extra: Sequence[tuple[float, float]] = (),
 ) -> StepTime:
     """Predict the steady-state step time. ``F, B, O`` = forward, backward, optimizer times;
-    ``end_last`` = end of the bucket chain (times from backward start); ``S`` = sum of costs.
+    ``end_last`` = end of the bucket chain (times from backward start); ``S`` = sum of costs;
+    ``c`` = ``model.interference``, ``H`` = the chain's busy time beside compute.
 
     - staleness 0: the optimizer waits for this step's exchange,
-      ``T = F + max(B, end_last) + O``. With ``overlap=False`` this is ``F + B + S + O``.
+      ``T = F + max(B + c H, end_last) + O``. With ``overlap=False`` this is
+      ``F + B + S + O``.
+    - ``mix="param"`` (a peer strategy mixing parameters): the buckets leave after the
+      optimizer, first layer first, and forward waits for each before the layers that use
+      it, bucket ``b`` being needed at ``F (1 - r_b / B)`` (forward mirrors backward):
+      ``T = F + wait + c H + B + O``.
     - staleness 1: the exchange posted at step t need only finish before step t+1's
       optimizer, so it overlaps step t+1's forward and backward (and, the thread being free,
-      the optimizer too). In steady state ``T = max(F + B + O, S)``: communication is hidden
-      up to a full step, beyond that the communication thread sets the pace. (Proof sketch:
-      ``T >= S`` since the serial thread must do S of work per step, ``T >= F+B+O`` for the
-      compute; with ``T`` the max of both, every chain ends within ``F + B + S <= T + F + B``
-      of its step's start, i.e. before the next step's optimizer, so nobody waits.)
+      the optimizer too). In steady state ``T = max(F + B + O + c min(S, F + B), S)``:
+      communication is hidden up to a full step, beyond that the communication thread sets
+      the pace. (Proof sketch: ``T >= S`` since the serial thread must do S of work per
+      step, ``T >= F+B+O`` for the compute; with ``T`` the max of both, every chain ends
+      within ``F + B + S <= T + F + B`` of its step's start, i.e. before the next step's
+      optimizer, so nobody waits.)
+    - a parameter server (pattern ``server``): each bucket's push leaves when it is ready
+      (the chain above, half of its cost) and its pull after the owner's update at the
+      step's end (the other half plus the host's work), so forward waits for pulls as for
+      a parameter mix: ``T = F + wait + c H_f + max(B + c H, end_push) + O``.
+    - ``extra``: more transfers on the same thread as ``(ready_s, cost_s)`` (sufficient
+      factors: :func:`gossipgrad.plan.factors.factor_transfers`), chained with the
+      buckets in ready order.
 
     - no spare core (``host`` given and ``host.spare_core`` false: fewer than 2 cores per
       rank): the communication thread competes with compute for the rank's core, so
@@ -227,24 +292,89 @@ def step_time(
       plus ``G * host.stale_s_per_byte`` at staleness 1 (``G`` = gradient bytes; negative
       where staleness 1 hides part of the exchange, never more than ``S``), both only
       when the strategy communicates. ``host=None`` assumes a spare core.
-
-    Otherwise the model assumes compute and communication do not slow each other down.
     """
     if staleness not in (0, 1):
         raise ValueError(f"staleness must be 0 or 1, got {staleness!r}")
+    if mix not in ("grad", "param"):
+        raise ValueError(f"mix must be 'grad' or 'param', got {mix!r}")
     _check_size(size)
-    costs = [model.bucket_s(strategy, b.bytes, size) for b in profile.buckets]
+    costs = model.bucket_costs(strategy, [b.bytes for b in profile.buckets], size)
     if host is not None and not host.spare_core:
+        costs = [*costs, *(c for _, c in extra)]
         return _serial_step(profile, costs, strategy, size, staleness, overlap, host)
-    ready = [b.ready_s if overlap else profile.backward_s for b in profile.buckets]
-    end_last = comm_chain(ready, costs)[-1]
-    total = sum(costs)
-    compute = profile.compute_s
-    if staleness == 0:
-        step = profile.forward_s + max(profile.backward_s, end_last) + profile.optimizer_s
-    else:
-        step = max(compute + profile.optimizer_s, total)
-    return StepTime(step, compute, profile.optimizer_s, total, profile.forward_s + end_last)
+    f, b, o, c = profile.forward_s, profile.backward_s, profile.optimizer_s, model.interference
+    total = sum(costs) + sum(cost for _, cost in extra)
+    if staleness == 1:
+        ready = [bk.ready_s if overlap else b for bk in profile.buckets]
+        end = comm_chain(ready, costs)[-1] if costs else 0.0
+        step = max(f + b + o + c * min(total, f + b), total)
+        return StepTime(step, profile.compute_s, o, total, f + end)
+    if mix == "param" and pattern_of(strategy) == "peer":
+        if not overlap:
+            return StepTime(f + b + o + total, profile.compute_s, o, total, total)
+        wait, busy, end = forward_wait(profile, costs)
+        return StepTime(f + wait + c * busy + b + o, profile.compute_s, o, total, end)
+    server = pattern_of(strategy) == "server" and size > 1
+    step, end = _backward_chain(profile, model, costs, extra, overlap, server)
+    return StepTime(step, profile.compute_s, o, total, f + end)
+
+
+def _backward_chain(
+    profile: Profile,
+    model: CommModel,
+    costs: Sequence[float],
+    extra: Sequence[tuple[float, float]],
+    overlap: bool,
+    server: bool,
+) -> tuple[float, float]:
+    """(step time, end of the chain from backward's start) of buckets sent as they are
+    ready (staleness 0, gradients; a parameter server's pushes, its pulls then waited for
+    in forward)."""
+    f, b, o, c = profile.forward_s, profile.backward_s, profile.optimizer_s, model.interference
+    pulls: list[float] = []
+    if server:  # two rounds: push, then pull
+        host = [model.host_s_per_byte * bk.bytes for bk in profile.buckets]
+        costs = [(cost - h) / 2 for cost, h in zip(costs, host, strict=True)]
+        pulls = [cost + h for cost, h in zip(costs, host, strict=True)]
+    transfers = sorted(
+        [
+            (bk.ready_s if overlap else b, cost)
+            for bk, cost in zip(profile.buckets, costs, strict=True)
+        ]
+        + [(r if overlap else b, cost) for r, cost in extra],
+        key=lambda t: t[0],
+    )
+    chain_costs = [t[1] for t in transfers]
+    ends = comm_chain([t[0] for t in transfers], chain_costs)
+    end = ends[-1] if ends else 0.0
+    step = f + max(b + c * busy_within(ends, chain_costs, b), end) + o
+    if pulls:
+        wait, busy_f, _ = forward_wait(profile, pulls)
+        step += wait + c * busy_f
+    return step, end
+
+
+def forward_wait(profile: Profile, costs: Sequence[float]) -> tuple[float, float, float]:
+    """Buckets sent after the optimizer, first layer first, each needed by forward at
+    ``F (1 - r_b / B)`` (forward mirrors backward): ``(how long forward waits, the chain's
+    busy time beside forward, the chain's end)`` (a peer's parameter mix; a parameter
+    server's pull)."""
+    f, b = profile.forward_s, profile.backward_s
+    needs = [f * (1 - bk.ready_s / b) if b > 0 else 0.0 for bk in profile.buckets]
+    order = list(reversed(range(len(costs))))  # forward order: the first layer's first
+    ordered = [costs[i] for i in order]
+    ends = comm_chain([0.0] * len(order), ordered)
+    wait = max([0.0, *(e - needs[i] for e, i in zip(ends, order, strict=True))])
+    return wait, busy_within(ends, ordered, f + wait), ends[-1] if ends else 0.0
+
+
+def busy_within(ends: Sequence[float], costs: Sequence[float], window: float) -> float:
+    """Seconds of the chain (each transfer ``[end - cost, end]``) inside ``[0, window]``.
+
+    >>> round(busy_within([0.2, 0.5], [0.1, 0.2], 0.4), 9)
+    0.2
+    """
+    return sum(max(0.0, min(e, window) - max(e - c, 0.0)) for e, c in zip(ends, costs, strict=True))
 
 
 def _serial_step(

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gossipgrad.plan.convergence import ConvergenceReport, render_convergence
+from gossipgrad.plan.factors import factor_transfers
 from gossipgrad.plan.formats import Profile
 from gossipgrad.plan.host import HostShare
 from gossipgrad.plan.memory import estimate_memory
@@ -34,6 +35,8 @@ from gossipgrad.plan.model import (
     samples_per_s,
     step_time,
 )
+from gossipgrad.plan.patterns import ps_cap
+from gossipgrad.registry import STRATEGIES
 
 DEFAULT_BUCKET_MB: tuple[float, ...] = (1, 4, 25, 100)
 DEFAULT_STRATEGIES: tuple[str, ...] = ("gossip", "allreduce")
@@ -77,10 +80,15 @@ def plan(
     device_memory_bytes: int | None = None,
     optimizer_state_factor: float = 1.0,
     host: HostShare | None = None,
+    mix: str = "grad",
+    sufficient_factors: str = "off",
 ) -> list[PlanRow]:
     """Predict every combination; rows are ordered by size, strategy, bucket, staleness.
     ``host``: cores and ranks per host (None: every rank has a spare core for its
-    communication thread; see ``step_time``)."""
+    communication thread; see ``step_time``). ``mix``: what a peer strategy (gossip)
+    mixes; ``sufficient_factors`` (off, auto, on): the profile's Linear layers
+    (``profile.linear``) go as factors where the runtime would send them (staleness 0,
+    gradients mixed; a parameter server only with ``on``)."""
     strategies = [parse_strategy(s) for s in strategies]
     caps = [_cap_bytes(mb) for mb in bucket_mb]
     stalenesses = list(staleness)
@@ -91,10 +99,20 @@ def plan(
     for size in sizes:
         for strategy in strategies:
             for mb, cap in caps:
-                prof = profile.with_buckets(rebucket(profile.buckets, cap))
                 for s in stalenesses:
+                    prof, extra, factor_bytes = _for_config(
+                        profile, model, strategy, size, cap, s, mix, sufficient_factors
+                    )
                     t = step_time(
-                        prof, model, strategy, size, staleness=s, overlap=overlap, host=host
+                        prof,
+                        model,
+                        strategy,
+                        size,
+                        staleness=s,
+                        overlap=overlap,
+                        host=host,
+                        mix=mix,
+                        extra=extra,
                     )
                     mem = estimate_memory(
                         prof,
@@ -116,13 +134,37 @@ def plan(
                             memory_ok=mem.fits,
                             n_buckets=len(prof.buckets),
                             comm_s=t.comm_s,
-                            bytes_per_step=sum(
-                                bytes_sent(strategy, b.bytes, size) for b in prof.buckets
-                            ),
+                            bytes_per_step=factor_bytes
+                            + sum(bytes_sent(strategy, b.bytes, size) for b in prof.buckets),
                             memory_bytes=mem.required_bytes,
                         )
                     )
     return rows
+
+
+def _for_config(
+    profile: Profile,
+    model: CommModel,
+    strategy: str,
+    size: int,
+    cap: int,
+    staleness: int,
+    mix: str,
+    factors: str,
+) -> tuple[Profile, list[tuple[float, float]], float]:
+    """The profile as one configuration exchanges it: Linear layers sent as factors taken
+    out (:func:`~gossipgrad.plan.factors.factor_transfers`), the rest merged to the cap
+    (a parameter server's at most 1/size of the model each, as the engine shards it)."""
+    extra: list[tuple[float, float]] = []
+    sent = 0.0
+    spec = STRATEGIES.get(strategy)
+    grads = pattern_of(strategy) != "peer" or mix == "grad"
+    server = pattern_of(strategy) == "server"
+    if factors != "off" and staleness == 0 and grads and (factors == "on" or not server):
+        profile, extra, sent = factor_transfers(profile, model, spec.name, size, factors)
+    if server:
+        cap = ps_cap(profile.grad_bytes, size, cap) or cap
+    return profile.with_buckets(rebucket(profile.buckets, cap)), extra, sent
 
 
 def _cap_bytes(mb: float) -> tuple[float, int]:

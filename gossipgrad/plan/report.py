@@ -32,7 +32,7 @@ from gossipgrad.plan.planner import (
     render_markdown,
 )
 from gossipgrad.plan.steps import measured_steps
-from gossipgrad.plan.tta import render_tta, tta_rows
+from gossipgrad.plan.tta import read_step_times, render_tta, tta_rows, tta_rows_measured
 
 
 def plan_report(
@@ -60,6 +60,11 @@ def plan_report(
     overlap_s: float | None = None,
     compute_factor: float = 1.0,
     exchange_factor: Mapping[str, float] | None = None,
+    mix: str = "grad",
+    sufficient_factors: str = "off",
+    fabric: Mapping[str, object] | None = None,
+    interference: float = 0.0,
+    step_times: Sequence[str | Path] | None = None,
 ) -> str:
     """Load the profile and network fit, predict every configuration, and return the
     markdown report; also writes a PNG when ``png_path`` is given. ``metrics_path`` (one
@@ -68,7 +73,13 @@ def plan_report(
     ``host_cores``, ``ranks_per_host``, ``handoff_s``, ``stale_s_per_byte``, ``overlap_s``
     override the network file's ``host`` record field by field (see ``resolve_host``).
     ``compute_factor`` and ``exchange_factor`` (strategy -> factor) are the in-step
-    calibration (:mod:`gossipgrad.plan.calibrate`; ``lab plan-validate``'s ``calibration``)."""
+    calibration (:mod:`gossipgrad.plan.calibrate`; ``lab plan-validate``'s ``calibration``).
+    ``mix``, ``sufficient_factors``: what gossip mixes, whether Linear layers go as factors.
+    ``fabric``: fields of :class:`~gossipgrad.plan.fabric.Fabric` for the cluster planned
+    (ranks per node, intra-node link, hierarchical), over what the network file measured;
+    ``interference``: compute seconds added per second of communication beside it.
+    ``step_times``: ``bench strategies`` records whose measured step times replace the
+    planner's in the time-to-accuracy table (:func:`~gossipgrad.plan.tta.read_step_times`)."""
     if (metrics_path is None) != (target_accuracy is None):
         raise ValueError(
             "metrics_path and target_accuracy must be given together "
@@ -77,6 +88,9 @@ def plan_report(
     profile = scale_profile(Profile.load(profile_path), compute_factor)
     network = NetworkFit.load(network_path)
     model = CommModel.from_network(network, duplex=duplex, calibrate_allreduce=calibrate_allreduce)
+    model = replace(
+        model, fabric=replace(model.fabric, **dict(fabric or {})), interference=interference
+    )
     for strategy, factor in (exchange_factor or {}).items():
         model = scale_exchange(model, strategy, factor)
     host = resolve_host(
@@ -93,8 +107,10 @@ def plan_report(
         device_memory_bytes=device_memory_bytes,
         optimizer_state_factor=optimizer_state_factor,
         host=host,
+        mix=mix,
+        sufficient_factors=sufficient_factors,
     )
-    convergence, tta = metrics_sections(rows, metrics_path, target_accuracy)
+    convergence, tta = metrics_sections(rows, metrics_path, target_accuracy, step_times)
     title = report_title(profile, network, host, compute_factor, exchange_factor)
     if png_path is not None:
         plot_png(rows, png_path, title=f"{profile.model}: predicted efficiency")
@@ -114,13 +130,21 @@ def metrics_sections(
     rows: Sequence[PlanRow],
     metrics_path: str | Path | Sequence[str | Path] | None,
     target: float | None,
+    step_times: Sequence[str | Path] | None = None,
 ) -> tuple[ConvergenceReport | None, str]:
     """From the metrics file(s): the measured steps to ``target`` per strategy and size, and
-    the predicted time to accuracy per planned size (Markdown, "" without metrics)."""
+    the predicted time to accuracy per planned size (Markdown, "" without metrics): steps
+    fitted at smaller sizes x the planner's step time, or x the step time measured in
+    ``step_times`` where given (hardware efficiency from a stand-in cluster)."""
     if metrics_path is None or target is None:
         return None, ""
     lines = read_lines(metrics_path)
-    ttas = tta_rows(rows, measured_steps(lines, target), {r.size for r in rows})
+    measured = measured_steps(lines, target)
+    if step_times:
+        ttas = tta_rows_measured(read_step_times(step_times), measured)
+        source = "bench strategies: " + ", ".join(Path(p).name for p in step_times)
+        return steps_to_target(lines, target), "\n" + render_tta(ttas, target, source) + "\n"
+    ttas = tta_rows(rows, measured, {r.size for r in rows})
     return steps_to_target(lines, target), "\n" + render_tta(ttas, target) + "\n"
 
 
@@ -130,6 +154,11 @@ def report_title(
     host: HostShare | None,
     compute_factor: float = 1.0,
     exchange_factor: Mapping[str, float] | None = None,
+    mix: str = "grad",
+    sufficient_factors: str = "off",
+    fabric: Mapping[str, object] | None = None,
+    interference: float = 0.0,
+    step_times: Sequence[str | Path] | None = None,
 ) -> str:
     """The report's first line: model, batch, device, network source, the host share when
     known (and its per-step costs without a spare core), and any in-step calibration."""

@@ -21,9 +21,11 @@ two factors, and the larger one (by |log|) is named as the term that dominates.
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from gossipgrad.plan.planner import PlanRow, best_by
 from gossipgrad.plan.steps import DEFAULT_FORM, MeasuredSteps, StepsPrediction, predict
@@ -61,6 +63,41 @@ def tta_rows(
     return out
 
 
+def tta_rows_measured(
+    step_times: Mapping[tuple[str, int], float], measured: MeasuredSteps, form: str = DEFAULT_FORM
+) -> list[TtaRow]:
+    """A row per (contender, size) of ``step_times`` (hardware efficiency measured, e.g. by
+    ``gossipgrad bench strategies`` on a stand-in cluster: :func:`read_step_times`) that
+    has a steps fit from smaller sizes of the same contender's runs."""
+    out = []
+    for (name, size), step_s in sorted(step_times.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        pred = predict(measured, name, size, form)
+        if pred is None or not pred.predicted > 0:
+            continue
+        out.append(TtaRow(name, size, pred.predicted, step_s, 0.0, pred))
+    return out
+
+
+def read_step_times(paths: Iterable[str | Path]) -> dict[tuple[str, int], float]:
+    """``{(contender, size): step_s}`` from ``bench strategies`` JSON records (the last
+    JSON line of each file; a stand-in record's ``step_s_undilated``, the time of the
+    cluster it stands for); ValueError naming a file that holds none."""
+    out: dict[tuple[str, int], float] = {}
+    for path in map(Path, paths):
+        if not path.is_file():
+            raise ValueError(f"step-times file {str(path)!r} does not exist")
+        lines = [ln for ln in path.read_text().splitlines() if ln.startswith("{")]
+        rec = json.loads(lines[-1]) if lines else {}
+        if rec.get("bench") != "strategies" or "size" not in rec:
+            raise ValueError(
+                f"step-times file {str(path)!r} is not a 'gossipgrad bench strategies' record"
+            )
+        for row in rec["results"]:
+            step = row.get("step_s_undilated", row["step_s"])
+            out[(row.get("name", row["strategy"]), int(rec["size"]))] = float(step)
+    return out
+
+
 def recommend_tta(rows: Sequence[TtaRow]) -> dict[int, TtaRow]:
     """Least predicted time to the target per size, ``local`` excluded (it trains no shared
     model; a tie goes to fewer steps)."""
@@ -83,8 +120,9 @@ def dominant_term(row: TtaRow, best: TtaRow) -> str:
     return "steps" if abs(math.log(steps)) > abs(math.log(time)) else "step time"
 
 
-def render_tta(rows: Sequence[TtaRow], target: float) -> str:
-    """The prediction table and one recommendation sentence per size (Markdown)."""
+def render_tta(rows: Sequence[TtaRow], target: float, step_source: str = "") -> str:
+    """The prediction table and one recommendation sentence per size (Markdown);
+    ``step_source`` says where measured step times came from (empty: the planner's)."""
     if not rows:
         return (
             "Time to accuracy: no prediction (it needs, per strategy, runs that reach "
@@ -93,9 +131,10 @@ def render_tta(rows: Sequence[TtaRow], target: float) -> str:
             "and 4 ranks)."
         )
     rec = recommend_tta(rows)
+    step = f"step time MEASURED ({step_source})" if step_source else "predicted step time"
     out = [
         f"Predicted time to test accuracy {target:g} (PREDICTION: steps to target fitted "
-        "at smaller sizes x predicted step time, staleness 0):",
+        f"at smaller sizes x {step}, staleness 0):",
         "",
         "| size | strategy | fitted on sizes | steps model | predicted steps | measured "
         "steps (held out) | step s | time to target s | vs best: steps, step time | "

@@ -4,14 +4,22 @@ the planner's predictions, as JSON.
     mpiexec -n 2 python -m lab plan-validate --arch mlp --hidden 1024 --out pv-2.json
     mpiexec -n 4 python -m lab plan-validate --arch mlp --hidden 1024 --out pv-4.json
     python -m lab plan-validate --merge pv-2.json --merge pv-4.json
+    python -m lab plan-validate --standin-runs 'runs/*.json' --networks 'net-*.json' \
+        --calibrate-sizes 2,4 --calibrate-rate 1gbit --out standin.json  # lab.plan.standin
+    python -m lab plan-validate --published lab/plan/data/published.json \
+        --host-network net-1gbit-2.json --standin-calibration standin.json  # lab.plan.published
     mpiexec -n 8 python -m lab plan-validate --calibrate-size 2 --predict-sizes 4,8 \
         --out oos.json                                    # held out: lab.bench.plan_heldout
 
 Parses the options, then runs :func:`lab.bench.plan_validate.measure_sizes` on every
-rank (what it measures and predicts: :mod:`lab.bench.plan_validate`), or scores
-``--merge`` files without MPI (:func:`lab.bench.plan_score.merge`); rank 0 prints
-the JSON, writes it to ``--out`` and prints a summary on stderr.
+rank (what it measures and predicts: :mod:`lab.bench.plan_validate`), or, without MPI,
+scores ``--merge`` files (:func:`lab.bench.plan_score.merge`), the stand-in cluster's
+launches held out (``--standin-runs``: :func:`lab.plan.standin_score.score`) or the
+published configurations (``--published``: :func:`lab.plan.published.check`); rank 0
+prints the JSON, writes it to ``--out`` and prints a summary on stderr.
 """
+
+# Over 300 lines on purpose: one study's command line (measured, merged, stand-in, published).
 
 from __future__ import annotations
 
@@ -72,6 +80,45 @@ def _emit(report: dict[str, Any], out: str | None) -> None:
     if out:
         Path(out).write_text(text + "\n")
     click.echo(text)
+
+
+def _standin(runs: tuple[str, ...], networks: tuple[str, ...], sizes: str, rate: str) -> dict:
+    from gossipgrad.devices.profile import StandinProfile
+    from lab.plan.standin import load_networks, load_runs
+    from lab.plan.standin_score import render_markdown, score, side_by_side
+
+    if not networks:
+        raise click.UsageError("--standin-runs needs --networks (netfit of each size and rate)")
+    rows = load_runs(runs)
+    profiles = {r.profile: StandinProfile.load(r.profile) for r in rows}
+    cal = [int(v) for v in _floats(sizes)]
+    report = score(rows, profiles, load_networks(networks), cal, rate)
+    batch = {name: p.batch_size for name, p in profiles.items()}
+    report["side_by_side"] = side_by_side(rows, batch)
+    report["markdown"] = render_markdown(report, report["side_by_side"])
+    h = report["held_out"]
+    click.echo(
+        f"held out: MAPE {h['mape_pct']} %, worst {h['worst_pct']} %, median tau "
+        f"{h['median_tau']}, max regret {h['max_regret']} ({h['n']} rows)",
+        err=True,
+    )
+    return report
+
+
+def _published(path: str, host_network: str | None, calibration: str | None) -> dict:
+    from lab.plan.published import check, load
+
+    if host_network is None:
+        raise click.UsageError("--published needs --host-network (this host's netfit)")
+    c = load(calibration)["calibration"]["interference"] if calibration else 0.0
+    report = check(load(path), load(host_network), c)
+    click.echo(
+        f"published: {report['n']} configurations from {report['papers']} sources, median "
+        f"|error| {report['median_abs_error_pct']} %, worst {report['worst_abs_error_pct']} %, "
+        f"above {report['share_above']:.0%}, below {report['share_below']:.0%}",
+        err=True,
+    )
+    return report
 
 
 @click.command("plan-validate")
@@ -190,6 +237,49 @@ def _emit(report: dict[str, Any], out: str | None) -> None:
     type=click.Path(exists=True),
     help="No MPI: score these --out files together and print the JSON.",
 )
+@click.option(
+    "--standin-runs",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="No MPI: bench strategies --device standin records (one per launch) to calibrate "
+    "on and hold out (with --networks).",
+)
+@click.option(
+    "--networks",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="netfit documents of the emulated links, one per size and rate.",
+)
+@click.option(
+    "--calibrate-sizes",
+    default="2,4",
+    show_default=True,
+    help="With --standin-runs: the sizes calibrated on (at --calibrate-rate).",
+)
+@click.option(
+    "--calibrate-rate",
+    default="1gbit",
+    show_default=True,
+    help="With --standin-runs: the emulated rate calibrated on.",
+)
+@click.option(
+    "--published",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="No MPI: predict the published configurations of this file (with --host-network).",
+)
+@click.option(
+    "--host-network",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="With --published: this host's netfit of an emulated link (its link efficiency).",
+)
+@click.option(
+    "--standin-calibration",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="With --published: a --standin-runs --out file (its interference coefficient).",
+)
 def plan_validate(
     arch: str,
     hidden: int,
@@ -215,10 +305,23 @@ def plan_validate(
     calibration_path: str | None,
     out: str | None,
     merge_paths: tuple[str, ...],
+    standin_runs: tuple[str, ...],
+    networks: tuple[str, ...],
+    calibrate_sizes: str,
+    calibrate_rate: str,
+    published: str | None,
+    host_network: str | None,
+    standin_calibration: str | None,
 ) -> None:
     """Measured step times of real configurations vs the planner's predictions (JSON)."""
     if merge_paths:
         _emit(merge(merge_paths), out)
+        return
+    if standin_runs:
+        _emit(_standin(standin_runs, networks, calibrate_sizes, calibrate_rate), out)
+        return
+    if published:
+        _emit(_published(published, host_network, standin_calibration), out)
         return
     held_out_flags(sizes, calibrate_size, predict_sizes, calibration_path, calibrate_allreduce)
     calibration = None

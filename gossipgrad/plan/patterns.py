@@ -1,0 +1,146 @@
+"""Seconds one step's buckets take on the wire, per strategy pattern, on a :class:`Fabric`.
+
+The strategy's spec says how it moves a bucket (``pattern``); the costs below are the
+slowest rank's, for buckets of ``n`` bytes at ``p`` ranks, ``r`` ranks per node on ``m``
+nodes, ``alpha``/``beta`` between nodes (one stream), ``alpha_i``/``beta_i`` within one,
+``d`` the duplex factor, ``s`` the fabric's shared seconds per byte:
+
+- **peer** (gossip): ``alpha + n max(d beta k, p s)`` with ``k`` the expected ranks of a
+  node sending off it at once (:meth:`Fabric.peer_streams`); one node: ``alpha_i + d
+  beta_i n``.
+- **ring** (allreduce, horovod, ddp): ``2 (p-1) alpha + 2 (p-1)/p n beta`` (ranks placed
+  node by node, so each NIC carries one edge of the ring), not below ``2 (p-1) n s`` (all
+  ranks' bytes through the shared bottleneck). Hierarchical: ``2 (r-1) alpha_i + 2 (r-1)/r
+  n beta_i`` within nodes plus ``2 (m-1) alpha + 2 (m-1)/m n beta`` across them.
+- **server** (ps): every bucket has one owner (largest first to the least loaded rank, as
+  the engine assigns them); the owner receives every other rank's push and sends them its
+  pull, so the busiest node's NIC carries ``W`` bytes each way per step, more than the
+  ring's ``2 (p-1)/p`` of the model wherever one bucket is larger than ``1/p`` of it
+  (VGG-16's first Linear layer is 74 % of the model). The step's wire time ``max(W beta,
+  2 (p-1) G s)`` is shared out over the buckets by bytes, and each bucket pays two rounds
+  of latency (push, then pull): ``c_b = 2 alpha + n_b / G x wire``.
+
+PURE: stdlib only.
+
+    >>> from gossipgrad.plan.fabric import Fabric
+    >>> server_loads([6, 1, 1], 2)      # owners [0, 1, 1]: rank 0 serves 6 of the 8 bytes
+    ([8, 8], [6, 2])
+    >>> server_wire_bytes([6, 1, 1], 2, Fabric())
+    8
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gossipgrad.plan.fabric import Fabric
+
+
+def assign_owners(nbytes: Sequence[int], size: int) -> list[int]:
+    """The owner of each bucket: largest first to the least loaded rank (ties: lower bucket
+    index, lower rank); the same rule as the engine's ``engine.shards.assign_owners``."""
+    load = [0] * size
+    owners = [0] * len(nbytes)
+    for b in sorted(range(len(nbytes)), key=lambda i: (-nbytes[i], i)):
+        r = min(range(size), key=lambda k: (load[k], k))
+        owners[b] = r
+        load[r] += nbytes[b]
+    return owners
+
+
+def ps_cap(total_bytes: int, size: int, cap_bytes: int | None) -> int | None:
+    """The bucket cap a parameter server uses: the configured one, but at most ``1/size`` of
+    the model (the engine's ``ps_bucket_cap``); None keeps the profile's buckets."""
+    share = -(-total_bytes // size)
+    return share if cap_bytes is None else max(1, min(cap_bytes, share))
+
+
+def server_loads(nbytes: Sequence[int], size: int) -> tuple[list[int], list[int]]:
+    """(bytes each rank sends per step, bytes each rank serves): the pushes of the buckets
+    it does not own plus ``size - 1`` pulls of each one it owns."""
+    owners = assign_owners(nbytes, size)
+    served = [0] * size
+    for nb, o in zip(nbytes, owners, strict=True):
+        served[o] += nb
+    total = sum(nbytes)
+    return [total - served[r] + (size - 1) * served[r] for r in range(size)], served
+
+
+def server_wire_bytes(nbytes: Sequence[int], size: int, fabric: Fabric) -> int:
+    """Bytes the busiest node's NIC carries each way per step (off-node traffic only; with
+    one node, the busiest rank's)."""
+    if size < 2:
+        return 0
+    owners = assign_owners(nbytes, size)
+    r = fabric.ranks_per_node
+    node_of = [rank // r for rank in range(size)]
+    on_node = [node_of.count(node_of[rank]) for rank in range(size)]
+    if fabric.nodes(size) == 1:
+        return max(server_loads(nbytes, size)[0])
+    out = [0] * fabric.nodes(size)
+    for nb, o in zip(nbytes, owners, strict=True):
+        home = node_of[o]
+        out[home] += (size - on_node[o]) * nb  # pulls to every rank off the owner's node
+        for node in range(len(out)):
+            if node != home:  # pushes of the ranks of ``node`` to the owner
+                out[node] += node_of.count(node) * nb
+    return max(out)
+
+
+def _intra(fabric: Fabric, alpha: float, beta: float) -> tuple[float, float]:
+    a = alpha if fabric.intra_alpha_s is None else fabric.intra_alpha_s
+    b = beta if fabric.intra_beta_s_per_byte is None else fabric.intra_beta_s_per_byte
+    return a, b
+
+
+def peer_s(n: float, size: int, alpha: float, beta: float, duplex: float, fabric: Fabric) -> float:
+    """One bucket exchanged with this step's peer (see the module)."""
+    if size < 2:
+        return 0.0
+    if fabric.nodes(size) == 1:
+        a, b = _intra(fabric, alpha, beta)
+        return a + duplex * b * n
+    return alpha + n * max(duplex * beta * fabric.peer_streams(size), fabric.shared_beta(size))
+
+
+def ring_s(
+    n: float,
+    size: int,
+    alpha: float,
+    beta: float,
+    fabric: Fabric,
+    latency_factor: float = 1.0,
+    bandwidth_factor: float = 1.0,
+) -> float:
+    """One bucket allreduced by a ring, or hierarchically (see the module)."""
+    p = size
+    if p < 2:
+        return 0.0
+    r, m = fabric.per_node(p), fabric.nodes(p)
+    a_i, b_i = _intra(fabric, alpha, beta)
+    if m == 1:
+        latency, bandwidth = 2 * (p - 1) * a_i, 2 * (p - 1) / p * n * b_i
+    elif fabric.hierarchical and r > 1:
+        latency = 2 * (r - 1) * a_i + 2 * (m - 1) * alpha
+        bandwidth = 2 * (r - 1) / r * n * b_i + 2 * (m - 1) / m * n * beta
+    else:  # one ring through every rank: the slowest hop sets the pace
+        latency = 2 * (p - 1) * max(alpha, a_i)
+        bandwidth = 2 * (p - 1) / p * n * max(beta, b_i)
+    bandwidth = max(bandwidth, 2 * (p - 1) * n * fabric.shared_s_per_byte)
+    return latency_factor * latency + bandwidth_factor * bandwidth
+
+
+def server_s(
+    nbytes: Sequence[int], size: int, alpha: float, beta: float, fabric: Fabric
+) -> list[float]:
+    """Each bucket's share of a parameter server's step (see the module), buckets as the
+    server holds them (:func:`ps_cap`)."""
+    if size < 2 or not nbytes:
+        return [0.0] * len(nbytes)
+    total = sum(nbytes)
+    a, b = (alpha, beta) if fabric.nodes(size) > 1 else _intra(fabric, alpha, beta)
+    wire = max(
+        server_wire_bytes(nbytes, size, fabric) * b,
+        2 * (size - 1) * total * fabric.shared_s_per_byte,
+    )
+    return [2 * a + wire * nb / total for nb in nbytes]

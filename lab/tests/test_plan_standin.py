@@ -1,0 +1,121 @@
+"""The stand-in held-out split (lab.plan.standin, lab.plan.standin_score): a calibration
+fitted on its own launches recovers known constants, a held-out launch never moves it, and
+the side-by-side table reads the records as the benchmark they are. Pure: synthetic
+records made by the model itself, no MPI."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from gossipgrad.devices.profile import StandinProfile
+from gossipgrad.plan.formats import ConcurrentFit, LinkFit, NetworkFit
+from lab.plan.standin import HOST_GRID, StandinCalibration, calibrate, load_runs, predict_run
+from lab.plan.standin_score import check_targets, hidden_fraction, score, side_by_side
+
+PROFILE = "resnet50-p100-fp32-b64"
+K = 10.0
+RATES = {"1gbit": 8.4e-9, "2.5gbit": 3.4e-9}  # emulated seconds per byte
+TRUE = StandinCalibration({PROFILE: 1.02}, {"gossip/grad": HOST_GRID[20]}, 0.1, (), "", 0)
+
+
+def network(size: int, rate: str) -> tuple[NetworkFit, dict]:
+    beta = RATES[rate]
+    conc = beta * (3.0 if (size, rate) == (8, "2.5gbit") else 1.0)  # a shared bottleneck
+    net = NetworkFit(
+        LinkFit(0.0, beta, 1.0),
+        source=f"netfit on test, emulated link rate {rate}",
+        concurrent=ConcurrentFit(0.0, conc, 1.0, size=size),
+        ranks_per_node=1,
+    )
+    return net, {**net.to_json(), "measurements": {"exchange_fit": {"duplex": 1.0}}}
+
+
+NETS = {(n, r): network(n, r) for n in (2, 4, 8) for r in RATES}
+PROFILES = {PROFILE: StandinProfile.load(PROFILE)}
+
+
+def record(size: int, rate: str, cal: StandinCalibration = TRUE, skew: float = 1.0) -> dict:
+    """A bench strategies record whose step times the model under ``cal`` predicts."""
+    rows = []
+    for name, strategy in (("gossip", "gossip"), ("local", "local")):
+        rows.append(
+            {
+                "name": name,
+                "strategy": strategy,
+                "mix": "grad",
+                "bucket_mb": 25.0,
+                "staleness": 0,
+                "step_s": 1.0,
+                "phase_s": {"backward": 1.0},
+                "wire_bytes_per_step": 102e6,
+                "theory_bytes_per_step": 102e6,
+            }  # fmt: skip
+        )
+    rec = {"bench": "strategies", "size": size, "emu_rate": rate, "mix": "grad",
+           "bucket_mb": 25.0, "results": rows,
+           "standin": {"profile": f"{PROFILE} (shipped)", "dilate": K}}  # fmt: skip
+    for row, run in zip(rows, load_runs_from(rec), strict=True):
+        row["step_s"] = K * predict_run(run, PROFILES, NETS, cal) * skew
+    return rec
+
+
+def load_runs_from(rec: dict):
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(rec, f)
+    return load_runs([f.name])
+
+
+def runs(skew_at: tuple[int, str] | None = None, skew: float = 1.0):
+    out = []
+    for n in (2, 4, 8):
+        for r in RATES:
+            out += load_runs_from(record(n, r, skew=skew if (n, r) == skew_at else 1.0))
+    return out
+
+
+def test_calibration_recovers_the_constants_that_made_the_runs():
+    rows = [r for r in runs() if r.size in (2, 4) and r.rate == "1gbit"]
+    cal = calibrate(rows, PROFILES, NETS)
+    assert cal.compute_factor[PROFILE] == pytest.approx(1.02)
+    assert cal.host_s_per_byte["gossip/grad"] == pytest.approx(HOST_GRID[20])
+    assert cal.interference == pytest.approx(0.1)
+    assert cal.fit_mape == pytest.approx(0.0, abs=1e-9)
+
+
+def test_held_out_scores_are_exact_when_the_model_made_the_runs():
+    report = score(runs(), PROFILES, NETS, [2, 4], "1gbit")
+    held = report["held_out"]
+    assert held["n"] == 4  # gossip at 8 on 1gbit; 2, 4, 8 on 2.5gbit
+    assert held["mape_pct"] == pytest.approx(0.0, abs=1e-6)
+    assert set(report["by_split"]) == {"other size", "other rate"}
+    # the plain model misses the shared bottleneck at 8 ranks on 2.5gbit
+    worst = max(report["rows"], key=lambda r: abs(r["legacy_s"] - r["measured_s"]))
+    assert (worst["size"], worst["rate"]) == (8, "2.5gbit")
+
+
+def test_a_held_out_launch_never_moves_the_calibration():
+    a = score(runs(), PROFILES, NETS, [2, 4], "1gbit")
+    b = score(runs(skew_at=(8, "2.5gbit"), skew=1.5), PROFILES, NETS, [2, 4], "1gbit")
+    assert a["calibration"] == b["calibration"]
+    pa = {(r["size"], r["rate"], r["name"]): r["predicted_s"] for r in a["rows"]}
+    pb = {(r["size"], r["rate"], r["name"]): r["predicted_s"] for r in b["rows"]}
+    assert pa == pb
+    assert b["held_out"]["mape_pct"] > a["held_out"]["mape_pct"]
+
+
+def test_side_by_side_efficiency_and_hidden_share():
+    one = load_runs_from(record(2, "1gbit"))
+    local1 = replace(one[1], size=1, step_s=0.25)
+    table = side_by_side([*runs(), local1], {PROFILE: 64})
+    row = next(t for t in table if (t["size"], t["name"], t["link"]) == (8, "gossip", "10 Gbit/s"))
+    assert row["efficiency"] == pytest.approx(0.25 / row["step_s"], rel=1e-3)
+    assert row["wire_s"] == pytest.approx(102e6 * 8 / 1e9 / K)
+    assert row["samples_per_s"] == pytest.approx(64 * 8 / row["step_s"], rel=1e-3)
+    assert hidden_fraction(1.0, 1.0, 0.5) == 1.0 and hidden_fraction(2.0, 1.0, 0.5) == 0.0
+    assert hidden_fraction(1.0, 1.0, 0.0) is None
+    assert isinstance(check_targets(table), list)

@@ -1,0 +1,65 @@
+"""Contenders with settings of their own (``gossip:mix=param``, ``ps:max-lag=1``): parsed,
+refused where the strategy does not read them, and run side by side in-process."""
+
+from __future__ import annotations
+
+import pytest
+
+from gossipgrad.bench.common import base_strategy, split_settings
+from gossipgrad.bench.strategies import run_order, run_strategies, strategy_kwargs
+from gossipgrad.bench.tta import TtaOptions
+from gossipgrad.comm.local import run_ranks
+
+
+def test_split_settings_reads_each_key_with_its_type():
+    assert split_settings("gossip:mix=param:bucket-mb=4") == (
+        "gossip",
+        {"mix": "param", "bucket_mb": 4.0},
+    )
+    assert split_settings("ps@block:max-lag=2") == ("ps@block", {"max_lag": 2})
+    assert split_settings("allreduce") == ("allreduce", {})
+    with pytest.raises(ValueError, match="KEY=VALUE with KEY one of mix, bucket-mb"):
+        split_settings("gossip:lr=3")
+    with pytest.raises(ValueError, match="staleness='x' is not a value"):
+        split_settings("gossip:staleness=x")
+
+
+def test_a_setting_the_strategy_does_not_read_is_refused():
+    assert strategy_kwargs("gossip", "grad", 25.0, True, own={"mix": "param"})["mix"] == "param"
+    with pytest.raises(ValueError, match="ddp does not read mix"):
+        strategy_kwargs("ddp", "grad", 25.0, True, own={"mix": "param"})
+    with pytest.raises(ValueError, match="ddp does not read max_lag"):
+        TtaOptions(strategies=("gossip", "ddp:max-lag=1"))
+
+
+def test_busy_strategies_with_settings_still_run_alone_and_last():
+    assert base_strategy("horovod@block:bucket-mb=4+factors") == "horovod"
+    names = ["horovod:bucket-mb=4", "gossip", "gossip:mix=param"]
+    assert run_order(names, "strategy") == [["gossip", "gossip:mix=param"], names[:1]]
+
+
+@pytest.mark.timeout(120)
+def test_contenders_with_their_own_settings_run_beside_the_launchs():
+    def body(comm):
+        return run_strategies(
+            comm,
+            ["gossip", "gossip:mix=param:bucket-mb=0.01", "allreduce:bucket-mb=0.01"],
+            width=32,
+            layers=2,
+            batch=2,
+            mix="grad",
+            steps=1,
+            reps=1,
+            warmup=0,
+        )
+
+    record = run_ranks(2, body)[0]
+    rows = {r["name"]: r for r in record["results"]}
+    assert rows["gossip"]["mix"] == "grad" and rows["gossip"]["bucket_mb"] == 25.0
+    assert rows["gossip:mix=param:bucket-mb=0.01"]["mix"] == "param"
+    assert rows["gossip:mix=param:bucket-mb=0.01"]["bucket_mb"] == 0.01
+    assert rows["allreduce:bucket-mb=0.01"]["strategy"] == "allreduce"
+    assert "mix" not in rows["allreduce:bucket-mb=0.01"]  # allreduce reads no mix
+    # every contender sent its model once per step (gossip) or the ring's share (allreduce)
+    model = record["model_bytes"]
+    assert rows["gossip:mix=param:bucket-mb=0.01"]["theory_bytes_per_step"] == model

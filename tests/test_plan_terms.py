@@ -1,0 +1,198 @@
+"""The planner's terms beyond one pair's alpha-beta fit, in closed form (pure; issue 22):
+bandwidth shared by ranks sending at once, ranks behind one NIC, hierarchical allreduce, a
+parameter server's busiest server and two rounds, sufficient-factor bytes, compute slowed
+by communication beside it, parameter mixing's timeline."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from gossipgrad.engine import shards
+from gossipgrad.plan.fabric import Fabric, shared_from_concurrent
+from gossipgrad.plan.formats import (
+    Bucket,
+    ConcurrentFit,
+    LinearLayer,
+    LinkFit,
+    NetworkFit,
+    Profile,
+)
+from gossipgrad.plan.model import CommModel, step_time
+from gossipgrad.plan.patterns import (
+    assign_owners,
+    peer_s,
+    ring_s,
+    server_loads,
+    server_s,
+    server_wire_bytes,
+)
+from gossipgrad.plan.planner import plan
+
+A, B = 1e-5, 1e-9  # 10 us, 1 GB/s
+
+
+def approx(x):
+    return pytest.approx(x, rel=1e-12, abs=1e-15)
+
+
+def profile(buckets, forward=0.1, backward=0.2, optimizer=0.0, linear=()):
+    bs = tuple(Bucket(i, n, r) for i, (n, r) in enumerate(buckets))
+    total = sum(n for n, _ in buckets)
+    return Profile("toy", 8, "gpu", forward, backward, optimizer, total, bs, linear=linear)
+
+
+def test_plain_fabric_gives_the_plain_formulas():
+    f = Fabric()
+    assert peer_s(1000, 8, A, B, 1.5, f) == approx(A + 1.5 * B * 1000)
+    assert ring_s(1000, 8, A, B, f) == approx(2 * 7 * A + 2 * 7 / 8 * 1000 * B)
+    assert peer_s(1000, 1, A, B, 1.0, f) == ring_s(1000, 1, A, B, f) == 0.0
+
+
+def test_shared_bottleneck_slows_every_rank_once_the_job_fills_it():
+    f = Fabric(shared_s_per_byte=0.5e-9)  # 2 GB/s for everyone together
+    assert peer_s(1000, 2, A, B, 1.0, f) == approx(A + 1000 * B)  # 2 x 1 GB/s fits
+    assert peer_s(1000, 8, A, B, 1.0, f) == approx(A + 1000 * 8 * 0.5e-9)  # 0.25 GB/s each
+    # a ring moves 2 (p - 1) n bytes in all per bucket
+    assert ring_s(1000, 8, A, B, f) == approx(2 * 7 * A + 2 * 7 * 1000 * 0.5e-9)
+
+
+def test_shared_term_is_read_from_the_concurrent_sweep_only_when_it_shows():
+    assert shared_from_concurrent(9.6e-9, 8, 3.5e-9) == approx(1.2e-9)
+    assert shared_from_concurrent(4.0e-9, 8, 3.5e-9) == 0.0  # within 25 %: the link itself
+    with pytest.raises(ValueError, match="size >= 2"):
+        shared_from_concurrent(1e-9, 1, 1e-9)
+
+
+def test_from_network_reads_the_concurrent_fit_and_ranks_per_node():
+    net = NetworkFit(
+        LinkFit(A, 3.5e-9, 1.0),
+        concurrent=ConcurrentFit(0.0, 9.6e-9, 1.0, size=8),
+        ranks_per_node=4,
+    )
+    m = CommModel.from_network(net)
+    assert m.fabric.shared_s_per_byte == approx(1.2e-9)
+    assert m.fabric.ranks_per_node == 4
+    assert CommModel.from_network(NetworkFit(LinkFit(A, B, 1.0))).fabric == Fabric()
+
+
+def test_ranks_sharing_a_nic_slow_gossip_by_the_expected_streams_off_the_node():
+    f = Fabric(ranks_per_node=4, intra_alpha_s=0.0, intra_beta_s_per_byte=0.0)
+    # 16 ranks, 4 per node: a peer is off the node 12 / 15 of the time, 3.2 ranks at once
+    assert peer_s(1000, 16, A, B, 1.0, f) == approx(A + 1000 * B * 4 * 12 / 15)
+    assert peer_s(1000, 4, A, B, 1.0, f) == 0.0  # one node, a free intra link
+
+
+def test_hierarchical_allreduce_crosses_the_nic_once_per_node():
+    f = Fabric(ranks_per_node=8, intra_alpha_s=0.0, intra_beta_s_per_byte=0.0, hierarchical=True)
+    p, m = 32, 4
+    assert ring_s(1000, p, A, B, f) == approx(2 * (m - 1) * A + 2 * (m - 1) / m * 1000 * B)
+    flat = Fabric(ranks_per_node=8, intra_alpha_s=0.0, intra_beta_s_per_byte=0.0)
+    assert ring_s(1000, p, A, B, flat) == approx(2 * (p - 1) * A + 2 * (p - 1) / p * 1000 * B)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_server_assignment_and_loads_are_the_engines(seed):
+    rng = random.Random(seed)
+    nbytes = [rng.randint(1, 10_000) for _ in range(rng.randint(1, 12))]
+    size = rng.randint(1, 9)
+    owners = assign_owners(nbytes, size)
+    assert owners == shards.assign_owners(nbytes, size)
+    assert server_loads(nbytes, size)[0] == shards.bytes_sent_by_rank(nbytes, owners, size)
+
+
+def test_a_dominant_bucket_makes_its_server_the_bottleneck():
+    nbytes = [740, 130, 130]  # VGG-16-like: one layer 74 % of the model
+    p = 8
+    assert server_wire_bytes(nbytes, p, Fabric()) == (p - 1) * 740 + 260
+    costs = server_s(nbytes, p, A, B, Fabric())
+    wire = ((p - 1) * 740 + 260) * B
+    assert costs == [approx(2 * A + wire * n / 1000) for n in nbytes]
+    ring = sum(ring_s(n, p, 0.0, B, Fabric()) for n in nbytes)
+    assert sum(costs) - 6 * A > 3 * ring  # the ring model was optimistic by over 3x here
+
+
+def test_even_servers_cost_the_ring_bandwidth_and_twice_the_rounds():
+    p = 4
+    nbytes = [250] * 4
+    assert server_wire_bytes(nbytes, p, Fabric()) == 2 * (p - 1) * 250 * 4 // p
+    cm = CommModel(A, B)
+    assert sum(cm.bucket_costs("ps", nbytes, p)) == approx(4 * 2 * A + 2 * (p - 1) / p * 1000 * B)
+
+
+def test_server_nodes_count_only_traffic_off_the_node():
+    f = Fabric(ranks_per_node=2)
+    # 4 ranks on 2 nodes, one bucket each: a node's NIC carries its 2 owners' pulls to the 2
+    # ranks of the other node and its 2 ranks' pushes to the other node's 2 owners
+    assert server_wire_bytes([100] * 4, 4, f) == 2 * 2 * 100 + 2 * 2 * 100
+
+
+def test_step_time_charges_a_ps_at_its_busiest_server():
+    prof = profile([(740, 0.05), (130, 0.1), (130, 0.2)])
+    ps = step_time(prof, CommModel(0.0, 1e-4), "ps", 8)
+    ar = step_time(prof, CommModel(0.0, 1e-4), "allreduce", 8)
+    assert ps.comm_s == approx(((8 - 1) * 740 + 260) * 1e-4)
+    assert ps.step_s > ar.step_s
+
+
+def test_interference_stretches_backward_by_the_communication_beside_it():
+    prof = profile([(1000, 0.0)], forward=0.1, backward=0.2)
+    cm = CommModel(0.0, 1e-4, interference=0.5)  # 0.1 s of exchange from backward's start
+    t = step_time(prof, cm, "gossip", 2)
+    assert t.step_s == approx(0.1 + 0.2 + 0.5 * 0.1)
+    plain = step_time(prof, CommModel(0.0, 1e-4), "gossip", 2)
+    assert plain.step_s == approx(0.3)
+
+
+def test_param_mix_waits_in_forward_for_the_first_layers_bucket():
+    # backward order: bucket 0 (last layer, ready at 0.1), bucket 1 (first layer, at 0.2)
+    prof = profile([(1000, 0.1), (1000, 0.2)], forward=0.1, backward=0.2)
+    cm = CommModel(0.0, 0.5e-4)  # 0.05 s per bucket
+    t = step_time(prof, cm, "gossip", 2, mix="param")
+    # forward order: bucket 1 (needed at 0) ends at 0.05, bucket 0 (needed at 0.05) at 0.1
+    assert t.step_s == approx(0.1 + 0.05 + 0.2)
+    assert step_time(prof, cm, "gossip", 2, mix="param", overlap=False).step_s == approx(0.4)
+    with pytest.raises(ValueError, match="mix must be"):
+        step_time(prof, cm, "gossip", 2, mix="both")
+
+
+def test_sufficient_factors_enter_the_step_time_and_the_bytes():
+    # one Linear 4096 x 4096 (64 MiB of gradient) seen by 32 rows per step
+    n = 4096 * 4096 * 4
+    prof = profile([(n, 0.05), (4096 * 4, 0.06)], linear=(LinearLayer(0, 4096, 4096, 32),))
+    cm = CommModel(1e-5, 1e-8)  # 0.1 GB/s: the matrix does not hide behind backward
+    rows = {
+        (r.strategy, f): r
+        for f in ("off", "auto")
+        for r in plan(prof, cm, sizes=[8], bucket_mb=[100], staleness=[0], sufficient_factors=f)
+    }
+    for s in ("gossip", "allreduce"):
+        off, auto = rows[(s, "off")], rows[(s, "auto")]
+        assert auto.bytes_per_step < off.bytes_per_step / 10
+        assert auto.step_s < off.step_s and auto.comm_s < off.comm_s / 10
+    block = 32 * (4096 + 4096) * 4
+    assert rows[("gossip", "auto")].bytes_per_step == approx(block + 4096 * 4)
+
+
+def test_profile_linear_layers_round_trip_and_name_bad_fields():
+    prof = profile([(400, 0.1)], linear=(LinearLayer(0, 10, 10, 4),))
+    assert Profile.from_json(prof.to_json()) == prof
+    doc = prof.to_json()
+    doc["linear"][0]["bucket"] = 7
+    with pytest.raises(ValueError, match=r"'linear\[0\].bucket' names no bucket"):
+        Profile.from_json(doc)
+
+
+def test_a_parameter_server_pushes_during_backward_and_pulls_before_forward():
+    cm = CommModel(0.0, 1e-4)
+    # one bucket (two ranks: the owner's link carries it once each way), ready at the end
+    late = profile([(1000, 0.2)], forward=0.1, backward=0.2)
+    assert step_time(late, cm, "ps", 2).step_s == approx(0.1 + 0.2 + 0.1)  # 0.05 + 0.05
+    # the first layer's bucket (ready last) is needed at once; the last layer's at F
+    two = profile([(500, 0.0), (500, 0.2)], forward=0.1, backward=0.2)
+    t = step_time(two, cm, "ps", 2)
+    # pushes: 0.025 s each, the second after backward; pulls: bucket 1 first (needed at 0)
+    assert t.step_s == approx(0.3 + 0.025 + 0.025)
+    host = step_time(late, CommModel(0.0, 1e-4, host_s_per_byte=1e-5), "ps", 2)
+    assert host.step_s == approx(0.4 + 0.01)  # the owner's work comes before its pull
