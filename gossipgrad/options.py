@@ -32,6 +32,7 @@ from gossipgrad.choices import (  # noqa: F401 - re-exported: the usual import p
     Mix,
     Offload,
     OnFailure,
+    Optimizer,
     ShuffleMode,
     Strategy,
     SufficientFactors,
@@ -118,6 +119,8 @@ class ExchangeOptions(_Options):
             (:class:`SufficientFactors`); ``on`` where the strategy cannot is an error.
         wire: the wire codec of every bucket this rank sends (:data:`registry.CODECS`).
         rule: the mixing rule (:data:`registry.RULES`), ``NAME`` or ``NAME:ARG``.
+        backward_passes_per_step: backward passes (gradient accumulation) before each
+            step; a gradient bucket is sent after the last (Horovod's argument).
     """
 
     strategy: str = Strategy.GOSSIP.value
@@ -136,6 +139,7 @@ class ExchangeOptions(_Options):
     sufficient_factors: SufficientFactors = SufficientFactors.AUTO
     wire: str = DEFAULT_WIRE
     rule: str = DEFAULT_RULE
+    backward_passes_per_step: int = 1
 
     def __post_init__(self) -> None:
         spec = STRATEGIES.get(self.strategy)
@@ -151,6 +155,7 @@ class ExchangeOptions(_Options):
         for name in ("sync_every", "max_lag", "monitor_every"):
             at_least(getattr(self, name), 0, "--" + name.replace("_", "-"))
         at_least(self.sync_threshold, 0, "--sync-threshold", strict=True)
+        at_least(self.backward_passes_per_step, 1, "--backward-passes-per-step")
         bucket_cap_bytes(self.bucket_mb)
         CODECS.get(self.wire)
         RULES.get(self.rule.partition(":")[0])(self.rule.partition(":")[2] or None)
@@ -316,11 +321,14 @@ def parse_partition(kind: str) -> tuple[str, float | None]:
 
 @dataclass(frozen=True)
 class OptimOptions(_Options):
-    """The local optimizer (SGD with momentum) and its learning-rate schedule: linear
-    warm-up over ``warmup_epochs``, then cosine decay to zero at the last step."""
+    """The local optimizer (SGD with momentum, optionally Nesterov's; Adam; AdamW) and its
+    learning-rate schedule: linear warm-up over ``warmup_epochs``, then cosine decay to
+    zero at the last step."""
 
     lr: float = 0.1
     momentum: float = 0.9
+    optimizer: Optimizer = Optimizer.SGD
+    nesterov: bool = False
     weight_decay: float = 0.0
     epochs: int = 20
     max_steps: int = 0
@@ -328,8 +336,14 @@ class OptimOptions(_Options):
     scale_lr: bool = False
 
     def __post_init__(self) -> None:
+        self._set("optimizer", choice(Optimizer, self.optimizer, "--optimizer"))
         at_least(self.lr, 0, "--lr", strict=True)
         at_least(self.epochs, 0, "--epochs", strict=True)
+        if self.nesterov and (self.optimizer is not Optimizer.SGD or not self.momentum):
+            raise ValueError(
+                f"{spell('--nesterov', True)} needs {spell('--optimizer', 'sgd')} with "
+                f"{spell('--momentum')} > 0"
+            )
         for name in ("momentum", "weight_decay", "max_steps", "warmup_epochs"):
             at_least(getattr(self, name), 0, "--" + name.replace("_", "-"))
 

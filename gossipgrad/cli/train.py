@@ -26,7 +26,7 @@ from gossipgrad.engine import trainer
 from gossipgrad.engine.config import TrainConfig, imagenet_defaults
 from gossipgrad.engine.membership import check_support, leads
 from gossipgrad.models import IMAGENET_ARCHS, MODELS
-from gossipgrad.options import Mix, OnFailure, SufficientFactors, Sync, Topology
+from gossipgrad.options import Mix, OnFailure, Optimizer, SufficientFactors, Sync, Topology
 from gossipgrad.registry import CODECS, RULES, STRATEGIES
 from gossipgrad.settings import table_text
 
@@ -104,7 +104,14 @@ OPTIONS = [
         show_default=f"{D.warmup_epochs}; ImageNet models 5",
         help="Linear warm-up.",
     ),
+    _opt(
+        "--optimizer",
+        type=_choices(Optimizer),
+        default=D.optimizer,
+        help="Local torch optimizer: sgd (--momentum, --nesterov), adam or adamw.",
+    ),
     _opt("--momentum", type=float, default=D.momentum),
+    _opt("--nesterov/--no-nesterov", default=D.nesterov, help="Nesterov momentum (sgd)."),
     _opt(
         "--wd",
         "--weight-decay",
