@@ -15,6 +15,7 @@ from typing import Any, NoReturn, TypeVar
 
 import numpy as np
 
+from gossipgrad.choices import cli_spelling
 from gossipgrad.comm.base import CommError, Communicator, WaitPolicy
 from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.comm.hosts import host_id
@@ -55,7 +56,8 @@ def init(timeout: float = DEFAULT_TIMEOUT_S, verbose: bool = False) -> Communica
     """Return this process's communicator, fitted to its share of the node (torch threads,
     wait policy: :func:`wait_policy`), and configure logging with a rank prefix."""
     if timeout <= 0:
-        raise ValueError(f"--comm-timeout must be > 0 seconds, got {timeout}")
+        name = "--comm-timeout" if cli_spelling() else "timeout"
+        raise ValueError(f"{name} must be > 0 seconds, got {timeout}")
     env, cores = settings(), usable_cores()
     if launched_by_mpi(env):
         # Lazy: mpi4py initialises MPI on import, which a plain one-rank run must not do.

@@ -116,6 +116,7 @@ class FactorPath:
         self._settled = False
         self._thread: Any = None
         self._step: Callable[[], int] = lambda: 0
+        self._holding: Callable[[], bool] = lambda: False
         for layer in self.layers:
             layer.hooks.append(layer.module.register_forward_hook(layer.capture, with_kwargs=True))
             layer.grad()  # a tensor of its own from the start: zeroed in place, never None
@@ -125,10 +126,13 @@ class FactorPath:
         self.order = list(reversed(layers))  # backward order of a sequential model
         self.weight_ids = frozenset(id(layer.weight) for layer in layers)
 
-    def bind(self, thread: Any, step: Callable[[], int]) -> None:
+    def bind(
+        self, thread: Any, step: Callable[[], int], holding: Callable[[], bool] = lambda: False
+    ) -> None:
         """Post through ``thread`` (a ``CommThread``; None: blocking at ``step()``), as soon
-        as each weight gradient is accumulated; ``step()`` gives the current step."""
-        self._thread, self._step = thread, step
+        as each weight gradient is accumulated; ``step()`` gives the current step, and
+        while ``holding()`` (``no_sync``) backward passes post nothing."""
+        self._thread, self._step, self._holding = thread, step, holding
         if thread is not None:
             for layer in self.layers:
                 layer.hooks.append(
@@ -149,8 +153,11 @@ class FactorPath:
             raise RuntimeError(
                 f"rank {self.comm.rank}, step {self._step()}: layer {layer.name!r} got a "
                 "second backward pass after its gradient was sent (gradient accumulation?); "
-                "accumulate with overlap=False (--no-overlap)"
+                "run the first passes inside `with opt.no_sync():`, or accumulate with "
+                "overlap=False (--no-overlap)"
             )
+        if self._holding():
+            return
         layer.ready = True
         while self._next < len(self.order) and self.order[self._next].ready:
             self._post(self.order[self._next])
@@ -370,6 +377,13 @@ def make_factor_path(
     reason = why_not(opts, comm.size) if layers else "no eligible Linear layer"
     if reason is not None:
         if comm.rank == 0 and (layers or opts.sufficient_factors is SufficientFactors.ON):
-            log.info("sufficient factors: not used (%s)", reason)
+            # INFO only for a caller who asked for them: auto's choice is no news to one
+            # who never set the option (the CLI's resolved configuration shows it anyway)
+            asked = opts.sufficient_factors is SufficientFactors.ON
+            log.log(
+                logging.INFO if asked else logging.DEBUG,
+                "sufficient factors: not used (%s)",
+                reason,
+            )
         return None
     return FactorPath(layers, comm, opts, schedule, stager, keep_matrices)

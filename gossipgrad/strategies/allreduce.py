@@ -17,7 +17,16 @@ COLLECTIVE_REFUSALS = {
 class Allreduce(BucketStrategy):
     name = "allreduce"
     summary = "bucketed allreduce of gradients during backward (DDP/Horovod's way)"
-    uses = frozenset({"staleness", "bucket_mb", "overlap", "sufficient_factors", "wire"})
+    uses = frozenset(
+        {
+            "staleness",
+            "bucket_mb",
+            "overlap",
+            "sufficient_factors",
+            "wire",
+            "backward_passes_per_step",
+        }
+    )
     pattern = "ring"
     collective = True
     identical = True

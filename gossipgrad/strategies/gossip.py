@@ -28,6 +28,7 @@ class Gossip(BucketStrategy):
             "sufficient_factors",
             "wire",
             "rule",
+            "backward_passes_per_step",
         }
     )
     pattern = "peer"
