@@ -98,13 +98,13 @@ class StartCheck:
         if not self.pending or comm.size == 1:
             self.pending = False
             return
-        self.pending = False
         if grads is None:
             gfp = comm.rank  # differs from every other rank's: no warning
         else:
             for i, g in enumerate(grads):
                 self.note(i, g)
             gfp = tensors_fingerprint([torch.tensor(sorted(self._grads.items()))])
+        self.pending = False
         mine = [tensors_fingerprint(params), optimizer_fingerprint(optimizer, step), gfp]
         when = "after load_state_dict (was it called on every rank?)" if self.after_load else ""
         what = f"the identical-start check{' ' + when if when else ''}"
