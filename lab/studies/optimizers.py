@@ -9,8 +9,12 @@ record. Optimizers (learning rates fixed beforehand on the reference, gradient-a
 allreduce at 4 ranks, never on a contender):
 
 - ``nesterov``: SGD, momentum 0.9, Nesterov, lr 0.1;
-- ``adam``: Adam, lr 3e-3;
-- ``adamw``: AdamW, lr 3e-3, weight decay 0.01.
+- ``adam``: Adam, lr 0.01;
+- ``adamw``: AdamW, lr 0.01, weight decay 0.01.
+
+(The scan, allreduce at 4 ranks, test accuracy on digits / templates: Adam 1e-3 0.953 /
+0.861, 3e-3 0.972 / 0.874, 1e-2 0.989 / 0.872, 3e-2 0.989 / -; SGD-Nesterov 0.03 0.939 /
+0.861, 0.1 0.975 / 0.879, 0.3 0.981 / -; AdamW 3e-3 0.972, 1e-2 0.989 on digits.)
 
 Contenders: ``allreduce`` (gradients averaged over every rank: what DDP and Horovod run,
 the reference), ``gossip-param`` and ``gossip-grad`` (gossip mixing parameters, or
@@ -34,8 +38,8 @@ from statistics import mean
 
 OPTIMIZERS: dict[str, list[str]] = {
     "nesterov": ["--optimizer", "sgd", "--nesterov", "--lr", "0.1", "--momentum", "0.9"],
-    "adam": ["--optimizer", "adam", "--lr", "0.003"],
-    "adamw": ["--optimizer", "adamw", "--lr", "0.003", "--wd", "0.01"],
+    "adam": ["--optimizer", "adam", "--lr", "0.01"],
+    "adamw": ["--optimizer", "adamw", "--lr", "0.01", "--wd", "0.01"],
 }
 """The optimizers and their ``gossipgrad train`` flags."""
 
