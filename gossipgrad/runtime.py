@@ -52,9 +52,18 @@ def launched_by_mpi(env: Settings | None = None) -> bool:
     return any(v in os.environ for v in _LAUNCHER_VARS)
 
 
-def init(timeout: float = DEFAULT_TIMEOUT_S, verbose: bool = False) -> Communicator:
+def init(
+    timeout: float = DEFAULT_TIMEOUT_S, verbose: bool = False, torch_distributed: bool = False
+) -> Communicator:
     """Return this process's communicator, fitted to its share of the node (torch threads,
-    wait policy: :func:`wait_policy`), and configure logging with a rank prefix."""
+    wait policy: :func:`wait_policy`), and configure logging with a rank prefix.
+
+    ``torch_distributed``: also bring up torch.distributed's default process group (gloo)
+    on the same ranks, and set ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and
+    ``LOCAL_WORLD_SIZE`` as ``torchrun`` does (unless already set), so that a DDP
+    script's ``DistributedSampler()``, ``dist.all_reduce`` of metrics and
+    ``dist.barrier()`` work unchanged under ``mpiexec`` (:func:`start_torch_distributed`).
+    """
     if timeout <= 0:
         name = "--comm-timeout" if cli_spelling() else "timeout"
         raise ValueError(f"{name} must be > 0 seconds, got {timeout}")
@@ -91,7 +100,26 @@ def init(timeout: float = DEFAULT_TIMEOUT_S, verbose: bool = False) -> Communica
             per_node,
             together,
         )
+    if torch_distributed:
+        start_torch_distributed(comm)
     return comm
+
+
+def start_torch_distributed(comm: Communicator) -> None:
+    """torch.distributed's default group (gloo) on ``comm``'s ranks, through the ddp
+    strategy's rendezvous (rank 0's address broadcast as raw bytes), and torchrun's
+    environment variables. Collective."""
+    from gossipgrad.strategies.ddp import init_process_group
+
+    init_process_group(comm, "gloo")
+    on_node = _ranks_on_node(comm)
+    for name, value in (
+        ("RANK", comm.rank),
+        ("WORLD_SIZE", comm.size),
+        ("LOCAL_RANK", local_rank(comm)),
+        ("LOCAL_WORLD_SIZE", on_node),
+    ):
+        os.environ.setdefault(name, str(value))
 
 
 def torch_threads(cores: int, per_node: int, env: Settings) -> int:

@@ -134,7 +134,11 @@ class BucketOptimizer(WrappedOptimizer):
                 if p.requires_grad
             ]
         elif self.timing.forward_waits:
-            self._hooks = install_forward_waits(model, self._bucket_of, self.timing.wait_)
+            self._hooks = self._forward_waits()
+
+    def _forward_waits(self) -> list[Any]:
+        """Forward pre-hooks that wait for the parameter buckets a module reads."""
+        return install_forward_waits(self.model, self._bucket_of, self.timing.wait_)
 
     def _bind_layout(self, exclude: frozenset[int]) -> None:
         """Bucket every trainable parameter not in ``exclude``. Built again, once, after
