@@ -52,6 +52,25 @@ def launched_by_mpi(env: Settings | None = None) -> bool:
     return any(v in os.environ for v in _LAUNCHER_VARS)
 
 
+_RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK")
+
+
+def launch_rank(environ: Any = None) -> int:
+    """This process's rank as its launcher says, before MPI starts (0 without one; srun's
+    ``SLURM_PROCID`` counts only inside a job step).
+
+        >>> launch_rank({"PMI_RANK": "3"}), launch_rank({}), launch_rank({"SLURM_PROCID": "2"})
+        (3, 0, 0)
+    """
+    env = os.environ if environ is None else environ
+    names = (*_RANK_VARS, "SLURM_PROCID") if "SLURM_STEP_ID" in env else _RANK_VARS
+    for name in names:
+        value = env.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
 def init(
     timeout: float = DEFAULT_TIMEOUT_S, verbose: bool = False, torch_distributed: bool = False
 ) -> Communicator:
@@ -79,7 +98,7 @@ def init(
             timeout=timeout, policy=wait_policy(together, per_node, env)
         )
         setup_logging(comm.rank, comm.size, verbose)
-        if not thread_multiple():
+        if not thread_multiple() and comm.rank == 0:  # once per job, not once per rank
             log.warning(
                 "MPI granted less than MPI_THREAD_MULTIPLE: MPI calls from the "
                 "communication and shuffle threads are serialised behind one lock"

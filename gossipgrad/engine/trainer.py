@@ -31,6 +31,7 @@ from gossipgrad.engine.config import TrainConfig
 from gossipgrad.engine.consensus import agree
 from gossipgrad.engine.membership import Membership, check_support
 from gossipgrad.engine.offload import HostOffloadOptimizer
+from gossipgrad.engine.pretrained import load_pretrained_
 from gossipgrad.engine.run import Run
 from gossipgrad.engine.signals import StopSignals
 from gossipgrad.engine.standin import attach as attach_standin
@@ -88,7 +89,10 @@ def _setup_and_run(
     source = open_source(
         cfg.data, rank=comm.rank, size=comm.size, seed=cfg.seed, pin_memory=device.type == "cuda"
     )
-    model = build_model(cfg.arch, source.in_shape, source.classes, cfg.hidden).to(device)
+    model = build_model(cfg.arch, source.in_shape, source.classes, cfg.hidden)
+    if cfg.pretrained and comm.rank == 0:  # the optimizer broadcasts rank 0's parameters
+        load_pretrained_(model, cfg.arch)
+    model = model.to(device)
     standin = attach_standin(cfg, model, source.in_shape)  # None unless --device standin:...
     base_lr = cfg.optim.lr * (comm.size if cfg.optim.scale_lr else 1)
     sgd = local_optimizer(cfg.optim, model.parameters(), base_lr)
