@@ -237,6 +237,21 @@ def exchange_options(options: ExchangeOptions | None, overrides: dict[str, Any])
     return dataclasses.replace(base, **mix_follows_strategy(base, overrides))
 
 
+def default_mix(strategy: str, adaptive: bool) -> Mix | None:
+    """What a caller who names no mix gets, given whether the local optimizer is adaptive
+    (Adam and its kin): gossip mixes gradients for those and parameters otherwise; None
+    is the strategy's own. Measured: docs/validation/optimizers.md, one seed (parameter mixing
+    trailed gradient-averaging allreduce with Adam, gradient mixing did not; with SGD it
+    is the other way round).
+
+    >>> default_mix("gossip", True), default_mix("gossip", False), default_mix("ps", True)
+    (<Mix.GRAD: 'grad'>, None, None)
+    """
+    if "mix" not in STRATEGIES.get(strategy).uses:
+        return None
+    return Mix.GRAD if adaptive else None
+
+
 def mix_follows_strategy(base: ExchangeOptions, overrides: dict[str, Any]) -> dict[str, Any]:
     """``overrides``, plus ``mix=None`` where they change the strategy and ``base.mix`` was
     only its old strategy's own (so the new strategy picks its own)."""

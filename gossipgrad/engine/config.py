@@ -30,11 +30,13 @@ from gossipgrad.options import (
     ExchangeOptions,
     Offload,
     OnFailure,
+    Optimizer,
     OptimOptions,
     RunOptions,
     ShuffleOptions,
     SufficientFactors,
     at_least,
+    default_mix,
     mix_follows_strategy,
     spell,
 )
@@ -58,6 +60,9 @@ def imagenet_defaults(batch_size: int) -> dict[str, float | int | bool]:
         "epochs": 90,
     }
 
+
+#: ``--optimizer`` choices that scale steps per parameter (the default mix follows them).
+ADAPTIVE_CHOICES = frozenset({Optimizer.ADAM.value, Optimizer.ADAMW.value})
 
 #: The option groups of a TrainConfig, by attribute name.
 GROUPS: dict[str, type] = {
@@ -141,6 +146,10 @@ class TrainConfig:
         unknown = sorted(set(flags) - known)
         if unknown:
             raise ValueError(f"unknown option(s): {', '.join(unknown)}")
+        if flags.get("mix") is None:  # the mix that suits --optimizer (options.default_mix)
+            adaptive = flags.get("optimizer", "sgd") in ADAPTIVE_CHOICES
+            mix = default_mix(flags.get("strategy", ExchangeOptions.strategy), adaptive)
+            flags = {**flags, "mix": mix}
         top = {k: flags[k] for k in ("arch", "hidden", "pretrained") if k in flags}
         return cls(**top, **{name: group(**group.pick(flags)) for name, group in GROUPS.items()})
 

@@ -16,9 +16,9 @@ from typing import Any
 
 from gossipgrad.options import ExchangeOptions
 
-FACE_DEFAULTS: dict[str, Any] = {"strategy": "gossip", "mix": "grad"}
-"""Gossip mixing gradients: Horovod's gradient averaging with one peer per step (why:
-docs/guide.md, "Choosing strategy, mix and lag")."""
+FACE_DEFAULTS: dict[str, Any] = {"strategy": "gossip"}
+"""Gossip, mixing what suits the optimizer (``options.default_mix``; docs/guide.md,
+"Choosing strategy, mix and lag")."""
 
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
 

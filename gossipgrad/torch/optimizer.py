@@ -28,9 +28,9 @@ from typing import Any
 import torch
 
 from gossipgrad.engine.buckets import install_global_forward_waits
+from gossipgrad.engine.optim import is_adaptive
 from gossipgrad.engine.shell import BucketOptimizer
-from gossipgrad.options import exchange_options
-from gossipgrad.registry import STRATEGIES
+from gossipgrad.options import default_mix, exchange_options
 from gossipgrad.strategies.bucketed import BucketStrategy
 from gossipgrad.torch.compression import Compression, wire_of
 from gossipgrad.torch.config import FACE_DEFAULTS, exchange_from_env
@@ -126,7 +126,7 @@ def DistributedOptimizer(  # noqa: N802 - Horovod's name
     comm = communicator()
     if not (hasattr(optimizer, "step") and hasattr(optimizer, "param_groups")):
         raise TypeError(f"DistributedOptimizer takes a torch optimizer first, got {optimizer!r}")
-    fields = face_fields({**exchange_from_env(os.environ), **exchange})
+    fields = face_fields({**exchange_from_env(os.environ), **exchange}, is_adaptive(optimizer))
     fields.update(wire=wire_of(compression), backward_passes_per_step=backward_passes_per_step)
     if model is None:
         model = _Parameters(named_list(optimizer, named_parameters))
@@ -143,17 +143,18 @@ def DistributedOptimizer(  # noqa: N802 - Horovod's name
     return opt
 
 
-def face_fields(given: dict[str, Any]) -> dict[str, Any]:
-    """``given`` over the face's defaults: gossip, and ``mix="grad"`` unless the strategy
-    fixes what it averages (or ``mix`` is given).
+def face_fields(given: dict[str, Any], adaptive: bool) -> dict[str, Any]:
+    """``given`` over the face's defaults: gossip, mixing what suits the optimizer
+    (``options.default_mix``: gradients for Adam and its kin, else parameters).
 
-    >>> face_fields({}), face_fields({"strategy": "allreduce-param"})["mix"]
-    ({'strategy': 'gossip', 'mix': 'grad'}, None)
+    >>> face_fields({}, adaptive=True), face_fields({"strategy": "allreduce"}, False)
+    ({'strategy': 'gossip', 'mix': <Mix.GRAD: 'grad'>}, {'strategy': 'allreduce'})
     """
     fields = {"strategy": FACE_DEFAULTS["strategy"], **given}
     if "mix" not in given:
-        fixed = STRATEGIES.get(fields["strategy"]).fixed_mix
-        fields["mix"] = FACE_DEFAULTS["mix"] if fixed is None else None
+        mix = default_mix(fields["strategy"], adaptive)
+        if mix is not None:
+            fields["mix"] = mix
     return fields
 
 
