@@ -85,6 +85,14 @@ class OnFailure(enum.StrEnum):
     CONTINUE = "continue"  # revoke, shrink, agree, continue (needs an MPI with ULFM)
 
 
+class Optimizer(enum.StrEnum):
+    """The local torch optimizer of ``gossipgrad train`` (``--optimizer``)."""
+
+    SGD = "sgd"  # torch.optim.SGD with --momentum (and --nesterov)
+    ADAM = "adam"  # torch.optim.Adam (betas 0.9, 0.999)
+    ADAMW = "adamw"  # torch.optim.AdamW (decoupled --weight-decay)
+
+
 class Offload(enum.StrEnum):
     """What moves from device memory to (pinned) host memory (``--offload``)."""
 
@@ -151,6 +159,11 @@ def use_cli_names(on: bool = True) -> None:
     _SPELLING["cli"] = on
 
 
+def cli_spelling() -> bool:
+    """Whether messages spell options as command-line flags now (:func:`use_cli_names`)."""
+    return _SPELLING["cli"]
+
+
 @contextlib.contextmanager
 def cli_names() -> Iterator[None]:
     """Spell options as flags inside the block (the CLI's commands, their tests)."""
@@ -181,6 +194,30 @@ def spell(flag: str, value: Any = ...) -> str:
         return flag if value is ... else f"{flag} {value}"
     name = LIBRARY_NAMES.get(flag, flag[2:].replace("-", "_"))
     return name if value is ... else f"{name}={value!r}"
+
+
+def timeout_hint() -> str:
+    """How to give every wait longer, for the reader: the flag on the command line, the
+    argument of ``gossipgrad.init`` from the library.
+
+    >>> timeout_hint()
+    'raise gossipgrad.init(timeout=SECONDS) if the network is slow'
+    """
+    if _SPELLING["cli"]:
+        return "raise --comm-timeout if the network is slow"
+    return "raise gossipgrad.init(timeout=SECONDS) if the network is slow"
+
+
+def peer_hint(peer: int) -> str:
+    """What a wait for ``peer`` asks: whether it is alive; from the library also whether it
+    ran out of data (its loop ended and it is neither stepping nor in ``join()``).
+
+    >>> peer_hint(2)
+    'is rank 2 alive, or out of data (call opt.join() after the training loop)?'
+    """
+    if _SPELLING["cli"]:
+        return f"is rank {peer} alive?"
+    return f"is rank {peer} alive, or out of data (call opt.join() after the training loop)?"
 
 
 def spell_either(flag: str, *values: Any) -> str:

@@ -33,6 +33,7 @@ from gossipgrad.choices import (  # noqa: F401 - re-exported: the usual import p
     Mix,
     Offload,
     OnFailure,
+    Optimizer,
     ShuffleMode,
     Strategy,
     SufficientFactors,
@@ -121,6 +122,8 @@ class ExchangeOptions(_Options):
         error_feedback: whether a lossy codec adds each cast's remainder to the next send
             (:class:`ErrorFeedback`; ``auto``: on for fp8 only); see :attr:`feedback`.
         rule: the mixing rule (:data:`registry.RULES`), ``NAME`` or ``NAME:ARG``.
+        backward_passes_per_step: backward passes (gradient accumulation) before each
+            step; a gradient bucket is sent after the last (Horovod's argument).
     """
 
     strategy: str = Strategy.GOSSIP.value
@@ -140,6 +143,7 @@ class ExchangeOptions(_Options):
     wire: str = DEFAULT_WIRE
     error_feedback: ErrorFeedback = ErrorFeedback.AUTO
     rule: str = DEFAULT_RULE
+    backward_passes_per_step: int = 1
 
     def __post_init__(self) -> None:
         spec = STRATEGIES.get(self.strategy)
@@ -155,6 +159,7 @@ class ExchangeOptions(_Options):
         for name in ("sync_every", "max_lag", "monitor_every"):
             at_least(getattr(self, name), 0, "--" + name.replace("_", "-"))
         at_least(self.sync_threshold, 0, "--sync-threshold", strict=True)
+        at_least(self.backward_passes_per_step, 1, "--backward-passes-per-step")
         bucket_cap_bytes(self.bucket_mb)
         self._set("error_feedback", choice(ErrorFeedback, self.error_feedback, "--error-feedback"))
         codec = CODECS.get(self.wire)()
@@ -250,6 +255,21 @@ def exchange_options(options: ExchangeOptions | None, overrides: dict[str, Any])
     return dataclasses.replace(base, **mix_follows_strategy(base, overrides))
 
 
+def default_mix(strategy: str, adaptive: bool) -> Mix | None:
+    """What a caller who names no mix gets, given whether the local optimizer is adaptive
+    (Adam and its kin): gossip mixes gradients for those and parameters otherwise; None
+    is the strategy's own. Measured: docs/validation/optimizers.md, one seed (parameter mixing
+    trailed gradient-averaging allreduce with Adam, gradient mixing did not; with SGD it
+    is the other way round).
+
+    >>> default_mix("gossip", True), default_mix("gossip", False), default_mix("ps", True)
+    (<Mix.GRAD: 'grad'>, None, None)
+    """
+    if "mix" not in STRATEGIES.get(strategy).uses:
+        return None
+    return Mix.GRAD if adaptive else None
+
+
 def mix_follows_strategy(base: ExchangeOptions, overrides: dict[str, Any]) -> dict[str, Any]:
     """``overrides``, plus ``mix=None`` where they change the strategy and ``base.mix`` was
     only its old strategy's own (so the new strategy picks its own)."""
@@ -334,11 +354,14 @@ def parse_partition(kind: str) -> tuple[str, float | None]:
 
 @dataclass(frozen=True)
 class OptimOptions(_Options):
-    """The local optimizer (SGD with momentum) and its learning-rate schedule: linear
-    warm-up over ``warmup_epochs``, then cosine decay to zero at the last step."""
+    """The local optimizer (SGD with momentum, optionally Nesterov's; Adam; AdamW) and its
+    learning-rate schedule: linear warm-up over ``warmup_epochs``, then cosine decay to
+    zero at the last step."""
 
     lr: float = 0.1
     momentum: float = 0.9
+    optimizer: Optimizer = Optimizer.SGD
+    nesterov: bool = False
     weight_decay: float = 0.0
     epochs: int = 20
     max_steps: int = 0
@@ -346,8 +369,14 @@ class OptimOptions(_Options):
     scale_lr: bool = False
 
     def __post_init__(self) -> None:
+        self._set("optimizer", choice(Optimizer, self.optimizer, "--optimizer"))
         at_least(self.lr, 0, "--lr", strict=True)
         at_least(self.epochs, 0, "--epochs", strict=True)
+        if self.nesterov and (self.optimizer is not Optimizer.SGD or not self.momentum):
+            raise ValueError(
+                f"{spell('--nesterov', True)} needs {spell('--optimizer', 'sgd')} with "
+                f"{spell('--momentum')} > 0"
+            )
         for name in ("momentum", "weight_decay", "max_steps", "warmup_epochs"):
             at_least(getattr(self, name), 0, "--" + name.replace("_", "-"))
 

@@ -146,6 +146,11 @@ class StrategySpec:
             )
         if opts.max_lag:
             return f"needs {spell('--max-lag', 0)} (a lagged frame carries whole buckets)"
+        if opts.backward_passes_per_step > 1:
+            return (
+                f"needs {spell('--backward-passes-per-step', 1)} (the rows of every pass "
+                "would have to be agreed at the first step)"
+            )
         if size == 1:
             return "needs more than one rank (one rank exchanges nothing)"
         return None

@@ -15,6 +15,7 @@ from typing import Any, NoReturn, TypeVar
 
 import numpy as np
 
+from gossipgrad.choices import cli_spelling
 from gossipgrad.comm.base import CommError, Communicator, WaitPolicy
 from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.comm.hosts import host_id
@@ -51,11 +52,40 @@ def launched_by_mpi(env: Settings | None = None) -> bool:
     return any(v in os.environ for v in _LAUNCHER_VARS)
 
 
-def init(timeout: float = DEFAULT_TIMEOUT_S, verbose: bool = False) -> Communicator:
+_RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK")
+
+
+def launch_rank(environ: Any = None) -> int:
+    """This process's rank as its launcher says, before MPI starts (0 without one; srun's
+    ``SLURM_PROCID`` counts only inside a job step).
+
+        >>> launch_rank({"PMI_RANK": "3"}), launch_rank({}), launch_rank({"SLURM_PROCID": "2"})
+        (3, 0, 0)
+    """
+    env = os.environ if environ is None else environ
+    names = (*_RANK_VARS, "SLURM_PROCID") if "SLURM_STEP_ID" in env else _RANK_VARS
+    for name in names:
+        value = env.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def init(
+    timeout: float = DEFAULT_TIMEOUT_S, verbose: bool = False, torch_distributed: bool = False
+) -> Communicator:
     """Return this process's communicator, fitted to its share of the node (torch threads,
-    wait policy: :func:`wait_policy`), and configure logging with a rank prefix."""
+    wait policy: :func:`wait_policy`), and configure logging with a rank prefix.
+
+    ``torch_distributed``: also bring up torch.distributed's default process group (gloo)
+    on the same ranks, and set ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and
+    ``LOCAL_WORLD_SIZE`` as ``torchrun`` does (unless already set), so that a DDP
+    script's ``DistributedSampler()``, ``dist.all_reduce`` of metrics and
+    ``dist.barrier()`` work unchanged under ``mpiexec`` (:func:`start_torch_distributed`).
+    """
     if timeout <= 0:
-        raise ValueError(f"--comm-timeout must be > 0 seconds, got {timeout}")
+        name = "--comm-timeout" if cli_spelling() else "timeout"
+        raise ValueError(f"{name} must be > 0 seconds, got {timeout}")
     env, cores = settings(), usable_cores()
     if launched_by_mpi(env):
         # Lazy: mpi4py initialises MPI on import, which a plain one-rank run must not do.
@@ -68,7 +98,7 @@ def init(timeout: float = DEFAULT_TIMEOUT_S, verbose: bool = False) -> Communica
             timeout=timeout, policy=wait_policy(together, per_node, env)
         )
         setup_logging(comm.rank, comm.size, verbose)
-        if not thread_multiple():
+        if not thread_multiple() and comm.rank == 0:  # once per job, not once per rank
             log.warning(
                 "MPI granted less than MPI_THREAD_MULTIPLE: MPI calls from the "
                 "communication and shuffle threads are serialised behind one lock"
@@ -89,7 +119,26 @@ def init(timeout: float = DEFAULT_TIMEOUT_S, verbose: bool = False) -> Communica
             per_node,
             together,
         )
+    if torch_distributed:
+        start_torch_distributed(comm)
     return comm
+
+
+def start_torch_distributed(comm: Communicator) -> None:
+    """torch.distributed's default group (gloo) on ``comm``'s ranks, through the ddp
+    strategy's rendezvous (rank 0's address broadcast as raw bytes), and torchrun's
+    environment variables. Collective."""
+    from gossipgrad.strategies.ddp import init_process_group
+
+    init_process_group(comm, "gloo")
+    on_node = _ranks_on_node(comm)
+    for name, value in (
+        ("RANK", comm.rank),
+        ("WORLD_SIZE", comm.size),
+        ("LOCAL_RANK", local_rank(comm)),
+        ("LOCAL_WORLD_SIZE", on_node),
+    ):
+        os.environ.setdefault(name, str(value))
 
 
 def torch_threads(cores: int, per_node: int, env: Settings) -> int:

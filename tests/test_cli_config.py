@@ -93,3 +93,65 @@ def test_unknown_option_in_the_file_is_refused(tmp_path: Path) -> None:
     bad.write_text("learning_rate = 1\n")
     result = CliRunner().invoke(main, ["train", "--config", str(bad)])
     assert result.exit_code == 2 and "unknown option 'learning_rate'" in result.output
+
+
+# --- the flags of PyTorch's ImageNet example ------------------------------------------
+
+
+def test_pytorch_imagenet_flags_mean_what_they_mean_there(resolved, tmp_path: Path) -> None:
+    cfg = resolved(
+        [str(tmp_path), "-p", "5", "-e", "--learning-rate", "0.2", "--seed", "3", "-b", "16"]
+    )
+    assert (cfg.data, cfg.print_freq, cfg.evaluate, cfg.lr, cfg.seed, cfg.batch_size) == (
+        str(tmp_path),
+        5,
+        True,
+        0.2,
+        3,
+        16,
+    )
+    cfg = resolved(["--dummy", "--start-epoch", "0"])
+    assert cfg.synthetic is True
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--gpu", "0"], "--gpu (PyTorch's ImageNet example's flag) is not taken: each rank "),
+        (["--world-size", "4"], "mpiexec -n N gossipgrad train"),
+        (["--rank", "1"], "mpiexec -n N gossipgrad train"),
+        (["--dist-url", "env://"], "rank 0 hands out the rendezvous itself"),
+        (["--dist-backend", "nccl"], "--strategy ddp picks gloo (CPU) or nccl (CUDA)"),
+        (["--multiprocessing-distributed"], "the launcher sets the ranks"),
+        (["--start-epoch", "5"], "pass --resume FILE (or --resume auto with --run-dir)"),
+        (["--pretrained"], "--pretrained loads torchvision's ImageNet weights: it needs --arch"),
+        (["d1", "--data", "d2"], "DIR d1 and --data d2: give one"),
+    ],
+)
+def test_flags_without_a_place_here_are_refused_with_a_pointer(args, message) -> None:
+    result = CliRunner().invoke(main, ["train", *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+
+
+def test_pretrained_weights_that_cannot_be_fetched_fail_clearly(monkeypatch, tmp_path) -> None:
+    import urllib.request
+
+    import torch
+
+    from gossipgrad.engine.pretrained import load_pretrained_
+    from gossipgrad.models import build_model
+
+    def offline(*_a, **_k):
+        raise urllib.error.URLError("Name or service not known")
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    model = build_model("resnet18", (3, 32, 32), 1000)
+    with pytest.raises(RuntimeError) as info:
+        load_pretrained_(model, "resnet18")
+    message = str(info.value)
+    assert message.startswith("--pretrained: could not fetch ResNet18_Weights") or (
+        message.startswith("pretrained=True: could not fetch ResNet18_Weights")
+    ), message
+    assert f"{torch.hub.get_dir()}/checkpoints" in message and "URLError" in message

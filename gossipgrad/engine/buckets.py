@@ -127,3 +127,24 @@ def install_forward_waits(
         if own:
             hooks.append(module.register_forward_pre_hook(lambda _m, _args, own=own: wait(own)))
     return hooks
+
+
+def install_global_forward_waits(
+    bucket_of: dict[int, int], wait: Callable[[list[int]], None]
+) -> list[Any]:
+    """As :func:`install_forward_waits`, for parameters whose modules the optimizer was not
+    given (Horovod's optimizer gets the parameters only): one global forward pre-hook
+    (``torch.nn.modules.module.register_module_forward_pre_hook``) waits, before any
+    module runs, for the buckets of the parameters it owns. Returns the hook handle."""
+    owned: dict[int, list[int]] = {}
+
+    def hook(module: torch.nn.Module, _args: Any) -> None:
+        own = owned.get(id(module))
+        if own is None:
+            own = owned[id(module)] = sorted(
+                {bucket_of[id(p)] for p in module.parameters(recurse=False) if id(p) in bucket_of}
+            )
+        if own:
+            wait(own)
+
+    return [torch.nn.modules.module.register_module_forward_pre_hook(hook)]

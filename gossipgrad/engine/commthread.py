@@ -30,6 +30,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
+from gossipgrad.choices import timeout_hint
 from gossipgrad.comm.base import Backoff, CommTimeout, Communicator, WaitContext
 from gossipgrad.comm.transport import Pending
 
@@ -212,8 +213,7 @@ class CommThread:
         )
         return (
             f"rank {rank}: bucket exchange {key} did not finish within {self.timeout:g} s "
-            f"({where}); is every rank alive and at the same step? raise --comm-timeout "
-            "if the network is slow"
+            f"({where}); is every rank alive and at the same step? {timeout_hint()}"
         )
 
     def _room(self) -> bool:

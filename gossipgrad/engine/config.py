@@ -24,17 +24,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gossipgrad.comm.schedule import resolve_topology
-from gossipgrad.models import MODELS
+from gossipgrad.models import IMAGENET_ARCHS, MODELS
 from gossipgrad.options import (
     DataOptions,
     ExchangeOptions,
     Offload,
     OnFailure,
+    Optimizer,
     OptimOptions,
     RunOptions,
     ShuffleOptions,
     SufficientFactors,
     at_least,
+    default_mix,
     mix_follows_strategy,
     spell,
 )
@@ -59,6 +61,9 @@ def imagenet_defaults(batch_size: int) -> dict[str, float | int | bool]:
     }
 
 
+#: ``--optimizer`` choices that scale steps per parameter (the default mix follows them).
+ADAPTIVE_CHOICES = frozenset({Optimizer.ADAM.value, Optimizer.ADAMW.value})
+
 #: The option groups of a TrainConfig, by attribute name.
 GROUPS: dict[str, type] = {
     "optim": OptimOptions,
@@ -78,12 +83,14 @@ RANK_LOCAL = frozenset(
 class TrainConfig:
     """One training job's options, validated at construction (no communication needed).
 
-    ``arch`` and ``hidden`` choose the model; the groups hold the rest. Build it from flat
+    ``arch``, ``hidden`` and ``pretrained`` (torchvision's ImageNet weights) choose the
+    model; the groups hold the rest. Build it from flat
     option names with :meth:`from_flags`; :meth:`to_dict` gives them back.
     """
 
     arch: str = "mlp"
     hidden: int = 0
+    pretrained: bool = False
     optim: OptimOptions = field(default_factory=OptimOptions)
     exchange: ExchangeOptions = field(default_factory=ExchangeOptions)
     data: DataOptions = field(default_factory=DataOptions)
@@ -97,6 +104,11 @@ class TrainConfig:
                 f"{', '.join(MODELS)}"
             )
         at_least(self.hidden, 0, "--hidden")
+        if self.pretrained and self.arch not in IMAGENET_ARCHS:
+            raise ValueError(
+                f"{spell('--pretrained', True)} loads torchvision's ImageNet weights: it needs "
+                f"{spell('--arch')} one of {', '.join(IMAGENET_ARCHS)}, not {self.arch!r}"
+            )
         spec = self.exchange.spec
         if self.run.on_failure is OnFailure.CONTINUE:
             why = spec.cannot_shrink(self.exchange)
@@ -128,13 +140,17 @@ class TrainConfig:
     def from_flags(cls, **flags: Any) -> TrainConfig:
         """Build from flat option names (``lr=0.1, strategy="gossip", ...``); unknown names
         raise ValueError. Missing ones take their defaults."""
-        known = {"arch", "hidden"} | {
+        known = {"arch", "hidden", "pretrained"} | {
             f.name for g in GROUPS.values() for f in dataclasses.fields(g)
         }
         unknown = sorted(set(flags) - known)
         if unknown:
             raise ValueError(f"unknown option(s): {', '.join(unknown)}")
-        top = {k: flags[k] for k in ("arch", "hidden") if k in flags}
+        if flags.get("mix") is None:  # the mix that suits --optimizer (options.default_mix)
+            adaptive = flags.get("optimizer", "sgd") in ADAPTIVE_CHOICES
+            mix = default_mix(flags.get("strategy", ExchangeOptions.strategy), adaptive)
+            flags = {**flags, "mix": mix}
+        top = {k: flags[k] for k in ("arch", "hidden", "pretrained") if k in flags}
         return cls(**top, **{name: group(**group.pick(flags)) for name, group in GROUPS.items()})
 
     def replace(self, **flags: Any) -> TrainConfig:
@@ -160,7 +176,11 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         """Every option by its flat name (enums as their strings): what is logged, saved in
         checkpoints and fingerprinted."""
-        out: dict[str, Any] = {"arch": self.arch, "hidden": self.hidden}
+        out: dict[str, Any] = {
+            "arch": self.arch,
+            "hidden": self.hidden,
+            "pretrained": self.pretrained,
+        }
         for name in GROUPS:
             for key, value in dataclasses.asdict(getattr(self, name)).items():
                 out[key] = value.value if hasattr(value, "value") else value

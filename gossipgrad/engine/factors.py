@@ -118,6 +118,7 @@ class FactorPath:
         self._settled = False
         self._thread: Any = None
         self._step: Callable[[], int] = lambda: 0
+        self._holding: Callable[[], bool] = lambda: False
         for layer in self.layers:
             layer.hooks.append(layer.module.register_forward_hook(layer.capture, with_kwargs=True))
             layer.grad()  # a tensor of its own from the start: zeroed in place, never None
@@ -134,10 +135,13 @@ class FactorPath:
         codec = self.matrix.codec
         return {"codec_factor_matrices": codec} if not codec.lossless else {}
 
-    def bind(self, thread: Any, step: Callable[[], int]) -> None:
+    def bind(
+        self, thread: Any, step: Callable[[], int], holding: Callable[[], bool] = lambda: False
+    ) -> None:
         """Post through ``thread`` (a ``CommThread``; None: blocking at ``step()``), as soon
-        as each weight gradient is accumulated; ``step()`` gives the current step."""
-        self._thread, self._step = thread, step
+        as each weight gradient is accumulated; ``step()`` gives the current step, and
+        while ``holding()`` (``no_sync``) backward passes post nothing."""
+        self._thread, self._step, self._holding = thread, step, holding
         if thread is not None:
             for layer in self.layers:
                 layer.hooks.append(
@@ -158,8 +162,11 @@ class FactorPath:
             raise RuntimeError(
                 f"rank {self.comm.rank}, step {self._step()}: layer {layer.name!r} got a "
                 "second backward pass after its gradient was sent (gradient accumulation?); "
-                "accumulate with overlap=False (--no-overlap)"
+                "run the first passes inside `with opt.no_sync():`, or accumulate with "
+                "overlap=False (--no-overlap)"
             )
+        if self._holding():
+            return
         layer.ready = True
         while self._next < len(self.order) and self.order[self._next].ready:
             self._post(self.order[self._next])
@@ -382,6 +389,13 @@ def make_factor_path(
     reason = why_not(opts, comm.size) if layers else "no eligible Linear layer"
     if reason is not None:
         if comm.rank == 0 and (layers or opts.sufficient_factors is SufficientFactors.ON):
-            log.info("sufficient factors: not used (%s)", reason)
+            # INFO only for a caller who asked for them: auto's choice is no news to one
+            # who never set the option (the CLI's resolved configuration shows it anyway)
+            asked = opts.sufficient_factors is SufficientFactors.ON
+            log.log(
+                logging.INFO if asked else logging.DEBUG,
+                "sufficient factors: not used (%s)",
+                reason,
+            )
         return None
     return FactorPath(layers, comm, opts, schedule, stager, keep_matrices)

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from gossipgrad.engine.optim import rebuild
 from gossipgrad.options import Offload
 
 log = logging.getLogger(__name__)
@@ -196,7 +197,7 @@ class HostOffloadOptimizer:
                     self._pairs.append((p, h))
                     hosts.append(h)
                 groups.append({**{k: v for k, v in g.items() if k != "params"}, "params": hosts})
-            self._inner = type(self.original)(groups, **self.defaults)
+            self._inner = rebuild(self.original, groups)
         return self._inner
 
     @property

@@ -196,11 +196,19 @@ class WrappedOptimizer(torch.optim.Optimizer):
     def close(self) -> None:
         """Leave nothing in flight (nothing, here)."""
 
+    def allow_different_start(self) -> None:
+        """The ranks' parameters differ on purpose from here on (a mixing experiment that
+        sets them per rank): the next step does not check that they start identical
+        (:mod:`gossipgrad.engine.startcheck`)."""
+        check = getattr(self, "_start", None)
+        if check is not None:
+            check.pending = False
+
     def __enter__(self) -> WrappedOptimizer:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        self.close()  # with an exception propagating, close() sees it (sys.exc_info)
 
     # -- checkpoints -------------------------------------------------------------------------
     def own_state(self) -> dict[str, Any]:
@@ -228,3 +236,6 @@ class WrappedOptimizer(torch.optim.Optimizer):
         self.optimizer.load_state_dict(state)
         if own is not None:
             self.load_own_state(own)
+        check = getattr(self, "_start", None)
+        if check is not None:  # the next step checks that every rank loaded the same
+            check.arm(after_load=True)

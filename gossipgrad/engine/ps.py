@@ -60,6 +60,7 @@ from gossipgrad.engine.consensus import (
 )
 from gossipgrad.engine.factors import Router, make_factor_path
 from gossipgrad.engine.offload import HostOffloadOptimizer
+from gossipgrad.engine.optim import rebuild
 from gossipgrad.engine.protocol import STATE_KEY, WrappedOptimizer
 from gossipgrad.engine.ps_server import DensePush, ShardServer, hyperparameters
 from gossipgrad.engine.ps_worker import ShardWorker
@@ -400,5 +401,5 @@ def _local_optimizer(
         if mine:
             groups.append({**hyperparameters(g), "params": mine})
             group_of.append(j)
-    local = type(base)(groups, **base.defaults)
+    local = rebuild(base, groups)
     return (HostOffloadOptimizer(local) if host else local), group_of

@@ -45,6 +45,7 @@ from gossipgrad.comm.staging import Stager
 from gossipgrad.comm.transport import Pending
 from gossipgrad.engine.buckets import Bucket
 from gossipgrad.engine.commthread import CommThread
+from gossipgrad.engine.optim import rebuild
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +127,7 @@ class OwnedBucket:
                 "group of the optimizer; pass every trainable parameter to it"
             )
         try:
-            self.optimizer = type(optimizer)(groups, **optimizer.defaults)
+            self.optimizer = rebuild(optimizer, groups)
         except TypeError as exc:
             raise ValueError(
                 f"--strategy ps builds one {type(optimizer).__name__} per owned "

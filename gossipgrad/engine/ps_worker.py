@@ -32,6 +32,7 @@ from collections.abc import Callable
 
 import torch
 
+from gossipgrad.choices import timeout_hint
 from gossipgrad.comm.base import Backoff, CommTimeout, Communicator, Tag, WaitContext
 from gossipgrad.comm.codecs import Codec
 from gossipgrad.comm.staging import Stager
@@ -233,8 +234,7 @@ class ShardWorker:
                     said, _, hint = what().partition("; ")
                     raise CommTimeout(
                         f"rank {self.comm.rank}, step {self.step}: {said} for "
-                        f"{self.comm.timeout:g} s; {hint} raise --comm-timeout "
-                        "if the network is slow"
+                        f"{self.comm.timeout:g} s; {hint} {timeout_hint()}"
                     )
                 if not moved:
                     backoff.sleep()

@@ -28,14 +28,24 @@ timing overlaps). Parameters must therefore be read through their own module's
 ``forward``; otherwise pass ``overlap=False``. Overlapped and blocking exchange give
 bit-identical results. Every ``sync_every`` steps, and when the consensus monitor asks
 (``sync="adaptive"``), a global average makes one model.
+
+Ranks stay in step, or say why not: gradient accumulation posts a bucket after
+``backward_passes_per_step`` passes (or not inside :meth:`BucketOptimizer.no_sync`), and a
+pass after it left is an error (:mod:`.accumulate`); the first step checks that the ranks
+start alike (:mod:`.startcheck`); a ``GradScaler`` skips the same steps on every rank
+(:mod:`.amp`); :meth:`~BucketOptimizer.join` and ``close()`` let ranks end after
+different numbers of steps (:mod:`.join`).
 """
 
 # Over 300 lines on purpose: the one class that holds a bucketed step's protocol (hooks,
-# order, factors, monitor, membership changes); timing, rule and transport live apart.
+# order, factors, monitor, membership changes, joins); timing, rule, transport, the
+# accumulation counter, the start check, AMP and the join agreement live apart.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import sys
 from typing import Any
 
 import torch
@@ -45,14 +55,18 @@ from gossipgrad.comm.codecs import Codec, make_codec
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.comm.staging import Stager
 from gossipgrad.comm.transport import make_transport
+from gossipgrad.engine import amp
+from gossipgrad.engine.accumulate import AccumulationError, ReadyCounter, accumulation_message
 from gossipgrad.engine.buckets import BucketLayout, install_forward_waits
 from gossipgrad.engine.commthread import CommThread
 from gossipgrad.engine.consensus import broadcast_parameters_, consensus_distance, verify_identical
 from gossipgrad.engine.factors import Router, make_factor_path
+from gossipgrad.engine.join import JoinAgreement, join_period
 from gossipgrad.engine.mixer import BucketMixer
 from gossipgrad.engine.monitor import ConsensusMonitor
 from gossipgrad.engine.protocol import WrappedOptimizer
 from gossipgrad.engine.rules import make_rule
+from gossipgrad.engine.startcheck import StartCheck
 from gossipgrad.engine.timing import Timing, make_timing
 from gossipgrad.options import ExchangeOptions, Mix
 
@@ -79,6 +93,8 @@ class BucketOptimizer(WrappedOptimizer):
         stager: how device tensors reach MPI (default: direct on CPU).
     """
 
+    _step_supports_amp_scaling = True  # GradScaler.step calls step() on every rank (amp.py)
+
     def __init__(
         self,
         optimizer: torch.optim.Optimizer,
@@ -95,6 +111,11 @@ class BucketOptimizer(WrappedOptimizer):
         broadcast_parameters_(model, comm)
         verify_identical(model, comm)
         self._stager = stager
+        self._start = StartCheck()
+        self._amp = False  # a GradScaler drives the steps (every rank agrees each skip)
+        self._exchanged = False  # this step's gradient exchange is complete
+        self._posted = False  # a backward hook posted a gradient bucket this step
+        self._closed = self._abandoned = False
         self.rule = make_rule(opts.rule)
         self.codec: Codec = make_codec(opts.wire, opts.feedback)
         schedule = Schedule(comm.size, opts.topology, opts.seed, opts.rotate)
@@ -107,7 +128,7 @@ class BucketOptimizer(WrappedOptimizer):
         self._bind_layout(self.factors.weight_ids if self.factors else frozenset())
         self._hooks: list[Any] = []
         self._connect(comm)
-        self.monitor = ConsensusMonitor(model, comm, opts, self.synchronize, self.timing.wait_)
+        self.monitor = ConsensusMonitor(model, comm, opts, self._average, self.timing.wait_)
         if self.timing.ready_hooks:
             self._hooks = [
                 p.register_post_accumulate_grad_hook(self._grad_ready)
@@ -115,7 +136,11 @@ class BucketOptimizer(WrappedOptimizer):
                 if p.requires_grad
             ]
         elif self.timing.forward_waits:
-            self._hooks = install_forward_waits(model, self._bucket_of, self.timing.wait_)
+            self._hooks = self._forward_waits()
+
+    def _forward_waits(self) -> list[Any]:
+        """Forward pre-hooks that wait for the parameter buckets a module reads."""
+        return install_forward_waits(self.model, self._bucket_of, self.timing.wait_)
 
     def _bind_layout(self, exclude: frozenset[int]) -> None:
         """Bucket every trainable parameter not in ``exclude``. Built again, once, after
@@ -127,7 +152,9 @@ class BucketOptimizer(WrappedOptimizer):
         if self.mix is Mix.PARAM:
             self.layout.bind_params_()
         self._bucket_of = {id(p): b.index for b in self.layout.buckets for p in b.params}
-        self._ready = [0] * len(self.layout.buckets)
+        self._counter = ReadyCounter(
+            [len(b.params) for b in self.layout.buckets], self.options.backward_passes_per_step
+        )
 
     def _connect(self, comm: Communicator) -> None:
         """Everything that depends on the ranks: schedule, transport, thread, timing."""
@@ -154,7 +181,8 @@ class BucketOptimizer(WrappedOptimizer):
             else _NoExchange()
         )
         if self.factors:
-            self.factors.bind(thread, lambda: self.step_count)
+            self.factors.bind(thread, lambda: self.step_count, lambda: self._counter.is_holding)
+        self._join = JoinAgreement(comm, join_period(opts.max_lag))
 
     @property
     def bucket_count(self) -> int:  # type: ignore[override]
@@ -170,15 +198,19 @@ class BucketOptimizer(WrappedOptimizer):
         revoked; nothing of them is applied). Parameters keep their values, each bucket
         either mixed or its own; call :meth:`rejoin_` next."""
         self.timing.abandon()
+        self._join.abandon()
+        self._abandoned = True  # close() now only stops this rank's threads
 
     def rejoin_(self, comm: Communicator, step: int) -> None:
         """Continue on ``comm`` (the survivors) at ``step`` (agreed by every rank): a
-        schedule for its size, a new transport, thread and timing. No communication; the
-        caller follows with a global average."""
+        schedule for its size, a new transport, thread and timing, and a new join
+        agreement (collective over ``comm``: it duplicates it); the caller follows with a
+        global average."""
         if not self.can_shrink:
             raise RuntimeError("a membership change needs --sufficient-factors off and --max-lag 0")
         self.step_count = step
         self._connect(comm)
+        self._abandoned = False
         self.monitor.comm = comm
         if not (self.timing.ready_hooks or self.timing.forward_waits):  # one rank left
             for h in self._hooks:
@@ -186,6 +218,19 @@ class BucketOptimizer(WrappedOptimizer):
             self._hooks = []
 
     # -- the step --------------------------------------------------------------------
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        """The wrapped optimizer's groups. Read between backward and ``step()`` (as
+        ``GradScaler.unscale_`` and gradient clipping over the groups do), it first
+        completes this step's gradient exchange, so what is read is the mixed gradient."""
+        if getattr(self, "_posted", False) and not self._exchanged:
+            self.synchronize_gradients()
+        return self.optimizer.param_groups
+
+    @param_groups.setter
+    def param_groups(self, groups: list[dict[str, Any]]) -> None:
+        self.optimizer.param_groups = groups
+
     def zero_grad(self, set_to_none: bool = False) -> None:
         """Zero the gradient buckets (gradients stay views into them; ``set_to_none`` is
         accepted for compatibility and ignored)."""
@@ -193,11 +238,45 @@ class BucketOptimizer(WrappedOptimizer):
             b.grads.zero_()
         if self.factors:
             self.factors.zero_grad_()
-        self._ready = [0] * len(self.layout.buckets)
+        self._counter.reset()
+        self._exchanged = self._posted = False
         self.timing.reset_step()
 
-    def step(self, closure: Any = None) -> Any:
-        """Mix and take the optimizer step; returns the closure's loss if given."""
+    def no_sync(self) -> contextlib.AbstractContextManager[None]:
+        """Inside, backward passes accumulate gradients and post nothing; the first
+        backward after it posts every bucket (DDP's ``no_sync``)::
+
+            with opt.no_sync():
+                model(x1).sum().backward()
+            model(x2).sum().backward()
+            opt.step()
+        """
+        return self._counter.holding()
+
+    def synchronize_gradients(self) -> None:
+        """Complete this step's gradient exchange now (``mix="grad"``); the gradients
+        then hold the mix, and ``step()`` only updates. What Horovod's ``synchronize()``
+        does (``gossipgrad.torch``). A no-op with ``mix="param"``."""
+        if self.mix is not Mix.GRAD or self._exchanged:
+            return
+        t = self.step_count
+        grads = [b.grads for b in self.layout.buckets]
+        if self._start.pending:  # hashed before the exchange mixes them
+            for i, g in enumerate(grads):
+                self._start.note(i, g)
+        if self.factors:
+            self.factors.post_all()  # those no backward hook has posted
+        self.timing.exchange_(grads, Tag.GRAD_BUCKET, t)
+        if self.factors:
+            self.factors.wait_all()
+        self._exchanged = True
+
+    def step(self, closure: Any = None, grad_scaler: Any = None) -> Any:
+        """Mix and take the optimizer step; returns the closure's loss if given.
+
+        ``grad_scaler``: handed over by ``torch.amp.GradScaler.step`` (never pass it
+        yourself); every rank then skips the update when any rank's gradients hold
+        inf/NaN (:mod:`gossipgrad.engine.amp`)."""
         if self.communicates and not self.layout.grads_bound():
             raise RuntimeError(
                 "gradients were detached from their buckets (was "
@@ -206,29 +285,62 @@ class BucketOptimizer(WrappedOptimizer):
             )
         t = self.step_count
         self.timing.before_update(t)
+        self.synchronize_gradients()
+        self._start.run(
+            self.comm, self._params(), self.optimizer, t, [b.grads for b in self.layout.buckets]
+        )
+        skip = grad_scaler is not None and self._agree_skip(grad_scaler, t)
+        loss = None if skip else self.optimizer.step(closure)
+        self._after_update(t)
+        return loss
+
+    def _params(self) -> list[torch.Tensor]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def _agree_skip(self, scaler: Any, step: int) -> bool:
+        if self.options.max_lag or (self.mix is Mix.GRAD and self.options.staleness):
+            raise RuntimeError(
+                "a GradScaler needs max_lag=0, and staleness=0 with mix='grad' (every step "
+                "agrees on inf/NaN over all ranks, and a late gradient would be mixed at "
+                "another scale)"
+            )
+        self._amp = True
+        return amp.agree_skip(self.comm, scaler, self, step)
+
+    def _after_update(self, t: int) -> None:
         if self.mix is Mix.GRAD:
-            if self.factors:
-                self.factors.post_all()  # those no backward hook has posted
-            self.timing.exchange_([b.grads for b in self.layout.buckets], Tag.GRAD_BUCKET, t)
-            if self.factors:
-                self.factors.wait_all()
-            loss = self.optimizer.step(closure)
             if self.factors and self.factors.end_step():  # first step: matrices to buckets
                 self._bind_layout(self.factors.weight_ids)
                 self.codec.forget()  # residuals of the old buckets (one step's remainder)
         else:
-            loss = self.optimizer.step(closure)
             self.timing.exchange_([b.values for b in self.layout.buckets], Tag.PARAM_BUCKET, t)
         self._advance()
-        return loss
+
+    def _zero_step(self) -> None:
+        """A step with no gradient of this rank's and no update: what a joined rank takes
+        so that its peers' exchanges (and collectives) still match."""
+        self.zero_grad()
+        t = self.step_count
+        self._start.run(self.comm, self._params(), self.optimizer, t, None)
+        if self._amp:
+            amp.agree(self.comm, False, t)
+        if self.options.max_lag:
+            self.timing.skip_(t, self.optimizer)
+            self._advance()
+            return
+        self.timing.before_update(t)
+        self.synchronize_gradients()
+        self._after_update(t)
 
     def _advance(self) -> None:
         self.step_count += 1
+        self._exchanged = self._posted = False
         every = self.options.sync_every
         if every and self.step_count % every == 0:
-            self.synchronize()
+            self._average()
         else:  # every --monitor-every steps: estimate, and average if it is too far
             self.monitor.after_step(self.step_count)
+        self._join.after_step(self.step_count)
 
     def behind(self) -> bool:
         """True when a peer is far enough ahead that this rank should skip this step's
@@ -245,9 +357,38 @@ class BucketOptimizer(WrappedOptimizer):
         b = self._bucket_of.get(id(p))
         if b is None:  # a weight sent as sufficient factors
             return
-        self._ready[b] += 1
-        if self._ready[b] == len(self.layout.buckets[b].params):
-            self.timing.ready(b, self.layout.buckets[b].grads, Tag.GRAD_BUCKET, self.step_count)
+        try:
+            if self._exchanged:
+                raise AccumulationError(str(b))
+            complete = self._counter.ready(b)
+        except AccumulationError:
+            raise AccumulationError(
+                accumulation_message(
+                    self.comm.rank, self.step_count, b, self.options.backward_passes_per_step
+                )
+            ) from None
+        if complete:
+            grads = self.layout.buckets[b].grads
+            self._start.note(b, grads)
+            self._posted = True
+            self.timing.ready(b, grads, Tag.GRAD_BUCKET, self.step_count)
+
+    # -- uneven ends -----------------------------------------------------------------
+    def join(self) -> int:
+        """Collective in effect: this rank has no more data. It takes zero-steps (exchanges
+        without a gradient or an update of its own) until every rank has called
+        :meth:`join`, and returns the rank that joined last (as Horovod's ``join``).
+        Between this call and its return the other ranks may only take steps; afterwards
+        every rank is at the same step and may train on (:mod:`gossipgrad.engine.join`)."""
+        last = self._end(by_close=False)
+        self._join.reset()
+        return last
+
+    def _end(self, by_close: bool) -> int:
+        self._join.join(self.step_count, by_close)
+        while not self._join.done:
+            self._zero_step()
+        return self._join.last_rank
 
     @property
     def parameters_in_flight(self) -> int:
@@ -268,7 +409,12 @@ class BucketOptimizer(WrappedOptimizer):
             self.optimizer.step()
 
     def synchronize(self) -> None:
-        """Global average of parameters and floating buffers: one consensus model."""
+        """Global average of parameters and floating buffers: one consensus model
+        (collective). Not Horovod's ``synchronize()``, which only waits for the gradients:
+        that is :meth:`synchronize_gradients` (and ``gossipgrad.torch``'s optimizer)."""
+        self._average()
+
+    def _average(self) -> None:
         self.drain()
         self.timing.average_(self.model, self.comm)
 
@@ -306,7 +452,23 @@ class BucketOptimizer(WrappedOptimizer):
         return self.factors.table() if self.factors else None
 
     def close(self) -> None:
-        """Complete everything in flight (no message is left unmatched), stop the thread."""
+        """Complete everything in flight (no message is left unmatched), stop the thread.
+
+        Collective in effect: a rank that closes while others still train serves their
+        exchanges until every rank has closed (as :meth:`join`), and then every rank
+        raises RuntimeError naming the rank that stopped first and its step (call
+        :meth:`join` after the loop where ranks may run different numbers of steps).
+        Called while an exception is propagating, or after :meth:`abandon`, it only stops
+        this rank's threads."""
+        if self._closed:
+            return
+        self._closed = True
+        failing = sys.exc_info()[1] is not None or self._abandoned
+        if failing:
+            self._join.abandon()
+        elif not self._join.done:
+            self._end(by_close=True)
+        uneven = None if failing else self._join.uneven_message()
         self.drain()
         self.timing.close(self.step_count)
         for h in self._hooks:
@@ -314,6 +476,8 @@ class BucketOptimizer(WrappedOptimizer):
         self._hooks = []
         if self.factors:
             self.factors.close()
+        if uneven is not None:
+            raise RuntimeError(uneven)
 
     def state_dict(self) -> dict[str, Any]:
         self.timing.wait_()  # parameters in flight are mixed in before saving

@@ -31,11 +31,12 @@ from gossipgrad.engine.config import TrainConfig
 from gossipgrad.engine.consensus import agree
 from gossipgrad.engine.membership import Membership, check_support
 from gossipgrad.engine.offload import HostOffloadOptimizer
+from gossipgrad.engine.pretrained import load_pretrained_
 from gossipgrad.engine.run import Run
 from gossipgrad.engine.signals import StopSignals
 from gossipgrad.engine.standin import attach as attach_standin
 from gossipgrad.models import build_model
-from gossipgrad.options import Offload, OnFailure
+from gossipgrad.options import Offload, OnFailure, Optimizer, OptimOptions
 from gossipgrad.shuffle import ShuffleWorker
 
 log = logging.getLogger(__name__)
@@ -88,15 +89,13 @@ def _setup_and_run(
     source = open_source(
         cfg.data, rank=comm.rank, size=comm.size, seed=cfg.seed, pin_memory=device.type == "cuda"
     )
-    model = build_model(cfg.arch, source.in_shape, source.classes, cfg.hidden).to(device)
+    model = build_model(cfg.arch, source.in_shape, source.classes, cfg.hidden)
+    if cfg.pretrained and comm.rank == 0:  # the optimizer broadcasts rank 0's parameters
+        load_pretrained_(model, cfg.arch)
+    model = model.to(device)
     standin = attach_standin(cfg, model, source.in_shape)  # None unless --device standin:...
     base_lr = cfg.optim.lr * (comm.size if cfg.optim.scale_lr else 1)
-    sgd = torch.optim.SGD(
-        model.parameters(),
-        lr=base_lr,
-        momentum=cfg.optim.momentum,
-        weight_decay=cfg.optim.weight_decay,
-    )
+    sgd = local_optimizer(cfg.optim, model.parameters(), base_lr)
     if standin is not None:
         sgd = standin.optimizer(sgd)  # waits the profile's optimizer time, updates nothing
     if Offload.OPTIMIZER in cfg.run.offload:
@@ -125,6 +124,23 @@ def _setup_and_run(
         if shuffle is not None:
             shuffle.stop(cancel=True)  # no-op after a clean stop; abandons a failed run's round
         opt.close()
+
+
+def local_optimizer(optim: OptimOptions, params: Any, lr: float) -> torch.optim.Optimizer:
+    """The torch optimizer of ``--optimizer`` over ``params`` at ``lr``: SGD with
+    ``--momentum`` (``--nesterov``), Adam or AdamW (torch's betas and eps); ``--weight-decay``
+    is L2 for SGD and Adam, decoupled for AdamW."""
+    if optim.optimizer is Optimizer.ADAM:
+        return torch.optim.Adam(params, lr=lr, weight_decay=optim.weight_decay)
+    if optim.optimizer is Optimizer.ADAMW:
+        return torch.optim.AdamW(params, lr=lr, weight_decay=optim.weight_decay)
+    return torch.optim.SGD(
+        params,
+        lr=lr,
+        momentum=optim.momentum,
+        weight_decay=optim.weight_decay,
+        nesterov=optim.nesterov,
+    )
 
 
 def make_shuffle(cfg: TrainConfig, source: DataSource, comm: Communicator) -> ShuffleWorker | None:

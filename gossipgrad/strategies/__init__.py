@@ -23,7 +23,8 @@ import torch
 
 from gossipgrad.comm.base import Communicator
 from gossipgrad.comm.staging import Stager
-from gossipgrad.options import ExchangeOptions, exchange_options
+from gossipgrad.engine.optim import is_adaptive
+from gossipgrad.options import ExchangeOptions, default_mix, exchange_options
 from gossipgrad.registry import COMMON_FIELDS, STRATEGIES, StrategySpec
 from gossipgrad.strategies.bucketed import BucketStrategy
 
@@ -55,7 +56,9 @@ def DistributedOptimizer(  # noqa: N802 - the class-like name users know (Horovo
     Keyword arguments override the options' fields (``strategy="allreduce"``,
     ``mix="grad"``, ``max_lag=2`` ...); the strategy's spec validates them and builds its
     optimizer, a ``torch.optim.Optimizer`` sharing ``optimizer``'s ``param_groups`` and
-    ``state`` (:class:`gossipgrad.engine.protocol.WrappedOptimizer`). Collective: every
+    ``state`` (:class:`gossipgrad.engine.protocol.WrappedOptimizer`). Without ``options``
+    or ``mix``, gossip mixes gradients for an adaptive optimizer (Adam, AdamW ...) and
+    parameters otherwise (:func:`gossipgrad.options.default_mix`). Collective: every
     rank calls it with the same options. See :mod:`gossipgrad.engine.shell` for a complete
     example.
     """
@@ -64,6 +67,11 @@ def DistributedOptimizer(  # noqa: N802 - the class-like name users know (Horovo
             "DistributedOptimizer(optimizer, model, comm, options=None, **overrides) takes a "
             f"torch optimizer first, got {optimizer!r}; pass the strategy as strategy=..."
         )
+    if options is None and "mix" not in overrides:  # the mix that suits the optimizer
+        mix = default_mix(
+            overrides.get("strategy", ExchangeOptions.strategy), is_adaptive(optimizer)
+        )
+        overrides = {**overrides, "mix": mix} if mix is not None else overrides
     opts = exchange_options(options, overrides)
     return opts.spec.build(optimizer, model, comm, opts, stager=stager)
 

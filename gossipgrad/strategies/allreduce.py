@@ -18,7 +18,15 @@ class Allreduce(BucketStrategy):
     name = "allreduce"
     summary = "bucketed allreduce of gradients during backward (DDP/Horovod's way)"
     uses = frozenset(
-        {"staleness", "bucket_mb", "overlap", "sufficient_factors", "wire", "error_feedback"}
+        {
+            "staleness",
+            "bucket_mb",
+            "overlap",
+            "sufficient_factors",
+            "wire",
+            "error_feedback",
+            "backward_passes_per_step",
+        }
     )
     pattern = "ring"
     collective = True

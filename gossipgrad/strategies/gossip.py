@@ -29,6 +29,7 @@ class Gossip(BucketStrategy):
             "wire",
             "error_feedback",
             "rule",
+            "backward_passes_per_step",
         }
     )
     pattern = "peer"

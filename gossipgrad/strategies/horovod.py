@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from gossipgrad.choices import timeout_hint
 from gossipgrad.comm.base import CommTimeout, Communicator
 from gossipgrad.engine.consensus import average_buffers_, verify_identical
 from gossipgrad.options import ExchangeOptions, bucket_cap_bytes
@@ -111,7 +112,7 @@ class HorovodOptimizer(LibraryOptimizer):
                         f"rank {self.comm.rank}, step {self.step_count}: Horovod's allreduce "
                         f"of {name} did not complete for {self.comm.timeout:g} s; is every "
                         "rank alive and at the same step? (past 60 s, Horovod's stall warning "
-                        "names the missing ranks) raise --comm-timeout if the network is slow"
+                        f"names the missing ranks) {timeout_hint()}"
                     )
                 time.sleep(pause)
                 pause = min(max(pause * 2, 2e-5), 1e-3)

@@ -38,6 +38,10 @@ STUDIES = {
         "templates_check",
         "Is a built-in dataset learnable by the MLP and not by a linear model?",
     ),
+    "optimizers": (
+        "optimizers",
+        "SGD-Nesterov, Adam, AdamW: gossip vs gradient-averaging allreduce (markdown, JSON).",
+    ),
     "mpi-probe": ("mpi_probe", "Transport probes: duplex rate, polling, allreduce (mpi4py)."),
 }
 

@@ -1,0 +1,178 @@
+"""``hvd.DistributedOptimizer`` on gossipgrad: Horovod's signature, gossip's exchange.
+
+Horovod's optimizer gets no model, only ``named_parameters``: it averages gradients, so
+the parameters are all it needs. The face builds gossipgrad's bucket optimizer over a
+module that holds those parameters, and by default mixes *gradients* with one peer per
+step (``strategy="gossip", mix="grad"``: Horovod's gradient averaging with one partner,
+which keeps adaptive optimizers where gradient-averaging allreduce is; docs/guide.md).
+Pass ``model=`` to give it the real module (then ``mix="param"`` can overlap its exchange
+with the forward pass), and any exchange option as a keyword or ``GOSSIPGRAD_<OPTION>``.
+
+Horovod's arguments: ``compression`` chooses the wire codec, ``backward_passes_per_step``
+the accumulation; ``op=hvd.Average`` (the default), ``gradient_predivide_factor=1.0``,
+``num_groups=0``, ``groups=None``, ``sparse_as_dense`` and the global process set are
+accepted; anything else (Adasum, Sum, another predivide factor, grouping, a process set)
+is refused with one line that says what to use. ``synchronize()`` and
+``skip_synchronize()`` mean what they mean in Horovod: complete this step's gradient
+exchange now, and step without waiting again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from gossipgrad.engine.buckets import install_global_forward_waits
+from gossipgrad.engine.optim import is_adaptive
+from gossipgrad.engine.shell import BucketOptimizer
+from gossipgrad.options import default_mix, exchange_options
+from gossipgrad.strategies.bucketed import BucketStrategy
+from gossipgrad.torch.compression import Compression, wire_of
+from gossipgrad.torch.config import FACE_DEFAULTS, exchange_from_env
+from gossipgrad.torch.ops import Op, check_process_set, global_process_set
+from gossipgrad.torch.state import communicator, register
+
+_SERIAL = itertools.count()
+
+
+class HorovodOptimizer(BucketOptimizer):
+    """The bucket optimizer with Horovod's meaning of ``synchronize()``.
+
+    ``synchronize()`` completes this step's gradient exchange (the gradients then hold
+    the mix); :meth:`average` is the global average of the parameters (gossipgrad's own
+    ``DistributedOptimizer.synchronize()``, collective).
+    """
+
+    def synchronize(self) -> None:  # Horovod's meaning (see the class docstring)
+        self.synchronize_gradients()
+
+    def average(self) -> None:
+        """Collective: every rank's parameters become their mean (one consensus model)."""
+        self._average()
+
+    @contextlib.contextmanager
+    def skip_synchronize(self) -> Iterator[None]:
+        """Horovod's: ``step()`` inside does not exchange again after ``synchronize()``
+        (it never does here: a step's gradients are exchanged once)."""
+        yield
+
+    def _forward_waits(self) -> list[Any]:
+        if isinstance(self.model, _Parameters):  # the modules are the script's, unknown here
+            return install_global_forward_waits(self._bucket_of, self.timing.wait_)
+        return super()._forward_waits()
+
+    def set_backward_passes_per_step(self, passes: int) -> None:
+        if passes < 1:
+            raise ValueError(f"backward_passes_per_step must be >= 1, got {passes}")
+        self._counter.passes = passes
+
+
+class _Parameters(torch.nn.Module):
+    """A module that holds the named parameters and nothing else."""
+
+    def __init__(self, named: list[tuple[str, torch.nn.Parameter]]) -> None:
+        super().__init__()
+        for name, p in named:
+            self.register_parameter(name.replace(".", "__"), p)
+
+
+def named_list(optimizer: torch.optim.Optimizer, named_parameters: Any) -> list[tuple[str, Any]]:
+    """``named_parameters`` as a list, checked as Horovod checks it: tuples, no name twice,
+    and every parameter of the optimizer named (None: the optimizer's own, numbered)."""
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    if named_parameters is None:
+        return [(f"allreduce.noname.{i}", p) for i, p in enumerate(params)]
+    named = list(named_parameters)
+    if any(not isinstance(item, tuple) or len(item) != 2 for item in named):
+        raise ValueError(
+            "named_parameters should be a sequence of (name, parameter) tuples, usually "
+            "model.named_parameters()"
+        )
+    names = [n for n, _ in named]
+    if len(set(names)) != len(names):
+        raise ValueError("named_parameters holds a name twice; every parameter needs its own")
+    ids = {id(p) for _, p in named}
+    if any(id(p) not in ids for p in params):
+        raise ValueError(
+            "named_parameters was given, but some parameters of the optimizer are not in "
+            "it; pass model.named_parameters() of the model the optimizer trains"
+        )
+    return [(n, p) for n, p in named if p.requires_grad]
+
+
+def DistributedOptimizer(  # noqa: N802 - Horovod's name
+    optimizer: torch.optim.Optimizer,
+    named_parameters: Any = None,
+    compression: Any = Compression.none,
+    backward_passes_per_step: int = 1,
+    op: Op = Op.AVERAGE,
+    gradient_predivide_factor: float = 1.0,
+    num_groups: int = 0,
+    groups: Any = None,
+    sparse_as_dense: bool = False,
+    process_set: Any = global_process_set,
+    *,
+    model: torch.nn.Module | None = None,
+    **exchange: Any,
+) -> HorovodOptimizer:
+    """Wrap ``optimizer`` (Horovod's signature; see the module docstring). Collective."""
+    check_process_set(process_set)
+    refuse_unhonoured(op, gradient_predivide_factor, num_groups, groups)
+    comm = communicator()
+    if not (hasattr(optimizer, "step") and hasattr(optimizer, "param_groups")):
+        raise TypeError(f"DistributedOptimizer takes a torch optimizer first, got {optimizer!r}")
+    fields = face_fields({**exchange_from_env(os.environ), **exchange}, is_adaptive(optimizer))
+    fields.update(wire=wire_of(compression), backward_passes_per_step=backward_passes_per_step)
+    if model is None:
+        model = _Parameters(named_list(optimizer, named_parameters))
+    opts = exchange_options(None, fields)
+    if not isinstance(opts.spec, BucketStrategy):
+        raise ValueError(
+            f"gossipgrad.torch runs the bucket strategies (gossip, allreduce, "
+            f"allreduce-param, local), not strategy={opts.strategy!r}; for it use "
+            "gossipgrad.DistributedOptimizer(optimizer, model, comm, strategy=...)"
+        )
+    opt = HorovodOptimizer(optimizer, model, comm, opts, pattern=opts.spec.pattern)
+    opt.serial = next(_SERIAL)
+    register(opt)
+    return opt
+
+
+def face_fields(given: dict[str, Any], adaptive: bool) -> dict[str, Any]:
+    """``given`` over the face's defaults: gossip, mixing what suits the optimizer
+    (``options.default_mix``: gradients for Adam and its kin, else parameters).
+
+    >>> face_fields({}, adaptive=True), face_fields({"strategy": "allreduce"}, False)
+    ({'strategy': 'gossip', 'mix': <Mix.GRAD: 'grad'>}, {'strategy': 'allreduce'})
+    """
+    fields = {"strategy": FACE_DEFAULTS["strategy"], **given}
+    if "mix" not in given:
+        mix = default_mix(fields["strategy"], adaptive)
+        if mix is not None:
+            fields["mix"] = mix
+    return fields
+
+
+def refuse_unhonoured(op: Any, predivide: float, num_groups: int, groups: Any) -> None:
+    """One line for each Horovod argument the face cannot honour (never ignored)."""
+    if op is not Op.AVERAGE:
+        raise ValueError(
+            f"op=hvd.{getattr(op, 'name', op)!s} is not supported by gossipgrad.torch's "
+            "DistributedOptimizer: gossip averages gradients with its peer; use hvd.Average "
+            "(the default; for a sum, scale the learning rate by hvd.size())"
+        )
+    if predivide != 1.0:
+        raise ValueError(
+            f"gradient_predivide_factor={predivide} is not supported: gossip mixes with "
+            "one peer, so there is no sum to divide; use 1.0 (the default)"
+        )
+    if num_groups or groups is not None:
+        raise ValueError(
+            "num_groups / groups are not supported: gossipgrad fuses gradients into "
+            "buckets of bucket_mb (GOSSIPGRAD_BUCKET_MB); drop them"
+        )
