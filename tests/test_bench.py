@@ -208,9 +208,9 @@ def test_bench_strategies_runs_each_wire_a_strategy_takes():
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
 def test_bench_codecs_reports_bytes_and_codec_time_per_wire():
-    rec = bench_record(
+    rec = bench_record(  # 4 ranks: an fp32 allreduce posts a ring's 2 (p-1)/p, not 1
         gossipgrad(
-            2,
+            4,
             ["bench", "codecs", "--strategies", "gossip,allreduce,ps,ddp"]
             + ["--steps", "3", "--warmup", "1"],
             timeout=280,

@@ -179,13 +179,16 @@ OPTIONS = [
         "--topology",
         type=_choices(Topology),
         default=D.topology,
-        help="auto: hypercube for power-of-two sizes, else dissemination.",
+        help=(
+            "auto: hypercube for power-of-two sizes, else base2 (both reach the exact mean "
+            "in finite time; dissemination only contracts)."
+        ),
     ),
     _opt(
         "--mix",
         type=_choices(Mix),
         default=None,
-        show_default="the strategy's own: param for gossip",
+        show_default="gossip: param under sgd, grad under adam and adamw",
         help="What gossip averages with its peer (allreduce: gradients, allreduce-param: "
         "parameters, always).",
     ),

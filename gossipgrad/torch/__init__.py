@@ -18,8 +18,9 @@ line, ``import horovod.torch as hvd`` to ``import gossipgrad.torch as hvd``::
     loss = hvd.allreduce(torch.tensor(loss), name="loss")   # averaged over ranks
 
 Launch as Horovod's MPI mode would be: ``mpiexec -n 4 python train.py``. What it runs:
-:mod:`gossipgrad.torch.optimizer` (gossip, ``mix="grad"``, unless ``GOSSIPGRAD_STRATEGY``
-or a keyword says otherwise); what is refused and why: the same module and
+:mod:`gossipgrad.torch.optimizer` (gossip, mixing gradients under Adam and its kin and
+parameters under SGD, unless ``GOSSIPGRAD_STRATEGY``, ``GOSSIPGRAD_MIX`` or a keyword says
+otherwise); what is refused and why: the same module and
 :mod:`gossipgrad.torch.ops`; what happens at exit: :mod:`gossipgrad.torch.state`.
 """
 
