@@ -242,3 +242,18 @@ def test_bad_combinations_get_one_line(kw, message):
 )
 def test_good_combinations_pass(kw):
     assert ExchangeOptions(**kw).wire == kw["wire"]
+
+
+@pytest.mark.parametrize("name", ["bf16", "fp16", "fp8"])
+def test_a_wire_encoded_without_feedback_decodes_to_its_new_values(name):
+    """Feedback switched off (a joined rank's steps) after a send with it: the decoding of
+    the reused wire is the new one, not the one the feedback send cached."""
+    codec = make_codec(name, feedback=True)
+    a, b = torch.linspace(-1, 1, 1000), torch.linspace(2, 3, 1000)
+    wire = codec.wire_like(a)
+    codec.encode_(a, wire, 0)
+    codec.set_feedback(False)
+    codec.encode_(b, wire, 0)
+    fresh = make_codec(name, feedback=False)
+    assert torch.equal(codec.decode(wire, b, 0), fresh.decode(wire, b, 0))
+    assert torch.allclose(codec.decode(wire, b, 0), b, rtol=0.07)

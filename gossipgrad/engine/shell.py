@@ -328,9 +328,16 @@ class BucketOptimizer(WrappedOptimizer):
             self.timing.skip_(t, self.optimizer)
             self._advance()
             return
-        self.timing.before_update(t)
-        self.synchronize_gradients()
-        self._after_update(t)
+        # Sent without error feedback (none added, none kept): ranks that hold one model,
+        # as after synchronize(), still hold it after a joined rank's steps.
+        feedback = self.codec.feedback
+        self.codec.set_feedback(False)
+        try:
+            self.timing.before_update(t)
+            self.synchronize_gradients()
+            self._after_update(t)
+        finally:
+            self.codec.set_feedback(feedback)
 
     def _advance(self) -> None:
         self.step_count += 1

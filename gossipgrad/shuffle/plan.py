@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gossipgrad.comm.schedule import Schedule
+from gossipgrad.comm.schedule import Schedule, is_power_of_two, resolve_topology
 from gossipgrad.options import Topology
 
 __all__ = ["RoundPlan", "ShufflePlan", "plan_round"]
@@ -56,7 +56,8 @@ class ShufflePlan:
             (``--shuffle-samples``).
         seed: shared non-negative seed.
         topology: partner schedule, ``auto`` (hypercube for powers of two, else
-            dissemination), ``hypercube``, ``dissemination`` or ``base2``.
+            dissemination: :func:`shuffle_topology`), ``hypercube``, ``dissemination`` or
+            ``base2``.
     """
 
     def __init__(
@@ -78,7 +79,7 @@ class ShufflePlan:
         if seed < 0:
             raise ValueError(f"seed must be >= 0, got {seed}")
         self.size, self.shard_len, self.samples, self.seed = size, shard_len, samples, seed
-        self.schedule = Schedule(size, topology, seed=seed)
+        self.schedule = Schedule(size, shuffle_topology(topology, size), seed=seed)
 
     def __repr__(self) -> str:
         return (
@@ -109,6 +110,20 @@ class ShufflePlan:
             slots = rng.choice(self.shard_len, size=self.samples, replace=False).astype(np.int64)
         slots.setflags(write=False)
         return RoundPlan(index=index, dst=peers.dst, src=peers.src, slots=slots)
+
+
+def shuffle_topology(topology: str | Topology, size: int) -> Topology:
+    """The schedule a shuffle follows: ``auto`` is the hypercube for powers of two, else
+    dissemination, where every rank has a partner every round (the training schedule's
+    ``auto`` picks base2 there, which leaves ranks idle in some rounds: a shuffle needs no
+    exact average, only swaps).
+
+        >>> shuffle_topology("auto", 6).value, shuffle_topology("auto", 8).value
+        ('dissemination', 'hypercube')
+    """
+    if Topology(topology) is Topology.AUTO and not is_power_of_two(size):
+        return Topology.DISSEMINATION
+    return resolve_topology(topology, size)
 
 
 def plan_round(

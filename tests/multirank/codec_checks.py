@@ -264,6 +264,7 @@ def check_base2_exchange_is_exact_after_one_period(comm) -> None:
             seed=9,
             sync="off",
         )
+        opt.allow_different_start()  # pure mixing: the ranks start apart on purpose
         try:
             for rnd in range(2):
                 gen = torch.Generator().manual_seed(1000 * rnd + comm.rank)

@@ -77,6 +77,7 @@ class LossyCodec(Codec):
         if x.dtype != torch.float32:
             x = x.float()
         if not self.feedback:
+            self._sent.pop(key, None)  # an earlier decoding of this wire is stale now
             self._pack(x, wire)
             return wire
         residual = self._residual(key, x)
