@@ -130,5 +130,7 @@ def test_bench_strategies_runs_a_blocking_gossip_beside_the_polling_one():
     )
     rows = {r["strategy"]: r for r in records[0]["results"]}
     assert set(rows) == {"gossip", "gossip@block"}
-    for r in rows.values():
-        assert r["posted_bytes_per_step"] == 2 * (32 * 32 + 32) * 4 and r["step_s"] > 0
+    model = 2 * (32 * 32 + 32) * 4
+    for r in rows.values():  # the model, and the join agreement's 3 int64 every 4 steps
+        assert 0 < r["posted_bytes_per_step"] - model <= 3 * 8 and r["step_s"] > 0, r
+    assert rows["gossip"]["posted_bytes_per_step"] == rows["gossip@block"]["posted_bytes_per_step"]
