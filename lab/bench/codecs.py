@@ -28,13 +28,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from gossipgrad.bench.common import mpiexec_path
-from lab.bench.convergence import cell_row
+from lab.bench.convergence import cell_row, train_argv
 
 MODES: dict[str, list[str]] = {
     "param": ["--strategy", "gossip", "--mix", "param"],
@@ -66,29 +64,7 @@ def command(
 ) -> list[str]:
     """The launch of one cell."""
     topo = ["--topology", topology] if mode in GOSSIP else []
-    return [
-        mpiexec_path(),
-        "-n",
-        str(size),
-        sys.executable,
-        "-m",
-        "gossipgrad",
-        "train",
-        "--no-progress",
-        "--dataset",
-        task,
-        "--epochs",
-        str(epochs),
-        "--eval-every",
-        str(epochs),
-        "--seed",
-        "0",
-        "--metrics-out",
-        metrics,
-        *MODES[mode],
-        *wire_flags(wire),
-        *topo,
-    ]
+    return train_argv(size, task, epochs, 0, metrics, [*MODES[mode], *wire_flags(wire), *topo])
 
 
 def key(row: dict[str, Any]) -> tuple:

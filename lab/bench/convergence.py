@@ -80,11 +80,9 @@ def parse_seeds(text: str) -> list[int]:
         ) from None
 
 
-def train_command(
-    task: str, size: int, mode: str, epochs: int, seed: int, metrics: str, extra: list[str]
-) -> list[str]:
-    """The launch of one cell (``extra`` flags come last, so they win; the allreduce
-    reference runs without them: gossip's flags do not apply to it)."""
+def train_argv(size: int, task: str, epochs: int, seed: int, metrics: str, flags: list[str]):
+    """``mpiexec -n SIZE python -m gossipgrad train`` on ``task`` for ``epochs``, evaluated
+    once after the last, its summary in ``metrics``, then ``flags``: one cell of a study."""
     return [
         mpiexec_path(),
         "-n",
@@ -104,9 +102,17 @@ def train_command(
         str(seed),
         "--metrics-out",
         metrics,
-        *MODES[mode],
-        *(extra if mode != "allreduce" else []),
+        *flags,
     ]
+
+
+def train_command(
+    task: str, size: int, mode: str, epochs: int, seed: int, metrics: str, extra: list[str]
+) -> list[str]:
+    """The launch of one cell (``extra`` flags come last, so they win; the allreduce
+    reference runs without them: gossip's flags do not apply to it)."""
+    flags = [*MODES[mode], *(extra if mode != "allreduce" else [])]
+    return train_argv(size, task, epochs, seed, metrics, flags)
 
 
 def run_cell(

@@ -36,6 +36,8 @@ import sys
 import tempfile
 from statistics import mean
 
+from lab.bench.convergence import train_argv
+
 OPTIMIZERS: dict[str, list[str]] = {
     "nesterov": ["--optimizer", "sgd", "--nesterov", "--lr", "0.1", "--momentum", "0.9"],
     "adam": ["--optimizer", "adam", "--lr", "0.01"],
@@ -62,27 +64,8 @@ def run_one(
     """One launch; its summary record with the cell's keys added."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "m.jsonl")
-        cmd = [
-            sys.executable,
-            "-m",
-            "gossipgrad",
-            "train",
-            "--no-progress",
-            "--dataset",
-            task,
-            "--epochs",
-            str(epochs),
-            "--eval-every",
-            str(epochs),
-            "--seed",
-            str(seed),
-            "--metrics-out",
-            out,
-            *OPTIMIZERS[optimizer],
-            *CONTENDERS[contender],
-        ]
-        mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-        cmd = [mpiexec, "-n", str(size), *cmd]
+        flags = [*OPTIMIZERS[optimizer], *CONTENDERS[contender]]
+        cmd = train_argv(size, task, epochs, seed, out, flags)
         env = dict(os.environ)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
