@@ -4,6 +4,9 @@ Under ``mpiexec``/``mpirun``/``srun`` the world is MPI; run plainly, it is a sin
 needs no launcher and no MPI at all.
 """
 
+# Over 300 lines on purpose: start-up, per-rank logging and the abort path are one sequence a
+# failure must follow end to end.
+
 from __future__ import annotations
 
 import logging

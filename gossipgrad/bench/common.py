@@ -5,6 +5,9 @@ runs the same code, times are taken between barriers and reduced with MAX over r
 step is as slow as its slowest rank), and rank 0 prints one JSON object.
 """
 
+# Over 300 lines on purpose: one home for what every benchmark shares (timing, counting,
+# records); splitting it would scatter helpers each benchmark imports together.
+
 from __future__ import annotations
 
 import dataclasses

@@ -84,6 +84,7 @@ def calibrate(
     return guess, ex
 
 
+# Over 60 lines on purpose: one measurement's blocks, phases and record in the order they run.
 def run_overlap(
     comm: Communicator,
     width: int = 1024,

@@ -239,6 +239,8 @@ def run_order(names: list[str], together: str = "all") -> list[list[str]]:
     return groups + [[n] for n in names if base_strategy(n) in BUSY_BACKGROUND]
 
 
+# Over 60 lines on purpose: the try/finally that closes every contender built must enclose their
+# construction and runs.
 def run_strategies(
     comm: Communicator,
     strategies: list[str],

@@ -27,6 +27,9 @@ steps at every size and for every strategy, so steps to the target compare acros
 (what the planner's steps-to-target model fits: :mod:`gossipgrad.plan.steps`).
 """
 
+# Over 300 lines on purpose: one benchmark's side-by-side race (contenders, clock, evaluation,
+# record) reads as one story.
+
 from __future__ import annotations
 
 import logging

@@ -114,6 +114,7 @@ from gossipgrad.models import MODELS
     default=None,
     help="Write the profile JSON here (default: stdout).",
 )
+# Over 60 lines on purpose: a click command: its parameters and their checks, then one call.
 def profile(
     arch: str,
     batch_size: int,

@@ -10,6 +10,9 @@ flag > environment > file > default (``gossipgrad.engine.config``). ImageNet mod
 (resnet18, resnet50, googlenet) default to the ImageNet recipe of ``imagenet_defaults``.
 """
 
+# Over 300 lines on purpose: train's option declarations (every flag with its help and
+# environment variable); the engine does the work.
+
 from __future__ import annotations
 
 import json

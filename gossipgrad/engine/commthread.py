@@ -22,6 +22,9 @@ event instead of polling. The caller keeps the deadline: past it, it raises nami
 and tag this thread is blocked on, and the job ends (nothing can interrupt an MPI wait).
 """
 
+# Over 300 lines on purpose: the thread, its lock and its wait protocol must be read together to
+# check they cannot deadlock.
+
 from __future__ import annotations
 
 import threading

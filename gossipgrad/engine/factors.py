@@ -28,6 +28,9 @@ other module. A weight also used outside its module's ``forward`` (e.g. read dir
 another module) would be rebuilt without that use: pass ``sufficient_factors="off"``.
 """
 
+# Over 300 lines on purpose: the factor path's decision, binding and exchange share one step-
+# state; split, each part would reach into the others.
+
 from __future__ import annotations
 
 import logging

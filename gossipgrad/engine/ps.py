@@ -91,6 +91,8 @@ class ParameterServerOptimizer(WrappedOptimizer):
             :class:`DensePush`, the gradient); the plug for another encoding.
     """
 
+    # Over 60 lines on purpose: layout, owners, server, replicas and hooks are built in an order
+    # each step relies on.
     def __init__(
         self,
         optimizer: torch.optim.Optimizer | HostOffloadOptimizer,

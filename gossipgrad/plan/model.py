@@ -245,6 +245,8 @@ class StepTime:
         return self.step_s - self.compute_s - self.optimizer_s
 
 
+# Over 60 lines on purpose: the step's timeline (forward, the bucket chain, the optimizer) is
+# one formula; its terms are documented inline.
 def step_time(
     profile: Profile,
     model: CommModel,

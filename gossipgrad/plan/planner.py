@@ -68,6 +68,8 @@ class PlanRow:
     memory_bytes: int
 
 
+# Over 60 lines on purpose: the enumeration of configurations and its memory and support checks,
+# in one loop.
 def plan(
     profile: Profile,
     model: CommModel,

@@ -43,6 +43,8 @@ class ShuffleCancelled(RuntimeError):
     """The round was abandoned by ``stop(cancel=True)`` (the run is failing anyway)."""
 
 
+# Over 60 lines on purpose: posting, the deadline and cancellation of one round share its
+# requests.
 def exchange_round(
     comm: Communicator,
     kind: PayloadKind,
