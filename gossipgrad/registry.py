@@ -19,7 +19,7 @@ Importing ``gossipgrad`` registers the built-in ones; a new one is one module th
     >>> reg.get("blue")
     Traceback (most recent call last):
     ...
-    ValueError: unknown colour 'blue' (--colour); choose one of: red
+    ValueError: unknown colour 'blue' (colour); choose one of: red
 """
 
 from __future__ import annotations

@@ -9,10 +9,10 @@ environment or file still wins.
     >>> cfg = TrainConfig.from_flags(strategy="allreduce", lr=0.05, batch_size=64)
     >>> cfg.exchange.strategy, cfg.optim.lr, cfg.data.batch_size
     ('allreduce', 0.05, 64)
-    >>> TrainConfig.from_flags(sync_every=-1)
+    >>> TrainConfig.from_flags(sync_every=-1)  # the CLI spells it --sync-every
     Traceback (most recent call last):
     ...
-    ValueError: --sync-every must be >= 0, got -1
+    ValueError: sync_every must be >= 0, got -1
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ optional capabilities are attributes with defaults here, never probed.
 
     >>> import torch
     >>> model = torch.nn.Linear(2, 1)
-    >>> class Plain(WrappedOptimizer):
-    ...     pass
+    >>> class Plain(WrappedOptimizer):  # no exchange: the wrapped optimizer's step
+    ...     def step(self, closure=None):
+    ...         return self.optimizer.step(closure)
     >>> opt = Plain(torch.optim.SGD(model.parameters(), lr=0.1), model)
     >>> sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
     >>> opt.step(); sched.step(); opt.param_groups[0]["lr"]
