@@ -11,7 +11,6 @@ import pytest
 
 import gossipgrad
 
-
 NOT_IMPORTED = {
     "gossipgrad.__main__",  # runs the command line when imported
     "gossipgrad.comm.mpi",  # initialises MPI in this process (the MPI tests launch mpiexec)
