@@ -4,7 +4,8 @@
     python -m lab sweep --sizes 8 --mixes grad,param --extra "--epochs 10"
 
 Each configuration runs once under the venv's mpiexec (size 1 without a launcher); every
-run has a deadline. Rows come from each run's summary record.
+run has a deadline. ``--mixes`` applies to the strategies that read a mix (gossip);
+allreduce averages gradients and allreduce-param parameters whatever it says. Rows come from each run's summary record.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import shlex
 import subprocess
 import sys
 import tempfile
+
+import gossipgrad  # noqa: F401 - registers the built-in strategies
+from gossipgrad.registry import STRATEGIES
 
 COLUMNS = [
     "size",
@@ -41,8 +45,7 @@ def run_one(size: int, strategy: str, mix: str, extra: list[str], timeout: float
             "--no-progress",
             "--strategy",
             strategy,
-            "--mix",
-            mix,
+            *(["--mix", mix] if "mix" in STRATEGIES.get(strategy).uses else []),
             "--metrics-out",
             out,
             *extra,
