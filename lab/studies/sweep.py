@@ -5,7 +5,8 @@
 
 Each configuration runs once under the venv's mpiexec (size 1 without a launcher); every
 run has a deadline. ``--mixes`` applies to the strategies that read a mix (gossip);
-allreduce averages gradients and allreduce-param parameters whatever it says. Rows come from each run's summary record.
+allreduce averages gradients and allreduce-param parameters whatever it says. Rows come
+from each run's summary record.
 """
 
 from __future__ import annotations
