@@ -2,9 +2,9 @@
 
 Horovod's optimizer gets no model, only ``named_parameters``: it averages gradients, so
 the parameters are all it needs. The face builds gossipgrad's bucket optimizer over a
-module that holds those parameters, and by default mixes *gradients* with one peer per
-step (``strategy="gossip", mix="grad"``: Horovod's gradient averaging with one partner,
-which keeps adaptive optimizers where gradient-averaging allreduce is; docs/guide.md).
+module that holds those parameters, and by default gossips with one peer per step, mixing
+gradients under Adam and its kin and parameters under SGD (``options.default_mix``;
+docs/guide.md, "Choosing strategy, mix and lag").
 Pass ``model=`` to give it the real module (then ``mix="param"`` can overlap its exchange
 with the forward pass), and any exchange option as a keyword or ``GOSSIPGRAD_<OPTION>``.
 
@@ -127,7 +127,7 @@ def DistributedOptimizer(  # noqa: N802 - Horovod's name
     if not (hasattr(optimizer, "step") and hasattr(optimizer, "param_groups")):
         raise TypeError(f"DistributedOptimizer takes a torch optimizer first, got {optimizer!r}")
     fields = face_fields({**exchange_from_env(os.environ), **exchange}, is_adaptive(optimizer))
-    fields.update(wire=wire_of(compression), backward_passes_per_step=backward_passes_per_step)
+    fields.update(face_arguments(fields, wire_of(compression), backward_passes_per_step))
     if model is None:
         model = _Parameters(named_list(optimizer, named_parameters))
     opts = exchange_options(None, fields)
@@ -141,6 +141,31 @@ def DistributedOptimizer(  # noqa: N802 - Horovod's name
     opt.serial = next(_SERIAL)
     register(opt)
     return opt
+
+
+def face_arguments(fields: dict[str, Any], wire: str, passes: int) -> dict[str, Any]:
+    """Horovod's ``compression`` (as ``wire``) and ``backward_passes_per_step`` as exchange
+    fields: each wins over a keyword or ``GOSSIPGRAD_*`` variable only where it is not
+    Horovod's default; both given and different is a ValueError, never one silently lost.
+
+    >>> face_arguments({"wire": "bf16"}, "fp32", 1)
+    {'wire': 'bf16', 'backward_passes_per_step': 1}
+    >>> face_arguments({}, "fp16", 2)
+    {'wire': 'fp16', 'backward_passes_per_step': 2}
+    """
+    out = {}
+    for key, value, default, arg in (
+        ("wire", wire, "fp32", "compression"),
+        ("backward_passes_per_step", passes, 1, "backward_passes_per_step"),
+    ):
+        given = fields.get(key)
+        if given is not None and value != default and str(given) != str(value):
+            raise ValueError(
+                f"{arg}= asks for {key} {value!r}, but {key}={given!r} was also set (a "
+                f"keyword or GOSSIPGRAD_{key.upper()}); give one of them"
+            )
+        out[key] = value if value != default or given is None else given
+    return out
 
 
 def face_fields(given: dict[str, Any], adaptive: bool) -> dict[str, Any]:
