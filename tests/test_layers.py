@@ -23,6 +23,7 @@ LAYERS = {
     "bench": 6,
     "measure": 5,
     "runtime": 4,  # the launch layer: MPI or a one-rank world, logging, abort
+    "startup": 4,  # the launch layer: MPI start-up under a deadline, the start-up agreement
     "engine": 3,
     "data": 2,
     "shuffle": 2,
