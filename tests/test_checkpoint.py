@@ -149,6 +149,9 @@ def test_stop_is_agreed_when_only_one_rank_was_signalled() -> None:
 
 
 def test_real_sigterm_twice_only_sets_the_flag() -> None:
+    """And once stopping, further ones are ignored to the end (a SIGTERM forwarded again
+    during tear-down used to end the job with status 15 where the stop promises 0); without
+    a signal the previous handlers come back."""
     stop = StopSignals(LocalWorld(1).communicators()[0])
     try:
         os.kill(os.getpid(), signal.SIGTERM)
@@ -156,6 +159,13 @@ def test_real_sigterm_twice_only_sets_the_flag() -> None:
         assert stop.agreed() == signal.SIGTERM
     finally:
         stop.close()
+    try:
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+        os.kill(os.getpid(), signal.SIGTERM)  # ignored: this test process goes on
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGUSR1, signal.SIG_DFL)
+    StopSignals(LocalWorld(1).communicators()[0]).close()
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 

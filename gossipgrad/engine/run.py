@@ -18,10 +18,11 @@ import torch
 
 from gossipgrad.comm.base import Communicator, ReduceOp, allreduce_
 from gossipgrad.data.sources import DataSource
+from gossipgrad.engine import agreement, guards
 from gossipgrad.engine import checkpoint as ckpt
 from gossipgrad.engine import snapshot as snap
 from gossipgrad.engine.config import TrainConfig
-from gossipgrad.engine.consensus import agree, verify_identical
+from gossipgrad.engine.consensus import verify_identical
 from gossipgrad.engine.distributed import DistributedOptimizer
 from gossipgrad.engine.evaluation import evaluate
 from gossipgrad.engine.faults import KillSwitch
@@ -55,9 +56,23 @@ def lr_at(
     return base_lr * 0.5 * (1.0 + math.cos(math.pi * min(1.0, frac)))
 
 
+FOUND = (
+    "the step of the checkpoint each rank found to resume from (-1: none; --run-dir must be "
+    "on a file system every rank sees)"
+)
+
+
 def step_seed(seed: int, rank: int, step: int) -> int:
     """The torch seed for ``rank``'s step ``step`` (dropout etc.): resume needs no RNG state."""
     return int(np.random.SeedSequence([seed, rank, step]).generate_state(1)[0])
+
+
+def checkpoint_bytes(model: torch.nn.Module) -> int:
+    """About what one checkpoint of ``model`` takes: its state and one momentum buffer per
+    parameter (SGD), plus a little for the rest."""
+    state = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    momentum = sum(p.numel() * p.element_size() for p in model.parameters())
+    return state + momentum + 2**16
 
 
 class Run:
@@ -106,6 +121,9 @@ class Run:
         self.model_bytes = sum(
             p.numel() * p.element_size() for p in model.parameters() if p.requires_grad
         )
+        self.resumed_from: str | None = None
+        if self.saver is not None and not cfg.run.evaluate:
+            self.saver.check_room(checkpoint_bytes(model))
 
     def compat(self) -> dict[str, Any]:
         """What a checkpoint must match: the model; when training also the data order,
@@ -131,6 +149,15 @@ class Run:
     def run(self, stop: StopSignals) -> dict[str, Any]:
         try:
             step = self.resume()
+            self.metrics.write(
+                {
+                    "event": "start",
+                    "step": step,
+                    "resumed_from": self.resumed_from,
+                    "size": self.comm.size,
+                    "time": time.time(),
+                }
+            )
             if self.comm.rank == 0:
                 log.info(
                     "size %d, strategy %s, topology %s, mix %s, data %s, steps %d to %d "
@@ -208,6 +235,7 @@ class Run:
                 if cfg.run.checkpoint_every and step % cfg.run.checkpoint_every == 0:
                     self.checkpoint(step)
             if stop.stopped:
+                guards.raise_if_diverged(stop.stopped)  # a non-finite loss: nothing saved
                 name = signal_name(stop.stopped)
                 progress.write(f"{name}: stopping every rank at step {step}")
                 self.checkpoint(step, reason=name)
@@ -241,7 +269,9 @@ class Run:
                 out = self.opt.module_for_forward(x)  # DDP's wrapper under --strategy ddp
                 loss = loss_fn(out, y)
                 loss.backward()
-            window["loss"] += float(loss.detach()) * len(y)
+            value = float(loss.detach())
+            guards.note_loss(self.agreement.signals, value, step)
+            window["loss"] += value * len(y)
             window["correct"] += float((logits(out).argmax(1) == y).sum())
             window["n"] += len(y)
         t0 = time.perf_counter()
@@ -316,6 +346,7 @@ class Run:
             return
         with self.speed.paused():
             snap.consensus_(self.opt, self.comm)
+            guards.check_model_(self.model, self.opt.optimizer, self.comm, step, self.saver.run_dir)
             meta = {
                 "compat": self.compat(),
                 "config": self.cfg.to_dict(),
@@ -346,11 +377,9 @@ class Run:
 
     def resume(self) -> int:
         cfg = self.cfg
-        path = ckpt.locate(cfg.run.resume, cfg.run.run_dir)
+        path, state = self.find_checkpoint()
         step = -1
         if path is not None:
-            state = ckpt.read(path)
-            ckpt.check_compatible(state, self.compat(), path)
             step = snap.restore_(
                 path, state, self.model, self.opt, self.comm, self.states, self.rank_states
             )
@@ -363,12 +392,6 @@ class Run:
                 )
             if self.saver is not None:
                 self.saver.last_step = step
-        if not agree(self.comm, step):
-            raise ValueError(
-                f"rank {self.comm.rank}: ranks found different checkpoints "
-                f"(this rank: {path or 'none'}); --run-dir must be on a file "
-                "system that every rank sees"
-            )
         if path is None:
             if cfg.run.resume and self.comm.rank == 0:
                 log.info(
@@ -389,6 +412,24 @@ class Run:
                 step % self.spe,
             )
         return step
+
+    def find_checkpoint(self) -> tuple[str | None, dict[str, Any] | None]:
+        """The checkpoint to resume from and its contents (None, None: start afresh), the
+        same on every rank: a file that cannot be read, is not finite or does not fit this
+        run is refused on every rank at once, naming the ranks and why."""
+        path = state = problem = None
+        try:
+            path = ckpt.locate(self.cfg.run.resume, self.cfg.run.run_dir)
+            if path is not None:
+                state = ckpt.read(path)
+                guards.check_checkpoint(state, path)
+                ckpt.check_compatible(state, self.compat(), path)
+        except ValueError as exc:
+            problem = str(exc)
+        found = int(state.get("step", -1)) if state is not None else -1
+        agreement.check_settings(self.comm, [(FOUND, found)], problem)
+        self.resumed_from = path
+        return path, state
 
     def finish(self, start: int, step: int, stopped: str | None) -> dict[str, Any]:
         if self.agreement is not None:
