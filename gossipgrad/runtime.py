@@ -19,7 +19,6 @@ import numpy as np
 from gossipgrad.comm.arrival import report
 from gossipgrad.comm.base import CommError, CommTimeout, Communicator, WaitPolicy, allreduce_
 from gossipgrad.comm.hosts import host_id
-from gossipgrad.engine.agreement import AgreedError
 from gossipgrad.options import DEFAULT_TIMEOUT_S
 from gossipgrad.settings import Settings, settings
 from gossipgrad.startup import LAUNCHER_VARS
@@ -238,8 +237,9 @@ def end_job(comm: Communicator) -> NoReturn:
     error every rank agreed on by its reporter, a deadline by the lowest rank its probe
     heard (naming the ranks that answered none), anything else by this rank."""
     exc = sys.exc_info()[1]
-    if isinstance(exc, AgreedError):
-        abort_job(comm, str(exc), exc.code, quiet=comm.rank != exc.reporter)
+    reporter = getattr(exc, "reporter", None)  # an AgreedError, or an error made like one
+    if reporter is not None:
+        abort_job(comm, str(exc), getattr(exc, "code", 1), quiet=comm.rank != reporter)
     timeout = _timeout_of(exc)
     if timeout is not None:  # who is stuck: probe the others, the lowest rank heard reports
         message, reporter = report(comm, timeout)

@@ -529,12 +529,9 @@ def _fill_after_first_checkpoint(run: Path, mnt: Path):
         deadline = time.monotonic() + 120
         while not list(run.glob("ckpt-*.pt")) and time.monotonic() < deadline:
             time.sleep(0.05)
-        with open(mnt / "filler", "wb") as f:
-            try:
-                while True:
-                    f.write(b"\0" * 4096)
-            except OSError:
-                pass
+        with contextlib.suppress(OSError), open(mnt / "filler", "wb") as f:
+            while True:
+                f.write(b"\0" * 4096)
 
     return act
 
@@ -556,9 +553,11 @@ def run_dir_vanishes(tmp: Path, r: Runner) -> Outcome:
         deadline = time.monotonic() + 120
         while not list(run.glob("ckpt-*.pt")) and time.monotonic() < deadline:
             time.sleep(0.05)
-        shutil.rmtree(run, ignore_errors=True)
+        while run.exists() and time.monotonic() < deadline:  # files appear while it goes
+            shutil.rmtree(run, ignore_errors=True)
 
-    return r.train(2, [*LONG, "--run-dir", str(run), "--checkpoint-every", "4"], act=act)
+    args = [*LONG, "--epochs", "40", "--run-dir", str(run), "--checkpoint-every", "4"]
+    return r.train(2, args, act=act)
 
 
 def metrics_dir_is_file(tmp: Path, r: Runner) -> Outcome:

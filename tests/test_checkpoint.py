@@ -130,8 +130,10 @@ def test_a_failed_write_on_one_rank_fails_all_and_keeps_the_previous(tmp_path: P
         return str(err.value)
 
     errors = run_ranks(2, body, timeout=60)
-    assert "rank 1: could not write its part of checkpoint" in errors[1]
-    assert "another rank could not write" in errors[0]
+    assert errors[0] == errors[1]  # one message, every rank
+    assert "rank 1 of 2: could not write its part of checkpoint" in errors[0]
+    assert "Is a directory; earlier checkpoints in" in errors[0]
+    assert not list(tmp_path.glob("*.tmp"))
     assert ckpt.find_latest(str(tmp_path)) == str(tmp_path / "ckpt-000000004.pt")
 
 

@@ -133,6 +133,7 @@ def check_settings(
     problem: str | None = None,
     timeout: float | None = None,
     code: int = 1,
+    what: str = "start-up agreement (settings)",
 ) -> None:
     """Compare ``items`` across ranks, and whether any rank hit a ``problem`` (a one-line
     message: its data, its run directory ...). Raises :class:`AgreedError` on every rank,
@@ -147,7 +148,7 @@ def check_settings(
         if problem is not None:
             raise AgreedError(problem, 0, code)
         return
-    table = _gather(comm, row, "start-up agreement (settings)", timeout)
+    table = _gather(comm, row, what, timeout)
     failed = table[:, 0]
     if failed.any():
         texts = _texts(comm, problem or "", timeout)

@@ -43,7 +43,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from gossipgrad.comm.base import Communicator, ReduceOp, allreduce_
+from gossipgrad.comm.base import Communicator
+from gossipgrad.engine.agreement import AgreedError, check_settings
 
 log = logging.getLogger(__name__)
 
@@ -126,13 +127,13 @@ def write_atomic(obj: Any, path: str, before_rename: Callable[[str], None] | Non
             f.flush()
             os.fsync(f.fileno())
             size = f.tell()
+        if before_rename is not None:
+            before_rename(tmp)
+        os.replace(tmp, path)
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.remove(tmp)
-        raise OSError(exc.errno, f"{tmp}: {exc.strerror or exc}") from None
-    if before_rename is not None:
-        before_rename(tmp)
-    os.replace(tmp, path)
+        raise OSError(exc.errno, exc.strerror or str(exc), tmp) from None
     fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -279,26 +280,28 @@ class Checkpointer:
         return path
 
     def _all_ok(self, write: Any, what: str) -> int:
+        """``write()`` on every rank; if it failed on any, OSError on every rank with one
+        message (the ranks and each cause, reported by rank 0: ``reporter``)."""
         error: OSError | None = None
         nbytes = 0
         try:
             nbytes = write()
         except OSError as exc:
             error = exc
-        failed = allreduce_(self.comm, np.array([error is not None], dtype=np.int64), ReduceOp.MAX)[
-            0
-        ]
-        if error is not None:
-            raise OSError(
-                f"rank {self.comm.rank}: could not write {what}: {error}; earlier "
-                f"checkpoints in {self.run_dir} are kept"
-            ) from error
-        if failed:
-            raise OSError(
-                f"rank {self.comm.rank}: another rank could not write {what} (see "
-                f"its error); earlier checkpoints in {self.run_dir} are kept"
-            )
+        problem = None if error is None else f"could not write {what}: {self._cause(error)}"
+        try:
+            check_settings(self.comm, [], problem, what="checkpoint write")
+        except AgreedError as agreed:
+            failure = OSError(f"{agreed}; earlier checkpoints in {self.run_dir} are kept")
+            failure.errno = error.errno if error is not None else None
+            failure.reporter = agreed.reporter  # type: ignore[attr-defined]
+            raise failure from error
         return nbytes
+
+    def _cause(self, error: OSError) -> str:
+        if isinstance(error, FileNotFoundError) and not os.path.isdir(self.run_dir):
+            return f"{self.run_dir} no longer exists (deleted or unmounted while the job ran)"
+        return error.strerror or str(error)
 
     def _prune(self, step: int) -> None:
         """Delete checkpoints older than the newest ``keep`` complete ones, and stale tmps."""
