@@ -134,3 +134,14 @@ def test_metrics_are_appended_on_resume_with_the_resume_marked(tmp_path: Path):
     assert [s["resumed_from"] for s in starts] == [None, str(run / "ckpt-000000011.pt")]
     assert [s["step"] for s in starts] == [0, 11]
     assert [r["event"] for r in after].count("summary") == 2
+
+
+def test_a_run_directory_that_vanished_is_named_as_such(tmp_path: Path):
+    run = tmp_path / "run"
+    saver = ckpt.Checkpointer(str(run), LocalWorld(1).communicators()[0])
+    saver.save(5, {"format": ckpt.FORMAT, "step": 5})
+    for p in run.iterdir():
+        p.unlink()
+    run.rmdir()
+    with pytest.raises(OSError, match=rf"{run} no longer exists \(deleted or unmounted while"):
+        saver.save(10, {"format": ckpt.FORMAT, "step": 10})
