@@ -591,6 +591,42 @@ def mpi_init_missing_rank(tmp: Path, r: Runner) -> Outcome:
     return r.spawn(cmd, deadline=200)
 
 
+def metrics_is_a_directory(tmp: Path, r: Runner) -> Outcome:
+    (tmp / "m.jsonl").mkdir()
+    return r.train(2, [*QUICK, "--metrics-out", str(tmp / "m.jsonl")])
+
+
+def _first_run(tmp: Path, r: Runner) -> tuple[Path, Outcome]:
+    run = tmp / "run"
+    return run, r.train(2, [*QUICK, "--run-dir", str(run)])
+
+
+def rank_file_missing(tmp: Path, r: Runner) -> Outcome:
+    run, a = _first_run(tmp, r)
+    for p in run.glob("ckpt-*.rank1.pt"):
+        p.unlink()
+    o = r.train(2, [*QUICK, "--epochs", "2", "--run-dir", str(run), "--resume", "auto"])
+    o.notes.append(f"first exit {a.rc}")
+    return o
+
+
+def truncated_checkpoint(tmp: Path, r: Runner) -> Outcome:
+    run, _ = _first_run(tmp, r)
+    latest = sorted(p for p in run.glob("ckpt-*.pt") if ".rank" not in p.name)[-1]
+    latest.write_bytes(latest.read_bytes()[:1000])
+    return r.train(2, [*QUICK, "--epochs", "2", "--run-dir", str(run), "--resume", "auto"])
+
+
+def sigusr1_one_rank(tmp: Path, r: Runner) -> Outcome:
+    m = tmp / "m.jsonl"
+    act = signal_rank(1, signal.SIGUSR1, m)
+    return r.train(2, [*LONG, "--metrics-out", str(m), "--run-dir", str(tmp / "run")], act=act)
+
+
+def forced_mpi_without_launcher(tmp: Path, r: Runner) -> Outcome:
+    return r.spawn(r.cmd(0, QUICK), env={"GOSSIPGRAD_MPI": "1"}, deadline=120)
+
+
 def no_notes(o: Outcome) -> str | None:
     bad = [n for n in o.notes if "lost" in n or "deleted" in n or "ran" in n or "not strict" in n]
     return bad[0] if bad else None
@@ -743,6 +779,13 @@ CASES: list[Case] = [
         lambda t, r: malicious_checkpoint(t, r, plain_pickle=True),
         both(fails("cannot read checkpoint"), no_notes, no_unsafe_hint),
     ),
+    Case(
+        "--metrics-out is a directory", False, metrics_is_a_directory, fails("m.jsonl", within=60)
+    ),
+    Case("a rank's checkpoint part deleted", False, rank_file_missing, fails("rank1.pt")),
+    Case("truncated checkpoint", False, truncated_checkpoint, fails("cannot read checkpoint")),
+    Case("SIGUSR1 to one rank", False, sigusr1_one_rank, succeeds("SIGUSR1")),
+    Case("GOSSIPGRAD_MPI=1 without a launcher", False, forced_mpi_without_launcher, succeeds()),
     case_flag("--resume", "/nonexistent.pt", needle="/nonexistent.pt"),
     case_flag("--data", "/nonexistent", needle="/nonexistent"),
     case_flag("--epochs", "0", needle="--epochs"),

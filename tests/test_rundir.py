@@ -145,3 +145,22 @@ def test_a_run_directory_that_vanished_is_named_as_such(tmp_path: Path):
     run.rmdir()
     with pytest.raises(OSError, match=rf"{run} no longer exists \(deleted or unmounted while"):
         saver.save(10, {"format": ckpt.FORMAT, "step": 10})
+
+
+def test_a_checkpoint_missing_a_ranks_part_is_refused_on_every_rank(tmp_path: Path):
+    run = tmp_path / "run"
+    flags = dict(progress=False, batch_size=64, run_dir=str(run))
+    first = TrainConfig.from_flags(epochs=1, **flags)
+    run_ranks(2, lambda c: trainer.train(first, c), timeout=240, comm_timeout=60)
+    (run / "ckpt-000000011.rank1.pt").unlink()
+    again = TrainConfig.from_flags(epochs=2, resume="auto", **flags)
+
+    def body(comm):
+        try:
+            trainer.train(again, comm)
+        except ValueError as exc:
+            return str(exc)
+
+    messages = run_ranks(2, body, timeout=240, comm_timeout=60)
+    assert messages[0] == messages[1], messages  # refused on both, one message
+    assert "rank 1 of 2: checkpoint " in messages[0] and "rank1.pt is missing" in messages[0]

@@ -315,6 +315,16 @@ class Checkpointer:
                     log.warning("could not delete old checkpoint file %s: %s", e, exc)
 
 
+def check_rank_part(state: dict[str, Any], path: str, rank: int) -> None:
+    """ValueError unless this rank's part of checkpoint ``path`` exists (when it has parts)."""
+    mine = rank_path(path, rank)
+    if state.get("rank_states") and not os.path.isfile(mine):
+        raise ValueError(
+            f"checkpoint {path} has no part for this rank ({mine} is missing: deleted, or "
+            "not on a file system this rank sees); resume from an older checkpoint"
+        )
+
+
 def read_rank(path: str) -> dict[str, Any]:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)

@@ -424,6 +424,7 @@ class Run:
                 state = ckpt.read(path)
                 guards.check_checkpoint(state, path)
                 ckpt.check_compatible(state, self.compat(), path)
+                ckpt.check_rank_part(state, path, self.comm.rank)
         except ValueError as exc:
             problem = str(exc)
         found = int(state.get("step", -1)) if state is not None else -1
