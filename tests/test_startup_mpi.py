@@ -4,6 +4,7 @@ rank that never starts MPI, Ctrl-C, a repeated SIGTERM."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -151,8 +152,10 @@ def test_ctrl_c_ends_the_job_within_seconds_with_130_and_blames_no_rank(tmp_path
 
 
 @pytest.mark.timeout(300)
-def test_sigterm_twice_to_mpiexec_still_checkpoints_and_exits_0(tmp_path):
-    """The issue's case: a repeated SIGTERM ended with status 15 where the docs promise 0."""
+def test_sigterm_again_and_again_to_mpiexec_still_checkpoints_and_exits_0(tmp_path):
+    """The issue's case: a repeated SIGTERM ended with status 15 where the docs promise 0
+    (one that lands after the stop handlers were put back: sent every 50 ms until the job
+    ends, some always do)."""
     run = tmp_path / "run"
     metrics = tmp_path / "m.jsonl"
     args = ["--epochs", "1000", "--run-dir", str(run), "--metrics-out", str(metrics)]
@@ -161,10 +164,14 @@ def test_sigterm_twice_to_mpiexec_still_checkpoints_and_exits_0(tmp_path):
     while not (metrics.exists() and len(metrics.read_text().splitlines()) > 3):
         assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
         time.sleep(0.2)
-    for _ in range(2):
-        os.kill(proc.pid, signal.SIGTERM)
+    sent, deadline = 0, time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)
+            sent += 1
         time.sleep(0.05)
-    done = launch.finish(proc, timeout=120)
+    done = launch.finish(proc, timeout=60)
+    assert sent >= 2
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["stopped"] == "SIGTERM" and Path(summary["checkpoint"]).exists(), summary
