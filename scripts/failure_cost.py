@@ -9,8 +9,11 @@ continue, ...), so both see the same machine and the same load; prints one JSON 
 
 Per training: samples/s over the timed steps (the first step, evaluations and checkpoints
 left out, as ``gossipgrad train`` reports it), seconds per step (global batch / samples/s),
-communication seconds and top-1. Per mode: the median over repetitions; ``continue_vs_abort``
-is the ratio of the medians of seconds per step (1.00: free). Run with
+communication seconds and top-1. The order alternates (abort first in even repetitions,
+continue first in odd ones). Per mode: the median over repetitions; ``continue_vs_abort``
+is the ratio of the medians of seconds per step (1.00: free), ``..._paired_median`` the
+median of each repetition's own ratio (less sensitive to load that changes between
+repetitions). Run with
 ``OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1`` as root, ``PYTHONPATH`` at the
 checkout and ``OMP_NUM_THREADS=1``.
 """
@@ -37,7 +40,7 @@ def main() -> None:
     comm = runtime.init(args.comm_timeout)
     runs = []
     for rep in range(args.reps):
-        for mode in modes:
+        for mode in modes if rep % 2 == 0 else modes[::-1]:  # ABBA: no order effect
             cfg = TrainConfig.from_flags(
                 on_failure=mode,
                 epochs=args.epochs,
@@ -72,6 +75,10 @@ def main() -> None:
     }
     if {"abort", "continue"} <= set(modes):
         out["continue_vs_abort"] = round(median["continue"] / median["abort"], 3)
+        per_rep = {(r["rep"], r["mode"]): r["seconds_per_step"] for r in runs}
+        pairs = [per_rep[(k, "continue")] / per_rep[(k, "abort")] for k in range(args.reps)]
+        out["continue_vs_abort_per_rep"] = [round(x, 3) for x in pairs]
+        out["continue_vs_abort_paired_median"] = round(statistics.median(pairs), 3)
     print(json.dumps(out, indent=1))
 
 
