@@ -43,7 +43,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from gossipgrad.comm.base import Communicator
+from gossipgrad.comm.base import Communicator, ReduceOp, allreduce_
 from gossipgrad.engine.agreement import AgreedError, check_settings
 
 log = logging.getLogger(__name__)
@@ -289,6 +289,12 @@ class Checkpointer:
         except OSError as exc:
             error = exc
         problem = None if error is None else f"could not write {what}: {self._cause(error)}"
+        # An allreduce first, then the messages only if a write failed: a rank that died
+        # meanwhile (ULFM) must fail an allreduce: an all-gather failed that way left Open
+        # MPI 5.0's MPI_Finalize spinning on the survivors (docs/validation/failure.md).
+        flag = np.array([problem is not None], dtype=np.int64)
+        if not allreduce_(self.comm, flag, ReduceOp.MAX, what="checkpoint write")[0]:
+            return nbytes
         try:
             check_settings(self.comm, [], problem, what="checkpoint write")
         except AgreedError as agreed:
