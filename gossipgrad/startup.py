@@ -122,8 +122,11 @@ def start_mpi(
         "ended before starting MPI or never started (its error is above, if it printed "
         "one); ending this rank"
     )
-    with InitWatchdog(deadline, note):
-        from gossipgrad.comm.mpi import MpiCommunicator  # initialises MPI
+    if "mpi4py.MPI" in sys.modules:  # MPI runs already (a library caller): no fork after it
+        from gossipgrad.comm.mpi import MpiCommunicator
+    else:
+        with InitWatchdog(deadline, note):
+            from gossipgrad.comm.mpi import MpiCommunicator  # initialises MPI
 
     if error is not None:
         kw.setdefault("delay_s", 0.0)  # the variables may be what is wrong: read none

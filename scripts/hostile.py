@@ -5,6 +5,7 @@ file, environment, data set, checkpoint, disk, signal or rank, and what the job 
     python scripts/hostile.py --only fifo,sigint    # cases whose name contains a pattern
     python scripts/hostile.py --code /tmp/base      # another checkout's gossipgrad (before/after)
     python scripts/hostile.py --json out.json       # also the records, one per case
+    python scripts/hostile.py --report before.json after.json   # the two as one table
 
 A case passes when the job ends (no hang: every launch has a deadline), with the exit status
 the case expects, without a Python traceback, and with the message the case expects (the
@@ -627,8 +628,11 @@ def forced_mpi_without_launcher(tmp: Path, r: Runner) -> Outcome:
     return r.spawn(r.cmd(0, QUICK), env={"GOSSIPGRAD_MPI": "1"}, deadline=120)
 
 
+PROBLEMS = ("history lost", "were deleted", "the file's code ran", "not strict JSON")
+
+
 def no_notes(o: Outcome) -> str | None:
-    bad = [n for n in o.notes if "lost" in n or "deleted" in n or "ran" in n or "not strict" in n]
+    bad = [n for n in o.notes if any(p in n for p in PROBLEMS)]
     return bad[0] if bad else None
 
 
@@ -672,7 +676,7 @@ CASES: list[Case] = [
         lambda t, r: r.train(2, [*QUICK, "--lr", "1e30"]),
         fails("diverged", "step", within=60),
     ),
-    Case("checkpoint with NaN weights", True, nan_checkpoint, fails("non-finite")),
+    Case("checkpoint with NaN weights", True, nan_checkpoint, fails("not finite")),
     Case("metrics strict JSON", True, strict_json, no_notes),
     # 2. every failure ends the job promptly
     mpmd_case("bad flag on one MPMD part", ["--bogus-flag"], "--bogus-flag", within=40),
@@ -741,7 +745,7 @@ CASES: list[Case] = [
         fresh_run_over_old,
         both(fails("--resume"), no_notes),
     ),
-    Case("full disk from the start", False, full_disk, fails("No space left", within=60)),
+    Case("full disk from the start", False, full_disk, fails("no space left", within=60)),
     Case("disk fills after a checkpoint", False, full_disk_later, fails("No space left")),
     Case("read-only --run-dir", False, read_only, fails("Read-only", within=60)),
     Case("--run-dir deleted mid-run", False, run_dir_vanishes, fails("run")),
@@ -794,14 +798,54 @@ CASES: list[Case] = [
 ]
 
 
+def report(before: list[str], after: str) -> str:
+    """A markdown table: each case with how it ended before (the first record of it in the
+    ``before`` files) and after."""
+
+    def load(path: str) -> dict[str, dict]:
+        return {r["case"]: r for r in json.loads(Path(path).read_text())}
+
+    old: dict[str, dict] = {}
+    for path in before:
+        for name, rec in load(path).items():
+            old.setdefault(name, rec)
+    new = load(after)
+    rows = [
+        "| case | named | before: exit, s, verdict | after: exit, s, verdict | after: the line |",
+        "|---|---|---|---|---|",
+    ]
+
+    def cell(rec: dict | None) -> str:
+        if rec is None:
+            return "not run"
+        rc = "hang" if rec["rc"] is None else rec["rc"]
+        return f"{rc}, {rec['seconds']:.0f} s, {rec['verdict']}".replace("|", "/")
+
+    for case in CASES:
+        a = new.get(case.name)
+        line = (a or {}).get("last", "").replace("|", "/")
+        named = "yes" if case.named else ""
+        rows.append(f"| {case.name} | {named} | {cell(old.get(case.name))} | {cell(a)} | {line} |")
+    return "\n".join(rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--report",
+        nargs="+",
+        metavar="JSON",
+        help="print the before/after table of earlier --json files (the last one: after)",
+    )
     ap.add_argument("--only", default="", help="comma-separated name fragments")
     ap.add_argument("--code", default=str(REPO), help="checkout whose gossipgrad runs")
     ap.add_argument("--deadline", type=float, default=150.0, help="seconds per launch")
     ap.add_argument("--json", default=None)
     ap.add_argument("--start", default="", help="skip the cases before this one")
     a = ap.parse_args()
+    if a.report:
+        print(report(a.report[:-1], a.report[-1]))
+        return
     runner = Runner(Path(a.code), a.deadline)
     wanted = [p for p in a.only.split(",") if p]
     rows, records = [], []

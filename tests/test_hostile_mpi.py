@@ -167,7 +167,8 @@ def test_a_stopped_rank_is_named_alone(tmp_path: Path):
     """SIGSTOP on rank 2 of 4: one rank reports, naming rank 2 as the one not answering;
     no healthy rank is named as the cause."""
     with launch.cpu_load():
-        code, err, elapsed = launch.signal_rank_in_training(tmp_path, signal.SIGSTOP, 5)
+        code, err, elapsed = launch.signal_rank_in_training(tmp_path, signal.SIGSTOP, 5, wait_s=90)
+    print(f"stopped rank: the job ended {elapsed:.1f} s after the SIGSTOP")
     assert code == 1
     errors = launch.error_lines(err)
     assert len(errors) == 1, err[-3000:]
@@ -175,4 +176,4 @@ def test_a_stopped_rank_is_named_alone(tmp_path: Path):
     for healthy in (0, 1, 3):
         assert not re.search(rf"rank {healthy} (did not arrive|answers no probe)", err), err
         assert f"is rank {healthy} alive?" not in err, err
-    assert elapsed <= 5 * 1.1 + 3 + 4 + 10, elapsed
+    assert elapsed <= 1.1 * 5 + 20, elapsed  # docs/guarantees.md

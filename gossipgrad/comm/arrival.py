@@ -30,9 +30,11 @@ import numpy as np
 
 from gossipgrad.comm.base import CommTimeout, Communicator, Request, Tag
 
-MIN_WINDOW_S = 4.0
+MIN_WINDOW_S = 8.0
 """The shortest probe window: ranks time out at different moments (the stop agreement
-waits 3 s beyond the deadline, so that a point-to-point wait naming its peer fires first)."""
+waits 3 s beyond the deadline, so that a point-to-point wait naming its peer fires first,
+and a rank that got one step further started waiting later): 4 s missed ranks that were
+there, under load."""
 
 
 def probe_window(timeout: float) -> float:
@@ -40,7 +42,7 @@ def probe_window(timeout: float) -> float:
     :data:`MIN_WINDOW_S` (ranks that arrived a little later time out a little later).
 
         >>> probe_window(120.0), probe_window(5.0)
-        (12.0, 4.0)
+        (12.0, 8.0)
     """
     return max(MIN_WINDOW_S, 0.1 * timeout)
 
@@ -161,11 +163,12 @@ def report(comm: Communicator, exc: CommTimeout) -> tuple[str, int]:
         if missing:
             cause = message.split("; is rank")[0].split("; is every rank")[0]
             ranks = ", ".join(map(str, missing))
-            alive = _list(sorted([*heard, world.rank]))
-            who = f"rank {ranks} answers" if len(missing) == 1 else f"ranks {ranks} answer"
+            here = sorted([*heard, world.rank])
+            one = len(missing) == 1
+            who = f"rank {ranks} answers" if one else f"ranks {ranks} answer"
             message = (
-                f"{cause}; {who} no probe: stopped, hung or cut off ({alive} answered within "
-                f"{window:g} s and are waiting); is {'rank' if len(missing) == 1 else 'ranks'}"
+                f"{cause}; {who} no probe: stopped, hung or cut off ({_list(here)} "
+                f"answered within {window:g} s, waiting); {'is rank' if one else 'are ranks'}"
                 f" {ranks} alive? raise --comm-timeout if the network is slow"
             )
     return message, min([world.rank, *heard])

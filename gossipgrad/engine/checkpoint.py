@@ -244,11 +244,13 @@ class Checkpointer:
             raise OSError(exc.errno, f"--run-dir {self.run_dir}: {exc.strerror}") from None
         free = st.f_bavail * st.f_frsize
         if free < nbytes:
-            raise OSError(
-                errno.ENOSPC,
-                f"--run-dir {self.run_dir}: {free / 1e6:.2f} MB free, but a checkpoint "
-                f"takes about {nbytes / 1e6:.2f} MB: free some space or use another --run-dir",
+            full = OSError(
+                f"--run-dir {self.run_dir}: no space left for a checkpoint: "
+                f"{free / 1e6:.2f} MB free, one takes about {nbytes / 1e6:.2f} MB; free some "
+                "space or use another --run-dir"
             )
+            full.errno = errno.ENOSPC
+            raise full
 
     def save(
         self, step: int, state: dict[str, Any], rank_states: dict[str, Stateful] | None = None
