@@ -28,6 +28,7 @@ LAYERS = {
     "bench": 7,
     "measure": 6,
     "runtime": 5,  # the launch layer: MPI or a one-rank world, logging, abort
+    "startup": 5,  # the launch layer: MPI start-up under a deadline, the start-up agreement
     "strategies": 4,  # one spec module per strategy: they build the engine's optimizers
     "engine": 3,
     "data": 2,
