@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import math
 import re
 from collections.abc import Iterator
 from typing import Any, TypeVar
@@ -258,9 +259,28 @@ def choice(enum_type: type[E], value: Any, flag: str) -> E:
 
 
 def at_least(value: float, low: float, flag: str, strict: bool = False) -> None:
-    """ValueError naming ``flag`` unless ``value >= low`` (``> low`` when ``strict``)."""
+    """ValueError naming ``flag`` unless ``value`` is a finite number ``>= low`` (``> low``
+    when ``strict``). NaN and infinity are refused by name (``nan < 0`` is False, so a
+    comparison alone would let NaN through).
+
+        >>> at_least(float("nan"), 0, "--lr", strict=True)
+        Traceback (most recent call last):
+        ...
+        ValueError: lr must be a finite number, got nan
+    """
+    finite(value, flag)
     if value < low or (strict and value == low):
         raise ValueError(f"{spell(flag)} must be {'>' if strict else '>='} {low:g}, got {value}")
+
+
+def finite(value: float, flag: str) -> None:
+    """ValueError naming ``flag`` unless ``value`` is a finite number (not NaN, not +-inf)."""
+    try:
+        ok = math.isfinite(value)
+    except TypeError:  # not a number at all
+        ok = False
+    if not ok:
+        raise ValueError(f"{spell(flag)} must be a finite number, got {value!r}")
 
 
 def bucket_cap_bytes(bucket_mb: float) -> int:

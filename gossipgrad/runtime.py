@@ -10,6 +10,7 @@ needs no launcher and no MPI at all.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 import time
@@ -19,11 +20,12 @@ from typing import Any, NoReturn, TypeVar
 import numpy as np
 
 from gossipgrad.choices import cli_spelling
-from gossipgrad.comm.base import CommError, Communicator, WaitPolicy
-from gossipgrad.comm.collectives import allreduce_
+from gossipgrad.comm.base import CommError, CommTimeout, Communicator, WaitPolicy
+from gossipgrad.comm.collectives import allreduce_, report
 from gossipgrad.comm.hosts import host_id
 from gossipgrad.options import DEFAULT_TIMEOUT_S
 from gossipgrad.settings import Settings, settings
+from gossipgrad.startup import LAUNCHER_VARS
 
 log = logging.getLogger("gossipgrad")
 T = TypeVar("T")
@@ -31,20 +33,11 @@ T = TypeVar("T")
 #: Seconds between reporting a fatal error and aborting the job (see ``abort_job``).
 ABORT_GRACE_S = 1.0
 
+#: Extra seconds a rank that leaves the report to another waits before reporting itself.
+QUIET_S = 5.0
+
 #: How long the training thread spins in a wait while every rank has a core of its own.
 WAIT_SPIN_S = 1.0
-
-# Variables that launchers set for each rank they start.
-_LAUNCHER_VARS = (
-    "PMI_RANK",
-    "PMI_FD",
-    "PMI_PORT",
-    "PMIX_RANK",
-    "OMPI_COMM_WORLD_RANK",
-    "MV2_COMM_WORLD_RANK",
-    "MPI_LOCALRANKID",
-    "HYDI_CONTROL_FD",
-)
 
 
 def launched_by_mpi(env: Settings | None = None) -> bool:
@@ -52,7 +45,7 @@ def launched_by_mpi(env: Settings | None = None) -> bool:
     forced = (env or settings()).force_mpi
     if forced is not None:
         return forced
-    return any(v in os.environ for v in _LAUNCHER_VARS)
+    return any(v in os.environ for v in LAUNCHER_VARS)
 
 
 _RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK")
@@ -85,27 +78,22 @@ def init(
     ``LOCAL_WORLD_SIZE`` as ``torchrun`` does (unless already set), so that a DDP
     script's ``DistributedSampler()``, ``dist.all_reduce`` of metrics and
     ``dist.barrier()`` work unchanged under ``mpiexec`` (:func:`start_torch_distributed`).
-    """
-    if timeout <= 0:
+
+    Under a launcher, MPI starts with a deadline and the start-up agreement
+    (:func:`gossipgrad.startup.start_mpi`: a rank that failed before MPI ends every rank),
+    and any error after that ends the whole job (:func:`abort_job`)."""
+    if not (timeout > 0 and math.isfinite(timeout)):
         name = "--comm-timeout" if cli_spelling() else "timeout"
-        raise ValueError(f"{name} must be > 0 seconds, got {timeout}")
+        raise ValueError(f"{name} must be a finite number > 0 seconds, got {timeout}")
     env, cores = settings(), usable_cores()
     if launched_by_mpi(env):
-        # Lazy: mpi4py initialises MPI on import, which a plain one-rank run must not do.
-        from gossipgrad.comm.mpi import MpiCommunicator, node_size, thread_multiple
+        from gossipgrad import startup  # lazy: it initialises MPI, a one-rank run must not
 
-        per_node = node_size()
-        # Ranks bound one per core each see one core: the node's are their union.
-        together = node_cores(MpiCommunicator(timeout=timeout, delay_s=0.0))
-        comm: Communicator = MpiCommunicator(
-            timeout=timeout, policy=wait_policy(together, per_node, env)
-        )
-        setup_logging(comm.rank, comm.size, verbose)
-        if not thread_multiple() and comm.rank == 0:  # once per job, not once per rank
-            log.warning(
-                "MPI granted less than MPI_THREAD_MULTIPLE: MPI calls from the "
-                "communication and shuffle threads are serialised behind one lock"
-            )
+        world = startup.started() or startup.start_mpi(timeout)
+        try:
+            comm, per_node, together = _mpi_world(timeout, env, verbose)
+        except Exception:  # noqa: BLE001 - after MPI_Init: end every rank, not this one
+            end_job(world)
     else:
         from gossipgrad.comm.local import LocalWorld
 
@@ -142,6 +130,26 @@ def start_torch_distributed(comm: Communicator) -> None:
         ("LOCAL_WORLD_SIZE", on_node),
     ):
         os.environ.setdefault(name, str(value))
+
+
+def _mpi_world(timeout: float, env: Settings, verbose: bool) -> tuple[Communicator, int, int]:
+    """(the world fitted to the node, ranks on this node, cores they share). Collective."""
+    from gossipgrad import startup
+    from gossipgrad.comm.mpi import MpiCommunicator, node_size, thread_multiple
+
+    per_node = node_size()
+    # Ranks bound one per core each see one core: the node's are their union. Ranks get here
+    # at different times (imports): the start-up deadline, not a tiny --comm-timeout.
+    start = max(timeout, startup.START_TIMEOUT_S)
+    together = node_cores(MpiCommunicator(timeout=start, delay_s=0.0))
+    comm = MpiCommunicator(timeout=timeout, policy=wait_policy(together, per_node, env))
+    setup_logging(comm.rank, comm.size, verbose)
+    if not thread_multiple() and comm.rank == 0:  # once per job, not once per rank
+        log.warning(
+            "MPI granted less than MPI_THREAD_MULTIPLE: MPI calls from the "
+            "communication and shuffle threads are serialised behind one lock"
+        )
+    return comm, per_node, together
 
 
 def torch_threads(cores: int, per_node: int, env: Settings) -> int:
@@ -235,8 +243,14 @@ def setup_logging(rank: int, size: int, verbose: bool = False) -> None:
         root.setLevel(logging.INFO if rank == 0 else logging.WARNING)
 
 
-def abort_job(comm: Communicator, message: str, code: int = 1) -> NoReturn:
-    """Report ``message`` from this rank and end the whole job with a non-zero code."""
+def abort_job(comm: Communicator, message: str, code: int = 1, quiet: bool = False) -> NoReturn:
+    """Report ``message`` from this rank and end the whole job with a non-zero code.
+
+    ``quiet``: another rank reports this error (the ranks agreed on it, or a deadline's probe
+    chose the lowest rank heard): wait :data:`QUIET_S` longer for that rank to end the job,
+    and only then report and abort here (if that rank could not)."""
+    if quiet and comm.size > 1:
+        time.sleep(ABORT_GRACE_S + QUIET_S)
     log.error(message)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -261,15 +275,41 @@ def call_or_abort(comm: Communicator, body: Callable[[Communicator], T]) -> T:
     ``abort_job``)."""
     try:
         return body(comm)
-    except ValueError as exc:
+    except ValueError:
         if comm.size == 1:
             raise
+        end_job(comm)
+    except Exception:  # noqa: BLE001 - reported by end_job
+        end_job(comm)
+
+
+def end_job(comm: Communicator) -> NoReturn:
+    """End every rank after the exception being handled on this one, reported once: an
+    error every rank agreed on by its reporter, a deadline by the lowest rank its probe
+    heard (naming the ranks that answered none), anything else by this rank."""
+    exc = sys.exc_info()[1]
+    reporter = getattr(exc, "reporter", None)  # an AgreedError, or an error made like one
+    if reporter is not None:
+        abort_job(comm, str(exc), getattr(exc, "code", 1), quiet=comm.rank != reporter)
+    timeout = _timeout_of(exc)
+    if timeout is not None:  # who is stuck: probe the others, the lowest rank heard reports
+        message, reporter = report(comm, timeout)
+        abort_job(comm, message, quiet=comm.rank != reporter)
+    if isinstance(exc, ValueError | CommError | RuntimeError | OSError):
         abort_job(comm, rank_message(comm, exc))
-    except (CommError, RuntimeError, OSError) as exc:
-        abort_job(comm, rank_message(comm, exc))
-    except Exception:  # noqa: BLE001 - a bug: say where, then end every rank
-        log.exception("rank %d: unexpected error", comm.rank)
-        abort_job(comm, f"rank {comm.rank}: aborting the job after an unexpected error")
+    log.exception("rank %d: unexpected error", comm.rank)  # a bug: say where
+    abort_job(comm, f"rank {comm.rank}: aborting the job after an unexpected error")
+
+
+def _timeout_of(exc: BaseException | None) -> CommTimeout | None:
+    """The deadline ``exc`` is, or was raised from (a shuffle round wraps its own)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, CommTimeout):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__
+    return None
 
 
 def local_rank(comm: Communicator) -> int:

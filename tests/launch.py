@@ -226,3 +226,54 @@ def rank_pid(root: int, rank: int) -> int:
     if rank not in pids:
         raise AssertionError(f"rank {rank} not found under pid {root} (found {sorted(pids)})")
     return pids[rank]
+
+
+def mpmd(parts: list[tuple[list[str], dict[str, str]]], timeout: float) -> tuple:
+    """``mpiexec -n 1 [-env K V ...] python -m gossipgrad ARGS : ...``, one rank per part
+    (ranks started with different flags or environments). Returns (CompletedProcess,
+    seconds)."""
+    cmd = [mpiexec()]
+    for i, (args, variables) in enumerate(parts):
+        extra = [x for k, v in variables.items() for x in ("-env", k, v)]
+        cmd += [":"] * bool(i) + ["-n", "1", *extra, sys.executable, "-m", "gossipgrad", *args]
+    t0 = time.monotonic()
+    out = run(cmd, timeout)
+    return out, time.monotonic() - t0
+
+
+def start_up_seconds(n: int = 2) -> float:
+    """What starting ``n`` ranks that import gossipgrad's command line and initialise MPI
+    takes right now (the floor under any launch's wall time on this machine, loaded or not)."""
+    code = "import gossipgrad.cli, gossipgrad.comm.mpi"
+    t0 = time.monotonic()
+    out = run([mpiexec(), "-n", str(n), sys.executable, "-c", code], timeout=240)
+    assert out.returncode == 0, out.stderr
+    return time.monotonic() - t0
+
+
+class cpu_load:
+    """``with cpu_load():`` keeps every core busy with spinning processes (niced like the
+    job), so that timing-dependent bounds are checked under load, not on a quiet machine."""
+
+    def __init__(self, processes: int | None = None) -> None:
+        self.n = processes or os.cpu_count() or 2
+        self.procs: list[subprocess.Popen] = []
+
+    def __enter__(self) -> cpu_load:
+        spin = "import time\nwhile True: time.perf_counter()"
+        self.procs = [
+            subprocess.Popen([sys.executable, "-c", spin], stdin=subprocess.DEVNULL)
+            for _ in range(self.n)
+        ]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for p in self.procs:
+            p.kill()
+            p.wait()
+
+
+def error_lines(text: str) -> list[str]:
+    """The lines of ``text`` that report an error (gossipgrad's ERROR records, click's
+    ``Error:`` lines), without MPICH's own ``Abort(...)`` line."""
+    return [ln for ln in text.splitlines() if " ERROR " in ln or ln.startswith(("Error", "rank"))]

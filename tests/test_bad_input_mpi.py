@@ -82,7 +82,7 @@ def test_corrupt_jpeg_is_named_unless_skipped(folder: Path) -> None:
 def test_batch_larger_than_shard(folder: Path) -> None:
     fails_with(
         [*TINY, "--data", str(folder), "-b", "7"],
-        "--batch-size 7 is larger than this rank's shard of 6 images",
+        "--batch-size 7 is larger than the smallest shard of 6 images",
     )
 
 

@@ -53,7 +53,7 @@ def test_val_classes_must_match_train(folder: Path) -> None:
 
 
 def test_batch_larger_than_shard_is_refused(folder: Path) -> None:
-    with pytest.raises(ValueError, match="--batch-size 7 is larger than this rank's shard of 6"):
+    with pytest.raises(ValueError, match="--batch-size 7 is larger than the smallest shard of 6"):
         source(folder, rank=1, size=2, batch=7)
 
 

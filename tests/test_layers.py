@@ -29,6 +29,7 @@ LAYERS = {
     "measure": 6,
     "torch": 6,  # Horovod's face (gossipgrad.torch): above strategies and runtime
     "runtime": 5,  # the launch layer: MPI or a one-rank world, logging, abort
+    "startup": 5,  # the launch layer: MPI start-up under a deadline, the start-up agreement
     "strategies": 4,  # one spec module per strategy: they build the engine's optimizers
     "engine": 3,
     "data": 2,

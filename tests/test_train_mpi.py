@@ -100,11 +100,16 @@ def test_shuffle_brings_a_label_sorted_start_within_a_point_of_iid_at_eight_rank
 
 @pytest.mark.timeout(150)
 def test_hung_rank_ends_every_rank_with_a_message_naming_the_peer(tmp_path):
-    """Rank 2 stops (SIGSTOP): its peers' deadline fires, names it, and aborts every rank."""
+    """Rank 2 stops (SIGSTOP): its peers' deadline fires, they probe each other, the lowest
+    rank heard names rank 2 and aborts every rank (docs/guarantees.md: within 1.1 x
+    --comm-timeout + 20 s)."""
     code, err, elapsed = signal_rank_in_training(tmp_path, signal.SIGSTOP, 5)
     assert code != 0
-    assert elapsed <= 5 + 10, elapsed
-    assert re.search(r"peer 2 (sent|received) nothing for 5 s", err), err[-3000:]
+    assert elapsed <= 1.1 * 5 + 20, elapsed
+    assert re.search(
+        r"peer 2 (sent|received) nothing for 5 s|rank 2 did not arrive|rank 2 answers no probe",
+        err,
+    ), err[-3000:]
     assert "is rank 2 alive?" in err
 
 

@@ -7,50 +7,57 @@ from __future__ import annotations
 import contextlib
 import io
 import sys
+import traceback
 from typing import Any
 
 import click
 
+from gossipgrad import startup
 from gossipgrad.choices import use_cli_names
 from gossipgrad.cli.plugins import load_plugins
 from gossipgrad.runtime import launch_rank
 
 try:
     load_plugins()
-except ValueError as exc:
-    click.echo(f"Error: {exc}", err=True)
-    sys.exit(2)
+except ValueError as exc:  # under a launcher: through the start-up agreement, every rank ends
+    startup.fail(f"Error: {exc}")
 
 from gossipgrad.cli.bench import bench  # noqa: E402 - after the plugins
 from gossipgrad.cli.netfit import netfit  # noqa: E402
+from gossipgrad.cli.options import refuse_nonfinite  # noqa: E402
 from gossipgrad.cli.plan import plan  # noqa: E402
 from gossipgrad.cli.profile import profile  # noqa: E402
 from gossipgrad.cli.schedule import schedule  # noqa: E402
 from gossipgrad.cli.train import train  # noqa: E402
+from gossipgrad.settings import settings  # noqa: E402
 
 
-class OneVoice(click.Group):
-    """Help and usage errors once per job: every rank parses the same command line, so
-    ranks other than 0 (as the launcher numbers them) print neither; exit codes are kept."""
+class Main(click.Group):
+    """The ``gossipgrad`` group. Under a launcher, an error that ends a rank before it has
+    met the others (a bad flag, config file or ``GOSSIPGRAD_*`` variable: click's usage
+    errors included) goes through the start-up agreement (:func:`gossipgrad.startup.fail`)
+    instead of ending this rank alone, which leaves the others waiting in ``MPI_Init``; and
+    help prints once per job (every rank parses the same command line: ranks other than 0,
+    as the launcher numbers them, keep it to themselves)."""
 
-    def main(self, *args: Any, **kwargs: Any) -> Any:
-        if launch_rank() == 0:
-            return super().main(*args, **kwargs)
-        kwargs["standalone_mode"] = False
-        quiet = contextlib.redirect_stdout(io.StringIO()) if _asks_help() else _nothing()
+    def main(self, *args: Any, standalone_mode: bool = True, **kw: Any) -> Any:
+        if not standalone_mode or not startup.under_launcher():
+            return super().main(*args, standalone_mode=standalone_mode, **kw)
+        quiet = launch_rank() != 0 and bool({"-h", "--help"} & set(sys.argv[1:]))
         try:
-            with quiet:
-                return super().main(*args, **kwargs)
-        except click.exceptions.Exit as exc:
-            sys.exit(exc.exit_code)
-        except click.ClickException as exc:  # rank 0 says it
-            sys.exit(exc.exit_code)
+            with contextlib.redirect_stdout(io.StringIO()) if quiet else _nothing():
+                rv = super().main(*args, standalone_mode=False, **kw)
+        except click.ClickException as exc:
+            text, usage = startup.click_text(exc)
+            startup.fail(text, usage, exc.exit_code)
         except click.exceptions.Abort:
-            sys.exit(1)
-
-
-def _asks_help() -> bool:
-    return bool({"-h", "--help"} & set(sys.argv[1:]))
+            startup.fail("Aborted!", code=startup.INTERRUPTED)
+        except ValueError as exc:
+            startup.fail(f"Error: {exc}")
+        except Exception as exc:  # noqa: BLE001 - a bug: show it, then end with the others
+            traceback.print_exc()
+            startup.fail(f"Error: unexpected {type(exc).__name__}: {exc}", code=1)
+        raise SystemExit(rv if isinstance(rv, int) else 0)
 
 
 @contextlib.contextmanager
@@ -59,7 +66,7 @@ def _nothing() -> Any:
 
 
 @click.group(
-    cls=OneVoice,
+    cls=Main,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 @click.version_option(package_name="gossipgrad")
@@ -72,6 +79,10 @@ def main(ctx: click.Context) -> None:
     """
     use_cli_names()  # messages name flags, not keyword arguments, while a command runs
     ctx.call_on_close(lambda: use_cli_names(False))
+    try:
+        settings()  # every GOSSIPGRAD_* runtime variable, checked before any work
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 main.add_command(train)
@@ -80,3 +91,4 @@ main.add_command(profile)
 main.add_command(netfit)
 main.add_command(plan)
 main.add_command(bench)
+refuse_nonfinite(main)

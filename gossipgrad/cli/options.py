@@ -7,6 +7,9 @@ default. click implements exactly this order with ``envvar`` and ``default_map``
 
 from __future__ import annotations
 
+import copy
+import functools
+import math
 import os
 from collections.abc import Callable
 from typing import Any
@@ -42,19 +45,83 @@ def load_config_file(ctx: click.Context, _param: click.Parameter, path: str | No
 
             with open(path, "rb") as f:
                 data = tomllib.load(f)
-    except (OSError, ValueError) as exc:
-        raise click.BadParameter(f"cannot read {path}: {exc}", param_hint="--config") from exc
+    except Exception as exc:  # noqa: BLE001 - OSError, TOML's ValueError, YAML's YAMLError
+        detail = " ".join(str(exc).split())
+        raise click.BadParameter(f"cannot read {path}: {detail}", param_hint="--config") from None
     if not isinstance(data, dict):
         raise click.BadParameter(f"{path} must hold a table of options", param_hint="--config")
-    known = {p.name for p in ctx.command.params}
+    params = {p.name: p for p in ctx.command.params}
     defaults: dict[str, Any] = {}
     for key, value in data.items():
         name = str(key).replace("-", "_")
-        if name not in known:
+        if name not in params:
             raise click.BadParameter(f"{path}: unknown option {key!r}", param_hint="--config")
+        why = wrong_type(params[name], value)
+        if why:
+            raise click.BadParameter(f"{path}: {key!r} {why}", param_hint="--config")
         defaults[name] = value
     ctx.default_map = {**(ctx.default_map or {}), **defaults}
     return path
+
+
+def wrong_type(param: click.Parameter, value: Any) -> str | None:
+    """Why ``value`` (from a config file) cannot be option ``param``'s value, or None.
+
+    Config files carry typed values, and click would coerce some silently (``int(1.5)`` is
+    1, ``int(True)`` is 1) or fail with a traceback (``int([1, 2])``); so the type is
+    checked here, by name of file and key.
+
+        >>> import click
+        >>> wrong_type(click.Option(["--epochs"], type=int), 1.5)
+        'must be a whole number, got 1.5 (float)'
+        >>> wrong_type(click.Option(["--lr"], type=float), float("inf"))
+        'must be a finite number, got inf'
+    """
+    kind = param.type
+    got = f"{value!r} ({type(value).__name__})"
+    if isinstance(param, click.Option) and param.is_flag:
+        return None if isinstance(value, bool) else f"must be true or false, got {got}"
+    if isinstance(kind, click.types.IntParamType):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        return None if ok else f"must be a whole number, got {got}"
+    if isinstance(kind, click.types.FloatParamType):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return f"must be a number, got {got}"
+        return None if math.isfinite(value) else f"must be a finite number, got {value!r}"
+    if isinstance(kind, click.types.BoolParamType):
+        return None if isinstance(value, bool) else f"must be true or false, got {got}"
+    if not isinstance(value, str):
+        return f"must be a string, got {got}"
+    return None
+
+
+@functools.cache
+def _finite(kind: type) -> type:
+    """``kind`` (``click.FLOAT``'s class or ``click.FloatRange``) refusing NaN and infinity."""
+
+    class Finite(kind):  # type: ignore[misc, valid-type]
+        def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+            out = super().convert(value, param, ctx)
+            if isinstance(out, float) and not math.isfinite(out):
+                self.fail(f"{value!r} is not a finite number", param, ctx)
+            return out
+
+    Finite.__name__ = Finite.__qualname__ = f"Finite{kind.__name__}"
+    return Finite
+
+
+def refuse_nonfinite(command: click.Command) -> click.Command:
+    """Make every float option of ``command`` and its subcommands refuse NaN and infinity
+    by the option's name (``--lr nan`` is an error, not a run that ends with loss nan; a
+    range check alone lets NaN through: ``nan < 0`` is False); returns ``command``."""
+    for param in command.params:
+        if isinstance(param.type, click.types.FloatParamType):
+            finite = copy.copy(param.type)
+            finite.__class__ = _finite(type(param.type))
+            param.type = finite
+    for sub in getattr(command, "commands", {}).values():
+        refuse_nonfinite(sub)
+    return command
 
 
 def stacked(*decorators: Callable[[Any], Any]) -> Callable[[Any], Any]:

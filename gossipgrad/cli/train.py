@@ -15,7 +15,6 @@ flag > environment > file > default (``gossipgrad.engine.config``). ImageNet mod
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -23,11 +22,12 @@ from typing import Any
 
 import click
 
-from gossipgrad import runtime
+from gossipgrad import runtime, startup
 from gossipgrad.cli.options import env_name, load_config_file
 from gossipgrad.engine import trainer
 from gossipgrad.engine.config import TrainConfig, imagenet_defaults
 from gossipgrad.engine.membership import check_support, leads
+from gossipgrad.engine.metrics import to_json
 from gossipgrad.models import IMAGENET_ARCHS, MODELS
 from gossipgrad.options import (
     ErrorFeedback,
@@ -406,21 +406,23 @@ def train(ctx: click.Context, verbose: bool, data_dir: str | None, **flags: Any)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     comm = runtime.init(cfg.run.comm_timeout, verbose)
-    try:
-        cfg.check_size(comm.size)
-        check_support(cfg.run.on_failure, comm)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from exc
+    if comm.size == 1:  # several ranks: the trainer's start-up agreement checks these
+        try:
+            cfg.check_size(comm.size)
+            check_support(cfg.run.on_failure, comm)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from exc
     if comm.rank == 0:
-        log.info("configuration: %s", json.dumps(cfg.to_dict(), sort_keys=True))
+        log.info("configuration: %s", to_json(cfg.to_dict()))
 
     def body(c: Any) -> dict[str, Any]:
         device = runtime.select_device(cfg.run.device, c)
         return trainer.train(cfg, c, device=device, stager=runtime.make_stager(device))
 
     try:
-        summary = runtime.call_or_abort(comm, body)
+        with startup.interrupts_end_the_job(comm):  # Ctrl-C: every rank, at once, 130
+            summary = runtime.call_or_abort(comm, body)
     except ValueError as exc:  # one rank: still a clean exit 1 with the message
-        runtime.abort_job(comm, runtime.rank_message(comm, exc))
+        runtime.abort_job(comm, runtime.rank_message(comm, exc), getattr(exc, "code", 1))
     if leads(comm.rank, summary):  # rank 0, or the survivors' rank 0 after a failure
-        click.echo(json.dumps(summary, sort_keys=True))
+        click.echo(to_json(summary))

@@ -9,6 +9,12 @@ are the ones that did not arrive (stopped, dead, or stuck in another wait, which
 itself). The probe's messages are raw int64 buffers with tag ``ARRIVAL_PROBE``; the job is
 ending, so its sends and receives are left in flight.
 
+Every probe goes over the communicator's ``root`` (the one it was duplicated from: the
+world), whatever wait timed out, so a rank stuck in a point-to-point wait, one in the stop
+agreement (on a duplicate) and one in an evaluation all hear each other; and after the
+probe only the lowest rank heard reports (:func:`report`), so a stopped rank is named once,
+alone, not by every bystander with its own view.
+
     req = comm.iallreduce_(flag, ReduceOp.MAX)
     wait_collective(comm, req, "stop agreement", step=40)
     # CommTimeout: rank 0, step 40: stop agreement did not complete for 120 s; rank 2 did
@@ -27,15 +33,26 @@ import numpy as np
 from gossipgrad.choices import timeout_hint
 from gossipgrad.comm.base import CommTimeout, Communicator, ReduceOp, Request, Tag, WaitContext
 
+MIN_WINDOW_S = 8.0
+"""The shortest probe window: ranks time out at different moments (the stop agreement
+waits 3 s beyond the deadline, so that a point-to-point wait naming its peer fires first,
+and a rank that got one step further started waiting later): 4 s missed ranks that were
+there, under load."""
+
 
 def probe_window(timeout: float) -> float:
-    """Seconds to listen for the other ranks' probes: a tenth of the deadline, at least 2 s
-    (ranks that arrived a little later time out a little later), at most the deadline.
+    """Seconds to listen for the other ranks' probes: a tenth of the deadline, at least
+    :data:`MIN_WINDOW_S` (ranks that arrived a little later time out a little later).
 
-        >>> probe_window(120.0), probe_window(5.0), probe_window(1.0)
-        (12.0, 2.0, 1.0)
+        >>> probe_window(120.0), probe_window(5.0)
+        (12.0, 8.0)
     """
-    return min(timeout, max(2.0, 0.1 * timeout))
+    return max(MIN_WINDOW_S, 0.1 * timeout)
+
+
+def root(comm: Communicator) -> Communicator:
+    """The communicator ``comm`` was duplicated from (itself if none): where probes go."""
+    return getattr(comm, "root", None) or comm
 
 
 def _code(what: str) -> int:
@@ -48,6 +65,7 @@ def probe(
     """Tell every other rank that this one is in collective ``what`` at ``step`` and listen
     for ``window_s`` seconds. Returns (ranks not heard from, {rank: (its step, its
     collective's code)} of those heard)."""
+    comm = root(comm)
     mine = np.array([-1 if step is None else step, _code(what)], dtype=np.int64)
     others = [r for r in range(comm.size) if r != comm.rank]
     bufs = {r: np.zeros(2, dtype=np.int64) for r in others}
@@ -120,9 +138,9 @@ def wait_collective(
             raise
         window = probe_window(comm.timeout)
         missing, heard = probe(comm, what, step, window)
-        raise CommTimeout(
-            missing_message(comm.rank, what, step, timeout, missing, heard, window)
-        ) from None
+        exc = CommTimeout(missing_message(comm.rank, what, step, timeout, missing, heard, window))
+        exc.heard, exc.missing = heard, missing  # type: ignore[attr-defined]
+        raise exc from None
 
 
 def allreduce_(
@@ -155,3 +173,34 @@ def sendrecv_(
     r.wait(comm.timeout)
     s.wait(comm.timeout)
     return recvbuf
+
+
+def report(comm: Communicator, exc: CommTimeout) -> tuple[str, int]:
+    """What to say about deadline ``exc`` of this rank, and which rank says it: probes the
+    others first unless the wait that timed out did (:func:`wait_collective`). The lowest
+    rank heard from reports; the message of a point-to-point wait gains who answered no
+    probe (the stopped or hung rank), so a bystander it waited for is not taken for it."""
+    heard = getattr(exc, "heard", None)
+    missing = getattr(exc, "missing", None)
+    message = str(exc)
+    world = root(comm)
+    if heard is None:
+        if world.size == 1:
+            return message, world.rank
+        window = probe_window(comm.timeout)
+        try:
+            missing, heard = probe(world, "a point-to-point wait", None, window)
+        except Exception:  # noqa: BLE001 - a revoked or broken transport: report as it is
+            return message, world.rank
+        if missing:
+            cause = message.split("; is rank")[0].split("; is every rank")[0]
+            ranks = ", ".join(map(str, missing))
+            here = sorted([*heard, world.rank])
+            one = len(missing) == 1
+            who = f"rank {ranks} answers" if one else f"ranks {ranks} answer"
+            message = (
+                f"{cause}; {who} no probe: stopped, hung or cut off ({_list(here)} "
+                f"answered within {window:g} s, waiting); {'is rank' if one else 'are ranks'}"
+                f" {ranks} alive? raise --comm-timeout if the network is slow"
+            )
+    return message, min([world.rank, *heard])

@@ -315,7 +315,9 @@ class LocalCommunicator:
         with self._lock:
             self._dups += 1
             ctx = (*self.ctx, self._dups)
-        return LocalCommunicator(self.world, self.rank, ctx, self.members, self.family)
+        out = LocalCommunicator(self.world, self.rank, ctx, self.members, self.family)
+        out.root = getattr(self, "root", None) or self  # where deadline probes go
+        return out
 
     def split(self, color: int | None) -> LocalCommunicator | None:
         """The ranks that pass the same ``color`` (an int >= 0), in rank order, as a

@@ -45,8 +45,16 @@ from gossipgrad.inject.delay import DelayedPoster, DelayedRequest
 from gossipgrad.options import DEFAULT_TIMEOUT_S
 from gossipgrad.settings import settings
 
+
+def _thread_level() -> str:
+    try:
+        return settings().mpi_thread_level
+    except ValueError:  # a junk variable: the CLI reports it (through MPI), so start MPI
+        return "multiple"
+
+
 # Must be set before MPI is initialised, which importing mpi4py.MPI does.
-mpi4py.rc.thread_level = settings().mpi_thread_level
+mpi4py.rc.thread_level = _thread_level()
 from mpi4py import MPI  # noqa: E402
 
 log = logging.getLogger(__name__)
@@ -227,8 +235,12 @@ class MpiCommunicator:
         MpiRequest(self, req, ctx, None).wait(self.timeout)
 
     def dup(self) -> MpiCommunicator:
+        """A duplicate: its own traffic; its deadline probes go to this one's ``root``
+        (``comm.collectives``)."""
         with self.failures(WaitContext("dup")), self.lock:
-            return self._wrap(self._comm.Dup())
+            out = self._wrap(self._comm.Dup())
+        out.root = getattr(self, "root", None) or self
+        return out
 
     def _wrap(self, comm: Any) -> MpiCommunicator:
         """A communicator over ``comm`` with this one's deadline, policy, delay and family."""

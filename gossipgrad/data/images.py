@@ -17,7 +17,12 @@ the worker, never from a worker's own RNG stream, so a run resumed at batch k se
 pixels as an uninterrupted run, for any number of DataLoader workers.
 
 Unreadable images: by default the first one ends the job with a ValueError naming the file;
-with ``skip_corrupt`` they are dropped from their batch and counted (``skipped``).
+with ``skip_corrupt`` they are dropped from their batch and counted (``skipped``). A read
+that does not finish within ``read_timeout`` (a stalled file system, a FIFO) always ends the
+job, naming the file and the rank (``gossipgrad.data.deadline``).
+
+Every rank does as many steps per epoch: the smallest shard's batches (shards differ by one
+image when the count is not a multiple of the ranks).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from gossipgrad.data.deadline import DeadlineReader, Stalled
 from gossipgrad.data.loader import strided_indices
 
 log = logging.getLogger(__name__)
@@ -105,12 +111,32 @@ def transforms(image_size: int, train: bool) -> Any:
     return T.Compose([T.Resize(image_size * 256 // 224), T.CenterCrop(image_size), *norm])
 
 
+STALLED = "stalled: "
+"""How an error string from :class:`ImageSamples` starts when the read passed its deadline."""
+
+
+def decode(path: str) -> Any:
+    """The RGB image at ``path``, read and decoded completely (within one deadline)."""
+    from PIL import Image
+
+    with open(path, "rb") as f:
+        return Image.open(f).convert("RGB")
+
+
 class ImageSamples(torch.utils.data.Dataset):
     """Decodes ``samples[index]``; keys are ``(index, epoch)`` (epoch < 0: no augmentation
-    seed needed). Returns ``(image, label, error)``; ``error`` is '' or names the file."""
+    seed needed). Returns ``(image, label, error)``; ``error`` is '' or names the file
+    (starting with :data:`STALLED` when reading it passed ``read_timeout``)."""
 
-    def __init__(self, samples: list[tuple[str, int]], transform: Any, seed: int) -> None:
+    def __init__(
+        self,
+        samples: list[tuple[str, int]],
+        transform: Any,
+        seed: int,
+        read_timeout: float | None = None,
+    ) -> None:
         self.samples, self.transform, self.seed = samples, transform, seed
+        self.reader = DeadlineReader(read_timeout)
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -121,8 +147,9 @@ class ImageSamples(torch.utils.data.Dataset):
         index, epoch = key
         path, label = self.samples[index]
         try:
-            with open(path, "rb") as f:
-                img = Image.open(f).convert("RGB")
+            img = self.reader.call(decode, path)
+        except Stalled as exc:
+            return None, label, STALLED + str(exc)
         except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
             return None, label, f"{path} ({type(exc).__name__}: {exc})"
         if epoch >= 0:
@@ -154,6 +181,7 @@ class ImageFolderSource:
         size: int,
         skip_corrupt: bool = False,
         pin_memory: bool = False,
+        read_timeout: float | None = None,
     ) -> None:
         if workers < 0:
             raise ValueError(f"--workers must be >= 0, got {workers}")
@@ -161,13 +189,19 @@ class ImageFolderSource:
         val, _ = scan_split(root, "val", self.class_names)
         self.name, self.classes = f"imagefolder:{len(train)}", len(self.class_names)
         self.in_shape = (3, image_size, image_size)
-        self.train = ImageSamples(train, transforms(image_size, True), seed)
-        self.val = ImageSamples(val, transforms(image_size, False), seed)
+        self.facts = {
+            "class names": tuple(self.class_names),
+            "train images": len(train),
+            "val images": len(val),
+        }
+        self.train = ImageSamples(train, transforms(image_size, True), seed, read_timeout)
+        self.val = ImageSamples(val, transforms(image_size, False), seed, read_timeout)
         self.shard = strided_indices(len(train), rank, size)
-        if len(self.shard) < batch_size:
+        smallest = len(train) // size  # every rank does the smallest shard's steps
+        if smallest < batch_size:
             raise ValueError(
-                f"rank {rank}: --batch-size {batch_size} is larger than this "
-                f"rank's shard of {len(self.shard)} images ({len(train)} in "
+                f"rank {rank}: --batch-size {batch_size} is larger than the smallest "
+                f"shard of {smallest} images ({len(train)} in "
                 f"{root}/train over {size} ranks); lower --batch-size or use "
                 "fewer ranks"
             )
@@ -175,7 +209,7 @@ class ImageFolderSource:
         self.batch_size, self.workers, self.seed, self.rank = batch_size, workers, seed, rank
         self.skip_corrupt, self.pin_memory = skip_corrupt, pin_memory
         self.skipped = 0
-        self.steps_per_epoch = len(self.shard) // batch_size
+        self.steps_per_epoch = smallest // batch_size
         self._regrouped: tuple[int, np.ndarray, int] | None = None  # see regroup
 
     def regroup(self, rank: int, size: int, epoch: int) -> None:
@@ -223,6 +257,13 @@ class ImageFolderSource:
         self, loader: torch.utils.data.DataLoader
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for x, y, bad in loader:
+            stalled = [b[len(STALLED) :] for b in bad if b.startswith(STALLED)]
+            if stalled:
+                raise ValueError(
+                    f"rank {self.rank}: {stalled[0]}; check the file system on this node "
+                    "(the other ranks were not waiting for nothing), or raise "
+                    "--comm-timeout (a sample may take half of it)"
+                )
             if bad and not self.skip_corrupt:
                 raise ValueError(
                     f"rank {self.rank}: cannot read image {bad[0]}; replace or "

@@ -68,6 +68,7 @@ class TensorSource:
         self.loader = ShardLoader(self.store, batch_size, seed, rank)
         self.steps_per_epoch, self.skipped = len(self.loader), 0
         self.test_x, self.test_y = data.test_x, data.test_y
+        self.facts = {"train samples": len(data.train_y), "test samples": len(data.test_y)}
         self.share = torch.from_numpy(strided_indices(len(data.test_y), rank, size))
 
     def train_batches(self, epoch: int, start: int = 0) -> Iterator[tuple[torch.Tensor, ...]]:
@@ -122,12 +123,20 @@ class SyntheticImages:
 
 
 def open_source(
-    options: DataOptions, *, rank: int, size: int, seed: int = 0, pin_memory: bool = False
+    options: DataOptions,
+    *,
+    rank: int,
+    size: int,
+    seed: int = 0,
+    pin_memory: bool = False,
+    read_timeout: float | None = None,
 ) -> DataSource:
     """The source the options select: ``synthetic`` > ``data`` (ImageFolder) > ``dataset``.
 
     ``num_classes`` sets the class count of synthetic images (0: 1000, as ImageNet-1k).
-    Raises ValueError naming the path or value for unusable input.
+    ``read_timeout``: the seconds one ImageFolder sample may take to read (None: no limit).
+    Raises ValueError naming the path or value for unusable input. A source's ``facts``
+    (a dict) are what every rank must have found alike (compared at start-up).
     """
     o = options
     if o.synthetic:
@@ -145,6 +154,7 @@ def open_source(
             size,
             o.skip_corrupt,
             pin_memory,
+            read_timeout,
         )
     else:
         source = TensorSource(o.dataset, o.batch_size, seed, rank, size, o.partition)

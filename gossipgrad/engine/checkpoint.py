@@ -30,10 +30,13 @@ complete; the newest ``keep`` (default 2) stay.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 import re
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -42,6 +45,7 @@ import torch
 
 from gossipgrad.comm.base import Communicator, ReduceOp
 from gossipgrad.comm.collectives import allreduce_
+from gossipgrad.engine.agreement import AgreedError, check_settings
 
 log = logging.getLogger(__name__)
 
@@ -86,19 +90,51 @@ def locate(resume: str | None, run_dir: str | None) -> str | None:
     return resume
 
 
+class _Recorded:
+    """A file whose write errors are kept: ``torch.save`` turns an ``OSError`` of the file
+    (no space left ...) into a RuntimeError naming its own internals ("enforce fail at
+    inline_container.cc"); the recorded one names the cause."""
+
+    def __init__(self, f: Any) -> None:
+        self.f, self.error = f, None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
 def write_atomic(obj: Any, path: str, before_rename: Callable[[str], None] | None = None) -> int:
     """``torch.save`` to ``path.tmp``, fsync, rename over ``path``; returns bytes written.
     ``before_rename(tmp)`` runs between the two (the failure tests tear the file there and
-    kill the rank)."""
+    kill the rank). A failure raises OSError naming the file and its cause (``No space left
+    on device``, ``Read-only file system``, a directory that vanished) and removes the
+    partial ``.tmp``; ``path`` itself is untouched."""
     tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
-        size = f.tell()
-    if before_rename is not None:
-        before_rename(tmp)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            out = _Recorded(f)
+            try:
+                torch.save(obj, out)
+            except RuntimeError:
+                if out.error is None:
+                    raise
+                raise out.error from None
+            f.flush()
+            os.fsync(f.fileno())
+            size = f.tell()
+        if before_rename is not None:
+            before_rename(tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise OSError(exc.errno, exc.strerror or str(exc), tmp) from None
     fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -110,13 +146,18 @@ def write_atomic(obj: Any, path: str, before_rename: Callable[[str], None] | Non
 def read(path: str) -> dict[str, Any]:
     """Load a checkpoint file on CPU with ``weights_only=True``; ValueError if unusable."""
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns about foreign pickle protocols
+            warnings.simplefilter("ignore")
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unreadable file is the user's to fix
-        raise ValueError(
-            f"cannot read checkpoint {path}: {_reason(exc)}; the file is damaged "
-            "or not a gossipgrad checkpoint (resume from an older ckpt-*.pt, or "
-            "start afresh)"
-        ) from None
+        why = _reason(exc)
+        advice = (
+            ""
+            if "malicious" in why
+            else "; the file is damaged or not a gossipgrad checkpoint (resume from an "
+            "older ckpt-*.pt, or start afresh)"
+        )
+        raise ValueError(f"cannot read checkpoint {path}: {why}{advice}") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise ValueError(f"{path} is not a gossipgrad checkpoint (no format {FORMAT!r})")
     if state.get("version") != VERSION:
@@ -128,10 +169,23 @@ def read(path: str) -> dict[str, Any]:
 
 
 def _reason(exc: BaseException) -> str:
-    """The informative part of a loader error (torch's weights_only errors are long)."""
+    """The informative part of a loader error. torch's ``weights_only`` errors are long and
+    suggest loading with ``weights_only=False``, which would run whatever the file holds:
+    that advice is never repeated; a file that asks for a Python global is named as such."""
     text = str(exc)
+    wanted = re.search(r"[Uu]nsupported (?:global: )?GLOBAL ([\w.]+)", text)
+    if wanted:
+        return (
+            f"it asks to import and run the Python object {wanted.group(1)}, which no "
+            "checkpoint needs (a gossipgrad checkpoint holds tensors, numbers and strings "
+            "only), so it was refused unread: the file may be malicious, do not load it"
+        )
     found = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\n\n|$)", text, re.S)
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    lines = [
+        ln.strip()
+        for ln in text.splitlines()
+        if ln.strip() and "weights_only" not in ln.lower() and "weights only" not in ln.lower()
+    ]
     detail = found.group(1).strip() if found else (lines[0] if lines else "")
     return f"{type(exc).__name__}: {' '.join(detail.split())}"
 
@@ -179,6 +233,26 @@ class Checkpointer:
         if comm.rank == 0:
             os.makedirs(run_dir, exist_ok=True)
 
+    def check_room(self, nbytes: int) -> None:
+        """Rank 0: OSError naming ``run_dir`` unless its file system has room for one more
+        checkpoint of about ``nbytes`` (checked before the first step, not at the first
+        epoch's end)."""
+        if self.comm.rank != 0:
+            return
+        try:
+            st = os.statvfs(self.run_dir)
+        except OSError as exc:
+            raise OSError(exc.errno, f"--run-dir {self.run_dir}: {exc.strerror}") from None
+        free = st.f_bavail * st.f_frsize
+        if free < nbytes:
+            full = OSError(
+                f"--run-dir {self.run_dir}: no space left for a checkpoint: "
+                f"{free / 1e6:.2f} MB free, one takes about {nbytes / 1e6:.2f} MB; free some "
+                "space or use another --run-dir"
+            )
+            full.errno = errno.ENOSPC
+            raise full
+
     def save(
         self, step: int, state: dict[str, Any], rank_states: dict[str, Stateful] | None = None
     ) -> str:
@@ -209,26 +283,34 @@ class Checkpointer:
         return path
 
     def _all_ok(self, write: Any, what: str) -> int:
+        """``write()`` on every rank; if it failed on any, OSError on every rank with one
+        message (the ranks and each cause, reported by rank 0: ``reporter``)."""
         error: OSError | None = None
         nbytes = 0
         try:
             nbytes = write()
         except OSError as exc:
             error = exc
-        failed = allreduce_(self.comm, np.array([error is not None], dtype=np.int64), ReduceOp.MAX)[
-            0
-        ]
-        if error is not None:
-            raise OSError(
-                f"rank {self.comm.rank}: could not write {what}: {error}; earlier "
-                f"checkpoints in {self.run_dir} are kept"
-            ) from error
-        if failed:
-            raise OSError(
-                f"rank {self.comm.rank}: another rank could not write {what} (see "
-                f"its error); earlier checkpoints in {self.run_dir} are kept"
-            )
+        problem = None if error is None else f"could not write {what}: {self._cause(error)}"
+        # An allreduce first, then the messages only if a write failed: a rank that died
+        # meanwhile (ULFM) must fail an allreduce: an all-gather failed that way left Open
+        # MPI 5.0's MPI_Finalize spinning on the survivors (docs/validation/failure.md).
+        flag = np.array([problem is not None], dtype=np.int64)
+        if not allreduce_(self.comm, flag, ReduceOp.MAX, what="checkpoint write")[0]:
+            return nbytes
+        try:
+            check_settings(self.comm, [], problem, what="checkpoint write")
+        except AgreedError as agreed:
+            failure = OSError(f"{agreed}; earlier checkpoints in {self.run_dir} are kept")
+            failure.errno = error.errno if error is not None else None
+            failure.reporter = agreed.reporter  # type: ignore[attr-defined]
+            raise failure from error
         return nbytes
+
+    def _cause(self, error: OSError) -> str:
+        if isinstance(error, FileNotFoundError) and not os.path.isdir(self.run_dir):
+            return f"{self.run_dir} no longer exists (deleted or unmounted while the job ran)"
+        return error.strerror or str(error)
 
     def _prune(self, step: int) -> None:
         """Delete checkpoints older than the newest ``keep`` complete ones, and stale tmps."""
@@ -240,6 +322,16 @@ class Checkpointer:
                     os.remove(os.path.join(self.run_dir, e))
                 except OSError as exc:
                     log.warning("could not delete old checkpoint file %s: %s", e, exc)
+
+
+def check_rank_part(state: dict[str, Any], path: str, rank: int) -> None:
+    """ValueError unless this rank's part of checkpoint ``path`` exists (when it has parts)."""
+    mine = rank_path(path, rank)
+    if state.get("rank_states") and not os.path.isfile(mine):
+        raise ValueError(
+            f"checkpoint {path} has no part for this rank ({mine} is missing: deleted, or "
+            "not on a file system this rank sees); resume from an older checkpoint"
+        )
 
 
 def read_rank(path: str) -> dict[str, Any]:

@@ -1,9 +1,17 @@
-"""Metrics: JSON-lines records (rank 0 writes) and the rank-0 progress bar."""
+"""Metrics: JSON-lines records (rank 0 writes) and the rank-0 progress bar.
+
+Every line is strict JSON (RFC 8259: no bare ``NaN`` or ``Infinity``, which strict parsers
+refuse): a non-finite number is written as the string ``"nan"``, ``"inf"`` or ``"-inf"``
+(:func:`to_json`). A file is only ever appended to: each run starts with an ``"event":
+"start"`` record (``resumed_from``: the checkpoint it continues, or null), so a resumed run's
+file holds the whole history; the records of the latest run follow the last start record.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import sys
 import time
@@ -11,20 +19,46 @@ from collections.abc import Iterator
 from typing import Any
 
 
+def strict(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by ``"nan"``, ``"inf"`` or ``"-inf"``.
+
+    >>> strict({"loss": float("nan"), "x": [1.0, float("-inf")]})
+    {'loss': 'nan', 'x': [1.0, '-inf']}
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: strict(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [strict(v) for v in value]
+    return value
+
+
+def to_json(record: dict[str, Any]) -> str:
+    """One record as strict JSON (:func:`strict`), keys sorted."""
+    return json.dumps(strict(record), sort_keys=True, allow_nan=False)
+
+
 class MetricsWriter:
     """Appends one JSON object per line to ``path`` (rank 0 only; others write nothing).
 
-    ``append``: continue a file another rank 0 wrote (the survivors' new rank 0 after the
-    old one died); a last line it left unfinished is cut off (a record never half-read).
+    The file is never truncated: a run appends to what earlier runs wrote (a resumed run
+    continues their history). A last line left unfinished (a rank 0 that died mid-write) is
+    cut off first, so a record is never half-read. ``append`` is kept for callers that say
+    so explicitly (the survivors' new rank 0 after the old one died). A file that cannot be
+    written raises OSError naming ``path`` and the cause.
     """
 
-    def __init__(self, path: str | None, rank: int, append: bool = False) -> None:
+    def __init__(self, path: str | None, rank: int, append: bool = True) -> None:
         self._file = None
+        self.path = path
         if path and rank == 0:
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            if append:
+            try:
+                os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
                 _cut_torn_line(path)
-            self._file = open(path, "a" if append else "w", encoding="utf-8")  # noqa: SIM115
+                self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115
+            except OSError as exc:
+                raise OSError(exc.errno, f"--metrics-out {path}: {exc.strerror}") from None
 
     @property
     def active(self) -> bool:
@@ -32,8 +66,13 @@ class MetricsWriter:
 
     def write(self, record: dict[str, Any]) -> None:
         if self._file is not None:
-            self._file.write(json.dumps(record, sort_keys=True) + "\n")
-            self._file.flush()
+            try:
+                self._file.write(to_json(record) + "\n")
+                self._file.flush()
+            except OSError as exc:
+                raise OSError(
+                    exc.errno, f"cannot write metrics to {self.path}: {exc.strerror}"
+                ) from None
 
     def close(self) -> None:
         if self._file is not None:

@@ -20,10 +20,11 @@ import torch
 
 from gossipgrad.comm.base import Communicator
 from gossipgrad.data.sources import DataSource
+from gossipgrad.engine import agreement, guards
 from gossipgrad.engine import checkpoint as ckpt
 from gossipgrad.engine import snapshot as snap
 from gossipgrad.engine.config import TrainConfig
-from gossipgrad.engine.consensus import agree, verify_identical
+from gossipgrad.engine.consensus import verify_identical
 from gossipgrad.engine.evaluation import evaluate
 from gossipgrad.engine.membership import Membership
 from gossipgrad.engine.metrics import MetricsWriter, Progress, Throughput
@@ -54,9 +55,23 @@ def lr_at(
     return base_lr * 0.5 * (1.0 + math.cos(math.pi * min(1.0, frac)))
 
 
+FOUND = (
+    "the step of the checkpoint each rank found to resume from (-1: none; --run-dir must be "
+    "on a file system every rank sees)"
+)
+
+
 def step_seed(seed: int, rank: int, step: int) -> int:
     """The torch seed for ``rank``'s step ``step`` (dropout etc.): resume needs no RNG state."""
     return int(np.random.SeedSequence([seed, rank, step]).generate_state(1)[0])
+
+
+def checkpoint_bytes(model: torch.nn.Module) -> int:
+    """About what one checkpoint of ``model`` takes: its state and one momentum buffer per
+    parameter (SGD), plus a little for the rest."""
+    state = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    momentum = sum(p.numel() * p.element_size() for p in model.parameters())
+    return state + momentum + 2**16
 
 
 class Run:
@@ -106,6 +121,9 @@ class Run:
             p.numel() * p.element_size() for p in model.parameters() if p.requires_grad
         )
         self.standin: Any = None  # --device standin: a Standin (set by the trainer)
+        self.resumed_from: str | None = None
+        if self.saver is not None and not cfg.run.evaluate:
+            self.saver.check_room(checkpoint_bytes(model))
 
     def compat(self) -> dict[str, Any]:
         """What a checkpoint must match: the model; when training also the data order,
@@ -131,6 +149,15 @@ class Run:
     def run(self, stop: StopSignals) -> dict[str, Any]:
         try:
             step = self.resume()
+            self.metrics.write(
+                {
+                    "event": "start",
+                    "step": step,
+                    "resumed_from": self.resumed_from,
+                    "size": self.comm.size,
+                    "time": time.time(),
+                }
+            )
             if self.comm.rank == 0:
                 log.info(
                     "size %d, strategy %s, topology %s, mix %s, data %s, steps %d to %d "
@@ -245,6 +272,7 @@ class Run:
                 if cfg.run.checkpoint_every and step % cfg.run.checkpoint_every == 0:
                     self.checkpoint(step)
             if stop.stopped:
+                guards.raise_if_diverged(stop.stopped)  # a non-finite loss: nothing saved
                 name = signal_name(stop.stopped)
                 progress.write(f"{name}: stopping every rank at step {step}")
                 self.checkpoint(step, reason=name)
@@ -273,7 +301,9 @@ class Run:
             self.skipped_steps += 1
             self.samples_skipped += len(y)
         elif done.loss is not None:
-            window["loss"] += float(done.loss.detach()) * len(y)
+            value = float(done.loss.detach())
+            guards.note_loss(self.agreement.signals, value, step)
+            window["loss"] += value * len(y)
             window["correct"] += float((logits(done.output).argmax(1) == y).sum())
             window["n"] += len(y)
         self.comm_s += done.seconds["optimizer"]
@@ -359,6 +389,7 @@ class Run:
             return
         with self.speed.paused():
             snap.consensus_(self.opt, self.comm)
+            guards.check_model_(self.model, self.opt.optimizer, self.comm, step, self.saver.run_dir)
             meta = {
                 "compat": self.compat(),
                 "config": self.cfg.to_dict(),
@@ -389,11 +420,9 @@ class Run:
 
     def resume(self) -> int:
         cfg = self.cfg
-        path = ckpt.locate(cfg.run.resume, cfg.run.run_dir)
+        path, state = self.find_checkpoint()
         step = -1
         if path is not None:
-            state = ckpt.read(path)
-            ckpt.check_compatible(state, self.compat(), path)
             step = snap.restore_(
                 path, state, self.model, self.opt, self.comm, self.states, self.rank_states
             )
@@ -406,12 +435,6 @@ class Run:
                 )
             if self.saver is not None:
                 self.saver.last_step = step
-        if not agree(self.comm, step):
-            raise ValueError(
-                f"rank {self.comm.rank}: ranks found different checkpoints "
-                f"(this rank: {path or 'none'}); --run-dir must be on a file "
-                "system that every rank sees"
-            )
         if path is None:
             if cfg.run.resume and self.comm.rank == 0:
                 log.info(
@@ -432,6 +455,25 @@ class Run:
                 step % self.spe,
             )
         return step
+
+    def find_checkpoint(self) -> tuple[str | None, dict[str, Any] | None]:
+        """The checkpoint to resume from and its contents (None, None: start afresh), the
+        same on every rank: a file that cannot be read, is not finite or does not fit this
+        run is refused on every rank at once, naming the ranks and why."""
+        path = state = problem = None
+        try:
+            path = ckpt.locate(self.cfg.run.resume, self.cfg.run.run_dir)
+            if path is not None:
+                state = ckpt.read(path)
+                guards.check_checkpoint(state, path)
+                ckpt.check_compatible(state, self.compat(), path)
+                ckpt.check_rank_part(state, path, self.comm.rank)
+        except ValueError as exc:
+            problem = str(exc)
+        found = int(state.get("step", -1)) if state is not None else -1
+        agreement.check_settings(self.comm, [(FOUND, found)], problem)
+        self.resumed_from = path
+        return path, state
 
     def finish(self, start: int, step: int, stopped: str | None) -> dict[str, Any]:
         if self.agreement is not None:

@@ -88,8 +88,12 @@ class StopSignals:
         self.comm = comm.dup() if comm.size > 1 else comm
 
     def close(self) -> None:
+        """Restore the previous handlers; once a stop signal was received, ignore these
+        signals instead: the process is stopping, and a repeated SIGTERM (a launcher or a
+        scheduler forwarding it again) must not kill it during tear-down (exit 15 where
+        the stop promises 0)."""
         for s, previous in self._previous.items():
-            signal.signal(s, previous)
+            signal.signal(s, signal.SIG_IGN if self.received or self.stopped else previous)
         self._previous = {}
 
 

@@ -25,12 +25,13 @@ import torch
 from gossipgrad.comm.base import Communicator
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.comm.staging import Stager
-from gossipgrad.data.sources import DataSource, open_source
+from gossipgrad.data.sources import DataSource
 from gossipgrad.engine import checkpoint as ckpt
 from gossipgrad.engine.config import TrainConfig
 from gossipgrad.engine.consensus import agree
-from gossipgrad.engine.membership import Membership, check_support
+from gossipgrad.engine.membership import Membership
 from gossipgrad.engine.offload import HostOffloadOptimizer
+from gossipgrad.engine.preflight import prepare
 from gossipgrad.engine.pretrained import load_pretrained_
 from gossipgrad.engine.run import Run
 from gossipgrad.engine.signals import StopSignals
@@ -66,8 +67,6 @@ def train(
     ``states`` (identical on every rank) and ``rank_states`` (per rank, e.g. the background
     shuffle as ``{"shuffle": worker}``) are saved in every checkpoint and restored on resume.
     """
-    cfg.check_size(comm.size)
-    check_support(cfg.run.on_failure, comm)
     device = torch.device(device)
     torch.manual_seed(cfg.seed)
     stop = StopSignals(comm)  # first: SIGUSR1's default action would end the rank
@@ -86,9 +85,24 @@ def _setup_and_run(
     states: dict,
     rank_states: dict,
 ) -> dict[str, Any]:
-    source = open_source(
-        cfg.data, rank=comm.rank, size=comm.size, seed=cfg.seed, pin_memory=device.type == "cuda"
-    )
+    source, lock = prepare(cfg, comm, pin_memory=device.type == "cuda")  # every rank agrees
+    try:
+        return _build_and_run(cfg, comm, device, stager, stop, states, rank_states, source)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _build_and_run(
+    cfg: TrainConfig,
+    comm: Communicator,
+    device: torch.device,
+    stager: Stager | None,
+    stop: StopSignals,
+    states: dict,
+    rank_states: dict,
+    source: DataSource,
+) -> dict[str, Any]:
     model = build_model(cfg.arch, source.in_shape, source.classes, cfg.hidden)
     if cfg.pretrained and comm.rank == 0:  # the optimizer broadcasts rank 0's parameters
         load_pretrained_(model, cfg.arch)

@@ -33,6 +33,10 @@ STUDIES = {
         "PREDICTED ResNet-50/GoogLeNet scaling, 16..1024 GPUs (synthetic profiles).",
     ),
     "failure": ("failure_bench", "Ranks killed mid-run under ULFM vs no kill: JSON."),
+    "failure-cost": (
+        "failure_cost",
+        "--on-failure continue vs abort per step, nothing failing, alternated (under mpiexec).",
+    ),
     "soak": ("soak", "A long train run; each rank's memory, threads and files recorded."),
     "templates-check": (
         "templates_check",
