@@ -1,6 +1,6 @@
 """The layering of docs/architecture.md, checked on the source: imports point down only.
 
-    cli > bench > measure > runtime > strategies > engine > data, shuffle, comm, inject,
+    cli > bench > measure > runtime, startup > strategies > engine > data, shuffle, comm, inject,
     devices > plan, options, choices, registry, settings, models
 
 ``inject`` (the testing corner: fault, straggler and latency injection) sits at comm's layer
