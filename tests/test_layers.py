@@ -1,7 +1,7 @@
 """The layering of docs/architecture.md, checked on the source: imports point down only.
 
-    cli > bench > measure, torch > runtime > strategies > engine > data, shuffle, comm,
-    inject, devices > plan, options, choices, registry, settings, models
+    cli > bench > measure, torch > runtime, startup > strategies > engine > data, shuffle,
+    comm, inject, devices > plan, options, choices, registry, settings, models
 
 ``inject`` (the testing corner: fault, straggler and latency injection) sits at comm's layer
 so that comm and the engine may call it, and imports only ``comm.base`` and the bottom layer.

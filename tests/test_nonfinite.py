@@ -14,6 +14,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from gossipgrad.choices import spell
 from gossipgrad.cli import main
 from gossipgrad.cli.train import train
 from gossipgrad.comm.local import run_ranks
@@ -34,7 +35,7 @@ FLOAT_FLAGS = sorted(
 
 
 def test_train_has_float_options_to_check():
-    assert {"--lr", "--momentum", "--weight-decay", "--comm-timeout"} <= set(FLOAT_FLAGS)
+    assert {"--learning-rate", "--momentum", "--weight-decay", "--comm-timeout"} <= set(FLOAT_FLAGS)
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "NaN", "1e400"])
@@ -89,8 +90,8 @@ def _command(path: str) -> click.Command:
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
 def test_option_objects_refuse_non_finite_values_by_name(build, flag: str, value: float):
     """The library API (no click) refuses them too: ``nan < 0`` is False, so a range check
-    alone let NaN through."""
-    with pytest.raises(ValueError, match=flag):
+    alone let NaN through. The message names the keyword argument (``choices.spell``)."""
+    with pytest.raises(ValueError, match=spell(flag)):
         build(value)
 
 
@@ -163,7 +164,7 @@ def test_a_diverging_resume_stops_at_its_step_and_keeps_the_good_checkpoints(
     before = _checkpoints(run)
     assert len([n for n in before if ".rank" not in n]) == 2, sorted(before)
     if lr == "inf":
-        with pytest.raises(ValueError, match="--lr must be a finite number"):
+        with pytest.raises(ValueError, match="lr must be a finite number"):  # library: lr
             config(lr=float(lr))
         return
     bad = config(epochs=4, run_dir=str(run), resume="auto", lr=1e30)
