@@ -45,15 +45,16 @@ RUNS = [
 
 
 @pytest.fixture(scope="module")
-def fp32_bytes(tmp_path_factory):
-    """Bytes per step of the fp32 runs, by strategy-and-flags key (computed on first use)."""
-    cache: dict[str, float] = {}
+def fp32_run(tmp_path_factory):
+    """The summary of the same run on the fp32 wire, by strategy-and-flags key (computed on
+    first use)."""
+    cache: dict[str, dict] = {}
 
-    def get(flags: list[str]) -> float:
+    def get(flags: list[str]) -> dict:
         base = [f for f in flags if f not in ("bf16", "fp16", "fp8", "--wire")]
         key = " ".join(base)
         if key not in cache:
-            cache[key] = _train(tmp_path_factory.mktemp("fp32"), *base)["bytes_sent_per_step"]
+            cache[key] = _train(tmp_path_factory.mktemp("fp32"), *base)
         return cache[key]
 
     return get
@@ -61,13 +62,15 @@ def fp32_bytes(tmp_path_factory):
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("name, flags, ratio", RUNS, ids=[r[0] for r in RUNS])
-def test_a_lossy_wire_trains_digits_under_mpiexec(tmp_path, fp32_bytes, name, flags, ratio):
+def test_a_lossy_wire_trains_digits_under_mpiexec(tmp_path, fp32_run, name, flags, ratio):
     summary = _train(tmp_path, *flags)
+    fp32 = fp32_run(flags)
     assert summary["wire"] == flags[flags.index("--wire") + 1], summary
-    assert summary["top1"] > 0.9, summary  # 3 epochs: fp32 reaches ~0.95 here
+    # 3 epochs at 3 ranks (42 steps) end near 0.8 on fp32; the codec costs at most a point
+    assert fp32["top1"] > 0.7 and summary["top1"] >= fp32["top1"] - 0.01, (summary, fp32)
     if "--max-lag" not in flags:
         assert summary["consensus_distance"] < 1e-2, summary
-    want = ratio * fp32_bytes(flags)
+    want = ratio * fp32["bytes_sent_per_step"]
     assert summary["bytes_sent_per_step"] == pytest.approx(want, rel=0.01), summary
 
 
