@@ -87,9 +87,11 @@ def test_fc_head_with_factors_on_and_off_counts_both_forms():
     for name, theory in expect.items():
         assert rows[name]["theory_bytes_per_step"] == pytest.approx(theory, abs=0.1), name
     # posted: what isend / iallreduce / iallgather were handed (an allreduce buffer once)
+    # posted: also the join agreement's 3 int64 every 4 steps (engine/join.py), spread
     posted = rows["gossip+factors"]["posted_bytes_per_step"]
-    assert posted == pytest.approx((factors + biases) * share, abs=1.0)
-    assert rows["allreduce+factors"]["posted_bytes_per_step"] == factors + biases
+    assert 0 <= posted - (factors + biases) * share <= 3 * 8, posted
+    posted = rows["allreduce+factors"]["posted_bytes_per_step"]
+    assert 0 <= posted - (factors + biases) <= 3 * 8, posted
     assert rows["allreduce+factors"]["factor_forms"] == ["factors"] * 3
     assert rows["gossip"]["factor_forms"] is None and rows["local"]["sufficient_factors"] == "off"
     ratios = rec["factors_over_plain"]
