@@ -162,10 +162,11 @@ def test_bench_strategies_counts_the_bytes_it_posts(tmp_path):
     assert rec["model_bytes"] == model and rec["size"] == 2
     rows = {r["strategy"]: r for r in rec["results"]}
     assert list(rows) == ["gossip", "allreduce", "local"]
-    # 2 ranks: gossip sends the model once, allreduce 2 (size - 1) / size = 1 model
+    # 2 ranks: gossip sends the model once, allreduce 2 (size - 1) / size = 1 model; posted
+    # also holds the join agreement's 3 int64 every 4 steps (engine/join.py), spread
     for name, theory in (("gossip", model), ("allreduce", model), ("local", 0)):
         assert rows[name]["theory_bytes_per_step"] == theory
-        assert rows[name]["posted_bytes_per_step"] == theory, rows[name]
+        assert 0 <= rows[name]["posted_bytes_per_step"] - theory <= 3 * 8, rows[name]
         assert positive(rows[name]["step_s"]) and positive(rows[name]["samples_per_s"])
         assert set(rows[name]["phase_s"]) == {"forward", "backward", "optimizer"}
         assert rows[name]["wire_bytes_per_step"] is None  # not in the emulated cluster
@@ -196,13 +197,14 @@ def test_bench_strategies_runs_each_wire_a_strategy_takes():
         "allreduce+fp8"
     ]
     model = 2 * (64 * 64 + 64) * 4
-    assert rows["gossip+bf16"]["posted_bytes_per_step"] == model / 2
+    assert 0 <= rows["gossip+bf16"]["posted_bytes_per_step"] - model / 2 <= 3 * 8  # + joins
     assert rows["gossip+bf16"]["wire"] == "bf16" and rows["ddp+bf16"]["wire"] == "bf16"
-    assert rows["gossip+fp8"]["posted_bytes_per_step"] == pytest.approx(model / 4, rel=0.01)
+    fp8 = rows["gossip+fp8"]["posted_bytes_per_step"]  # + a scale per 512 values + joins
+    assert model / 4 < fp8 <= model / 4 * 1.01 + 3 * 8, fp8
     assert rows["ddp+bf16"]["theory_bytes_per_step"] == model / 2
     ratios = rec["wires_over_fp32"]
     assert set(ratios) == {"gossip+bf16", "gossip+fp8", "ddp+bf16"}
-    assert ratios["gossip+bf16"]["posted_bytes"] == 0.5
+    assert ratios["gossip+bf16"]["posted_bytes"] == pytest.approx(0.5, abs=1e-3)
 
 
 @pytest.mark.mpi
