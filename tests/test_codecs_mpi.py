@@ -81,6 +81,7 @@ def test_a_lossy_wire_trains_digits_under_mpiexec(tmp_path, fp32_run, name, flag
 )
 def test_horovod_trains_with_its_fp16_compression(tmp_path):
     summary = _train(tmp_path, "--strategy", "horovod", "--wire", "fp16")
-    assert summary["wire"] == "fp16" and summary["top1"] > 0.9, summary
     full = _train(tmp_path, "--strategy", "horovod")
+    assert summary["wire"] == "fp16" and full["top1"] > 0.7, (summary, full)
+    assert summary["top1"] >= full["top1"] - 0.01, (summary, full)  # 3 epochs: near 0.8
     assert summary["bytes_sent_per_step"] == pytest.approx(0.5 * full["bytes_sent_per_step"])

@@ -7,6 +7,7 @@ unchanged (``gossipgrad.init(torch_distributed=True)`` brings up the gloo group)
 from __future__ import annotations
 
 import difflib
+import re
 import sys
 from pathlib import Path
 
@@ -63,8 +64,9 @@ def test_the_port_is_five_changed_lines():
 
 
 def _summaries(stdout: str) -> list[str]:
-    """Each rank's validation summary line (`` *  Acc@1 ... Acc@5 ...``)."""
-    return [line for line in stdout.splitlines() if line.startswith(" * ") and "Acc@1" in line]
+    """Each rank's validation summary (`` *  Acc@1 ... Acc@5 ...``), found anywhere in the
+    output: ranks share one stdout through the launcher, so two may land on one line."""
+    return [m.strip() for m in re.findall(r" \*  Acc@1 +[\d.]+ Acc@5 +[\d.]+", stdout)]
 
 
 def _launch(script: Path, tmp_path: Path, *args: str):

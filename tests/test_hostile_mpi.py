@@ -164,15 +164,19 @@ def test_a_disk_that_fills_up_keeps_the_earlier_checkpoints_and_no_partial_file(
 
 @pytest.mark.timeout(200)
 def test_a_stopped_rank_is_named_alone(tmp_path: Path):
-    """SIGSTOP on rank 2 of 4: one rank reports, naming rank 2 as the one not answering;
-    no healthy rank is named as the cause."""
+    """SIGSTOP on rank 2 of 4: one rank reports (two at most under this load), naming rank
+    2 as the one not answering; no healthy rank is named as the cause."""
     with launch.cpu_load():
         code, err, elapsed = launch.signal_rank_in_training(tmp_path, signal.SIGSTOP, 5, wait_s=90)
     print(f"stopped rank: the job ended {elapsed:.1f} s after the SIGSTOP")
     assert code == 1
     errors = launch.error_lines(err)
-    assert len(errors) == 1, err[-3000:]
-    assert re.search(r"rank 2 (did not arrive|answers no probe)", errors[0]), errors[0]
+    # one reporter normally; a quiet rank reports itself 5 s after the lowest one should
+    # have (docs/guarantees.md), which a host this loaded can make two lines: each names
+    # rank 2, and none a healthy rank (below)
+    assert 1 <= len(errors) <= 2, err[-3000:]
+    for line in errors:
+        assert re.search(r"rank 2 (did not arrive|answers no probe)", line), line
     for healthy in (0, 1, 3):
         assert not re.search(rf"rank {healthy} (did not arrive|answers no probe)", err), err
         assert f"is rank {healthy} alive?" not in err, err
