@@ -67,7 +67,9 @@ def test_a_lossy_wire_trains_digits_under_mpiexec(tmp_path, fp32_run, name, flag
     fp32 = fp32_run(flags)
     assert summary["wire"] == flags[flags.index("--wire") + 1], summary
     # 3 epochs at 3 ranks (42 steps) end near 0.8 on fp32; the codec costs at most a point
-    assert fp32["top1"] > 0.7 and summary["top1"] >= fp32["top1"] - 0.01, (summary, fp32)
+    # (3 under --max-lag, whose results depend on timing: README, "--max-lag")
+    slack = 0.03 if "--max-lag" in flags else 0.01
+    assert fp32["top1"] > 0.7 and summary["top1"] >= fp32["top1"] - slack, (summary, fp32)
     if "--max-lag" not in flags:
         assert summary["consensus_distance"] < 1e-2, summary
     want = ratio * fp32["bytes_sent_per_step"]
