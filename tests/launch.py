@@ -21,6 +21,11 @@ from gossipgrad.bench.common import mpiexec_path
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+JOIN_BYTES = 3 * 8
+"""The most a rank's posted bytes per step gain from the join agreement (engine/join.py: an
+allreduce of 3 int64 every few steps), which every strategy runs, ``local`` included."""
+
+
 def mpiexec() -> str:
     """The mpiexec next to this Python (the pip MPICH); the PATH one only as a fallback."""
     return mpiexec_path()

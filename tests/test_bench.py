@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from gossipgrad.bench.strategies import markdown_table, run_order
 from gossipgrad.cli import main
 
-from launch import bench_record, gossipgrad, positive, run
+from launch import JOIN_BYTES, bench_record, gossipgrad, positive, run
 
 EMUCLUSTER = Path(__file__).resolve().parent.parent / "scripts" / "emucluster.py"
 
@@ -166,7 +166,7 @@ def test_bench_strategies_counts_the_bytes_it_posts(tmp_path):
     # also holds the join agreement's 3 int64 every 4 steps (engine/join.py), spread
     for name, theory in (("gossip", model), ("allreduce", model), ("local", 0)):
         assert rows[name]["theory_bytes_per_step"] == theory
-        assert 0 <= rows[name]["posted_bytes_per_step"] - theory <= 3 * 8, rows[name]
+        assert 0 <= rows[name]["posted_bytes_per_step"] - theory <= JOIN_BYTES, rows[name]
         assert positive(rows[name]["step_s"]) and positive(rows[name]["samples_per_s"])
         assert set(rows[name]["phase_s"]) == {"forward", "backward", "optimizer"}
         assert rows[name]["wire_bytes_per_step"] is None  # not in the emulated cluster
@@ -197,10 +197,10 @@ def test_bench_strategies_runs_each_wire_a_strategy_takes():
         "allreduce+fp8"
     ]
     model = 2 * (64 * 64 + 64) * 4
-    assert 0 <= rows["gossip+bf16"]["posted_bytes_per_step"] - model / 2 <= 3 * 8  # + joins
+    assert 0 <= rows["gossip+bf16"]["posted_bytes_per_step"] - model / 2 <= JOIN_BYTES  # + joins
     assert rows["gossip+bf16"]["wire"] == "bf16" and rows["ddp+bf16"]["wire"] == "bf16"
     fp8 = rows["gossip+fp8"]["posted_bytes_per_step"]  # + a scale per 512 values + joins
-    assert model / 4 < fp8 <= model / 4 * 1.01 + 3 * 8, fp8
+    assert model / 4 < fp8 <= model / 4 * 1.01 + JOIN_BYTES, fp8
     assert rows["ddp+bf16"]["theory_bytes_per_step"] == model / 2
     ratios = rec["wires_over_fp32"]
     assert set(ratios) == {"gossip+bf16", "gossip+fp8", "ddp+bf16"}

@@ -10,7 +10,7 @@ import pytest
 from gossipgrad.bench.strategies import contenders, run_order
 from gossipgrad.comm.schedule import Schedule
 
-from launch import gossipgrad
+from launch import JOIN_BYTES, gossipgrad
 
 
 def test_each_strategy_that_can_send_factors_runs_once_per_setting():
@@ -89,9 +89,9 @@ def test_fc_head_with_factors_on_and_off_counts_both_forms():
     # posted: what isend / iallreduce / iallgather were handed (an allreduce buffer once)
     # posted: also the join agreement's 3 int64 every 4 steps (engine/join.py), spread
     posted = rows["gossip+factors"]["posted_bytes_per_step"]
-    assert 0 <= posted - (factors + biases) * share <= 3 * 8, posted
+    assert 0 <= posted - (factors + biases) * share <= JOIN_BYTES, posted
     posted = rows["allreduce+factors"]["posted_bytes_per_step"]
-    assert 0 <= posted - (factors + biases) <= 3 * 8, posted
+    assert 0 <= posted - (factors + biases) <= JOIN_BYTES, posted
     assert rows["allreduce+factors"]["factor_forms"] == ["factors"] * 3
     assert rows["gossip"]["factor_forms"] is None and rows["local"]["sufficient_factors"] == "off"
     ratios = rec["factors_over_plain"]

@@ -17,7 +17,7 @@ from gossipgrad.comm.local import run_ranks
 from gossipgrad.engine.config import TrainConfig
 from gossipgrad.plan.steps import measured_steps
 
-from launch import gossipgrad
+from launch import JOIN_BYTES, gossipgrad
 
 JOB = TrainConfig.from_flags(
     arch="mlp", hidden=16, batch_size=8, lr=0.05, max_steps=6, epochs=10_000, progress=False
@@ -50,7 +50,7 @@ def test_every_strategy_runs_the_budget_with_its_curve_and_bytes():
     # 2 ranks: gossip sends the model once a step, allreduce reduces it once, local nothing;
     # each also has the join agreement's 3 int64 every 4 steps (engine/join.py), spread
     extra = posted["local"]
-    assert 0 < extra <= 3 * 8, posted
+    assert 0 < extra <= JOIN_BYTES, posted
     assert posted == {
         "gossip": HIDDEN16_BYTES + extra,
         "allreduce": HIDDEN16_BYTES + extra,

@@ -21,6 +21,7 @@ from gossipgrad.engine.rules import Average
 from gossipgrad.runtime import wait_policy
 from gossipgrad.settings import Settings
 
+from launch import JOIN_BYTES
 from test_commthread import mix_buckets, wait_names_the_silent_peer
 
 
@@ -132,5 +133,5 @@ def test_bench_strategies_runs_a_blocking_gossip_beside_the_polling_one():
     assert set(rows) == {"gossip", "gossip@block"}
     model = 2 * (32 * 32 + 32) * 4
     for r in rows.values():  # the model, and the join agreement's 3 int64 every 4 steps
-        assert 0 < r["posted_bytes_per_step"] - model <= 3 * 8 and r["step_s"] > 0, r
+        assert 0 < r["posted_bytes_per_step"] - model <= JOIN_BYTES and r["step_s"] > 0, r
     assert rows["gossip"]["posted_bytes_per_step"] == rows["gossip@block"]["posted_bytes_per_step"]
