@@ -135,6 +135,13 @@ def finish(proc: subprocess.Popen, timeout: float) -> subprocess.CompletedProces
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+def stopped_rank_bound_s(timeout: float) -> float:
+    """Seconds from a rank's stop to the job's end that docs/guarantees.md promises (row 2):
+    the deadline (with 10 % for its polling), the stop-agreement grace, the probe window,
+    the reporter's grace and 5 s for a loaded host."""
+    return 1.1 * timeout + 20
+
+
 def signal_rank_in_training(
     tmp_path,
     sig: int,

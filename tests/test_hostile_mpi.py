@@ -180,4 +180,4 @@ def test_a_stopped_rank_is_named_alone(tmp_path: Path):
     for healthy in (0, 1, 3):
         assert not re.search(rf"rank {healthy} (did not arrive|answers no probe)", err), err
         assert f"is rank {healthy} alive?" not in err, err
-    assert elapsed <= 1.1 * 5 + 20, elapsed  # docs/guarantees.md
+    assert elapsed <= launch.stopped_rank_bound_s(5), elapsed
