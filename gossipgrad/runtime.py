@@ -20,7 +20,7 @@ from typing import Any, NoReturn, TypeVar
 import numpy as np
 
 from gossipgrad.choices import cli_spelling
-from gossipgrad.comm.base import CommError, CommTimeout, Communicator, WaitPolicy
+from gossipgrad.comm.base import CommError, CommTimeout, Communicator, WaitPolicy, cause_of
 from gossipgrad.comm.collectives import allreduce_, report
 from gossipgrad.comm.hosts import host_id
 from gossipgrad.options import DEFAULT_TIMEOUT_S
@@ -291,7 +291,7 @@ def end_job(comm: Communicator) -> NoReturn:
     reporter = getattr(exc, "reporter", None)  # an AgreedError, or an error made like one
     if reporter is not None:
         abort_job(comm, str(exc), getattr(exc, "code", 1), quiet=comm.rank != reporter)
-    timeout = _timeout_of(exc)
+    timeout = cause_of(exc, CommTimeout)
     if timeout is not None:  # who is stuck: probe the others, the lowest rank heard reports
         message, reporter = report(comm, timeout)
         abort_job(comm, message, quiet=comm.rank != reporter)
@@ -299,17 +299,6 @@ def end_job(comm: Communicator) -> NoReturn:
         abort_job(comm, rank_message(comm, exc))
     log.exception("rank %d: unexpected error", comm.rank)  # a bug: say where
     abort_job(comm, f"rank {comm.rank}: aborting the job after an unexpected error")
-
-
-def _timeout_of(exc: BaseException | None) -> CommTimeout | None:
-    """The deadline ``exc`` is, or was raised from (a shuffle round wraps its own)."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, CommTimeout):
-            return exc
-        seen.add(id(exc))
-        exc = exc.__cause__
-    return None
 
 
 def local_rank(comm: Communicator) -> int:

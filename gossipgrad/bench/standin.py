@@ -39,8 +39,9 @@ import torch
 from gossipgrad.bench.common import finite, link_info, max_over_ranks, median, rounded
 from gossipgrad.comm.base import Communicator
 from gossipgrad.comm.collectives import allreduce_
-from gossipgrad.devices import NOTE, Standin, StandinProfile
+from gossipgrad.devices import Standin, StandinProfile
 from gossipgrad.devices.dilation import Dilation
+from gossipgrad.devices.standin import describe
 from gossipgrad.models import build_model, loss_fn
 from gossipgrad.runtime import host_share
 from gossipgrad.strategies import DistributedOptimizer, options_for
@@ -88,18 +89,7 @@ class StandinModels:
         return record
 
     def describe(self) -> dict[str, Any]:
-        p = self.profile
-        return {
-            "note": NOTE,
-            "profile": p.name,
-            "arch": p.arch,
-            "profile_device": p.device,
-            "profile_batch": p.batch_size,
-            "precision": p.precision,
-            "source": dict(p.source),
-            "dilate": self.dilation.factor,
-            "profile_step_s": p.compute_s,
-        }
+        return describe(self.profile, self.dilation.factor)
 
 
 class _Run:

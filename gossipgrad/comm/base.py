@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from gossipgrad.choices import peer_hint, timeout_hint
 
@@ -128,17 +128,33 @@ class PeerFailed(CommError):
         self.ranks, self.step, self.revoked = tuple(ranks), step, revoked
 
 
-def failure_of(exc: BaseException | None) -> PeerFailed | None:
-    """The :class:`PeerFailed` that ``exc`` is, or was raised from (``raise ... from``: a
-    shuffle round wraps it), else None. An error merely raised while handling a death is not
-    one."""
+def check_gather(comm: Communicator, send_nbytes: int, recv_nbytes: int) -> None:
+    """An allgather's receive buffer holds every rank's send buffer, or a ValueError says so."""
+    if recv_nbytes != comm.size * send_nbytes:
+        raise ValueError(
+            f"rank {comm.rank}: allgather of {send_nbytes} bytes per rank needs "
+            f"a {comm.size * send_nbytes}-byte receive buffer, got {recv_nbytes}"
+        )
+
+
+E = TypeVar("E", bound=BaseException)
+
+
+def cause_of(exc: BaseException | None, kind: type[E]) -> E | None:
+    """The ``kind`` that ``exc`` is, or was raised from (``raise ... from``: a shuffle round
+    wraps its errors), else None. An error merely raised while handling one is not one."""
     seen = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, PeerFailed):
+        if isinstance(exc, kind):
             return exc
         seen.add(id(exc))
         exc = exc.__cause__
     return None
+
+
+def failure_of(exc: BaseException | None) -> PeerFailed | None:
+    """The :class:`PeerFailed` that ``exc`` is, or was raised from, else None."""
+    return cause_of(exc, PeerFailed)
 
 
 @dataclass(frozen=True)

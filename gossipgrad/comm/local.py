@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from gossipgrad.comm import base
-from gossipgrad.comm.base import CommError, PeerFailed, ReduceOp, WaitContext
+from gossipgrad.comm.base import CommError, PeerFailed, ReduceOp, WaitContext, check_gather
 from gossipgrad.comm.buffers import host_array
 from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.options import DEFAULT_TIMEOUT_S
@@ -287,11 +287,7 @@ class LocalCommunicator:
 
     def iallgather(self, sendbuf: Any, recvbuf: Any) -> _Reduce:
         send, out = host_array(sendbuf), host_array(recvbuf)
-        if out.nbytes != self.size * send.nbytes:
-            raise ValueError(
-                f"rank {self.rank}: allgather of {send.nbytes} bytes per rank needs "
-                f"a {self.size * send.nbytes}-byte receive buffer, got {out.nbytes}"
-            )
+        check_gather(self, send.nbytes, out.nbytes)
 
         def combine(parts: list[np.ndarray]) -> np.ndarray:
             sizes = [p.nbytes for p in parts]

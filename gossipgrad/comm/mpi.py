@@ -37,6 +37,7 @@ from gossipgrad.comm.base import (
     ReduceOp,
     WaitContext,
     WaitPolicy,
+    check_gather,
     poll,
 )
 from gossipgrad.comm.buffers import host_array
@@ -212,11 +213,7 @@ class MpiCommunicator:
 
     def iallgather(self, sendbuf: Any, recvbuf: Any) -> MpiRequest:
         s, r = mpi_buffer(sendbuf), mpi_buffer(recvbuf)
-        if r.nbytes != self.size * s.nbytes:
-            raise ValueError(
-                f"rank {self.rank}: allgather of {s.nbytes} bytes per rank needs "
-                f"a {self.size * s.nbytes}-byte receive buffer, got {r.nbytes}"
-            )
+        check_gather(self, s.nbytes, r.nbytes)
         with self.lock:
             req = self._comm.Iallgather(s, r)
         return MpiRequest(self, req, WaitContext("allgather"), (s, r))

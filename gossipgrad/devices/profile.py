@@ -26,6 +26,7 @@ PURE: stdlib and :mod:`gossipgrad.plan.formats` only.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping
@@ -128,16 +129,7 @@ class StandinProfile:
             "precision": self.precision,
             "source": dict(self.source),
             **self._planner_json(),
-            "layers": [
-                {
-                    "name": lt.name,
-                    "kind": lt.kind,
-                    "calls": lt.calls,
-                    "forward_s": lt.forward_s,
-                    "backward_s": lt.backward_s,
-                }
-                for lt in self.layers
-            ],
+            "layers": [dataclasses.asdict(lt) for lt in self.layers],
         }
         for key, value in self.extra.items():
             out.setdefault(key, value)

@@ -309,18 +309,27 @@ class Standin:
         """What a summary says about the device (the profile, its source, the dilation)."""
         p = self.profile
         return {
-            "note": NOTE,
-            "profile": p.name,
-            "profile_device": p.device,
-            "profile_batch": p.batch_size,
-            "precision": p.precision,
-            "source": dict(p.source),
-            "dilate": self.dilation.factor,
+            **describe(p, self.dilation.factor),
             "batch_scale": self.batch / p.batch_size,
             "profile_step_s": p.compute_s,
             "profile_step_s_dilated": self.step_s(),
             "device_busy_s": self.clock.busy_s,
         }
+
+
+def describe(p: StandinProfile, dilate: float) -> dict[str, Any]:
+    """What a record says about a stand-in run's profile, its source and the dilation."""
+    return {
+        "note": NOTE,
+        "profile": p.name,
+        "arch": p.arch,
+        "profile_device": p.device,
+        "profile_batch": p.batch_size,
+        "precision": p.precision,
+        "source": dict(p.source),
+        "dilate": dilate,
+        "profile_step_s": p.compute_s,
+    }
 
 
 def load(spec: str | Path) -> StandinProfile:

@@ -16,6 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gossipgrad.plan.patterns import assign_owners  # the rule the planner charges
+
+__all__ = ["assign_owners", "bytes_sent_by_rank", "ps_bucket_cap"]
+
 
 def ps_bucket_cap(model_bytes: int, size: int, cap_bytes: int) -> int:
     """The bucket cap ps uses: ``cap_bytes`` (``--bucket-mb``), but at most 1/size of the
@@ -30,25 +34,6 @@ def ps_bucket_cap(model_bytes: int, size: int, cap_bytes: int) -> int:
             f"need size, model_bytes and cap_bytes >= 1, got {size}, {model_bytes}, {cap_bytes}"
         )
     return max(1, min(cap_bytes, -(-model_bytes // size)))
-
-
-def assign_owners(nbytes: Sequence[int], size: int) -> list[int]:
-    """The owner of each bucket: largest bucket first to the least loaded rank (ties: the
-    lower bucket index first, the lower rank). Deterministic; with at least ``size``
-    buckets every rank owns one.
-
-        >>> assign_owners([10, 10, 10], 2), assign_owners([4], 3)
-        ([0, 1, 0], [0])
-    """
-    if size < 1:
-        raise ValueError(f"size must be >= 1, got {size}")
-    load = [0] * size
-    owners = [0] * len(nbytes)
-    for b in sorted(range(len(nbytes)), key=lambda i: (-nbytes[i], i)):
-        r = min(range(size), key=lambda k: (load[k], k))
-        owners[b] = r
-        load[r] += nbytes[b]
-    return owners
 
 
 def bytes_sent_by_rank(nbytes: Sequence[int], owners: Sequence[int], size: int) -> list[int]:

@@ -30,6 +30,7 @@ and gradients stay fp32, so the bytes are the same).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import platform
 import statistics
 from collections.abc import Iterator
@@ -39,12 +40,14 @@ import torch
 
 from gossipgrad.devices.profile import FORMAT, LayerTime, StandinProfile
 from gossipgrad.devices.shapes import leaf_modules
-from gossipgrad.measure.profiler import DEFAULT_STEPS, DEFAULT_WARMUP, _Clock, profile_step
+from gossipgrad.measure.profiler import (
+    DEFAULT_STEPS,
+    DEFAULT_WARMUP,
+    _Clock,
+    profile_step,
+    random_batch,
+)
 from gossipgrad.models import (
-    MODELS,
-    build_model,
-    default_classes,
-    input_shape,
     loss_fn,
 )
 
@@ -251,14 +254,7 @@ def profile_layers(
             "source": source,
             **step.to_json(),
             "layers": [
-                {
-                    "name": lt.name,
-                    "kind": lt.kind,
-                    "calls": lt.calls,
-                    "forward_s": lt.forward_s,
-                    "backward_s": lt.backward_s,
-                }
-                for lt in _exact_sums(layers, p.forward_s, p.backward_s)
+                dataclasses.asdict(lt) for lt in _exact_sums(layers, p.forward_s, p.backward_s)
             ],
         },
         name=label or arch,
@@ -302,26 +298,15 @@ def profile_arch_layers(
 ) -> StandinProfile:
     """Build ``arch`` from the registry and measure its stand-in profile on one random batch
     (the arguments as :func:`gossipgrad.measure.profiler.profile_arch`'s)."""
-    if arch not in MODELS:
-        raise ValueError(f"unknown model {arch!r} (--arch); choose one of: {', '.join(MODELS)}")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {device}: CUDA is not available here; use --device cpu")
-    classes = classes or default_classes(arch)
-    shape = input_shape(arch, image_size)
-    torch.manual_seed(seed)
-    model = build_model(arch, shape, classes, hidden).to(dev)
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(batch_size, *shape, generator=g).to(dev)
-    y = torch.randint(0, classes, (batch_size,), generator=g).to(dev)
-    label = f"{arch}, input {'x'.join(map(str, shape))}"
+    b = random_batch(arch, batch_size, hidden, image_size, classes, device, seed)
+    label = f"{arch}, input {'x'.join(map(str, b.shape))}"
     return profile_layers(
-        model,
-        x,
-        y,
+        b.model,
+        b.x,
+        b.y,
         arch=arch,
         hidden=hidden,
-        classes=classes,
+        classes=b.classes,
         precision=precision,
         steps=steps,
         warmup=warmup,

@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -306,6 +306,43 @@ def layout_profile(result: StepProfile, model: torch.nn.Module, cap_bytes: int) 
     return dataclasses.replace(merged, linear=())  # its bucket indices were the parameters'
 
 
+class RandomBatch(NamedTuple):
+    """A model built from the registry and one random batch for it, on ``device``."""
+
+    model: torch.nn.Module
+    x: torch.Tensor
+    y: torch.Tensor
+    shape: tuple[int, ...]
+    classes: int
+    device: torch.device
+
+
+def random_batch(
+    arch: str, batch_size: int, hidden: int, image_size: int, classes: int, device: str, seed: int
+) -> RandomBatch:
+    """Check the profile commands' model arguments (errors name the flag), build ``arch``
+    and draw one batch from ``seed``. ``classes`` 0: the model's default (10 or 1000)."""
+    if arch not in MODELS:
+        raise ValueError(f"unknown model {arch!r} (--arch); choose one of: {', '.join(MODELS)}")
+    if batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
+    if image_size < 16:
+        raise ValueError(f"--image-size must be >= 16, got {image_size}")
+    if classes < 0:
+        raise ValueError(f"--classes must be >= 0, got {classes}")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: CUDA is not available here; use --device cpu")
+    classes = classes or default_classes(arch)
+    shape = input_shape(arch, image_size)
+    torch.manual_seed(seed)
+    model = build_model(arch, shape, classes, hidden).to(dev)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch_size, *shape, generator=g).to(dev)
+    y = torch.randint(0, classes, (batch_size,), generator=g).to(dev)
+    return RandomBatch(model, x, y, tuple(shape), classes, dev)
+
+
 def profile_arch(
     arch: str,
     *,
@@ -326,26 +363,10 @@ def profile_arch(
     :class:`gossipgrad.options.Offload`) profiles the step with them; the result's
     ``offload`` says what moved to host memory.
     """
-    if arch not in MODELS:
-        raise ValueError(f"unknown model {arch!r} (--arch); choose one of: {', '.join(MODELS)}")
-    if batch_size < 1:
-        raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
-    if image_size < 16:
-        raise ValueError(f"--image-size must be >= 16, got {image_size}")
-    if classes < 0:
-        raise ValueError(f"--classes must be >= 0, got {classes}")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {device}: CUDA is not available here; use --device cpu")
-    classes = classes or default_classes(arch)
-    shape = input_shape(arch, image_size)
-    torch.manual_seed(seed)
-    model = build_model(arch, shape, classes, hidden).to(dev)
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(batch_size, *shape, generator=g).to(dev)
-    y = torch.randint(0, classes, (batch_size,), generator=g).to(dev)
+    b = random_batch(arch, batch_size, hidden, image_size, classes, device, seed)
+    model, x, y, dev = b.model, b.x, b.y, b.device
     label = arch + (f" (hidden {hidden})" if hidden and arch in SMALL_MODELS else "")
-    label += f", input {'x'.join(map(str, shape))}"
+    label += f", input {'x'.join(map(str, b.shape))}"
     plan = Offloads(model, dev, offload, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9))
     result = profile_step(
         model,

@@ -22,7 +22,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from gossipgrad.plan.host import HostShare
 
@@ -304,23 +304,26 @@ def _link_from_json(data: Any, where: str) -> tuple[float, float, float]:
     return alpha, beta, r2
 
 
+F = TypeVar("F", AllreduceFit, ConcurrentFit)
+
+
+def _sized_fit(data: Mapping[str, Any], key: str, kind: type[F], minimum: int) -> F | None:
+    """The optional fit ``key`` (alpha, beta, r2 and the ``size`` it was measured at)."""
+    raw = _get(data, key, optional=True)
+    if raw is None:
+        return None
+    alpha, beta, r2 = _link_from_json(raw, key)
+    size = _integer(_get(raw, "size", key), f"{key}.size", minimum=minimum)
+    return kind(alpha, beta, r2, size=size)
+
+
 def _network_from_json(data: Mapping[str, Any]) -> NetworkFit:
     p2p = LinkFit(*_link_from_json(_get(data, "p2p"), "p2p"))
-    raw = _get(data, "allreduce", optional=True)
-    allreduce = None
-    if raw is not None:
-        alpha, beta, r2 = _link_from_json(raw, "allreduce")
-        size = _integer(_get(raw, "size", "allreduce"), "allreduce.size", minimum=1)
-        allreduce = AllreduceFit(alpha, beta, r2, size=size)
+    allreduce = _sized_fit(data, "allreduce", AllreduceFit, minimum=1)
     source = _get(data, "source", optional=True)
     raw_host = _get(data, "host", optional=True)
     host = None if raw_host is None else HostShare.from_json(raw_host)
-    raw = _get(data, "concurrent", optional=True)
-    concurrent = None
-    if raw is not None:
-        alpha, beta, r2 = _link_from_json(raw, "concurrent")
-        size = _integer(_get(raw, "size", "concurrent"), "concurrent.size", minimum=2)
-        concurrent = ConcurrentFit(alpha, beta, r2, size=size)
+    concurrent = _sized_fit(data, "concurrent", ConcurrentFit, minimum=2)
     per_node = _get(data, "ranks_per_node", optional=True)
     return NetworkFit(
         p2p,

@@ -37,8 +37,15 @@ from gossipgrad.plan.fabric import Fabric
 
 
 def assign_owners(nbytes: Sequence[int], size: int) -> list[int]:
-    """The owner of each bucket: largest first to the least loaded rank (ties: lower bucket
-    index, lower rank); the same rule as the engine's ``engine.shards.assign_owners``."""
+    """The owner of each bucket: largest bucket first to the least loaded rank (ties: the
+    lower bucket index first, the lower rank). Deterministic; with at least ``size``
+    buckets every rank owns one.
+
+        >>> assign_owners([10, 10, 10], 2), assign_owners([4], 3)
+        ([0, 1, 0], [0])
+    """
+    if size < 1:
+        raise ValueError(f"size must be >= 1, got {size}")
     load = [0] * size
     owners = [0] * len(nbytes)
     for b in sorted(range(len(nbytes)), key=lambda i: (-nbytes[i], i)):
