@@ -49,14 +49,10 @@ class DdpOptimizer(LibraryOptimizer):
     (``gradient_as_bucket_view=True``), as in gossipgrad's own buckets.
     """
 
-    def __init__(
-        self,
-        optimizer: torch.optim.Optimizer,
-        model: torch.nn.Module,
-        comm: Communicator,
-        options: ExchangeOptions,
+    def _attach(
+        self, optimizer: torch.optim.Optimizer, model: torch.nn.Module, options: ExchangeOptions
     ) -> None:
-        super().__init__(optimizer, model, comm, options)
+        comm = self.comm
         device = next(model.parameters()).device
         backend = "nccl" if device.type == "cuda" else "gloo"
         self._owns_group = init_process_group(comm, backend)

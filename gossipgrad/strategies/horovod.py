@@ -63,14 +63,10 @@ class HorovodOptimizer(LibraryOptimizer):
     avoids ``broadcast_optimizer_state``'s pickles.
     """
 
-    def __init__(
-        self,
-        optimizer: torch.optim.Optimizer,
-        model: torch.nn.Module,
-        comm: Communicator,
-        options: ExchangeOptions,
+    def _attach(
+        self, optimizer: torch.optim.Optimizer, model: torch.nn.Module, options: ExchangeOptions
     ) -> None:
-        super().__init__(optimizer, model, comm, options)
+        comm = self.comm
         self.hvd = import_horovod()
         self._owns_init = init_horovod(self.hvd, comm, bucket_cap_bytes(self.bucket_mb))
         self._stuck = False  # set when an allreduce passed its deadline

@@ -80,6 +80,12 @@ class LibraryOptimizer(WrappedOptimizer):
         # Sizes only (logging, bytes per step): never bound, no gradient lives in it.
         self.layout = BucketLayout(list(model.parameters()), options.bucket_cap_bytes)
         self.communicates = comm.size > 1
+        self._attach(optimizer, model, options)
+
+    def _attach(
+        self, optimizer: torch.optim.Optimizer, model: torch.nn.Module, options: ExchangeOptions
+    ) -> None:
+        """The library's own set-up (its process group, its wrapper), after the shell's."""
 
     @property
     def bucket_count(self) -> int:  # type: ignore[override]
