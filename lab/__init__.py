@@ -17,5 +17,5 @@ Layout: ``plan/`` (pure: held-out prediction, scoring metrics, synthetic profile
 ``bench/`` (collective functions that run a study and return its record), ``cli/`` (the
 click commands), ``studies/`` (the former ``scripts/`` drivers, one ``main(argv)`` each),
 ``tests/`` (run by the main test command: ``setup.cfg`` testpaths). ``lab`` imports
-``gossipgrad``; ``gossipgrad`` never imports ``lab`` (``tests/test_layers.py``).
+``gossipgrad``; ``gossipgrad`` never imports ``lab`` (``tests/unit/test_layers.py``).
 """

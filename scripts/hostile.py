@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests" / "support"))
 sys.path.insert(0, str(REPO / "scripts"))
 
 from procs import rank_pids  # noqa: E402

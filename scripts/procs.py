@@ -1,7 +1,7 @@
 """The MPI ranks below a launcher process, found from ``/proc`` (Linux only, stdlib only).
 
 Used by ``lab/studies/soak.py`` (memory of each rank over a long run) and the tests that stop or
-kill one rank of a real ``mpiexec`` job (``tests/launch.py``).
+kill one rank of a real ``mpiexec`` job (``tests/support/launch.py``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Rewrite the environment-variable table in docs/architecture.md from gossipgrad.settings
-(the table tests/test_options.py checks the document against).
+(the table tests/unit/test_options.py checks the document against).
 
     python scripts/settings_table.py
 """

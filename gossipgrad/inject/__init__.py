@@ -9,6 +9,6 @@
 
 Unset, each does nothing. Layering: this package sits at comm's layer so that comm and the
 engine may call it, and imports only ``gossipgrad.comm.base``, ``gossipgrad.settings`` and
-lower (``tests/test_layers.py``). It imports none of its modules here, so importing one
+lower (``tests/unit/test_layers.py``). It imports none of its modules here, so importing one
 hook loads no other.
 """

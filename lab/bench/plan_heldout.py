@@ -24,7 +24,7 @@ first ranks while the others wait):
 
 Nothing measured at a held-out size enters a prediction: the predictions exist before the
 runs, and the frozen calibration refuses rounds from another size or link and predictions
-at its own. ``tests/test_plan_heldout.py`` changes every scored run's timing and checks
+at its own. ``lab/tests/test_plan_heldout_leak.py`` changes every scored run's timing and checks
 that no prediction moves.
 """
 

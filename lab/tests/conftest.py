@@ -1,5 +1,5 @@
-"""The lab's tests: the same fixtures and launch helpers as ``tests/`` (``tests/launch.py``,
-``tests/test_plan_calibrate.py``'s profile), which this puts on ``sys.path``."""
+"""The lab's tests: the same fixtures and helpers as ``tests/`` (``tests/support/``: the
+launch helpers, the planner's small profile), which this puts on ``sys.path``."""
 
 import sys
 from pathlib import Path
@@ -8,7 +8,7 @@ import pytest
 
 from gossipgrad import settings as settings_module
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "support"))
 
 
 @pytest.fixture(autouse=True)

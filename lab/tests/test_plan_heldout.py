@@ -4,6 +4,7 @@ another size, host share and link, and the guards that keep a scored run out of 
 from __future__ import annotations
 
 import pytest
+from plan_support import PROFILE  # two 1 MB buckets, 32 ms of compute
 
 from gossipgrad.plan import CommModel, HostShare, step_time
 from gossipgrad.plan.calibrate import fit_in_step, scale_exchange, scale_profile
@@ -15,8 +16,6 @@ from lab.plan.heldout import (
     share,
     share_ratio,
 )
-
-from test_plan_calibrate import PROFILE  # two 1 MB buckets, 32 ms of compute
 
 LOOP = CommModel(alpha_s=1e-5, beta_s_per_byte=2e-10, duplex=1.5)  # shared memory
 SLOW = CommModel(alpha_s=1e-4, beta_s_per_byte=8e-9, duplex=1.0)  # ~1 Gbit/s

@@ -1,0 +1,60 @@
+"""The consensus monitor and adaptive averaging: in-process on the thread world, and the same
+checks under a real mpiexec (tests/support/multirank/monitor_checks.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gossipgrad.comm.local import run_ranks
+from gossipgrad.engine.config import TrainConfig
+from gossipgrad.options import ExchangeOptions, Sync
+
+from launch import run_check_module
+from multirank import monitor_checks
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("size", [1, 2, 4, 5, 8])
+@pytest.mark.parametrize("check", monitor_checks.ALL, ids=lambda c: c.__name__)
+def test_monitor_check_in_process(size, check):
+    run_ranks(size, check, timeout=90, comm_timeout=30)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("size", [4, 5])
+def test_monitor_checks_under_mpiexec(size):
+    run_check_module("monitor_checks", size, timeout=180)
+
+
+def test_auto_is_adaptive_for_gradient_mixing_only():
+    assert ExchangeOptions(mix="grad").adaptive
+    assert not ExchangeOptions(mix="param").adaptive
+    assert not ExchangeOptions(mix="grad", strategy="allreduce").adaptive
+    assert ExchangeOptions(mix="param", sync="adaptive").adaptive
+    assert not ExchangeOptions(mix="grad", sync="off").adaptive
+    assert ExchangeOptions().sync is Sync.AUTO and ExchangeOptions().mix.value == "param"
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        ({"sync": "adaptive", "strategy": "allreduce"}, "--sync adaptive does not apply to"),
+        (
+            {"mix": "grad", "monitor_every": 0},
+            "--sync adaptive (the default with --mix grad) needs --monitor-every >= 1",
+        ),
+        ({"sync": "sometimes"}, "unknown sync 'sometimes' (--sync)"),
+        ({"sync_threshold": 0.0}, "--sync-threshold must be > 0"),
+        ({"monitor_every": -1}, "--monitor-every must be >= 0"),
+    ],
+)
+def test_bad_sync_options_name_the_flag(flags, message, cli_names):
+    with pytest.raises(ValueError) as err:
+        TrainConfig.from_flags(**flags)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_sync_off_without_a_monitor_is_allowed():
+    opts = TrainConfig.from_flags(mix="grad", sync="off", monitor_every=0).exchange
+    assert not opts.adaptive and not opts.monitors
