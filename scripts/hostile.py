@@ -14,6 +14,9 @@ added while fixing them. Some cases mount a tmpfs (root only); without root they
 Runs one case at a time, at most 4 ranks, so that it can share a small machine.
 """
 
+# Over 300 lines on purpose: one self-contained catalogue of hostile cases, each a few lines,
+# with the runner that judges them; a user runs it as one file.
+
 from __future__ import annotations
 
 import argparse

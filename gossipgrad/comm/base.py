@@ -7,6 +7,9 @@ instead, promptly, where the transport can tell (MPI with ULFM, the thread world
 survivors of such a communicator can go on through :class:`Shrinkable`.
 """
 
+# Over 300 lines on purpose: the protocol, its request, tags, errors and wait policy are the
+# one contract every transport implements; they are read together.
+
 from __future__ import annotations
 
 import enum

@@ -28,6 +28,9 @@ that exists is a whole checkpoint. Older checkpoints are deleted only after the 
 complete; the newest ``keep`` (default 2) stay.
 """
 
+# Over 300 lines on purpose: writing, finding and checking a checkpoint share one file layout
+# and one atomicity rule; split, a reader could drift from the writer.
+
 from __future__ import annotations
 
 import contextlib

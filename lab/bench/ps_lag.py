@@ -103,6 +103,7 @@ def parse_slow(text: str, size: int) -> tuple[int, float]:
     return rank, factor
 
 
+# Over 60 lines on purpose: the try/finally that closes every model copy must enclose the runs.
 def run_ps_lag(
     comm: Communicator,
     lags: list[int],

@@ -280,6 +280,7 @@ def _published(path: str, host_network: str | None, calibration: str | None) -> 
     default=None,
     help="With --published: a --standin-runs --out file (its interference coefficient).",
 )
+# Over 60 lines on purpose: a click command: its parameters, their checks, then one call per mode.
 def plan_validate(
     arch: str,
     hidden: int,

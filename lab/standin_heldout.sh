@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The planner held out on the stand-in cluster (issue 22; docs/validation/standin-heldout.md):
+# every launch, in order, on a quiet machine (no other jobs: check `uptime` first).
+#
+#   bash lab/standin_heldout.sh [OUTDIR]        # default standin-heldout/
+#
+# Root is needed (scripts/emucluster.py: one network namespace per rank). Per (size, link
+# rate): one netfit of the emulated links and one `bench strategies` launch of every
+# contender on the stand-in GoogLeNet (K = 10: 1 Gbit/s and 2.5 Gbit/s stand for 10 and
+# 25 Gbit/s). The last step calibrates on sizes 2 and 4 at 1gbit and scores every other
+# launch (8 ranks at 1gbit, every size at 2500mbit), which never enters a fit.
+# Environment: SIZES (default "2 4 8"), RATES ("1gbit 2500mbit"), PROFILE (googlenet),
+# DILATE (10), CONTENDERS (gossip,allreduce,ps,ddp,horovod,local), STEPS (2), REPS (3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-standin-heldout}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} OMP_NUM_THREADS=1
+PY=${PY:-python}
+SIZES=${SIZES:-2 4 8}
+RATES=${RATES:-1gbit 2500mbit}
+PROFILE=${PROFILE:-googlenet}
+DILATE=${DILATE:-10}
+CONTENDERS=${CONTENDERS:-gossip,allreduce,ps,ddp,horovod,local}
+STEPS=${STEPS:-2}
+REPS=${REPS:-3}
+EMU=("$PY" scripts/emucluster.py)
+
+"${EMU[@]}" cleanup > /dev/null 2>&1 || true
+trap '"${EMU[@]}" cleanup > /dev/null 2>&1 || true' EXIT
+
+for rate in $RATES; do
+    for n in $SIZES; do
+        name="$PROFILE-$n-$rate"
+        echo "$name: $(uptime)" | tee -a "$OUT/load.txt"
+        "${EMU[@]}" run -n "$n" --rate "$rate" -- gossipgrad netfit \
+            --out "$OUT/net-$n-$rate.json" 2> "$OUT/net-$n-$rate.log" > /dev/null
+        /usr/bin/time -v "${EMU[@]}" run -n "$n" --rate "$rate" -- gossipgrad bench strategies \
+            --device "standin:$PROFILE" --dilate "$DILATE" --strategies "$CONTENDERS" \
+            --steps "$STEPS" --reps "$REPS" --warmup 1 --comm-timeout 300 \
+            > "$OUT/run-$name.json" 2> "$OUT/run-$name.log"
+    done
+done
+
+args=()
+for f in "$OUT"/run-*.json; do args+=(--standin-runs "$f"); done
+for f in "$OUT"/net-*.json; do args+=(--networks "$f"); done
+"$PY" -m lab plan-validate "${args[@]}" --calibrate-sizes 2,4 --calibrate-rate 1gbit \
+    --out "$OUT/heldout.json" > /dev/null
