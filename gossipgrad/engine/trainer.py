@@ -71,26 +71,16 @@ def train(
     torch.manual_seed(cfg.seed)
     stop = StopSignals(comm)  # first: SIGUSR1's default action would end the rank
     try:
-        return _setup_and_run(cfg, comm, device, stager, stop, states or {}, rank_states or {})
+        source, lock = prepare(cfg, comm, pin_memory=device.type == "cuda")  # every rank agrees
+        try:
+            return _build_and_run(
+                cfg, comm, device, stager, stop, states or {}, rank_states or {}, source
+            )
+        finally:
+            if lock is not None:
+                lock.release()
     finally:
         stop.close()
-
-
-def _setup_and_run(
-    cfg: TrainConfig,
-    comm: Communicator,
-    device: torch.device,
-    stager: Stager | None,
-    stop: StopSignals,
-    states: dict,
-    rank_states: dict,
-) -> dict[str, Any]:
-    source, lock = prepare(cfg, comm, pin_memory=device.type == "cuda")  # every rank agrees
-    try:
-        return _build_and_run(cfg, comm, device, stager, stop, states, rank_states, source)
-    finally:
-        if lock is not None:
-            lock.release()
 
 
 def _build_and_run(

@@ -152,13 +152,7 @@ def exchange(
         if comm.rank not in (0, peer):
             return 0.0
         other = peer if comm.rank == 0 else 0
-        deadline = time.monotonic() + comm.timeout
-        t0 = time.perf_counter()
-        r = comm.irecv(recvbuf[:n], other, Tag.PINGPONG)
-        s = comm.isend(sendbuf[:n], other, Tag.PINGPONG)
-        spin(r, deadline)
-        spin(s, deadline)
-        return time.perf_counter() - t0
+        return _shift(comm, sendbuf[:n], recvbuf[:n], other, other)
 
     return once
 
@@ -174,15 +168,20 @@ def concurrent(
     def once(n: int) -> float:
         dst, src = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
         comm.barrier()
-        deadline = time.monotonic() + comm.timeout
-        t0 = time.perf_counter()
-        r = comm.irecv(recvbuf[:n], src, Tag.PINGPONG)
-        s = comm.isend(sendbuf[:n], dst, Tag.PINGPONG)
-        spin(r, deadline)
-        spin(s, deadline)
-        return time.perf_counter() - t0
+        return _shift(comm, sendbuf[:n], recvbuf[:n], dst, src)
 
     return once
+
+
+def _shift(comm: Communicator, send: np.ndarray, recv: np.ndarray, dst: int, src: int) -> float:
+    """Seconds to send ``send`` to ``dst`` while receiving ``recv`` from ``src``."""
+    deadline = time.monotonic() + comm.timeout
+    t0 = time.perf_counter()
+    r = comm.irecv(recv, src, Tag.PINGPONG)
+    s = comm.isend(send, dst, Tag.PINGPONG)
+    spin(r, deadline)
+    spin(s, deadline)
+    return time.perf_counter() - t0
 
 
 def allreduce(comm: Communicator, buf: np.ndarray) -> Callable[[int], float]:

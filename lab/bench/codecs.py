@@ -27,12 +27,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from lab.bench.convergence import cell_row, train_argv
+from lab.bench.convergence import cell_row, summary_of_launch, train_argv
 
 MODES: dict[str, list[str]] = {
     "param": ["--strategy", "gossip", "--mix", "param"],
@@ -75,22 +73,12 @@ def run_cell(
     task: str, size: int, mode: str, wire: str, topology: str, epochs: int, timeout: float
 ) -> dict[str, Any]:
     """Launch one cell; its row (ValueError if it fails or passes ``timeout``)."""
-    with tempfile.TemporaryDirectory(prefix="gg-codecs-") as tmp:
-        metrics = os.path.join(tmp, "metrics.jsonl")
-        cmd = command(task, size, mode, wire, topology, epochs, metrics)
-        what = f"{task} x {size} ranks x {mode} x {wire} x {topology}"
-        try:
-            res = subprocess.run(
-                cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
-            )
-        except subprocess.TimeoutExpired:
-            raise ValueError(
-                f"{what} did not finish within {timeout:g} s; raise --timeout"
-            ) from None
-        if res.returncode != 0:
-            raise ValueError(f"{what} failed ({res.returncode}):\n{res.stderr[-2000:]}")
-        with open(metrics, encoding="utf-8") as f:
-            s = next(r for r in map(json.loads, f) if r.get("event") == "summary")
+    s = summary_of_launch(
+        lambda metrics: command(task, size, mode, wire, topology, epochs, metrics),
+        f"{task} x {size} ranks x {mode} x {wire} x {topology}",
+        timeout,
+        "gg-codecs-",
+    )
     row = cell_row(task, size, mode, s)
     row.update(
         wire=wire,

@@ -119,22 +119,34 @@ def run_cell(
     task: str, size: int, mode: str, epochs: int, seed: int, extra: list[str], timeout: float
 ) -> dict[str, Any]:
     """Launch one cell and return its summary record; ValueError if it fails or hangs."""
-    with tempfile.TemporaryDirectory(prefix="gg-conv-") as tmp:
+    return summary_of_launch(
+        lambda metrics: train_command(task, size, mode, epochs, seed, metrics, extra),
+        f"{task} x {size} ranks x {mode}",
+        timeout,
+        "gg-conv-",
+    )
+
+
+def summary_of_launch(
+    command: Callable[[str], list[str]], what: str, timeout: float, prefix: str
+) -> dict[str, Any]:
+    """Run ``command(metrics_path)`` (a ``train`` launch) and return the summary record it
+    wrote; ValueError naming ``what`` if it fails or passes ``timeout``."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         metrics = os.path.join(tmp, "metrics.jsonl")
-        cmd = train_command(task, size, mode, epochs, seed, metrics, extra)
         try:
             res = subprocess.run(
-                cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+                command(metrics),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                stdin=subprocess.DEVNULL,
             )
         except subprocess.TimeoutExpired:
-            raise ValueError(
-                f"{task} x {size} ranks x {mode} did not finish within "
-                f"{timeout:g} s; raise --timeout"
-            ) from None
+            late = f"{what} did not finish within {timeout:g} s; raise --timeout"
+            raise ValueError(late) from None
         if res.returncode != 0:
-            raise ValueError(
-                f"{task} x {size} ranks x {mode} failed ({res.returncode}):\n{res.stderr[-2000:]}"
-            )
+            raise ValueError(f"{what} failed ({res.returncode}):\n{res.stderr[-2000:]}")
         with open(metrics, encoding="utf-8") as f:
             return next(r for r in map(json.loads, f) if r.get("event") == "summary")
 
