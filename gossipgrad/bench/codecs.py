@@ -69,11 +69,8 @@ class CodecClock:
 
 def codecs_of(opt: Any) -> list[Any]:
     """The codec instances an optimizer encodes with (the shell's and a lagged timing's,
-    ps's push and pull)."""
-    found = [getattr(opt, k, None) for k in ("codec", "push_codec", "pull_codec")]
-    timing = getattr(opt, "timing", None)
-    found.append(getattr(timing, "codec", None))
-    return list({id(c): c for c in found if c is not None}.values())
+    ps's push and pull), each once."""
+    return list({id(c): c for c in opt.wire_codecs}.values())
 
 
 def run_codecs(

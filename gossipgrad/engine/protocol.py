@@ -54,6 +54,7 @@ class DistributedOptimizerProtocol(Protocol):
     monitor: ConsensusMonitor | None
     rank_states: dict[str, Any]
     bucket_count: int
+    wire_codecs: tuple[Any, ...]
 
     @property
     def param_groups(self) -> list[dict[str, Any]]: ...
@@ -112,6 +113,8 @@ class WrappedOptimizer(torch.optim.Optimizer):
     strategy = ""
     monitor: ConsensusMonitor | None = None
     bucket_count = 0
+    #: The codec instances this optimizer encodes with (none: the library's own wire).
+    wire_codecs: tuple[Any, ...] = ()
 
     def __init__(
         self,

@@ -112,6 +112,7 @@ class ParameterServerOptimizer(WrappedOptimizer):
         self.max_lag = opts.max_lag
         self.push_codec = make_codec(opts.wire, opts.feedback)
         self.pull_codec = make_codec(opts.wire, feedback=False)  # pulls are deltas: see published
+        self.wire_codecs = (self.push_codec, self.pull_codec)
         params = list(model.parameters())
         self._split(params, stager, host)
         broadcast_parameters_(model, comm)

@@ -180,6 +180,7 @@ class BucketOptimizer(WrappedOptimizer):
             if self.communicates
             else _NoExchange()
         )
+        self.wire_codecs = (self.codec, *self.timing.codecs)
         if self.factors:
             self.factors.bind(thread, lambda: self.step_count, lambda: self._counter.is_holding)
         self._join = JoinAgreement(comm, join_period(opts.max_lag))

@@ -25,11 +25,13 @@ class Timing:
         forward_waits: parameter buckets are in flight after ``step()`` and must be waited
             for (:meth:`wait_`) before forward first reads them.
         header_bytes: bytes each bucket's message carries besides the bucket.
+        codecs: codecs of the timing's own (a lagged frame's), besides the shell's.
     """
 
     ready_hooks = False
     forward_waits = False
     header_bytes = 0
+    codecs: tuple[Any, ...] = ()
 
     def ready(self, index: int, buf: torch.Tensor, tag: int, step: int) -> None:
         """Bucket ``index``'s gradients are complete (backward hook)."""

@@ -132,6 +132,7 @@ class Lagged(Timing):
             raise ValueError(f"--max-lag must be >= 1 here, got {max_lag}")
         self.layout, self.mix, self.max_lag, self.staleness = layout, mix, max_lag, staleness
         self.rule, self.codec = rule or Average(), codec or Codec()
+        self.codecs = (self.codec,)
         self.comm = comm.dup()
         self.schedule = schedule
         base = Tag.PARAM_BUCKET if mix is Mix.PARAM else Tag.GRAD_BUCKET
