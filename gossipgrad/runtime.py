@@ -136,13 +136,16 @@ def _mpi_world(timeout: float, env: Settings, verbose: bool) -> tuple[Communicat
     """(the world fitted to the node, ranks on this node, cores they share). Collective."""
     from gossipgrad import startup
     from gossipgrad.comm.mpi import MpiCommunicator, node_size, thread_multiple
+    from gossipgrad.inject.delay import DelayedPoster
 
     per_node = node_size()
     # Ranks bound one per core each see one core: the node's are their union. Ranks get here
     # at different times (imports): the start-up deadline, not a tiny --comm-timeout.
     start = max(timeout, startup.START_TIMEOUT_S)
     together = node_cores(MpiCommunicator(timeout=start, delay_s=0.0))
-    comm = MpiCommunicator(timeout=timeout, policy=wait_policy(together, per_node, env))
+    comm = MpiCommunicator(
+        timeout=timeout, policy=wait_policy(together, per_node, env), delayer=DelayedPoster
+    )
     setup_logging(comm.rank, comm.size, verbose)
     if not thread_multiple() and comm.rank == 0:  # once per job, not once per rank
         log.warning(

@@ -130,7 +130,9 @@ def start_mpi(
 
     if error is not None:
         kw.setdefault("delay_s", 0.0)  # the variables may be what is wrong: read none
-    comm = MpiCommunicator(timeout=timeout, **kw)
+    from gossipgrad.inject.delay import DelayedPoster  # latency injection, when asked for
+
+    comm = MpiCommunicator(timeout=timeout, delayer=DelayedPoster, **kw)
     try:
         check_start(comm, error, code, deadline)
     except AgreedError as exc:

@@ -230,6 +230,12 @@ class Request(Protocol):
 
 
 @runtime_checkable
+class Poster(Protocol):
+    """Posts a send later (latency injection): ``start()`` makes the real request."""
+
+    def post(self, start: Callable[[], Request], ctx: WaitContext) -> Request: ...
+
+
 class Communicator(Protocol):
     """Point-to-point and collective operations on raw buffers.
 

@@ -6,7 +6,8 @@ nothing is ever unpickled from another rank. Every wait polls its request agains
 deadline. Below ``MPI_THREAD_MULTIPLE`` every MPI call is serialised behind one lock.
 CUDA tensors go to MPI directly only when the library is CUDA-aware (see
 :func:`cuda_aware`); the exchange layer stages them through host buffers otherwise.
-``GOSSIPGRAD_INJECT_DELAY_MS`` delays every point-to-point send (see ``gossipgrad.inject.delay``).
+``GOSSIPGRAD_INJECT_DELAY_MS`` delays every point-to-point send through the ``delayer`` its
+caller hands in (``gossipgrad.inject.delay.DelayedPoster``: runtime and startup pass it).
 
 Failures (ULFM, Open MPI under ``mpiexec --with-ft ulfm``): an operation that MPI fails with
 ``MPI_ERR_PROC_FAILED`` or ``MPI_ERR_REVOKED`` raises :class:`PeerFailed` after revoking the
@@ -25,6 +26,7 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import mpi4py
@@ -34,7 +36,9 @@ from gossipgrad.comm.base import (
     CommError,
     CommTimeout,
     PeerFailed,
+    Poster,
     ReduceOp,
+    Request,
     WaitContext,
     WaitPolicy,
     check_gather,
@@ -42,7 +46,6 @@ from gossipgrad.comm.base import (
 )
 from gossipgrad.comm.buffers import host_array
 from gossipgrad.comm.hosts import host_id
-from gossipgrad.inject.delay import DelayedPoster, DelayedRequest
 from gossipgrad.options import DEFAULT_TIMEOUT_S
 from gossipgrad.settings import settings
 
@@ -146,6 +149,9 @@ class MpiCommunicator:
         policy: how waits poll (``runtime.wait_policy`` fits it to the node).
         delay_s: injected one-way latency per sent message (default: from
             ``GOSSIPGRAD_INJECT_DELAY_MS``, see :mod:`gossipgrad.inject.delay`).
+        delayer: builds the poster that delays sends, ``delayer(delay_s, rank, policy)``
+            (``gossipgrad.inject.delay.DelayedPoster``); needed when the delay is > 0,
+            which raises ValueError without one (comm never imports the testing corner).
     """
 
     def __init__(
@@ -154,7 +160,8 @@ class MpiCommunicator:
         timeout: float = DEFAULT_TIMEOUT_S,
         policy: WaitPolicy | None = None,
         delay_s: float | None = None,
-        _poster: DelayedPoster | None = None,
+        delayer: Callable[[float, int, WaitPolicy], Poster] | None = None,
+        _poster: Poster | None = None,
         _family: list[Any] | None = None,
         parent_ranks: tuple[int, ...] = (),
     ) -> None:
@@ -170,7 +177,13 @@ class MpiCommunicator:
         self.lock = contextlib.nullcontext() if self.thread_multiple else _LOCK
         self.delay_s = settings().inject_delay_ms / 1e3 if delay_s is None else delay_s
         if self.delay_s > 0 and _poster is None:
-            _poster = DelayedPoster(self.delay_s, self.rank, self.policy)
+            if delayer is None:
+                raise ValueError(
+                    f"GOSSIPGRAD_INJECT_DELAY_MS asks for {self.delay_s * 1e3:g} ms of injected "
+                    "latency but this communicator was built without a delayer: start with "
+                    "gossipgrad.init(), or pass delayer=gossipgrad.inject.delay.DelayedPoster"
+                )
+            _poster = delayer(self.delay_s, self.rank, self.policy)
         self._poster = _poster if self.delay_s > 0 else None
 
     def __repr__(self) -> str:
@@ -185,7 +198,7 @@ class MpiCommunicator:
 
     def isend(
         self, buf: Any, dst: int, tag: int, ctx: WaitContext | None = None
-    ) -> MpiRequest | DelayedRequest:
+    ) -> MpiRequest | Request:
         b = mpi_buffer(buf)
         ctx = ctx or WaitContext("received nothing", dst, tag)
         if self._poster is not None:
@@ -242,7 +255,12 @@ class MpiCommunicator:
     def _wrap(self, comm: Any) -> MpiCommunicator:
         """A communicator over ``comm`` with this one's deadline, policy, delay and family."""
         return MpiCommunicator(
-            comm, self.timeout, self.policy, self.delay_s, self._poster, self._family
+            comm,
+            self.timeout,
+            self.policy,
+            self.delay_s,
+            _poster=self._poster,
+            _family=self._family,
         )
 
     # -- failures (ULFM) ----------------------------------------------------------------
@@ -301,7 +319,7 @@ class MpiCommunicator:
         communicator, ranks in the old order; ``parent_ranks`` maps new ranks to old."""
         comm = self._shrink_within_deadline()
         comm.Set_errhandler(MPI.ERRORS_RETURN)
-        out = MpiCommunicator(comm, self.timeout, self.policy, self.delay_s, self._poster)
+        out = MpiCommunicator(comm, self.timeout, self.policy, self.delay_s, _poster=self._poster)
         parents = np.empty(out.size, dtype=np.int64)
         ctx = WaitContext("allgather(old ranks)")
         with out.failures(ctx), out.lock:

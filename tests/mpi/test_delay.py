@@ -78,8 +78,10 @@ def test_round_trip_pays_the_delay_twice_under_mpiexec():
     assert plain.returncode == 0, plain.stdout + plain.stderr
     base = json.loads(plain.stdout.strip().splitlines()[-1])
     assert base == {**base, "delay_s": 0.0, "delay_thread": False}
+    assert base["refused_without_delayer"] is None
     out = run([mpiexec(), "-n", "2", sys.executable, script], timeout=100, **{ENV: "100"})
     assert out.returncode == 0, out.stdout + out.stderr
     rec = json.loads(out.stdout.strip().splitlines()[-1])
     assert rec["delay_s"] == 0.1 and rec["delay_thread"]
+    assert "GOSSIPGRAD_INJECT_DELAY_MS asks for 100 ms" in rec["refused_without_delayer"]
     assert 0.2 <= rec["round_trip_s"] < 0.2 + max(1.0, 10 * base["round_trip_s"]), rec

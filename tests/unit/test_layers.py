@@ -4,7 +4,8 @@
     comm, inject, devices > plan, options, choices, registry, settings, models
 
 ``inject`` (the testing corner: fault, straggler and latency injection) sits at comm's layer
-so that comm and the engine may call it, and imports only ``comm.base`` and the bottom layer.
+so that the engine may call it, and imports only ``comm.base`` and the bottom layer; comm
+never imports it (``comm/mpi.py`` takes its delay poster from its caller).
 ``lab/`` (the validation studies, not installed) may import gossipgrad; gossipgrad never
 imports lab.
 
@@ -168,9 +169,19 @@ def test_inject_imports_only_comm_base_settings_and_the_bottom_layer():
     assert found == []
 
 
+def test_comm_never_imports_the_testing_corner():
+    found = [
+        f"{p.relative_to(ROOT)}:{line}: {m}"
+        for p in sorted((ROOT / "comm").rglob("*.py"))
+        for line, m in imported_modules(p)
+        if m == "gossipgrad.inject" or m.startswith("gossipgrad.inject.")
+    ]
+    assert found == []
+
+
 def test_no_import_circle_through_inject_at_module_level():
-    """What an inject module imports when it loads never loads inject again (comm/mpi.py and
-    engine/run.py import it at module level)."""
+    """What an inject module imports when it loads never loads inject again (engine/run.py
+    imports it at module level)."""
     for start in sorted((ROOT / "inject").glob("*.py")):
         if start.name == "__init__.py":
             continue

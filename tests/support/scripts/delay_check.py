@@ -13,8 +13,14 @@ import numpy as np
 
 from gossipgrad.comm.base import Tag
 from gossipgrad.comm.mpi import MpiCommunicator
+from gossipgrad.inject.delay import DelayedPoster
 
-comm = MpiCommunicator(timeout=30)
+try:  # a delay asked for, and no delayer: refused in one line, never silently not delayed
+    MpiCommunicator(timeout=30)  # wraps COMM_WORLD: nothing to free
+    refused = None
+except ValueError as exc:
+    refused = str(exc)
+comm = MpiCommunicator(timeout=30, delayer=DelayedPoster)
 if comm.size != 2:
     sys.exit(f"delay_check needs 2 ranks, got {comm.size}")
 buf = np.zeros(1024)
@@ -39,6 +45,7 @@ if comm.rank == 0:
                 "delay_s": comm.delay_s,
                 "delay_thread": comm._poster is not None,
                 "round_trip_s": statistics.median(rounds),
+                "refused_without_delayer": refused,
             }
         ),
         flush=True,
