@@ -63,6 +63,21 @@ def median(values: list[float]) -> float:
     return float(statistics.median(values)) if values else float("nan")
 
 
+def markdown(header: list[str], align: str, rows: list[list[Any]]) -> str:
+    """A Markdown table: ``align`` has one letter per column, ``l`` or ``r``.
+
+    >>> print(markdown(["a", "b"], "lr", [["x", 1]]))
+    | a | b |
+    |---|---:|
+    | x | 1 |
+    """
+    if len(align) != len(header) or any(len(r) != len(header) for r in rows):
+        raise ValueError(f"{len(header)} columns: every row and the alignment need as many")
+    line = lambda cells: "| " + " | ".join(map(str, cells)) + " |"  # noqa: E731
+    rule = "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"
+    return "\n".join([line(header), rule, *map(line, rows)])
+
+
 def rounded(x: float, digits: int = 6) -> float:
     return float(f"{x:.{digits}g}")
 

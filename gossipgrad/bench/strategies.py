@@ -72,6 +72,7 @@ from gossipgrad.bench.common import (
     base_strategy,
     finite,
     link_info,
+    markdown,
     max_over_ranks,
     median,
     rounded,
@@ -457,21 +458,21 @@ def summarize(comm: Communicator, c: Contender, batch: int) -> dict[str, Any]:
 
 def markdown_table(record: dict[str, Any]) -> str:
     """The results as a Markdown table (MB = 10^6 bytes)."""
-    lines = [
-        "| strategy | staleness | step (s) | samples/s | posted MB/step | wire MB/step "
-        "| theory MB/step |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+    header = ["strategy", "staleness", "step (s)", "samples/s", "posted MB/step"]
+    header += ["wire MB/step", "theory MB/step"]
+    rows = [
+        [
+            r.get("name", r["strategy"]),
+            r.get("staleness", 0),
+            f"{r['step_s']:.4f}",
+            f"{r['samples_per_s']:.1f}",
+            f"{r['posted_bytes_per_step'] / 1e6:.2f}",
+            f"{r['wire_bytes_per_step'] / 1e6:.2f}" if r["wire_bytes_per_step"] else "-",
+            f"{r['theory_bytes_per_step'] / 1e6:.2f}",
+        ]
+        for r in record["results"]
     ]
-    for r in record["results"]:
-        wire = f"{r['wire_bytes_per_step'] / 1e6:.2f}" if r["wire_bytes_per_step"] else "-"
-        name = r.get("name", r["strategy"])
-        lines.append(
-            f"| {name} | {r.get('staleness', 0)} | {r['step_s']:.4f} | "
-            f"{r['samples_per_s']:.1f} | "
-            f"{r['posted_bytes_per_step'] / 1e6:.2f} | {wire} | "
-            f"{r['theory_bytes_per_step'] / 1e6:.2f} |"
-        )
-    return "\n".join(lines) + "\n"
+    return markdown(header, "lrrrrrr", rows) + "\n"
 
 
 def plot_png(record: dict[str, Any], path: str) -> None:

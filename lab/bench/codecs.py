@@ -30,6 +30,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from gossipgrad.bench.common import markdown
 from lab.bench.convergence import cell_row, summary_of_launch, train_argv
 
 MODES: dict[str, list[str]] = {
@@ -153,21 +154,27 @@ def _flag(topology: str) -> str:
 
 def markdown_table(record: dict[str, Any]) -> str:
     """One line per cell; kB = 10^3 bytes."""
-    lines = [
-        "| task | ranks | mode | topology | wire | test acc. | vs fp32 (points) | consensus "
-        "distance before final average | max distance | kB/step/rank | step (s) | wall (s) |",
-        "|---|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    header = ["task", "ranks", "mode", "topology", "wire", "test acc.", "vs fp32 (points)"]
+    header += ["consensus distance before final average", "max distance", "kB/step/rank"]
+    header += ["step (s)", "wall (s)"]
+    rows = [
+        [
+            r["task"],
+            r["size"],
+            r["mode"],
+            r["topology"],
+            r["wire"],
+            f"{r['test_accuracy']:.4f}",
+            "—" if r["wire"] == "fp32" or r["gap_points"] is None else f"{r['gap_points']:+.2f}",
+            _g(r["consensus_distance"]),
+            _g(r["max_consensus_distance"]),
+            f"{r['bytes_per_step'] / 1e3:.1f}",
+            _g(r["step_s"]),
+            _g(r["wall_seconds"]),
+        ]
+        for r in record["rows"]
     ]
-    for r in record["rows"]:
-        gap = "—" if r["wire"] == "fp32" or r["gap_points"] is None else f"{r['gap_points']:+.2f}"
-        dist = r["consensus_distance"]
-        top = r["max_consensus_distance"]
-        lines.append(
-            f"| {r['task']} | {r['size']} | {r['mode']} | {r['topology']} | {r['wire']} | "
-            f"{r['test_accuracy']:.4f} | {gap} | {_g(dist)} | {_g(top)} | "
-            f"{r['bytes_per_step'] / 1e3:.1f} | {_g(r['step_s'])} | {_g(r['wall_seconds'])} |"
-        )
-    return "\n".join(lines) + "\n"
+    return markdown(header, "lrlllrrrrrrr", rows) + "\n"
 
 
 def _g(x: float | None) -> str:

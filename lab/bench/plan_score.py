@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gossipgrad.bench.common import markdown
 from lab.plan.validate import summarize
 
 TARGETS = {"mape_pct": 10.0, "worst_abs_pct": 25.0, "kendall_tau": 0.8, "regret": 1.10}
@@ -214,22 +215,27 @@ def oos_scores(launches: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def markdown_table(report: dict[str, Any]) -> str:
     """The per-config rows of a report (one launch or merged) as a markdown table."""
-    lines = [
-        "| size | config | predicted (ms) | measured (ms) | error | spare-core pred (ms) "
-        "| its error | predicted comm (ms) | measured exposed comm (ms) |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    header = ["size", "config", "predicted (ms)", "measured (ms)", "error"]
+    header += ["spare-core pred (ms)", "its error", "predicted comm (ms)"]
+    header += ["measured exposed comm (ms)"]
+    rows = []
     for r in report["configs"]:
         meas = r["measured_s"]
         free = r.get("predicted_spare_core_s", r["predicted_s"])
-        lines.append(
-            f"| {r['size']} | {r['config']} | {1e3 * r['predicted_s']:.2f} | "
-            f"{1e3 * meas:.2f} | {100 * (r['predicted_s'] - meas) / meas:+.0f}% | "
-            f"{1e3 * free:.2f} | {100 * (free - meas) / meas:+.0f}% | "
-            f"{1e3 * r['predicted_comm_s']:.2f} | "
-            f"{1e3 * r['measured_exposed_comm_s']:.2f} |"
+        rows.append(
+            [
+                r["size"],
+                r["config"],
+                f"{1e3 * r['predicted_s']:.2f}",
+                f"{1e3 * meas:.2f}",
+                f"{100 * (r['predicted_s'] - meas) / meas:+.0f}%",
+                f"{1e3 * free:.2f}",
+                f"{100 * (free - meas) / meas:+.0f}%",
+                f"{1e3 * r['predicted_comm_s']:.2f}",
+                f"{1e3 * r['measured_exposed_comm_s']:.2f}",
+            ]
         )
-    return "\n".join(lines)
+    return markdown(header, "lllllllll", rows)
 
 
 def print_summary(report: dict[str, Any], launches: Sequence[dict[str, Any]]) -> None:
