@@ -8,12 +8,7 @@
 # development VM. Each launch writes OUTDIR/<name>.json (the report) and <name>.log
 # (stderr), and appends the load average before it to OUTDIR/load.txt; the last step
 # prints each report's held-out scores. The scripts' own checkout is used (PYTHONPATH).
-set -euo pipefail
-cd "$(dirname "$0")/.."
-OUT=${1:-planner-validation}
-mkdir -p "$OUT"
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} OMP_NUM_THREADS=1
-PY=${PY:-python}
+source "$(dirname "$0")/study.sh" planner-validation "$@"
 MPIEXEC=${MPIEXEC:-$(dirname "$(command -v "$PY")")/mpiexec}
 PV=("$PY" -m lab plan-validate --arch mlp --staleness 0,1 --passes 3
     --calibrate-pairs 2 --calibrate-steps 15 --warmup 3)

@@ -11,12 +11,7 @@
 # launch (8 ranks at 1gbit, every size at 2500mbit), which never enters a fit.
 # Environment: SIZES (default "2 4 8"), RATES ("1gbit 2500mbit"), PROFILE (googlenet),
 # DILATE (10), CONTENDERS (gossip,allreduce,ps,ddp,horovod,local), STEPS (2), REPS (3).
-set -euo pipefail
-cd "$(dirname "$0")/.."
-OUT=${1:-standin-heldout}
-mkdir -p "$OUT"
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} OMP_NUM_THREADS=1
-PY=${PY:-python}
+source "$(dirname "$0")/study.sh" standin-heldout "$@"
 SIZES=${SIZES:-2 4 8}
 RATES=${RATES:-1gbit 2500mbit}
 PROFILE=${PROFILE:-googlenet}
