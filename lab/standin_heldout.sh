@@ -8,7 +8,8 @@
 # rate): one netfit of the emulated links and one `bench strategies` launch of every
 # contender on the stand-in GoogLeNet (K = 10: 1 Gbit/s and 2.5 Gbit/s stand for 10 and
 # 25 Gbit/s). The last step calibrates on sizes 2 and 4 at 1gbit and scores every other
-# launch (8 ranks at 1gbit, every size at 2500mbit), which never enters a fit.
+# launch (8 ranks at 1gbit, every size at 2500mbit), which never enters a fit. Contenders run
+# one at a time (--together one): 8 ranks x 6 GoogLeNet copies would not fit in 24 GiB.
 # Environment: SIZES (default "2 4 8"), RATES ("1gbit 2500mbit"), PROFILE (googlenet),
 # DILATE (10), CONTENDERS (gossip,allreduce,ps,ddp,horovod,local), STEPS (2), REPS (3).
 source "$(dirname "$0")/study.sh" standin-heldout "$@"
@@ -32,7 +33,7 @@ for rate in $RATES; do
             --out "$OUT/net-$n-$rate.json" 2> "$OUT/net-$n-$rate.log" > /dev/null
         /usr/bin/time -v "${EMU[@]}" run -n "$n" --rate "$rate" -- gossipgrad bench strategies \
             --device "standin:$PROFILE" --dilate "$DILATE" --strategies "$CONTENDERS" \
-            --steps "$STEPS" --reps "$REPS" --warmup 1 --comm-timeout 300 \
+            --steps "$STEPS" --reps "$REPS" --warmup 1 --together one --comm-timeout 300 \
             > "$OUT/run-$name.json" 2> "$OUT/run-$name.log"
     done
 done
