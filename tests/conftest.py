@@ -22,7 +22,9 @@ import pytest
 
 from gossipgrad import settings as settings_module
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
+SUPPORT = Path(__file__).resolve().parent / "support"
+sys.path.insert(0, str(SUPPORT))
+sys.path.insert(0, str(SUPPORT / "plugins"))  # the toys of tests/*/test_seams*.py
 collect_ignore = ["support"]
 
 

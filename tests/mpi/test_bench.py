@@ -1,47 +1,16 @@
 """``gossipgrad bench``: smoke runs under mpiexec with tiny sizes (fields and sane values, no
-timing thresholds), argument errors, and ``bench strategies`` on the emulated cluster."""
+timing thresholds); in one process: tests/unit/test_bench_cli.py; on the emulated cluster:
+tests/system/test_bench_emucluster.py."""
 
 from __future__ import annotations
 
 import math
-import os
-import shutil
-import sys
-from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from gossipgrad.bench.strategies import markdown_table, run_order
-from gossipgrad.cli import main
+from gossipgrad.bench.strategies import markdown_table
 
-from launch import JOIN_BYTES, bench_record, gossipgrad, positive, run
-
-EMUCLUSTER = Path(__file__).resolve().parents[2] / "scripts" / "emucluster.py"
-
-
-@pytest.mark.parametrize(
-    "args,message",
-    [
-        (["exchange", "--sizes-mb", "1,x"], "--sizes-mb '1,x'"),
-        (["exchange", "--sizes-mb", "0"], "every size must be > 0"),
-        (["exchange", "--bucket-mb", "0"], "--bucket-mb"),
-        (["exchange", "--reps", "0"], "--reps"),
-        (["strategies", "--bucket-mb", "-1"], "--bucket-mb"),
-        (["overlap", "--mix", "both"], "'both' is not one of"),
-    ],
-)
-def test_bad_flags_are_usage_errors(args, message):
-    result = CliRunner().invoke(main, ["bench", *args])
-    assert result.exit_code == 2, result.output
-    assert message in result.output and "Traceback" not in result.output
-
-
-@pytest.mark.timeout(120)
-def test_one_rank_is_refused_with_the_launch_command():
-    out = gossipgrad(0, ["bench", "exchange", "--sizes-mb", "0.01"], timeout=100)
-    assert out.returncode == 2, out.stdout + out.stderr
-    assert "at least 2 ranks: mpiexec -n 2" in out.stderr
+from launch import JOIN_BYTES, bench_record, gossipgrad, positive
 
 
 @pytest.mark.mpi
@@ -230,63 +199,3 @@ def test_bench_codecs_reports_bytes_and_codec_time_per_wire():
     assert (
         rows[("gossip", "fp8")]["error_feedback"] and not rows[("gossip", "bf16")]["error_feedback"]
     )
-
-
-def test_horovod_runs_alone_after_the_others():
-    """Its background thread negotiates every cycle even when idle: nothing shares its run."""
-    assert run_order(["gossip", "horovod", "ddp", "local"]) == [
-        ["gossip", "ddp", "local"],
-        ["horovod"],
-    ]
-    assert run_order(["horovod"]) == [["horovod"]]
-    assert run_order(["local", "gossip"]) == [["local", "gossip"]]
-
-
-needs_netns = pytest.mark.skipif(
-    os.geteuid() != 0 or not (shutil.which("ip") and shutil.which("tc")),
-    reason="needs root and iproute2 (ip, tc) to create network namespaces",
-)
-
-
-@pytest.mark.netns
-@pytest.mark.mpi
-@needs_netns
-@pytest.mark.timeout(300)
-def test_bench_strategies_on_the_emulated_cluster_measures_wire_bytes():
-    out = run(
-        [
-            sys.executable,
-            str(EMUCLUSTER),
-            "run",
-            "-n",
-            "4",
-            "--rate",
-            "1gbit",
-            "--",
-            sys.executable,
-            "-m",
-            "gossipgrad",
-            "bench",
-            "strategies",
-            "--width",
-            "256",
-            "--layers",
-            "2",
-            "--batch",
-            "2",
-            "--steps",
-            "2",
-            "--reps",
-            "2",
-        ],
-        timeout=280,
-    )
-    rec = bench_record(out)
-    assert rec["emu_netns"] is True and rec["emu_rate"] == "1gbit" and rec["size"] == 4
-    model = 2 * (256 * 256 + 256) * 4
-    rows = {r["strategy"]: r for r in rec["results"]}
-    assert rows["gossip"]["theory_bytes_per_step"] == model
-    assert rows["allreduce"]["theory_bytes_per_step"] == pytest.approx(2 * 3 / 4 * model)
-    for name in ("gossip", "allreduce"):  # what eth0 sent: payload + TCP/IP headers
-        assert 0.95 <= rows[name]["wire_over_theory"] <= 1.3, rows[name]
-    assert rows["local"]["wire_bytes_per_step"] < 0.02 * model

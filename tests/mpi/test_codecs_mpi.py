@@ -5,12 +5,11 @@ codec (gossip both mixes, allreduce, ps, and DDP's own compression hook), at 3 r
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
 
-from launch import gossipgrad, run_check_module
+from launch import gossipgrad, needs_horovod, run_check_module
 
 pytestmark = pytest.mark.mpi
 
@@ -78,9 +77,7 @@ def test_a_lossy_wire_trains_digits_under_mpiexec(tmp_path, fp32_run, name, flag
 
 @pytest.mark.horovod
 @pytest.mark.timeout(600)
-@pytest.mark.skipif(
-    importlib.util.find_spec("horovod") is None, reason="build Horovod: scripts/install-horovod.sh"
-)
+@needs_horovod
 def test_horovod_trains_with_its_fp16_compression(tmp_path):
     summary = _train(tmp_path, "--strategy", "horovod", "--wire", "fp16")
     full = _train(tmp_path, "--strategy", "horovod")

@@ -11,14 +11,28 @@ import importlib.util
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 
+import pytest
+
 from gossipgrad.bench.common import mpiexec_path
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+#: The toy strategy, rule and codec (tests/conftest.py puts it on sys.path too).
+PLUGINS = os.path.join(REPO, "tests", "support", "plugins")
+
+HAVE_HOROVOD = importlib.util.find_spec("horovod") is not None
+needs_horovod = pytest.mark.skipif(
+    not HAVE_HOROVOD, reason="build Horovod: bash scripts/install-horovod.sh"
+)
+needs_netns = pytest.mark.skipif(
+    os.geteuid() != 0 or not (shutil.which("ip") and shutil.which("tc")),
+    reason="needs root and iproute2 (ip, tc) to create network namespaces",
+)
 
 
 JOIN_BYTES = 3 * 8

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from launch import needs_netns
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "emucluster.py"
 
@@ -31,12 +31,6 @@ def load_emunet():
 def namespaces(prefix: str) -> list[str]:
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     return [line.split()[0] for line in out.splitlines() if line.startswith(prefix)]
-
-
-needs_netns = pytest.mark.skipif(
-    os.geteuid() != 0 or not (shutil.which("ip") and shutil.which("tc")),
-    reason="needs root and iproute2 (ip, tc) to create network namespaces",
-)
 
 
 def test_parse_rate_and_addresses():

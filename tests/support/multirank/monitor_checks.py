@@ -1,5 +1,5 @@
-"""Consensus monitor checks on any Communicator: in-process (tests/mpi/test_monitor.py) and under
-``mpiexec -n N python tests/support/multirank/run_checks.py monitor_checks``.
+"""Consensus monitor checks on any Communicator: in-process (tests/inprocess/test_monitor.py) and
+under ``mpiexec -n N python tests/support/multirank/run_checks.py monitor_checks``.
 
 Each takes ``comm`` and raises AssertionError on failure.
 """

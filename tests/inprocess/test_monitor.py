@@ -1,5 +1,5 @@
-"""The consensus monitor and adaptive averaging: in-process on the thread world, and the same
-checks under a real mpiexec (tests/support/multirank/monitor_checks.py)."""
+"""The consensus monitor and adaptive averaging on the thread world, and their options (the
+same checks under mpiexec: tests/mpi/test_monitor_mpi.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from gossipgrad.comm.local import run_ranks
 from gossipgrad.engine.config import TrainConfig
 from gossipgrad.options import ExchangeOptions, Sync
 
-from launch import run_check_module
 from multirank import monitor_checks
 
 
@@ -18,13 +17,6 @@ from multirank import monitor_checks
 @pytest.mark.parametrize("check", monitor_checks.ALL, ids=lambda c: c.__name__)
 def test_monitor_check_in_process(size, check):
     run_ranks(size, check, timeout=90, comm_timeout=30)
-
-
-@pytest.mark.mpi
-@pytest.mark.timeout(200)
-@pytest.mark.parametrize("size", [4, 5])
-def test_monitor_checks_under_mpiexec(size):
-    run_check_module("monitor_checks", size, timeout=180)
 
 
 def test_auto_is_adaptive_for_gradient_mixing_only():

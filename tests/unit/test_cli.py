@@ -1,4 +1,5 @@
-"""The command line: clear errors for bad input, and the schedule command."""
+"""The command line: clear errors for bad input, and the schedule command (under mpiexec:
+tests/mpi/test_cli_mpi.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from click.testing import CliRunner
 
 from gossipgrad.cli import main
 
-from launch import gossipgrad, run
+from launch import run
 
 BAD = [
     (["--arch", "vgg"], "'vgg' is not one of"),
@@ -32,17 +33,6 @@ def test_bad_input_is_a_clear_error_not_a_traceback(args, message):
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert "Traceback" not in result.output
-
-
-@pytest.mark.mpi
-@pytest.mark.timeout(120)
-def test_hypercube_on_six_ranks_is_refused_once_for_every_rank():
-    """Every rank refuses it, in the start-up agreement: one line (rank 0's), not six."""
-    out = gossipgrad(6, ["train", "--topology", "hypercube", "--no-progress"], timeout=100)
-    assert out.returncode == 2, out.stderr
-    assert out.stderr.count("needs a power-of-two number of ranks, got 6") == 1, out.stderr
-    assert "--topology dissemination" in out.stderr
-    assert "Traceback" not in out.stderr
 
 
 def test_config_file_and_environment_precedence(tmp_path):
@@ -108,12 +98,3 @@ def test_schedule_hypercube_on_six_is_refused():
 def test_module_entry_point_runs():
     out = run([sys.executable, "-m", "gossipgrad", "--help"], timeout=60)
     assert out.returncode == 0 and "train" in out.stdout and "schedule" in out.stdout
-
-
-@pytest.mark.mpi
-@pytest.mark.timeout(120)
-def test_help_prints_once_per_job():
-    out = gossipgrad(4, ["train", "--help"], timeout=100)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.count("Usage:") == 1, out.stdout
-    assert "--learning-rate" in out.stdout and "[DIR]" in out.stdout

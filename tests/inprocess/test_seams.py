@@ -1,17 +1,17 @@
 """The seams hold: a toy strategy, a toy mixing rule and a toy wire codec, each one module
 under tests/support/plugins/ (nothing under gossipgrad/ knows them), registered from the tests and
-trained on the digits job through ``gossipgrad.DistributedOptimizer`` (in-process) and
-through ``gossipgrad train`` under a real mpiexec (``GOSSIPGRAD_PLUGINS``)."""
+trained on the digits job through ``gossipgrad.DistributedOptimizer`` on the thread world
+(through ``gossipgrad train`` under a real mpiexec: tests/mpi/test_seams_mpi.py)."""
 
 from __future__ import annotations
 
-import json
-import os
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+import toy_codec  # registers "toy-negate" (tests/support/plugins, on sys.path: conftest)
+import toy_rule  # registers "toy30"
+import toy_strategy  # registers "toy-periodic"
 
 import gossipgrad
 from gossipgrad.comm.local import run_ranks
@@ -20,15 +20,6 @@ from gossipgrad.engine.evaluation import evaluate
 from gossipgrad.engine.step import train_step
 from gossipgrad.models import build_model, loss_fn
 from gossipgrad.options import DataOptions
-
-PLUGINS = Path(__file__).resolve().parents[1] / "support" / "plugins"
-sys.path.insert(0, str(PLUGINS))
-
-import toy_codec  # noqa: E402 - registers "toy-negate"
-import toy_rule  # noqa: E402 - registers "toy30"
-import toy_strategy  # noqa: E402 - registers "toy-periodic"
-
-from launch import gossipgrad as launch_gossipgrad  # noqa: E402
 
 
 def test_the_toys_live_outside_the_package():
@@ -164,47 +155,3 @@ def test_a_toy_codec_carries_lagged_frames(mix):
     results = run_ranks(3, lambda comm: _bits(comm, mix=mix, max_lag=2, wire="toy-negate"))
     assert all(torch.isfinite(b).all() for b in results)
     assert toy_codec.CALLS["encode"] > before  # every frame went through the codec
-
-
-def _train_with_plugin(tmp_path, plugin: str, *flags: str) -> dict:
-    metrics = tmp_path / "m.jsonl"
-    path = os.pathsep.join([str(PLUGINS), os.environ.get("PYTHONPATH", "")])
-    out = launch_gossipgrad(
-        4,
-        ["train", "--no-progress", "--epochs", "8", "--metrics-out", str(metrics), *flags],
-        timeout=400,
-        GOSSIPGRAD_PLUGINS=plugin,
-        PYTHONPATH=path,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-@pytest.mark.mpi
-@pytest.mark.timeout(500)
-@pytest.mark.parametrize(
-    "plugin, flags, field, value",
-    [
-        (
-            "toy_strategy",
-            ["--strategy", "toy-periodic", "--sync-every", "5"],
-            "strategy",
-            "toy-periodic",
-        ),
-        ("toy_rule", ["--rule", "toy30"], "rule", "toy30"),
-        ("toy_codec", ["--wire", "toy-negate", "--mix", "grad"], "wire", "toy-negate"),
-    ],
-)
-def test_a_plugin_trains_digits_through_the_command_line(tmp_path, plugin, flags, field, value):
-    summary = _train_with_plugin(tmp_path, plugin, *flags)
-    assert summary[field] == value and summary["size"] == 4, summary
-    assert summary["top1"] > 0.9, summary
-
-
-@pytest.mark.mpi
-@pytest.mark.timeout(120)
-def test_a_plugin_that_cannot_be_imported_is_one_line(tmp_path):
-    out = launch_gossipgrad(0, ["train", "--help"], timeout=60, GOSSIPGRAD_PLUGINS="no_such_mod")
-    assert out.returncode == 2
-    assert "GOSSIPGRAD_PLUGINS: cannot import 'no_such_mod'" in out.stderr
-    assert "Traceback" not in out.stderr
