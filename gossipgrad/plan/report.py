@@ -156,11 +156,6 @@ def report_title(
     host: HostShare | None,
     compute_factor: float = 1.0,
     exchange_factor: Mapping[str, float] | None = None,
-    mix: str = "grad",
-    sufficient_factors: str = "off",
-    fabric: Mapping[str, object] | None = None,
-    interference: float = 0.0,
-    step_times: Sequence[str | Path] | None = None,
 ) -> str:
     """The report's first line: model, batch, device, network source, the host share when
     known (and its per-step costs without a spare core), and any in-step calibration."""
