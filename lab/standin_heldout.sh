@@ -25,6 +25,11 @@ EMU=("$PY" scripts/emucluster.py)
 "${EMU[@]}" cleanup > /dev/null 2>&1 || true
 trap '"${EMU[@]}" cleanup > /dev/null 2>&1 || true' EXIT
 
+# One stand-in rank, no link: the base of every launch's scaling efficiency.
+gossipgrad bench strategies --device "standin:$PROFILE" --dilate "$DILATE" --strategies local \
+    --steps "$STEPS" --reps "$REPS" --warmup 1 > "$OUT/run-$PROFILE-1-host.json" \
+    2> "$OUT/run-$PROFILE-1-host.log"
+
 for rate in $RATES; do
     for n in $SIZES; do
         name="$PROFILE-$n-$rate"
