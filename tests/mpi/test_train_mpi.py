@@ -125,7 +125,9 @@ def test_killed_rank_ends_every_rank_non_zero(tmp_path):
         tmp_path, signal.SIGKILL, 5, launcher_flags=["-disable-auto-cleanup"]
     )
     assert code != 0
-    assert elapsed <= 5 + 10, elapsed
+    # Hydra usually ends the job first (a few seconds); when it does not, the peers' deadline
+    # does, as for a stopped rank: the same documented bound holds (docs/guarantees.md).
+    assert elapsed <= stopped_rank_bound_s(5), elapsed
     # Hydra's report varies (killed by signal 9, a peer's failed process_vm_readv, or a
     # survivor's crash while MPICH tears down around the dead rank, reported as "TERMINATED
     # WITH THE EXIT STRING: Segmentation fault"): what matters is that the job ended,
