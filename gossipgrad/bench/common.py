@@ -73,9 +73,9 @@ def markdown(header: list[str], align: str, rows: list[list[Any]]) -> str:
     """
     if len(align) != len(header) or any(len(r) != len(header) for r in rows):
         raise ValueError(f"{len(header)} columns: every row and the alignment need as many")
-    line = lambda cells: "| " + " | ".join(map(str, cells)) + " |"  # noqa: E731
     rule = "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"
-    return "\n".join([line(header), rule, *map(line, rows)])
+    lines = ["| " + " | ".join(map(str, cells)) + " |" for cells in [header, *rows]]
+    return "\n".join([lines[0], rule, *lines[1:]])
 
 
 def rounded(x: float, digits: int = 6) -> float:
