@@ -427,20 +427,24 @@ def worker_standin(
     from gossipgrad.comm.local import LocalWorld
     from gossipgrad.devices import StandinProfile
     from gossipgrad.measure.layers import profile_arch_layers
+    from gossipgrad.measure.profiler import ArchRun
 
     os.makedirs(out_dir, exist_ok=True)
     gpu = (torch.cuda.get_device_name(0) if device == "cuda" else "cpu").split()[-1].lower()
     profiles = []
     for precision in precisions:
         for batch in batches:
-            prof = profile_arch_layers(
+            run = ArchRun(
                 arch,
-                batch_size=batch,
+                batch,
                 device=device,
-                precision=precision,
                 steps=max(steps, 10),  # medians of the device's phases and layers
                 warmup=5,
                 image_size=image_size,
+            )
+            prof = profile_arch_layers(
+                run,
+                precision,
                 command=f"scripts/gpu_check.py _standin --arch {arch} (batch {batch})",
             )
             path = os.path.join(out_dir, f"{arch}-{gpu}-{precision}-b{batch}.json")

@@ -24,7 +24,7 @@ import click
 import torch
 
 from gossipgrad.cli.output import write_output
-from gossipgrad.measure.profiler import profile_arch
+from gossipgrad.measure.profiler import ArchRun, profile_arch
 from gossipgrad.models import MODELS
 
 
@@ -161,9 +161,10 @@ def profile(
     if precision != "fp32":
         raise click.UsageError("--precision needs --layers")
     try:
-        result = profile_arch(arch, **kwargs)
+        run = ArchRun(arch, **kwargs)
+        result = profile_arch(run)
         if what:
-            result = _with_offload(result, profile_arch(arch, offload=what, **kwargs))
+            result = _with_offload(result, profile_arch(run, offload=what))
     except (ValueError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from exc
     write_output(json.dumps(result.to_json(), indent=2), out)
@@ -219,7 +220,7 @@ def _layers(arch: str, kwargs: dict, precision: str, out: str | None) -> None:
         f"--steps {k['steps']} --warmup {k['warmup']} --seed {k['seed']} --layers"
     )
     try:
-        result = profile_arch_layers(arch, precision=precision, command=command, **kwargs)
+        result = profile_arch_layers(ArchRun(arch, **kwargs), precision, command)
     except (ValueError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from exc
     write_output(json.dumps(result.to_json(), indent=1), out)

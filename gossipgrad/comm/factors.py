@@ -41,6 +41,8 @@ from gossipgrad.comm.schedule import Schedule
 from gossipgrad.comm.staging import Stager
 from gossipgrad.comm.transport import Pending
 
+Factors = tuple[Sequence[torch.Tensor], Sequence[torch.Tensor]]  # (dYs, Xs): one layer's rows
+
 
 @dataclass
 class FactorPending(Pending):
@@ -109,7 +111,7 @@ class FactorTransport:
         """Pack ``dys`` (each ``k_i x M``) and ``xs`` (each ``k_i x N``), zero-padded to
         ``rows`` rows in all, and post their exchange. ``grad`` is not read. ValueError if
         the pieces hold more than ``rows`` rows."""
-        block = self._pack(grad, dys, xs, rows, index)
+        block = self._pack(grad, (dys, xs), rows, index)
         if self.comm.size == 1:
             return FactorPending(grad, rows=rows)
         wire = (
@@ -176,14 +178,9 @@ class FactorTransport:
         block = self.codec.decode(pending.sent, pending.wire, pending.key)
         return _split(block.view(1, -1), pending.rows, m, n)
 
-    def _pack(
-        self,
-        grad: torch.Tensor,
-        dys: Sequence[torch.Tensor],
-        xs: Sequence[torch.Tensor],
-        rows: int,
-        index: int,
-    ) -> torch.Tensor:
+    def _pack(self, grad: torch.Tensor, factors: Factors, rows: int, index: int) -> torch.Tensor:
+        """``factors`` into this layer's send block (allocated once per shape)."""
+        dys, xs = factors
         m, n = grad.shape
         k = sum(int(d.shape[0]) for d in dys)
         if k > rows or len(dys) != len(xs):

@@ -41,11 +41,9 @@ import torch
 from gossipgrad.devices.profile import FORMAT, LayerTime, StandinProfile
 from gossipgrad.devices.shapes import leaf_modules
 from gossipgrad.measure.profiler import (
-    DEFAULT_STEPS,
-    DEFAULT_WARMUP,
+    ArchRun,
     _Clock,
     profile_step,
-    random_batch,
 )
 from gossipgrad.models import (
     loss_fn,
@@ -191,24 +189,13 @@ def layer_seconds(
 
 # Over 60 lines on purpose: one profiling pass (hooks installed, timed steps, hooks removed)
 # reads as one sequence.
-def profile_layers(
-    model: torch.nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    *,
-    arch: str,
-    hidden: int = 0,
-    classes: int,
-    precision: str = "fp32",
-    steps: int = DEFAULT_STEPS,
-    warmup: int = DEFAULT_WARMUP,
-    label: str | None = None,
-    command: str = "",
-) -> StandinProfile:
-    """The measured stand-in profile of ``model`` on the batch ``(x, y)`` (module docstring).
-
-    ``model``, ``x`` and ``y`` on one device; trains ``model`` in place (SGD, momentum 0.9).
-    """
+def profile_arch_layers(run: ArchRun, precision: str = "fp32", command: str = "") -> StandinProfile:
+    """Build ``run``'s model and measure its stand-in profile on its random batch (module
+    docstring; the whole step as :func:`gossipgrad.measure.profiler.profile_arch` times
+    it). ``precision``: ``fp32``, or ``bf16``/``fp16`` under ``torch.autocast``."""
+    b = run.batch()
+    model, x, y, steps, warmup = b.model, b.x, b.y, run.steps, run.warmup
+    label = f"{run.arch}, input {'x'.join(map(str, b.shape))}"
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     with autocasting(model, precision, x.device.type):
         step = profile_step(model, x, y, optimizer=opt, steps=steps, warmup=warmup, label=label)
@@ -246,10 +233,10 @@ def profile_layers(
     return StandinProfile.from_json(
         {
             "format": FORMAT,
-            "arch": arch,
-            "hidden": hidden,
+            "arch": run.arch,
+            "hidden": run.hidden,
             "input_shape": list(x.shape[1:]),
-            "classes": classes,
+            "classes": b.classes,
             "precision": precision,
             "source": source,
             **step.to_json(),
@@ -257,7 +244,7 @@ def profile_layers(
                 dataclasses.asdict(lt) for lt in _exact_sums(layers, p.forward_s, p.backward_s)
             ],
         },
-        name=label or arch,
+        name=label,
     )
 
 
@@ -280,36 +267,3 @@ def _exact_sums(
             value if attr == "backward_s" else lt.backward_s,
         )
     return tuple(out)
-
-
-def profile_arch_layers(
-    arch: str,
-    *,
-    batch_size: int,
-    hidden: int = 0,
-    image_size: int = 224,
-    classes: int = 0,
-    device: str = "cpu",
-    precision: str = "fp32",
-    steps: int = DEFAULT_STEPS,
-    warmup: int = DEFAULT_WARMUP,
-    seed: int = 0,
-    command: str = "",
-) -> StandinProfile:
-    """Build ``arch`` from the registry and measure its stand-in profile on one random batch
-    (the arguments as :func:`gossipgrad.measure.profiler.profile_arch`'s)."""
-    b = random_batch(arch, batch_size, hidden, image_size, classes, device, seed)
-    label = f"{arch}, input {'x'.join(map(str, b.shape))}"
-    return profile_layers(
-        b.model,
-        b.x,
-        b.y,
-        arch=arch,
-        hidden=hidden,
-        classes=b.classes,
-        precision=precision,
-        steps=steps,
-        warmup=warmup,
-        label=label,
-        command=command,
-    )

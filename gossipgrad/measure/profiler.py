@@ -317,65 +317,70 @@ class RandomBatch(NamedTuple):
     device: torch.device
 
 
-def random_batch(
-    arch: str, batch_size: int, hidden: int, image_size: int, classes: int, device: str, seed: int
-) -> RandomBatch:
-    """Check the profile commands' model arguments (errors name the flag), build ``arch``
-    and draw one batch from ``seed``. ``classes`` 0: the model's default (10 or 1000)."""
-    if arch not in MODELS:
-        raise ValueError(f"unknown model {arch!r} (--arch); choose one of: {', '.join(MODELS)}")
-    if batch_size < 1:
-        raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
-    if image_size < 16:
-        raise ValueError(f"--image-size must be >= 16, got {image_size}")
-    if classes < 0:
-        raise ValueError(f"--classes must be >= 0, got {classes}")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {device}: CUDA is not available here; use --device cpu")
-    classes = classes or default_classes(arch)
-    shape = input_shape(arch, image_size)
-    torch.manual_seed(seed)
-    model = build_model(arch, shape, classes, hidden).to(dev)
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(batch_size, *shape, generator=g).to(dev)
-    y = torch.randint(0, classes, (batch_size,), generator=g).to(dev)
-    return RandomBatch(model, x, y, tuple(shape), classes, dev)
+@dataclass(frozen=True)
+class ArchRun:
+    """What the profile commands measure: ``arch`` from the model registry on one random
+    batch drawn from ``seed``, timed over ``steps`` after ``warmup``. ``classes`` 0 means
+    the model's default (10 for mlp/cnn, the digits; 1000 for torchvision's, ImageNet);
+    ``device`` is ``cpu``, ``cuda`` or ``cuda:N``."""
+
+    arch: str
+    batch_size: int
+    hidden: int = 0
+    image_size: int = 224
+    classes: int = 0
+    device: str = "cpu"
+    steps: int = DEFAULT_STEPS
+    warmup: int = DEFAULT_WARMUP
+    seed: int = 0
+
+    def batch(self) -> RandomBatch:
+        """Check the arguments (errors name the flag), build the model and draw the batch."""
+        if self.arch not in MODELS:
+            raise ValueError(
+                f"unknown model {self.arch!r} (--arch); choose one of: {', '.join(MODELS)}"
+            )
+        for flag, value, low in (
+            ("--batch-size", self.batch_size, 1),
+            ("--image-size", self.image_size, 16),
+            ("--classes", self.classes, 0),
+        ):
+            if value < low:
+                raise ValueError(f"{flag} must be >= {low}, got {value}")
+        dev = torch.device(self.device)
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(
+                f"--device {self.device}: CUDA is not available here; use --device cpu"
+            )
+        classes = self.classes or default_classes(self.arch)
+        shape = input_shape(self.arch, self.image_size)
+        torch.manual_seed(self.seed)
+        model = build_model(self.arch, shape, classes, self.hidden).to(dev)
+        g = torch.Generator().manual_seed(self.seed)
+        x = torch.randn(self.batch_size, *shape, generator=g).to(dev)
+        y = torch.randint(0, classes, (self.batch_size,), generator=g).to(dev)
+        return RandomBatch(model, x, y, tuple(shape), classes, dev)
+
+    def label(self, shape: tuple[int, ...]) -> str:
+        hidden = f" (hidden {self.hidden})" if self.hidden and self.arch in SMALL_MODELS else ""
+        return f"{self.arch}{hidden}, input {'x'.join(map(str, shape))}"
 
 
-def profile_arch(
-    arch: str,
-    *,
-    batch_size: int,
-    hidden: int = 0,
-    image_size: int = 224,
-    classes: int = 0,
-    device: str = "cpu",
-    steps: int = DEFAULT_STEPS,
-    warmup: int = DEFAULT_WARMUP,
-    seed: int = 0,
-    offload: tuple[str, ...] = (),
-) -> StepProfile:
-    """Build ``arch`` from the model registry and profile it on one random batch.
-
-    ``classes`` 0 means 10 for mlp/cnn (digits) and 1000 for torchvision models (ImageNet).
-    ``device`` is ``cpu``, ``cuda`` or ``cuda:N``. ``offload`` (names of
+def profile_arch(run: ArchRun, offload: tuple[str, ...] = ()) -> StepProfile:
+    """Profile ``run``'s model on its random batch. ``offload`` (names of
     :class:`gossipgrad.options.Offload`) profiles the step with them; the result's
-    ``offload`` says what moved to host memory.
-    """
-    b = random_batch(arch, batch_size, hidden, image_size, classes, device, seed)
-    model, x, y, dev = b.model, b.x, b.y, b.device
-    label = arch + (f" (hidden {hidden})" if hidden and arch in SMALL_MODELS else "")
-    label += f", input {'x'.join(map(str, b.shape))}"
-    plan = Offloads(model, dev, offload, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9))
+    ``offload`` says what moved to host memory."""
+    b = run.batch()
+    opt = torch.optim.SGD(b.model.parameters(), lr=0.01, momentum=0.9)
+    plan = Offloads(b.model, b.device, offload, opt)
     result = profile_step(
-        model,
-        x,
-        y,
+        b.model,
+        b.x,
+        b.y,
         optimizer=plan.optimizer,
-        steps=steps,
-        warmup=warmup,
-        label=label,
+        steps=run.steps,
+        warmup=run.warmup,
+        label=run.label(b.shape),
         offload=plan.activations,
     )
     return dataclasses.replace(result, offload=plan.report()) if offload else result

@@ -45,7 +45,7 @@ from gossipgrad.measure.netfit import host_ids
 from gossipgrad.plan import CommModel, HostShare, step_time
 from gossipgrad.runtime import host_share
 from gossipgrad.settings import settings
-from lab.bench.plan_predict import Inputs, Workload, measure_inputs
+from lab.bench.plan_predict import Inputs, Launch, Workload, measure_inputs
 from lab.bench.plan_runs import Config, confirm_regret, run_passes
 from lab.bench.plan_score import blocking_score, combine, score
 from lab.bench.plan_validate import (
@@ -194,36 +194,21 @@ def measure_held_out_size(
     confirm = {"size": comm.size, **confirm_regret(rows, int(chosen[0]), confirm_rounds, run)}
     if predicted is None:
         return {"size": comm.size}
-    return held_out_report(comm.size, link, host, cal, work, passes, inputs, local, rows, confirm)
+    launch = Launch(comm.size, work, passes, inputs, local, rows, confirm)
+    return held_out_report(launch, link, host, cal)
 
 
 def held_out_report(
-    size: int,
-    link: str,
-    host: HostShare,
-    cal: FrozenCalibration,
-    work: Workload,
-    passes: int,
-    inputs: Inputs,
-    local: dict[str, Any],
-    rows: list[dict[str, Any]],
-    confirm: dict[str, Any],
+    launch: Launch, link: str, host: HostShare, cal: FrozenCalibration
 ) -> dict[str, Any]:
     """One held-out size's report: its rows and its scores (``summary``: the frozen
     calibration's predictions; ``summary_host_share``, ``summary_spare_core`` and its
     ``_blocking`` subset)."""
+    rows = launch.rows
     report = {
-        "benchmark": "plan-validate",
+        **launch.header(),
         "held_out": True,
-        "size": size,
         "link": link,
-        "arch": work.arch,
-        "hidden": work.hidden,
-        "batch_size": work.batch_size,
-        "steps": work.steps,
-        "warmup": work.warmup,
-        "passes": passes,
-        "network": {**inputs.fit.network.to_json(), "duplex": inputs.duplex},
         "host": {
             **host.to_json(),
             "cores_per_rank": host.cores_per_rank,
@@ -231,9 +216,9 @@ def held_out_report(
             "share_ratio": share_ratio(cal, host),
         },
         "calibrated_at": {"size": cal.size, "link": cal.link},
-        "compute_check": compute_check(inputs.step.profile, local),
+        "compute_check": compute_check(launch.inputs.step.profile, launch.local),
         "configs": rows,
-        "confirm": confirm,
+        "confirm": launch.confirm,
     }
     report["summary"] = score(rows, [report])
     for name, key in (

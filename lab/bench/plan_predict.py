@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from gossipgrad.measure.netfit import NetfitResult, measure_network
-from gossipgrad.measure.profiler import StepProfile, layout_profile, profile_arch
+from gossipgrad.measure.profiler import ArchRun, StepProfile, layout_profile, profile_arch
 from gossipgrad.models import build_model, default_classes, input_shape
 from gossipgrad.options import bucket_cap_bytes
 from gossipgrad.plan import CommModel, Profile, step_time
@@ -71,7 +71,7 @@ def measure_inputs(
     collective, in this order on every rank)."""
     torch.set_num_threads(1)
     comm.barrier()
-    step = profile_arch(arch, batch_size=batch_size, hidden=hidden, steps=profile_steps, warmup=5)
+    step = profile_arch(ArchRun(arch, batch_size, hidden, steps=profile_steps, warmup=5))
     comm.barrier()
     fit = measure_network(comm, max_bytes=int(net_max_mb * 2**20), reps=net_reps)
     duplex = min(2.0, max(1.0, fit.duplex or 1.0))
@@ -175,4 +175,33 @@ class PassCalibration:
             "runs": self.runs,
             **fit_in_step(self.runs, self.runs, i.cal_profile, i.exchange_s),
             "per_pass": self.fits,
+        }
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What one launch measured at ``size`` ranks: the compute-only row, one row per
+    config and the confirmation of the chosen one."""
+
+    size: int
+    work: Workload
+    passes: int
+    inputs: Inputs
+    local: dict[str, Any]
+    rows: list[dict[str, Any]]
+    confirm: dict[str, Any]
+
+    def header(self) -> dict[str, Any]:
+        """The fields every plan-validate report starts with."""
+        w = self.work
+        return {
+            "benchmark": "plan-validate",
+            "size": self.size,
+            "arch": w.arch,
+            "hidden": w.hidden,
+            "batch_size": w.batch_size,
+            "steps": w.steps,
+            "warmup": w.warmup,
+            "passes": self.passes,
+            "network": {**self.inputs.fit.network.to_json(), "duplex": self.inputs.duplex},
         }

@@ -63,6 +63,7 @@ from gossipgrad.plan import Profile
 from gossipgrad.runtime import usable_cores
 from lab.bench.plan_predict import (
     Inputs,
+    Launch,
     PassCalibration,
     Workload,
     calibrated_host,
@@ -134,28 +135,12 @@ def compute_check(profile: Profile, local: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def assemble_report(
-    size: int,
-    work: Workload,
-    passes: int,
-    inputs: Inputs,
-    calibration: PassCalibration,
-    local: dict[str, Any],
-    rows: list[dict[str, Any]],
-    confirm: dict[str, Any],
-) -> dict[str, Any]:
-    """One launch's report at ``size`` ranks, scored (``summary`` and its two variants)."""
-    p = inputs.step.profile
-    host = calibrated_host(inputs.host, calibration.fits[-1])  # last pass's, s1 pooled
+def assemble_report(launch: Launch, calibration: PassCalibration) -> dict[str, Any]:
+    """One launch's report, scored (``summary`` and its two variants)."""
+    p, rows = launch.inputs.step.profile, launch.rows
+    host = calibrated_host(launch.inputs.host, calibration.fits[-1])  # last pass's, s1 pooled
     report = {
-        "benchmark": "plan-validate",
-        "size": size,
-        "arch": work.arch,
-        "hidden": work.hidden,
-        "batch_size": work.batch_size,
-        "steps": work.steps,
-        "warmup": work.warmup,
-        "passes": passes,
+        **launch.header(),
         "profile": {
             "forward_s": p.forward_s,
             "backward_s": p.backward_s,
@@ -163,7 +148,6 @@ def assemble_report(
             "local_step_s": p.local_step_s,
             "param_bytes": p.param_bytes,
         },
-        "network": {**inputs.fit.network.to_json(), "duplex": inputs.duplex},
         "host": {
             **host.to_json(),
             "cores_per_rank": host.cores_per_rank,
@@ -171,9 +155,9 @@ def assemble_report(
             "rank0_cores": usable_cores(),
         },
         "calibration": calibration.to_json(),
-        "compute_check": compute_check(p, local),
+        "compute_check": compute_check(p, launch.local),
         "configs": rows,
-        "confirm": confirm,
+        "confirm": launch.confirm,
     }
     report["summary"] = score(rows, [report])
     report["summary_uncalibrated"] = score(rows, [report], key="predicted_uncalibrated_s")
@@ -252,7 +236,8 @@ def measure_in_sample(
     )
     rows = config_rows(configs, measured, local, inputs, comm.size)
     confirm = confirm_choice(comm, rows, configs, confirm_rounds, work)
-    report = assemble_report(comm.size, work, passes, inputs, calibration, local, rows, confirm)
+    launch = Launch(comm.size, work, passes, inputs, local, rows, confirm)
+    report = assemble_report(launch, calibration)
     return InSample(report, inputs, calibration)
 
 

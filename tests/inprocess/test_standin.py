@@ -186,8 +186,9 @@ def test_gossip_trains_on_stand_in_ranks_of_the_thread_world(cnn_profile):
 
 def test_a_measured_cpu_profile_runs_on_its_stand_in(tmp_path):
     from gossipgrad.measure.layers import profile_arch_layers
+    from gossipgrad.measure.profiler import ArchRun
 
-    profile = profile_arch_layers("mlp", batch_size=8, hidden=32, steps=3, warmup=1)
+    profile = profile_arch_layers(ArchRun("mlp", 8, 32, steps=3, warmup=1))
     assert profile.source["kind"] == "measured"
     assert sum(lt.forward_s for lt in profile.layers) == pytest.approx(profile.planner.forward_s)
     path = tmp_path / "mlp.json"

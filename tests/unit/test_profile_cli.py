@@ -13,7 +13,7 @@ import torch
 from click.testing import CliRunner
 
 from gossipgrad.cli import main
-from gossipgrad.measure.profiler import layout_profile, profile_arch, profile_step
+from gossipgrad.measure.profiler import ArchRun, layout_profile, profile_arch, profile_step
 from gossipgrad.models import build_model
 from gossipgrad.plan.formats import Profile
 
@@ -129,12 +129,12 @@ def test_layout_order_reports_reverse_registration():
 
 def test_profile_arch_validates_its_arguments():
     with pytest.raises(ValueError, match="unknown model 'nope'"):
-        profile_arch("nope", batch_size=1)
+        profile_arch(ArchRun("nope", 1))
     with pytest.raises(ValueError, match="--batch-size must be >= 1"):
-        profile_arch("mlp", batch_size=0)
+        profile_arch(ArchRun("mlp", 0))
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA is not available"):
-            profile_arch("mlp", batch_size=1, device="cuda")
+            profile_arch(ArchRun("mlp", 1, device="cuda"))
 
 
 def test_profile_cli_errors_are_one_line(tmp_path):
