@@ -202,8 +202,8 @@ def _fabric(ranks_per_node: int | None, intra_gbps: float | None, hierarchical: 
     callback=_numbers(str, "--step-times"),
     metavar="FILE[,FILE...]",
     help="bench strategies JSON records (a stand-in cluster's: their undilated step "
-    "times): with --metrics, time to accuracy = predicted steps x these measured step "
-    "times instead of the planner's.",
+    "times) or bench tta records (their mean training step): with --metrics, time to "
+    "accuracy = predicted steps x these measured step times instead of the planner's.",
 )
 @click.option(
     "--mix",

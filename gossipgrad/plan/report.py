@@ -144,7 +144,7 @@ def metrics_sections(
     measured = measured_steps(lines, target)
     if step_times:
         ttas = tta_rows_measured(read_step_times(step_times), measured)
-        source = "bench strategies: " + ", ".join(Path(p).name for p in step_times)
+        source = "bench records: " + ", ".join(Path(p).name for p in step_times)
         return steps_to_target(lines, target), "\n" + render_tta(ttas, target, source) + "\n"
     ttas = tta_rows(rows, measured, {r.size for r in rows})
     return steps_to_target(lines, target), "\n" + render_tta(ttas, target) + "\n"

@@ -79,20 +79,23 @@ def tta_rows_measured(
 
 
 def read_step_times(paths: Iterable[str | Path]) -> dict[tuple[str, int], float]:
-    """``{(contender, size): step_s}`` from ``bench strategies`` JSON records (the last
-    JSON line of each file; a stand-in record's ``step_s_undilated``, the time of the
-    cluster it stands for); ValueError naming a file that holds none."""
+    """``{(contender, size): step_s}`` from ``bench strategies`` or ``bench tta`` JSON
+    records (the last JSON line of each file; a stand-in record's ``step_s_undilated``,
+    the time of the cluster it stands for; a ``bench tta`` row's mean training step);
+    ValueError naming a file that holds neither."""
     out: dict[tuple[str, int], float] = {}
     for path in map(Path, paths):
         if not path.is_file():
             raise ValueError(f"step-times file {str(path)!r} does not exist")
         lines = [ln for ln in path.read_text().splitlines() if ln.startswith("{")]
         rec = json.loads(lines[-1]) if lines else {}
-        if rec.get("bench") != "strategies" or "size" not in rec:
+        if rec.get("bench") not in ("strategies", "tta") or "size" not in rec:
             raise ValueError(
-                f"step-times file {str(path)!r} is not a 'gossipgrad bench strategies' record"
+                f"step-times file {str(path)!r} is not a 'gossipgrad bench strategies' or "
+                "'bench tta' record"
             )
-        for row in rec["results"]:
+        rows = rec["results"]
+        for row in rows.values() if isinstance(rows, dict) else rows:
             step = row.get("step_s_undilated", row["step_s"])
             out[(row.get("name", row["strategy"]), int(rec["size"]))] = float(step)
     return out

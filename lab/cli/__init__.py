@@ -6,9 +6,9 @@
     python -m lab sweep --sizes 8 --mixes grad,param     # launches mpiexec itself
 
 Studies with options of their own (``plan-validate``, ``stragglers``, ``ps-lag``,
-``convergence``, ``codecs``) are click commands; the drivers in :mod:`lab.studies` keep
-their argparse options and get the rest of the command line (``python -m lab sweep
---help``).
+``convergence``, ``codecs``, ``tta-product``) are click commands; the drivers in
+:mod:`lab.studies` keep their argparse options and get the rest of the command line
+(``python -m lab sweep --help``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from lab.cli.convergence import convergence
 from lab.cli.plan_validate import plan_validate
 from lab.cli.ps_lag import ps_lag
 from lab.cli.stragglers import stragglers
+from lab.cli.tta_product import tta_product
 
 #: ``python -m lab NAME ARGS``: the ``main(argv)`` of ``lab.studies.MODULE``, and what it does.
 STUDIES = {
@@ -73,7 +74,7 @@ def study(name: str, module: str, summary: str) -> click.Command:
     return command
 
 
-for _command in (plan_validate, stragglers, ps_lag, convergence, codecs):
+for _command in (plan_validate, stragglers, ps_lag, convergence, codecs, tta_product):
     lab.add_command(_command)
 for _name, (_module, _summary) in STUDIES.items():
     lab.add_command(study(_name, _module, _summary))

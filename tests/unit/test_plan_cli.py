@@ -226,11 +226,21 @@ def test_plan_time_to_accuracy_from_measured_step_times(files):
     res = invoke(*base(files), "--sizes", "8", "--metrics", str(metrics), "--target-accuracy",
                  "0.9", "--step-times", str(files / "s8.json"))  # fmt: skip
     assert res.exit_code == 0, res.output
-    assert "step time MEASURED (bench strategies: s8.json)" in res.output
+    assert "step time MEASURED (bench records: s8.json)" in res.output
     row = [ln for ln in res.output.splitlines() if ln.startswith("| 8 | gossip |")][0]
     cells = [c.strip() for c in row.split("|")]
     steps = float(cells[5])  # predicted at 8 by the batch form fitted on sizes 1, 2, 4
     assert cells[7] == "0.2000" and float(cells[8]) == pytest.approx(steps * 0.2, abs=0.01)
     bad = invoke(*base(files), "--sizes", "8", "--metrics", str(metrics), "--target-accuracy",
                  "0.9", "--step-times", str(metrics))  # fmt: skip
-    assert bad.exit_code == 1 and "not a 'gossipgrad bench strategies' record" in bad.output
+    assert bad.exit_code == 1 and "not a 'gossipgrad bench strategies' or" in bad.output
+    # a bench tta launch's rows (a dict by strategy) give their mean training step
+    tta = {"bench": "tta", "size": 8, "results": {"gossip": {"strategy": "gossip", "step_s": 0.3}}}
+    (files / "t8.json").write_text(json.dumps(tta) + "\n")
+    res = invoke(*base(files), "--sizes", "8", "--metrics", str(metrics), "--target-accuracy",
+                 "0.9", "--step-times", str(files / "t8.json"))  # fmt: skip
+    row = [ln for ln in res.output.splitlines() if ln.startswith("| 8 | gossip |")][0]
+    cells = [c.strip() for c in row.split("|")]
+    assert cells[7] == "0.3000" and float(cells[8]) == pytest.approx(
+        float(cells[5]) * 0.3, abs=0.01
+    )
