@@ -269,8 +269,7 @@ def _measure(
         run.opt.drain()
         if timed:
             times.append(sums["total"] / steps)
-            # clock ticks: an idle block's sums can differ by one rounding (-5.6e-17), never by time
-            cpu.append(max(0.0, (c1.user - c0.user) + (c1.system - c0.system)) / steps)
+            cpu.append(max(0.0, c1.user - c0.user + c1.system - c0.system) / steps)  # no -1e-17
             for key in phases:
                 phases[key].append(sums[key] / steps)
     step_s = median(max_over_ranks(comm, times))
