@@ -26,6 +26,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gossipgrad.plan.planner import PlanRow, best_by
 from gossipgrad.plan.steps import DEFAULT_FORM, MeasuredSteps, StepsPrediction, predict
@@ -78,6 +79,13 @@ def tta_rows_measured(
     return out
 
 
+def last_record(path: Path) -> dict[str, Any]:
+    """The last JSON line of a benchmark's output file (log lines around it are skipped);
+    ``{}`` when it holds none."""
+    lines = [ln for ln in path.read_text().splitlines() if ln.startswith("{")]
+    return json.loads(lines[-1]) if lines else {}
+
+
 def read_step_times(paths: Iterable[str | Path]) -> dict[tuple[str, int], float]:
     """``{(contender, size): step_s}`` from ``bench strategies`` or ``bench tta`` JSON
     records (the last JSON line of each file; a stand-in record's ``step_s_undilated``,
@@ -87,8 +95,7 @@ def read_step_times(paths: Iterable[str | Path]) -> dict[tuple[str, int], float]
     for path in map(Path, paths):
         if not path.is_file():
             raise ValueError(f"step-times file {str(path)!r} does not exist")
-        lines = [ln for ln in path.read_text().splitlines() if ln.startswith("{")]
-        rec = json.loads(lines[-1]) if lines else {}
+        rec = last_record(path)
         if rec.get("bench") not in ("strategies", "tta") or "size" not in rec:
             raise ValueError(
                 f"step-times file {str(path)!r} is not a 'gossipgrad bench strategies' or "

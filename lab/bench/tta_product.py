@@ -12,24 +12,23 @@ predict`, the batch form) times its short launch's mean step, as ``gossipgrad pl
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 from typing import Any
 
 from gossipgrad.plan.convergence import read_lines
 from gossipgrad.plan.steps import measured_steps, predict
-from gossipgrad.plan.tta import read_step_times
+from gossipgrad.plan.tta import last_record, read_step_times
 
 SMALLER = (1, 2, 4)
 TARGET_PCT = 15.0  # issue 22: predicted vs measured seconds to target within 15 %
 
 
 def _last_record(path: Path) -> dict[str, Any]:
-    lines = [ln for ln in path.read_text().splitlines() if ln.startswith("{")]
-    if not lines:
+    record = last_record(path)
+    if not record:
         raise ValueError(f"{path}: no JSON record (did the launch finish?)")
-    return json.loads(lines[-1])
+    return record
 
 
 def _pct(predicted: float, measured: float) -> float:
