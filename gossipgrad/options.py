@@ -407,6 +407,11 @@ class RunOptions(_Options):
         self._set("device", device)
         self._set("standin_profile", profile)
         at_least(self.dilate, 0, "--dilate", strict=True)
+        if self.dilate != 1.0 and profile is None:
+            raise ValueError(
+                f"{spell('--dilate', self.dilate)} slows a stand-in's compute only: it needs "
+                f"{spell('--device', 'standin:PROFILE')} (or drop it)"
+            )
         self._set("on_failure", choice(OnFailure, self.on_failure, "--on-failure"))
         self._set("offload", parse_offload(self.offload))
         at_least(self.comm_timeout, 0, "--comm-timeout", strict=True)

@@ -150,6 +150,10 @@ def test_device_option_takes_standin_with_a_profile_and_round_trips(cli_names):
     assert TrainConfig.from_flags(**cfg.to_dict()) == cfg
     with pytest.raises(ValueError, match="--dilate must be > 0"):
         TrainConfig.from_flags(dilate=0)
+    # a dilation without a stand-in would be a silent no-op: refused, naming what it needs
+    with pytest.raises(ValueError, match="needs --device standin:PROFILE"):
+        TrainConfig.from_flags(dilate=10)
+    assert TrainConfig.from_flags(dilate=1).run.dilate == 1
 
 
 @pytest.mark.parametrize("name", ["gossipgrad.devices.dilation", "gossipgrad.bench.standin"])
