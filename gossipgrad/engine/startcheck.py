@@ -119,7 +119,10 @@ class StartCheck:
                 "model.state_dict(), root_rank=0) and broadcast_optimizer_state(optimizer, "
                 "root_rank=0)"
             )
-        if same_grads and grads is not None and not self._warned and comm.rank == 0:
+        # all-zero gradients (a stand-in device's, or a model with nothing to learn yet) are
+        # identical whatever each rank read: no hint about the samples
+        informative = grads is not None and any(bool(g.any()) for g in grads)
+        if same_grads and informative and not self._warned and comm.rank == 0:
             self._warned = True
             log.warning(
                 "step %d: every rank computed the same gradients: are all %d ranks reading "

@@ -122,6 +122,24 @@ def test_identical_first_gradients_warn_once_naming_the_sampler(caplog):
 
 
 @pytest.mark.timeout(60)
+def test_all_zero_first_gradients_are_no_hint_about_the_samples(caplog):
+    """A stand-in device's gradients stay zero on every rank: identical, but not because
+    the ranks read the same samples, so no warning."""
+
+    def body(comm):
+        model, opt = _build(comm)
+        with opt:
+            for _ in range(2):
+                opt.zero_grad()
+                (0.0 * model(torch.randn(8, 6)).sum()).backward()
+                opt.step()
+
+    with caplog.at_level(logging.WARNING, logger="gossipgrad.engine.startcheck"):
+        run_ranks(3, body, timeout=50)
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
+
+
+@pytest.mark.timeout(60)
 def test_a_start_that_differs_on_purpose_is_allowed():
     def body(comm):
         model, opt = _build(comm)
