@@ -155,6 +155,12 @@ class StrategySpec:
             return "needs more than one rank (one rank exchanges nothing)"
         return None
 
+    def fusion_window_s(self) -> float | None:
+        """Seconds within which a library fuses whatever gradients became ready into one
+        message (Horovod's cycle), up to the bucket cap; None: fixed-size buckets, each
+        sent once it is full (gossipgrad's own, DDP's). The planner buckets by it."""
+        return None
+
     def auto_adaptive(self, opts: Any) -> bool:
         """What ``sync="auto"`` means: adaptive averaging on or off (off: the ranks stay
         together without it)."""

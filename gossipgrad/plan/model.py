@@ -188,32 +188,51 @@ def bytes_sent(strategy: str, nbytes: int, size: int) -> float:
     return STRATEGIES.get(strategy).bytes_per_step(nbytes, size)
 
 
-def rebucket(buckets: Sequence[Bucket], cap_bytes: int | None) -> tuple[Bucket, ...]:
+def rebucket(
+    buckets: Sequence[Bucket], cap_bytes: int | None, window_s: float | None = None
+) -> tuple[Bucket, ...]:
     """Merge consecutive buckets (backward order) into buckets of at most ``cap_bytes``.
 
     A bucket is closed when adding the next would exceed the cap; a single input bucket
     larger than the cap stays on its own (buckets are never split). The merged ready time is
     the max of its members'; indices are renumbered from 0. ``None`` keeps the input.
 
+    ``window_s``: a library that wakes every ``window_s`` seconds and fuses what became
+    ready since its last wake-up (Horovod's cycle): buckets merge only within one cycle,
+    and a merged bucket is ready at the wake-up that sends it (cycles counted from the
+    start of the step), so a gradient ready just after a wake-up waits up to one cycle.
+
         >>> bs = [Bucket(0, 3, 0.1), Bucket(1, 3, 0.2), Bucket(2, 5, 0.3)]
         >>> [(b.bytes, b.ready_s) for b in rebucket(bs, 6)]
         [(6, 0.2), (5, 0.3)]
+        >>> [(b.bytes, round(b.ready_s, 9)) for b in rebucket(bs, 100, window_s=0.25)]
+        [(6, 0.25), (5, 0.5)]
     """
     if cap_bytes is None:
         return tuple(buckets)
     if isinstance(cap_bytes, bool) or not isinstance(cap_bytes, int) or cap_bytes < 1:
         raise ValueError(f"cap_bytes must be an integer >= 1 or None, got {cap_bytes!r}")
+    if window_s is not None and not (window_s >= 0 and math.isfinite(window_s)):
+        raise ValueError(f"window_s must be a finite number >= 0 or None, got {window_s!r}")
+
+    def sent_at(b: Bucket) -> float:
+        if not window_s:
+            return b.ready_s
+        return math.ceil(b.ready_s / window_s - 1e-9) * window_s
+
     groups: list[list[Bucket]] = []
     total = 0
     for b in buckets:
-        if groups and total + b.bytes <= cap_bytes:
+        same_cycle = window_s is None or (groups and sent_at(groups[-1][0]) == sent_at(b))
+        if groups and same_cycle and total + b.bytes <= cap_bytes:
             groups[-1].append(b)
             total += b.bytes
         else:
             groups.append([b])
             total = b.bytes
     return tuple(
-        Bucket(i, sum(m.bytes for m in g), max(m.ready_s for m in g)) for i, g in enumerate(groups)
+        Bucket(i, sum(m.bytes for m in g), max(max(m.ready_s for m in g), sent_at(g[-1])))
+        for i, g in enumerate(groups)
     )
 
 

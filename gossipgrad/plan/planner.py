@@ -166,7 +166,8 @@ def _for_config(
         profile, extra, sent = factor_transfers(profile, model, spec.name, size, factors)
     if server:
         cap = ps_cap(profile.grad_bytes, size, cap) or cap
-    return profile.with_buckets(rebucket(profile.buckets, cap)), extra, sent
+    merged = rebucket(profile.buckets, cap, spec.fusion_window_s())
+    return profile.with_buckets(merged), extra, sent
 
 
 def _cap_bytes(mb: float) -> tuple[float, int]:

@@ -166,10 +166,11 @@ def quantity(prof: Profile, model: CommModel, cfg: Mapping[str, Any]) -> tuple[f
 
 def legacy(cfg: Mapping[str, Any], model: CommModel) -> tuple[dict[str, Any], CommModel]:
     """The planner before issue 22's terms: one rank per NIC, a flat ring, a parameter
-    server charged as a ring, no factors, no interference."""
+    server charged as a ring, Horovod as fixed buckets (its ring, without its cycle), no
+    factors, no interference."""
     plain = {**cfg, "sufficient_factors": "off"}
     for key in ("strategy", "versus"):
-        if plain.get(key) == "ps":
+        if plain.get(key) in ("ps", "horovod"):
             plain[key] = "allreduce"
     return plain, replace(model, fabric=Fabric(), interference=0.0)
 

@@ -175,9 +175,12 @@ class StandinCalibration:
         }
 
 
-def profile_for(run: Run, profiles: Mapping[str, StandinProfile], factor: float) -> Profile:
+def profile_for(
+    run: Run, profiles: Mapping[str, StandinProfile], factor: float, cycles: bool = True
+) -> Profile:
     """The stand-in profile of ``run`` at its bucket cap (a parameter server's capped at
-    1/size of the model), its times x ``factor``."""
+    1/size of the model; a library that fuses per cycle, by its cycle unless ``cycles`` is
+    False), its times x ``factor``."""
     prof = profiles[run.profile].planner
     prof = replace(
         prof,
@@ -187,9 +190,12 @@ def profile_for(run: Run, profiles: Mapping[str, StandinProfile], factor: float)
         buckets=tuple(replace(b, ready_s=b.ready_s * factor) for b in prof.buckets),
     )
     cap = max(1, round(run.bucket_mb * MIB))
-    if STRATEGIES.get(run.strategy).pattern == "server":
+    spec = STRATEGIES.get(run.strategy)
+    if spec.pattern == "server":
         cap = ps_cap(prof.grad_bytes, run.size, cap) or cap
-    return prof.with_buckets(rebucket(prof.buckets, cap))
+    window = spec.fusion_window_s() if cycles else None  # on the dilated clock
+    undilated = None if window is None else window / run.dilate
+    return prof.with_buckets(rebucket(prof.buckets, cap, undilated))
 
 
 def predict_run(

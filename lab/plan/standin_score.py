@@ -39,14 +39,15 @@ Networks = Mapping[tuple[int, str], tuple[NetworkFit, dict]]
 
 def legacy_predict(run: Run, profiles: Mapping[str, StandinProfile], networks: Networks) -> float:
     """Today's planner before these terms: the plain alpha-beta ring and peer formulas, a
-    parameter server charged as a ring, nothing shared, nothing fitted."""
+    parameter server charged as a ring, Horovod's fusion as fixed buckets, nothing shared,
+    nothing fitted."""
     from gossipgrad.plan.model import step_time
 
     net, doc = networks[(run.size, run.rate)]
     model = replace(network_model(net, doc, run.dilate), fabric=Fabric())
     model = replace(model, allreduce_latency_factor=1.0, allreduce_bandwidth_factor=1.0)
     strategy = "allreduce" if run.strategy == "ps" else run.strategy
-    prof = profile_for(run, profiles, 1.0)
+    prof = profile_for(run, profiles, 1.0, cycles=False)
     return step_time(prof, model, strategy, run.size, staleness=run.staleness, mix=run.mix).step_s
 
 

@@ -188,6 +188,52 @@ def test_rebucket_ready_is_max_of_members_even_out_of_order():
     assert rebucket(bs, 2) == (Bucket(0, 2, 0.3),)
 
 
+def test_rebucket_by_cycle_fuses_what_was_ready_since_the_last_wake_up():
+    bs = [
+        Bucket(0, 3, 0.01),
+        Bucket(1, 3, 0.04),
+        Bucket(2, 2, 0.06),  # the next cycle (0.05, 0.10]
+        Bucket(3, 9, 0.09),
+        Bucket(4, 1, 0.10),
+        Bucket(5, 1, 0.26),  # two cycles with nothing, then (0.25, 0.30]
+    ]
+    merged = rebucket(bs, 100, window_s=0.05)
+    assert [b.bytes for b in merged] == [6, 12, 1]
+    # each sent at the wake-up after its last member was ready, not when it was ready
+    assert [round(b.ready_s, 9) for b in merged] == [0.05, 0.1, 0.3]
+    # the cap still closes a fused buffer inside one cycle
+    assert [b.bytes for b in rebucket(bs, 10, window_s=0.05)] == [6, 2, 10, 1]
+    # a cycle longer than the step: the cap alone decides, every buffer at the first wake-up
+    long = rebucket(bs, 100, window_s=1.0)
+    assert [(b.bytes, b.ready_s) for b in long] == [(19, 1.0)]
+    # cycle 0 (Horovod's HOROVOD_CYCLE_TIME=0): only equal ready times fuse
+    assert [b.bytes for b in rebucket(bs, 100, window_s=0.0)] == [3, 3, 2, 9, 1, 1]
+    # no window: as before (fixed buckets, each sent when full)
+    assert rebucket(bs, 100, window_s=None) == rebucket(bs, 100)
+    for bad in (-0.1, math.inf, math.nan):
+        with pytest.raises(ValueError, match="window_s"):
+            rebucket(bs, 100, window_s=bad)
+
+
+def test_a_library_that_fuses_per_cycle_hides_more_than_fixed_buckets():
+    """Horovod at a 25 MiB threshold overlaps like small buckets: on a link where the last
+    fixed 25 MiB bucket's exchange sticks out of backward, its step is shorter."""
+    from gossipgrad.plan.planner import plan
+
+    mib = 1 << 20
+    layers = [(2 * mib, 0.02 * (i + 1)) for i in range(20)]  # 40 MiB over a 0.4 s backward
+    p = make_profile(layers)
+    m = CommModel(alpha_s=20e-6, beta_s_per_byte=1.0 / 1.0e9)
+    rows = {
+        r.strategy: r
+        for r in plan(
+            p, m, sizes=[8], strategies=["allreduce", "horovod"], bucket_mb=[25], staleness=[0]
+        )
+    }
+    assert rows["horovod"].step_s < rows["allreduce"].step_s - 0.01
+    assert rows["horovod"].step_s > p.local_step_s  # its wire time is not free
+
+
 def test_efficiency_and_throughput():
     p = make_profile([(10**6, 0.4)], forward=0.1, backward=0.4, optimizer=0.0, batch=64)
     assert efficiency(p, 1.0) == approx(0.5)
@@ -207,3 +253,18 @@ def test_bad_arguments_name_themselves():
         CommModel(0.0, 0.0, duplex=3.0)
     with pytest.raises(ValueError, match="alpha_s"):
         CommModel(-1.0, 0.0)
+
+
+def test_horovods_cycle_comes_from_its_environment_variable(monkeypatch):
+    import gossipgrad.strategies  # noqa: F401  (registers every strategy)
+    from gossipgrad.registry import STRATEGIES
+
+    hvd = STRATEGIES.get("horovod")
+    monkeypatch.delenv("HOROVOD_CYCLE_TIME", raising=False)
+    assert hvd.fusion_window_s() == 0.005
+    monkeypatch.setenv("HOROVOD_CYCLE_TIME", "200")
+    assert hvd.fusion_window_s() == pytest.approx(0.2)
+    monkeypatch.setenv("HOROVOD_CYCLE_TIME", "not-a-number")  # Horovod's strtof reads 0
+    assert hvd.fusion_window_s() == 0.005
+    for name in ("gossip", "allreduce", "ps", "ddp", "local"):
+        assert STRATEGIES.get(name).fusion_window_s() is None, name
