@@ -8,4 +8,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${2:-$1}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} OMP_NUM_THREADS=1
+# The checkout's venv (scripts/test.sh makes it) when no PY is given: its python, and its
+# mpiexec and gossipgrad on PATH for the launches.
+if [[ -z ${PY:-} && -x .venv/bin/python ]]; then
+    PY=$PWD/.venv/bin/python
+    export PATH=$PWD/.venv/bin:$PATH
+fi
 PY=${PY:-python}
