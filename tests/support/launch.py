@@ -165,9 +165,11 @@ def signal_rank_in_training(
     wait_s: float | None = None,
 ):
     """Start a long 4-rank ``train`` (deadline ``--comm-timeout TIMEOUT``), send ``sig`` to
-    rank 2 once its first metrics line is written, and wait ``wait_s`` (default timeout + 15)
-    for the job to end. Returns (returncode, stdout + stderr, seconds from the signal to the
-    end); the job is killed if it outlives the wait (the test then fails)."""
+    rank 2 once its first metrics line is written, and wait ``wait_s`` for the job to end
+    (default: the documented bound, ``stopped_rank_bound_s``, + 10 s, so that a job that ends
+    late is measured and reported by the caller's bound check rather than cut off below the
+    bound). Returns (returncode, stdout + stderr, seconds from the signal to the end); the job
+    is killed if it outlives the wait (the test then fails)."""
     metrics = tmp_path / "m.jsonl"
     cmd = [
         mpiexec(),
@@ -206,7 +208,8 @@ def signal_rank_in_training(
             time.sleep(0.2)
         os.kill(rank_pid(proc.pid, rank=2), sig)
         signalled = time.monotonic()
-        out, err = proc.communicate(timeout=timeout + 15 if wait_s is None else wait_s)
+        wait = stopped_rank_bound_s(timeout) + 10 if wait_s is None else wait_s
+        out, err = proc.communicate(timeout=wait)
         return proc.returncode, out + err, time.monotonic() - signalled
     finally:
         if proc.poll() is None:
