@@ -10,8 +10,11 @@
 # Hardware efficiency: a short `bench tta` launch at 8 ranks on the emulated cluster (its
 # mean training step per contender). The prediction for 8 ranks (steps fitted on 1, 2, 4 x
 # the short launch's step) is then set against a separate, full launch at 8 ranks on the
-# same emulated cluster, which enters no fit. Environment: RATE (1gbit), TARGET (0.95),
-# STEPS (200), SHORT (24), CONTENDERS (gossip,allreduce,ps,gossip:max-lag=2,ddp), SEED (0).
+# same emulated cluster, which enters no fit. With STEPS_FROM (launch directories of other
+# seeds, space-separated) the full launch is scored a second time with the steps at 8 ranks
+# taken from those launches (their mean) x this launch's short step: score-steps-from.json.
+# Environment: RATE (1gbit), TARGET (0.95), STEPS (200), SHORT (24), CONTENDERS
+# (gossip,allreduce,ps,gossip:max-lag=2,ddp), SEED (0), STEPS_FROM (none).
 source "$(dirname "$0")/study.sh" tta-product "$@"
 RATE=${RATE:-1gbit}
 TARGET=${TARGET:-0.95}
@@ -51,3 +54,9 @@ gossipgrad plan --profile "$OUT/profile.json" --network "$OUT/network.json" --si
     --target-accuracy "$TARGET" --step-times "$OUT/step-8.json" \
     --metrics "$OUT/tta-1.jsonl,$OUT/tta-2.jsonl,$OUT/tta-4.jsonl" --out "$OUT/plan-8.md"
 "$PY" -m lab tta-product "$OUT" --markdown "$OUT/score.md" | tee "$OUT/score.json"
+if [ -n "${STEPS_FROM:-}" ]; then
+    from=()
+    for d in $STEPS_FROM; do from+=(--steps-from "$d"); done
+    "$PY" -m lab tta-product "$OUT" "${from[@]}" --markdown "$OUT/score-steps-from.md" \
+        | tee "$OUT/score-steps-from.json"
+fi

@@ -8,11 +8,19 @@ full launch at that size, which enters neither input). A contender's predicted s
 the target are its steps predicted from the smaller sizes (:func:`gossipgrad.plan.steps.
 predict`, the batch form) times its short launch's mean step, as ``gossipgrad plan
 --metrics ... --step-times ...`` computes them.
+
+With ``steps_from=[OTHER, ...]`` the steps are instead the mean of those measured at the
+predicted size itself in each OTHER's ``tta-8.jsonl``: launches of the same job with other
+seeds (statistical
+efficiency measured at every size, sizes 1-8, as Yan et al. measure it), so that the
+scored launch still informs neither factor. This is the check of the decomposition; the
+default (smaller sizes only) is the check of the steps model's extrapolation.
 """
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,37 +43,68 @@ def _pct(predicted: float, measured: float) -> float:
     return round(100.0 * (predicted - measured) / measured, 2)
 
 
-def score(out_dir: str | Path, full: str = "tta-8.json", short: str = "step-8.json") -> dict:
-    """One row per contender of the full launch and the summary over the scored rows."""
+def _steps_at(others: Sequence[Path], size: int, target: float) -> dict[str, float | None]:
+    """{contender: mean steps to ``target`` at ``size``} over the launches ``others``
+    (their metrics at that size, every run weighing the same); None for a contender that
+    some run there did not bring to the target."""
+    paths = [Path(o) / f"tta-{size}.jsonl" for o in others]
+    for path in paths:
+        if not path.is_file():
+            raise ValueError(f"{path}: no metrics at size {size} to take the steps from")
+    measured = measured_steps(read_lines(paths), target)
+    names = {name for (name, s) in [*measured.steps, *measured.missed] if s == size}
+    return {name: measured.mean(name, size) for name in names}
+
+
+def score(
+    out_dir: str | Path,
+    full: str = "tta-8.json",
+    short: str = "step-8.json",
+    steps_from: Sequence[str | Path] = (),
+) -> dict:
+    """One row per contender of the full launch and the summary over the scored rows;
+    ``steps_from``: take the steps at the full launch's size from these directories'
+    launches (other seeds; their mean) instead of fitting the smaller sizes."""
     d = Path(out_dir)
     record = _last_record(d / full)
     size, target = int(record["size"]), float(record["target"])
     smaller = [d / f"tta-{n}.jsonl" for n in SMALLER if (d / f"tta-{n}.jsonl").is_file()]
     measured = measured_steps(read_lines(smaller), target)
+    other = _steps_at(list(map(Path, steps_from)), size, target) if steps_from else None
     step_times = read_step_times([d / short])
     rows = []
     for name, r in record["results"].items():
-        pred = predict(measured, name, size)
+        if other is None:
+            pred = predict(measured, name, size)
+            steps = None if pred is None else pred.predicted
+            inputs = (
+                None if pred is None else dict(zip(pred.fit.sizes, pred.fit.steps, strict=True))
+            )
+            no_steps = "fewer than two smaller sizes reached the target"
+        else:
+            steps = other.get(name)
+            inputs = None if steps is None else {size: steps}
+            no_steps = f"not every run of it at size {size} in --steps-from reached the target"
         step = step_times.get((name, size))
         row: dict[str, Any] = {"contender": name, "measured_steps": r["steps_to_target"]}
-        if pred is None or step is None or r["seconds_to_target"] is None:
+        if steps is None or step is None or r["seconds_to_target"] is None:
             why = (
-                "fewer than two smaller sizes reached the target"
-                if pred is None
+                no_steps
+                if steps is None
                 else "no short launch"
                 if step is None
                 else "the full launch did not reach the target"
             )
             rows.append({**row, "scored": False, "why": why})
             continue
-        predicted_s = pred.predicted * step
+        predicted_s = steps * step
         rows.append(
             {
                 **row,
                 "scored": True,
-                "fitted_steps": dict(zip(pred.fit.sizes, pred.fit.steps, strict=True)),
-                "predicted_steps": round(pred.predicted, 2),
-                "steps_error_pct": _pct(pred.predicted, r["steps_to_target"]),
+                "fitted_steps": inputs,
+                "predicted_steps": round(steps, 2),
+                "steps_error_pct": _pct(steps, r["steps_to_target"]),
                 "short_step_s": step,
                 "full_step_s": r["step_s"],
                 "step_error_pct": _pct(step, r["step_s"]),
@@ -82,13 +121,24 @@ def score(out_dir: str | Path, full: str = "tta-8.json", short: str = "step-8.js
         "within_target": sum(e <= TARGET_PCT for e in errors),
         "target_pct": TARGET_PCT,
     }
-    return {"size": size, "target": target, "rows": rows, "summary": summary}
+    return {
+        "size": size,
+        "target": target,
+        "steps_from": [str(p) for p in steps_from] or None,
+        "rows": rows,
+        "summary": summary,
+    }
 
 
 def markdown(report: dict) -> str:
     """The scored rows as a table (predicted = fitted steps x short launch's step)."""
+    sizes = (
+        "/".join(map(str, SMALLER))
+        if report.get("steps_from") is None
+        else f"at {report['size']}, other launch"
+    )
     head = (
-        "| contender | steps 1/2/4 | steps pred. | steps meas. | step short (s) | step full (s) "
+        f"| contender | steps {sizes} | steps pred. | steps meas. | step short (s) | step full (s) "
         "| s pred. | s meas. | error |\n|---|---|---:|---:|---:|---:|---:|---:|---:|"
     )
     out = [head]

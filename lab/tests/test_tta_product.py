@@ -73,3 +73,46 @@ def test_the_command_says_what_is_missing(tmp_path):
     res = CliRunner().invoke(lab, ["tta-product", str(tmp_path), "--markdown", str(md)])
     assert res.exit_code == 0 and json.loads(res.output)["summary"]["scored"] == 2
     assert md.read_text().startswith("| contender |")
+
+
+def _write_size8_metrics(d, steps: dict[str, int | None]):
+    """Another launch's metrics at 8 ranks: {contender: steps to 0.96, None: never}."""
+    rows = []
+    for s, n in steps.items():
+        if n is not None:
+            rows.append(
+                {"event": "eval", "size": 8, "step": n, "strategy": s, "test_accuracy": 0.96}
+            )
+        rows.append(
+            {"event": "summary", "size": 8, "steps": 200, "strategy": s, "test_accuracy": 0.97}
+        )
+    d.mkdir()
+    (d / "tta-8.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+
+def test_steps_from_other_launches_are_their_mean_at_the_size(tmp_path):
+    (tmp_path / "a").mkdir()
+    _write(tmp_path / "a")
+    _write_size8_metrics(tmp_path / "s1", {"gossip": 40, "ps": 20})
+    _write_size8_metrics(tmp_path / "s2", {"gossip": 50, "ps": None})
+    report = score(tmp_path / "a", steps_from=[tmp_path / "s1", tmp_path / "s2"])
+    rows = {r["contender"]: r for r in report["rows"]}
+    g = rows["gossip"]
+    # the mean of 40 and 50 at 8 ranks, not the smaller sizes' fit (100, 60, 40)
+    assert g["scored"] and g["predicted_steps"] == 45.0 and g["fitted_steps"] == {8: 45.0}
+    assert g["predicted_s"] == pytest.approx(45 * 0.2)
+    # one of ps's runs never reached the target: a mean over the others would flatter
+    assert not rows["ps"]["scored"] and "reached the target" in rows["ps"]["why"]
+    assert "| steps at 8, other launch |" in markdown(report)
+    assert score(tmp_path / "a", steps_from=[tmp_path / "s1"])["rows"][0]["predicted_steps"] == 40
+
+
+def test_steps_from_a_launch_without_that_size_says_so(tmp_path):
+    _write(tmp_path)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no metrics at size 8"):
+        score(tmp_path, steps_from=[tmp_path / "empty"])
+    res = CliRunner().invoke(
+        lab, ["tta-product", str(tmp_path), "--steps-from", str(tmp_path / "empty")]
+    )
+    assert res.exit_code == 1 and "no metrics at size 8" in res.output
