@@ -56,6 +56,21 @@ def _steps_at(others: Sequence[Path], size: int, target: float) -> dict[str, flo
     return {name: measured.mean(name, size) for name in names}
 
 
+def _steps_for(
+    name: str, size: int, measured: Any, other: dict[str, float | None] | None
+) -> tuple[float | None, dict[int, float] | None, str]:
+    """(steps at ``size``, the points they came from, why there are none) for ``name``:
+    fitted on the smaller sizes, or the other launches' mean when ``other`` is given."""
+    if other is None:
+        pred = predict(measured, name, size)
+        if pred is None:
+            return None, None, "fewer than two smaller sizes reached the target"
+        return pred.predicted, dict(zip(pred.fit.sizes, pred.fit.steps, strict=True)), ""
+    steps = other.get(name)
+    why = f"not every run of it at size {size} in --steps-from reached the target"
+    return steps, None if steps is None else {size: steps}, why
+
+
 def score(
     out_dir: str | Path,
     full: str = "tta-8.json",
@@ -74,17 +89,7 @@ def score(
     step_times = read_step_times([d / short])
     rows = []
     for name, r in record["results"].items():
-        if other is None:
-            pred = predict(measured, name, size)
-            steps = None if pred is None else pred.predicted
-            inputs = (
-                None if pred is None else dict(zip(pred.fit.sizes, pred.fit.steps, strict=True))
-            )
-            no_steps = "fewer than two smaller sizes reached the target"
-        else:
-            steps = other.get(name)
-            inputs = None if steps is None else {size: steps}
-            no_steps = f"not every run of it at size {size} in --steps-from reached the target"
+        steps, inputs, no_steps = _steps_for(name, size, measured, other)
         step = step_times.get((name, size))
         row: dict[str, Any] = {"contender": name, "measured_steps": r["steps_to_target"]}
         if steps is None or step is None or r["seconds_to_target"] is None:
@@ -113,20 +118,24 @@ def score(
                 "error_pct": _pct(predicted_s, r["seconds_to_target"]),
             }
         )
-    errors = [abs(r["error_pct"]) for r in rows if r["scored"]]
-    summary = {
-        "scored": len(errors),
-        "mape_pct": round(statistics.fmean(errors), 2) if errors else None,
-        "worst_pct": max(errors) if errors else None,
-        "within_target": sum(e <= TARGET_PCT for e in errors),
-        "target_pct": TARGET_PCT,
-    }
     return {
         "size": size,
         "target": target,
         "steps_from": [str(p) for p in steps_from] or None,
         "rows": rows,
-        "summary": summary,
+        "summary": _summary(rows),
+    }
+
+
+def _summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """MAPE, worst and the count within the target over the scored rows."""
+    errors = [abs(r["error_pct"]) for r in rows if r["scored"]]
+    return {
+        "scored": len(errors),
+        "mape_pct": round(statistics.fmean(errors), 2) if errors else None,
+        "worst_pct": max(errors) if errors else None,
+        "within_target": sum(e <= TARGET_PCT for e in errors),
+        "target_pct": TARGET_PCT,
     }
 
 
