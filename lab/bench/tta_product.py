@@ -11,9 +11,8 @@ predict`, the batch form) times its short launch's mean step, as ``gossipgrad pl
 
 With ``steps_from=[OTHER, ...]`` the steps are instead the mean of those measured at the
 predicted size itself in each OTHER's ``tta-8.jsonl``: launches of the same job with other
-seeds (statistical
-efficiency measured at every size, sizes 1-8, as Yan et al. measure it), so that the
-scored launch still informs neither factor. This is the check of the decomposition; the
+seeds (statistical efficiency measured at every size, as Yan et al. measure it), so that
+the scored launch still informs neither factor. This is the check of the decomposition; the
 default (smaller sizes only) is the check of the steps model's extrapolation.
 """
 
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gossipgrad.plan.convergence import read_lines
-from gossipgrad.plan.steps import measured_steps, predict
+from gossipgrad.plan.steps import MeasuredSteps, measured_steps, predict
 from gossipgrad.plan.tta import last_record, read_step_times
 
 SMALLER = (1, 2, 4)
@@ -43,7 +42,7 @@ def _pct(predicted: float, measured: float) -> float:
     return round(100.0 * (predicted - measured) / measured, 2)
 
 
-def _steps_at(others: Sequence[Path], size: int, target: float) -> dict[str, float | None]:
+def _steps_at(others: Sequence[str | Path], size: int, target: float) -> dict[str, float | None]:
     """{contender: mean steps to ``target`` at ``size``} over the launches ``others``
     (their metrics at that size, every run weighing the same); None for a contender that
     some run there did not bring to the target."""
@@ -57,7 +56,7 @@ def _steps_at(others: Sequence[Path], size: int, target: float) -> dict[str, flo
 
 
 def _steps_for(
-    name: str, size: int, measured: Any, other: dict[str, float | None] | None
+    name: str, size: int, measured: MeasuredSteps, other: dict[str, float | None] | None
 ) -> tuple[float | None, dict[int, float] | None, str]:
     """(steps at ``size``, the points they came from, why there are none) for ``name``:
     fitted on the smaller sizes, or the other launches' mean when ``other`` is given."""
@@ -85,7 +84,7 @@ def score(
     size, target = int(record["size"]), float(record["target"])
     smaller = [d / f"tta-{n}.jsonl" for n in SMALLER if (d / f"tta-{n}.jsonl").is_file()]
     measured = measured_steps(read_lines(smaller), target)
-    other = _steps_at(list(map(Path, steps_from)), size, target) if steps_from else None
+    other = _steps_at(steps_from, size, target) if steps_from else None
     step_times = read_step_times([d / short])
     rows = []
     for name, r in record["results"].items():
