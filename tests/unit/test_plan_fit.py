@@ -44,12 +44,30 @@ def test_one_slow_outlier_barely_moves_the_fit_but_lowers_r2():
     assert relative_errors(fit, SIZES, times)[0] == pytest.approx(-1.0, abs=0.01)
 
 
-def test_negative_intercept_is_clamped_to_zero():
-    # times proportional to size, with small sizes a bit fast: the free fit gives alpha < 0
+def test_small_messages_faster_than_the_line_take_the_smallest_time_as_latency():
+    # times proportional to size, with small sizes a bit fast: the residuals are negative
     times = [1e-10 * n * (0.9 if n < 20000 else 1.0) for n in SIZES]
     fit = fit_link(SIZES, times)
-    assert fit.alpha_s == 0.0
-    assert fit.beta_s_per_byte == pytest.approx(1e-10, rel=0.05)
+    assert fit.alpha_s == pytest.approx(times[0])
+    assert fit.beta_s_per_byte == pytest.approx(1e-10, rel=1e-9)
+
+
+def test_a_shaper_burst_does_not_set_the_bandwidth():
+    # a 100 Mbit/s token-bucket link: messages up to its 64 KiB burst leave at 1 Gbit/s,
+    # larger ones at the line rate (the emulated cluster's tc tbf); a fit through every
+    # size follows the burst, the bandwidth regime gives the line
+    line_s, burst_s = 8 / 100e6, 8 / 1e9
+    times = [40e-6 + n * (burst_s if n <= 65536 else line_s) for n in SIZES]
+    fit = fit_link(SIZES, times)
+    assert 8 / fit.beta_s_per_byte == pytest.approx(100e6, rel=0.02)
+    assert fit.r2 > 0.99
+
+
+def test_a_short_sweep_fits_every_size():
+    sizes = [4096, 8192, 16384]
+    fit = fit_link(sizes, [5e-6 + 1e-9 * n for n in sizes])
+    assert fit.alpha_s == pytest.approx(5e-6, rel=1e-6)
+    assert fit.beta_s_per_byte == pytest.approx(1e-9, rel=1e-6)
 
 
 def test_times_that_do_not_grow_are_refused():
