@@ -2,6 +2,7 @@
 
     mpiexec -n 2 gossipgrad netfit --out network.json
     srun -N 2 --ntasks-per-node 1 gossipgrad netfit --out network.json
+    gossipgrad netfit --refit old.json --out network.json   # no launch: refit saved times
 
 Parses and validates, then calls :func:`gossipgrad.measure.netfit.measure_network` on every
 rank; rank 0 writes the result and logs a summary.
@@ -18,6 +19,7 @@ from gossipgrad.cli.options import COMM_TIMEOUT
 from gossipgrad.cli.output import write_output
 from gossipgrad.comm.base import CommError
 from gossipgrad.measure.netfit import NetfitResult, measure_network
+from gossipgrad.measure.refit import refit_file
 from gossipgrad.measure.sweeps import Sweep
 from gossipgrad.runtime import abort_job, init, launched_by_mpi
 
@@ -92,6 +94,12 @@ POOR_R2 = 0.9
     default=None,
     help="Rank 0 writes the network JSON here (default: stdout).",
 )
+@click.option(
+    "--refit",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Refit a saved netfit JSON from the times it recorded (no launch, no measuring).",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log on every rank.")
 def netfit(
     min_kb: float,
@@ -105,10 +113,13 @@ def netfit(
     concurrent: bool,
     comm_timeout: float,
     out: str | None,
+    refit: str | None,
     verbose: bool,
 ) -> None:
     """Fit the network: ping-pong (alpha, beta) between two ranks and allreduce at the
-    launched size. Run under mpiexec/srun with >= 2 ranks."""
+    launched size. Run under mpiexec/srun with >= 2 ranks (``--refit``: none needed)."""
+    if refit is not None:
+        return _refit(refit, out)
     if not launched_by_mpi():
         raise click.UsageError("netfit needs >= 2 ranks: mpiexec -n 2 gossipgrad netfit")
     comm = init(comm_timeout, verbose)
@@ -141,6 +152,11 @@ def netfit(
         return
     write_output(json.dumps(result.to_json(), indent=2), out)
     log.info("%s", _summary(result))
+    _warn_poor_fits(result)
+
+
+def _warn_poor_fits(result: NetfitResult) -> None:
+    """One warning per sweep that could not be fitted or fits its line poorly."""
     for name, sweep in (
         ("ping-pong", result.pingpong),
         ("exchange", result.exchange),
@@ -151,6 +167,14 @@ def netfit(
             log.warning("%s not fitted: %s", name, sweep.problem)
         elif sweep is not None and sweep.fit is not None and sweep.fit.r2 < POOR_R2:
             log.warning("%s fit is poor (R^2 %.3f): %s", name, sweep.fit.r2, _outliers(sweep))
+
+
+def _refit(path: str, out: str | None) -> None:
+    """``--refit``: the saved document's fits recomputed from its recorded times."""
+    try:
+        write_output(json.dumps(refit_file(path), indent=2), out)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def _outliers(sweep: Sweep) -> str:
