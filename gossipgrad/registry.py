@@ -104,6 +104,9 @@ class StrategySpec:
             ``--offload optimizer`` cannot wrap it.
         library: the exchange runs inside another library (Horovod, DDP), not through
             gossipgrad's communicator.
+        own_collective: its allreduce is its library's own ring (torch.distributed's gloo
+            or NCCL), not the job's MPI: the planner prices it as a plain ring on the
+            measured link, without the MPI allreduce's calibration factors.
     """
 
     name: ClassVar[str] = ""
@@ -116,6 +119,7 @@ class StrategySpec:
     shrink: ClassVar[bool] = False
     wraps_optimizer_class: ClassVar[bool] = False
     library: ClassVar[bool] = False
+    own_collective: ClassVar[bool] = False
     fixed_mix: ClassVar[Any] = None
     mix_reason: ClassVar[str] = ""
     refusals: ClassVar[dict[str, str]] = {}

@@ -148,6 +148,8 @@ class CommModel:
             even = 2 * (size - 1) / size * nbytes * max(b, f.shared_beta(size))
             return 2 * a + even + host
         latency, bandwidth = self.allreduce_latency_factor, self.allreduce_bandwidth_factor
+        if STRATEGIES.get(strategy).own_collective:  # not MPI's allreduce: no MPI factors
+            latency = bandwidth = 1.0
         return ring_s(nbytes, size, a, b, f, latency, bandwidth) + host
 
     def bucket_costs(self, strategy: str, nbytes: Sequence[int], size: int) -> list[float]:

@@ -110,6 +110,7 @@ class Ddp(LibraryStrategy):
     name = "ddp"
     summary = "torch DistributedDataParallel (gloo on CPU, nccl on CUDA)"
     wires = ("fp32", *COMPRESS_HOOKS)
+    own_collective = True  # torch.distributed's ring, not the job's MPI
 
     def build(self, optimizer: Any, model: Any, comm: Any, opts: Any, *, stager: Any) -> Any:
         return DdpOptimizer(optimizer, model, comm, opts)

@@ -104,6 +104,24 @@ def test_allreduce_calibration_factors_scale_each_term():
         CommModel.from_network(no_ar, calibrate_allreduce=True)
 
 
+def test_ddps_own_ring_ignores_the_mpi_allreduce_calibration():
+    net = NetworkFit.from_json(
+        {
+            "p2p": {"alpha_s": 1e-5, "beta_s_per_byte": 1e-9, "r2": 0.99},
+            "allreduce": {"alpha_s": 1.2e-4, "beta_s_per_byte": 3e-9, "r2": 0.98, "size": 4},
+            "source": "test",
+        }
+    )
+    plain = CommModel.from_network(net)
+    calibrated = CommModel.from_network(net, calibrate_allreduce=True)
+    ring = plain.bucket_s("ddp", 10**6, size=8)
+    assert ring == approx(14e-5 + 1.75e-3)  # the plain ring on the measured link
+    assert calibrated.bucket_s("ddp", 10**6, size=8) == approx(ring)
+    # MPI's allreduce and Horovod's (over MPI) take the calibration
+    assert calibrated.bucket_s("allreduce", 10**6, size=8) == approx(2 * ring)
+    assert calibrated.bucket_s("horovod", 10**6, size=8) == approx(2 * ring)
+
+
 def test_local_and_size_one_do_not_communicate():
     p = make_profile([(10**6, 0.2), (10**6, 0.4)])
     m = CommModel(alpha_s=1.0, beta_s_per_byte=1.0)
