@@ -82,7 +82,9 @@ def _emit(report: dict[str, Any], out: str | None) -> None:
     click.echo(text)
 
 
-def _standin(runs: tuple[str, ...], networks: tuple[str, ...], sizes: str, rate: str) -> dict:
+def _standin(
+    runs: tuple[str, ...], networks: tuple[str, ...], sizes: str, rate: str, refit: bool
+) -> dict:
     from gossipgrad.devices.profile import StandinProfile
     from lab.plan.standin import load_networks, load_runs
     from lab.plan.standin_score import render_markdown, score, side_by_side
@@ -92,7 +94,11 @@ def _standin(runs: tuple[str, ...], networks: tuple[str, ...], sizes: str, rate:
     rows = load_runs(runs)
     profiles = {r.profile: StandinProfile.load(r.profile) for r in rows}
     cal = [int(v) for v in _floats(sizes)]
-    report = score(rows, profiles, load_networks(networks), cal, rate)
+    try:
+        nets = load_networks(networks, refit=refit)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    report = score(rows, profiles, nets, cal, rate)
     batch = {name: p.batch_size for name, p in profiles.items()}
     report["side_by_side"] = side_by_side(rows, batch)
     report["markdown"] = render_markdown(report, report["side_by_side"])
@@ -251,6 +257,12 @@ def _published(path: str, host_network: str | None, calibration: str | None) -> 
     help="netfit documents of the emulated links, one per size and rate.",
 )
 @click.option(
+    "--refit-networks",
+    is_flag=True,
+    help="With --networks: recompute each netfit's fits from its recorded times first "
+    "(what gossipgrad netfit --refit does), for networks measured before the fit changed.",
+)
+@click.option(
     "--calibrate-sizes",
     default="2,4",
     show_default=True,
@@ -308,6 +320,7 @@ def plan_validate(
     merge_paths: tuple[str, ...],
     standin_runs: tuple[str, ...],
     networks: tuple[str, ...],
+    refit_networks: bool,
     calibrate_sizes: str,
     calibrate_rate: str,
     published: str | None,
@@ -319,7 +332,8 @@ def plan_validate(
         _emit(merge(merge_paths), out)
         return
     if standin_runs:
-        _emit(_standin(standin_runs, networks, calibrate_sizes, calibrate_rate), out)
+        report = _standin(standin_runs, networks, calibrate_sizes, calibrate_rate, refit_networks)
+        _emit(report, out)
         return
     if published:
         _emit(_published(published, host_network, standin_calibration), out)

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from gossipgrad.devices.profile import StandinProfile
+from gossipgrad.measure.refit import refit_network
 from gossipgrad.plan.fabric import Fabric, shared_from_concurrent
 from gossipgrad.plan.formats import NetworkFit, Profile
 from gossipgrad.plan.model import MIB, CommModel, allreduce_factors, rebucket, step_time
@@ -134,11 +135,17 @@ def network_model(net: NetworkFit, doc: Mapping[str, Any], dilate: float) -> Com
     )
 
 
-def load_networks(paths: Iterable[str | Path]) -> dict[tuple[int, str], tuple[NetworkFit, dict]]:
-    """netfit documents by (size, emulated rate) (the rate from the document's source)."""
+def load_networks(
+    paths: Iterable[str | Path], *, refit: bool = False
+) -> dict[tuple[int, str], tuple[NetworkFit, dict]]:
+    """netfit documents by (size, emulated rate) (the rate from the document's source).
+    With ``refit`` each document's fits are first recomputed from its recorded times
+    (:func:`gossipgrad.measure.refit.refit_network`), as ``gossipgrad netfit --refit`` does."""
     out = {}
     for path in paths:
         doc = json.loads(Path(path).read_text())
+        if refit:
+            doc = refit_network(doc, where=str(path))
         net = NetworkFit.from_json(doc)
         rate = next(
             (w.split()[-1] for w in net.source.split(", ") if w.startswith("emulated link rate")),

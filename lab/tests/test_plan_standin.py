@@ -119,3 +119,24 @@ def test_side_by_side_efficiency_and_hidden_share():
     assert hidden_fraction(1.0, 1.0, 0.5) == 1.0 and hidden_fraction(2.0, 1.0, 0.5) == 0.0
     assert hidden_fraction(1.0, 1.0, 0.0) is None
     assert isinstance(check_targets(table), list)
+
+
+def test_refit_networks_reads_the_shaped_rate_off_the_recorded_times(tmp_path):
+    """A committed netfit of a 1 Gbit/s emulated link: refitted, its ping-pong bandwidth is
+    the shaped rate (the shaper's burst no longer sets the slope)."""
+    from pathlib import Path
+
+    from lab.plan.standin import load_networks
+
+    here = Path(__file__).resolve().parents[2] / "docs/validation/data/standin-heldout"
+    path = here / "net-2-1gbit.json"
+    ((net, doc),) = load_networks([path], refit=True).values()
+    assert doc["refit"]
+    assert 8 / net.p2p.beta_s_per_byte / 1e9 == pytest.approx(1.0, rel=0.10)
+    assert net.p2p.r2 > 0.95
+    ((recorded, _),) = load_networks([path]).values()
+    assert recorded.p2p == NetworkFit.from_json(json.loads(path.read_text())).p2p
+    bare = tmp_path / "net-bare.json"
+    bare.write_text(json.dumps({k: v for k, v in doc.items() if k != "measurements"}))
+    with pytest.raises(ValueError, match="no recorded ping-pong times"):
+        load_networks([bare], refit=True)
