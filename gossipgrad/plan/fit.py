@@ -5,8 +5,10 @@ The two constants come from the two regimes of a sweep (Hockney's reading of a
 ping-pong): ``beta`` from the **bandwidth regime**, an ordinary least-squares line through the
 sizes within ``LINEAR_SPAN`` (16x) of the largest, whose times the bytes decide; ``alpha``
 from the **latency regime**, the median over the smaller sizes of what is left of each time
-once ``beta n`` is taken off (robust to one descheduled rep); where that is not positive (the
-small messages outran the line), the smallest size's time, an upper bound. Fitting one line
+once ``beta n`` is taken off (robust to one descheduled rep). Where that is not positive (the
+small messages outran the line), ``alpha`` is the smallest message's time, an upper bound,
+if that message is small (at most ``LATENCY_BYTES``: its time is then mostly latency), and
+0 if the sweep started too large to see the latency (``--min-kb`` of megabytes). Fitting one line
 to every size instead, however weighted, lets the small messages set the bandwidth: behind a
 token-bucket shaper (the emulated cluster's ``tc tbf``), or an eager protocol with its own
 buffers, they pass faster than the link sustains, and a relative fit through them doubled the
@@ -31,6 +33,7 @@ import numpy as np
 from gossipgrad.plan.formats import LinkFit
 
 LINEAR_SPAN = 16  # sizes >= largest / LINEAR_SPAN set beta (5 doubling sizes)
+LATENCY_BYTES = 64 * 1024  # a message this small takes mostly latency on a link >= 1 Gbit/s
 
 
 def fit_link(nbytes: Sequence[float], seconds: Sequence[float]) -> LinkFit:
@@ -55,7 +58,7 @@ def fit_link(nbytes: Sequence[float], seconds: Sequence[float]) -> LinkFit:
     rest = ~large if np.any(~large) else large
     alpha = float(np.median(t[rest] - beta * n[rest]))
     if not alpha > 0:  # the small messages outran the line (a shaper's burst)
-        alpha = float(np.median(t[n == n.min()]))
+        alpha = float(np.median(t[n == n.min()])) if n.min() <= LATENCY_BYTES else 0.0
     return LinkFit(alpha, beta, r_squared(n, t, alpha, beta))
 
 

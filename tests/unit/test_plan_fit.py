@@ -52,6 +52,16 @@ def test_small_messages_faster_than_the_line_take_the_smallest_time_as_latency()
     assert fit.beta_s_per_byte == pytest.approx(1e-10, rel=1e-9)
 
 
+def test_a_sweep_of_large_messages_only_does_not_take_a_transfer_as_latency():
+    # 2-64 MiB at 500 Mbit/s, the smallest inside the shaper's burst: its 31 ms are
+    # bandwidth, not latency, so the latency is not measured: 0, not 31 ms
+    sizes = [1 << k for k in range(21, 27)]
+    times = [n * 16e-9 * (0.89 if n == 1 << 21 else 1.0) for n in sizes]
+    fit = fit_link(sizes, times)
+    assert fit.alpha_s == 0.0
+    assert fit.beta_s_per_byte == pytest.approx(16e-9, rel=1e-9)
+
+
 def test_a_shaper_burst_does_not_set_the_bandwidth():
     # a 100 Mbit/s token-bucket link: messages up to its 64 KiB burst leave at 1 Gbit/s,
     # larger ones at the line rate (the emulated cluster's tc tbf); a fit through every
