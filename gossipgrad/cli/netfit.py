@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import click
 
@@ -172,9 +173,21 @@ def _warn_poor_fits(result: NetfitResult) -> None:
 def _refit(path: str, out: str | None) -> None:
     """``--refit``: the saved document's fits recomputed from its recorded times."""
     try:
-        write_output(json.dumps(refit_file(path), indent=2), out)
+        doc = refit_file(path)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
+    write_output(json.dumps(doc, indent=2), out)
+    old, new = json.loads(Path(path).read_text())["p2p"], doc["p2p"]
+    click.echo(
+        f"refit {path}: p2p {_gbit(old)} -> {_gbit(new)} Gbit/s, alpha "
+        f"{old['alpha_s'] * 1e6:.1f} -> {new['alpha_s'] * 1e6:.1f} us, R^2 "
+        f"{old['r2']:.3f} -> {new['r2']:.3f}",
+        err=True,
+    )
+
+
+def _gbit(fit: dict) -> str:
+    return f"{8 / fit['beta_s_per_byte'] / 1e9:.3g}"
 
 
 def _outliers(sweep: Sweep) -> str:

@@ -74,6 +74,7 @@ def test_the_cli_refits_without_a_launch(tmp_path):
     result = CliRunner().invoke(main, ["netfit", "--refit", str(src), "--out", str(dst)])
     assert result.exit_code == 0, result.output
     assert 8 / NetworkFit.load(dst).p2p.beta_s_per_byte == pytest.approx(100e6, rel=0.02)
+    assert f"refit {src}: p2p" in result.stderr and "-> 0.1 Gbit/s" in result.stderr
 
 
 @pytest.mark.parametrize(
