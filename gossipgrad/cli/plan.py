@@ -15,12 +15,15 @@ steps to the target (:mod:`gossipgrad.plan.steps`) and time to accuracy
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
 
 from gossipgrad.cli.output import write_output
+from gossipgrad.measure.refit import stale_fit
 from gossipgrad.plan.model import parse_strategy
 from gossipgrad.plan.report import plan_report
 
@@ -297,6 +300,7 @@ def plan(
     """Predict step time and throughput per size, strategy, bucket size and staleness, and
     recommend one configuration per size. With --metrics from runs at smaller sizes, also
     predict steps to --target-accuracy and recommend by time to accuracy."""
+    _warn_stale_network(network_path)
     try:
         text = plan_report(
             profile_path,
@@ -337,3 +341,15 @@ def plan(
         "--metrics runs at smaller sizes",
         err=True,
     )
+
+
+def _warn_stale_network(path: str) -> None:
+    """Say so when the network file's fit disagrees with its own recorded times (an older
+    netfit's fit); a file that does not parse is left to plan_report's error."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return
+    message = stale_fit(data, path) if isinstance(data, dict) else None
+    if message:
+        click.echo(f"warning: {message}", err=True)

@@ -66,6 +66,34 @@ def refit_network(data: Mapping[str, Any], where: str = "network") -> dict[str, 
     return out
 
 
+def stale_fit(
+    data: Mapping[str, Any], where: str = "network", tolerance: float = 1.25
+) -> str | None:
+    """A one-line warning when ``data``'s ``p2p`` bandwidth and today's fit of its recorded
+    ping-pong times differ by more than ``tolerance`` either way (a file written by a netfit
+    older than the two-regime fit, or edited by hand), else None. None too when there are
+    no recorded times to compare with, or they cannot be fitted.
+
+        >>> times = {"nbytes": [4096, 1 << 20, 1 << 21], "seconds": [1e-4, 8.4e-3, 1.68e-2]}
+        >>> doc = {"p2p": {"beta_s_per_byte": 2e-9}, "measurements": {"pingpong": times}}
+        >>> stale_fit(doc, "net.json").split(":")[0]
+        "net.json's ping-pong fit says 4 Gbit/s"
+    """
+    try:
+        recorded = data["measurements"]["pingpong"]
+        beta = float(data["p2p"]["beta_s_per_byte"])
+        today = fit_link(recorded["nbytes"], recorded["seconds"]).beta_s_per_byte
+    except (KeyError, TypeError, ValueError):
+        return None
+    if not beta > 0 or 1 / tolerance <= today / beta <= tolerance:
+        return None  # a non-positive beta is NetworkFit's to refuse
+    return (
+        f"{where}'s ping-pong fit says {8 / beta / 1e9:.3g} Gbit/s: its recorded times say "
+        f"{8 / today / 1e9:.3g} (written by an older netfit?); plan with a refitted copy: "
+        f"gossipgrad netfit --refit {where} --out refitted.json"
+    )
+
+
 def _fit(sweep: dict[str, Any], where: str) -> LinkFit:
     try:
         nbytes, seconds = sweep["nbytes"], sweep["seconds"]

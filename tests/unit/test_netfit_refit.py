@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from gossipgrad.cli import main
-from gossipgrad.measure.refit import refit_network
+from gossipgrad.measure.refit import refit_network, stale_fit
 from gossipgrad.plan.formats import NetworkFit
 
 SIZES = [4096 * 2**i for i in range(11)]  # 4 KiB .. 4 MiB
@@ -91,3 +91,28 @@ def test_the_cli_says_what_is_wrong_with_a_bad_file(tmp_path, text, message):
     result = CliRunner().invoke(main, ["netfit", "--refit", str(src)])
     assert result.exit_code == 1
     assert message in result.output and "Traceback" not in result.output
+
+
+def test_a_fit_that_disagrees_with_its_own_times_is_named():
+    old = document()
+    message = stale_fit(old, "net.json")
+    assert message is not None and "net.json's ping-pong fit says 0.2 Gbit/s" in message
+    assert "gossipgrad netfit --refit net.json" in message
+    assert stale_fit(refit_network(old)) is None  # refitted: fit and times agree
+    del old["measurements"]
+    assert stale_fit(old) is None  # nothing recorded to compare with
+
+
+def test_plan_warns_about_a_stale_network_file_and_still_plans(tmp_path):
+    from gossipgrad.plan.formats import Bucket, Profile
+
+    mib = 1 << 20
+    buckets = (Bucket(0, 2 * mib, 0.1), Bucket(1, 2 * mib, 0.2))
+    Profile("toy", 32, "cpu", 0.1, 0.2, 0.05, 4 * mib, buckets).save(tmp_path / "profile.json")
+    for name, doc in (("old.json", document()), ("new.json", refit_network(document()))):
+        (tmp_path / name).write_text(json.dumps(doc))
+        args = ["plan", "--profile", str(tmp_path / "profile.json"), "--network"]
+        result = CliRunner().invoke(main, [*args, str(tmp_path / name), "--sizes", "4"])
+        assert result.exit_code == 0, result.output
+        assert ("warning:" in result.stderr) == (name == "old.json"), result.stderr
+        assert "gossip" in result.stdout
