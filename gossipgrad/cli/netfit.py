@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 
 import click
 
@@ -20,7 +19,7 @@ from gossipgrad.cli.options import COMM_TIMEOUT
 from gossipgrad.cli.output import write_output
 from gossipgrad.comm.base import CommError
 from gossipgrad.measure.netfit import NetfitResult, measure_network
-from gossipgrad.measure.refit import refit_file
+from gossipgrad.measure.refit import load_document, refit_network
 from gossipgrad.measure.sweeps import Sweep
 from gossipgrad.runtime import abort_job, init, launched_by_mpi
 
@@ -173,11 +172,12 @@ def _warn_poor_fits(result: NetfitResult) -> None:
 def _refit(path: str, out: str | None) -> None:
     """``--refit``: the saved document's fits recomputed from its recorded times."""
     try:
-        doc = refit_file(path)
+        saved = load_document(path)
+        doc = refit_network(saved, where=path)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     write_output(json.dumps(doc, indent=2), out)
-    old, new = json.loads(Path(path).read_text())["p2p"], doc["p2p"]
+    old, new = saved["p2p"], doc["p2p"]
     click.echo(
         f"refit {path}: p2p {_gbit(old)} -> {_gbit(new)} Gbit/s, alpha "
         f"{old['alpha_s'] * 1e6:.1f} -> {new['alpha_s'] * 1e6:.1f} us, R^2 "

@@ -15,15 +15,13 @@ steps to the target (:mod:`gossipgrad.plan.steps`) and time to accuracy
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import click
 
 from gossipgrad.cli.output import write_output
-from gossipgrad.measure.refit import stale_fit
+from gossipgrad.measure.refit import load_document, stale_fit
 from gossipgrad.plan.model import parse_strategy
 from gossipgrad.plan.report import plan_report
 
@@ -347,9 +345,8 @@ def _warn_stale_network(path: str) -> None:
     """Say so when the network file's fit disagrees with its own recorded times (an older
     netfit's fit); a file that does not parse is left to plan_report's error."""
     try:
-        data = json.loads(Path(path).read_text())
+        message = stale_fit(load_document(path), path)
     except (OSError, ValueError):
         return
-    message = stale_fit(data, path) if isinstance(data, dict) else None
     if message:
         click.echo(f"warning: {message}", err=True)

@@ -26,15 +26,15 @@ from gossipgrad.plan.formats import LinkFit, NetworkFit
 FITTED = (("p2p", "pingpong"), ("allreduce", "allreduce"), ("concurrent", "concurrent"))
 
 
-def refit_file(path: str | Path) -> dict[str, Any]:
-    """:func:`refit_network` of the document at ``path``; ``ValueError`` if it is not JSON."""
+def load_document(path: str | Path) -> dict[str, Any]:
+    """The netfit document at ``path`` as read (``ValueError`` if it is not a JSON object)."""
     try:
         data = json.loads(Path(path).read_text())
     except json.JSONDecodeError as exc:
         raise ValueError(f"network file {str(path)!r} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ValueError(f"network file {str(path)!r} must hold a JSON object")
-    return refit_network(data, where=str(path))
+    return data
 
 
 def refit_network(data: Mapping[str, Any], where: str = "network") -> dict[str, Any]:

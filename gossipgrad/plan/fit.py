@@ -11,9 +11,9 @@ if that message is small (at most ``LATENCY_BYTES``: its time is then mostly lat
 0 if the sweep started too large to see the latency (``--min-kb`` of megabytes). Fitting one line
 to every size instead, however weighted, lets the small messages set the bandwidth: behind a
 token-bucket shaper (the emulated cluster's ``tc tbf``), or an eager protocol with its own
-buffers, they pass faster than the link sustains, and a relative fit through them doubled the
-bandwidth (216 Mbit/s fitted on a 100 Mbit/s link whose 4 MiB ping-pong ran at 96.6). The
-planner prices buckets of megabytes, so the bandwidth is the constant that matters. With
+buffers, they pass faster than the link sustains, and a line through them overstates the
+bandwidth (docs/validation/netfit.md). The planner prices buckets of megabytes, so the
+bandwidth is the constant that matters. With
 every size inside the span (a short sweep), ``alpha`` is the median residual of all of them.
 ``r2`` is the ordinary coefficient of determination of the returned line on the raw points.
 
