@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from gossipgrad.plan.fabric import Fabric, shared_from_concurrent
 from gossipgrad.plan.formats import Bucket, NetworkFit, Profile
 from gossipgrad.plan.host import HostShare
-from gossipgrad.plan.patterns import peer_s, ring_s, server_s
+from gossipgrad.plan.patterns import peer_s, ring_s, server_rounds, server_s
 from gossipgrad.registry import STRATEGIES
 
 MIB = 1 << 20
@@ -299,10 +299,11 @@ def step_time(
       step, ``T >= F+B+O`` for the compute; with ``T`` the max of both, every chain ends
       within ``F + B + S <= T + F + B`` of its step's start, i.e. before the next step's
       optimizer, so nobody waits.)
-    - a parameter server (pattern ``server``): each bucket's push leaves when it is ready
-      (the chain above, half of its cost) and its pull after the owner's update at the
-      step's end (the other half plus the host's work), so forward waits for pulls as for
-      a parameter mix: ``T = F + wait + c H_f + max(B + c H, end_push) + O``.
+    - a parameter server (pattern ``server``, :func:`_server_step`): each bucket's push
+      leaves when it is ready and queues on its owner's link, the owner updates it once
+      the push is in and its own ``step()`` has come (plus the host's work), and its pull
+      queues on the owner's link outbound; forward waits for each bucket before the layers
+      that use it: ``T = max(B + c H + O, last push) + F + wait + c H_f``.
     - ``extra``: more transfers on the same thread as ``(ready_s, cost_s)`` (sufficient
       factors: :func:`gossipgrad.plan.factors.factor_transfers`), chained with the
       buckets in ready order.
@@ -337,8 +338,10 @@ def step_time(
             return StepTime(f + b + o + total, profile.compute_s, o, total, total)
         wait, busy, end = forward_wait(profile, costs)
         return StepTime(f + wait + c * busy + b + o, profile.compute_s, o, total, end)
-    server = pattern_of(strategy) == "server" and size > 1
-    step, end = _backward_chain(profile, model, costs, extra, overlap, server)
+    if pattern_of(strategy) == "server" and size > 1:
+        step, end = _server_step(profile, model, size, extra, overlap)
+    else:
+        step, end = _backward_chain(profile, model, costs, extra, overlap)
     return StepTime(step, profile.compute_s, o, total, f + end)
 
 
@@ -348,17 +351,10 @@ def _backward_chain(
     costs: Sequence[float],
     extra: Sequence[tuple[float, float]],
     overlap: bool,
-    server: bool,
 ) -> tuple[float, float]:
     """(step time, end of the chain from backward's start) of buckets sent as they are
-    ready (staleness 0, gradients; a parameter server's pushes, its pulls then waited for
-    in forward)."""
+    ready (staleness 0, gradients)."""
     f, b, o, c = profile.forward_s, profile.backward_s, profile.optimizer_s, model.interference
-    pulls: list[float] = []
-    if server:  # two rounds: push, then pull
-        host = [model.host_s_per_byte * bk.bytes for bk in profile.buckets]
-        costs = [(cost - h) / 2 for cost, h in zip(costs, host, strict=True)]
-        pulls = [cost + h for cost, h in zip(costs, host, strict=True)]
     transfers = sorted(
         [
             (bk.ready_s if overlap else b, cost)
@@ -371,10 +367,73 @@ def _backward_chain(
     ends = comm_chain([t[0] for t in transfers], chain_costs)
     end = ends[-1] if ends else 0.0
     step = f + max(b + c * busy_within(ends, chain_costs, b), end) + o
-    if pulls:
-        wait, busy_f, _ = forward_wait(profile, pulls)
-        step += wait + c * busy_f
     return step, end
+
+
+def _server_step(
+    profile: Profile,
+    model: CommModel,
+    size: int,
+    extra: Sequence[tuple[float, float]],
+    overlap: bool,
+) -> tuple[float, float]:
+    """(step time, end of the last pull from backward's start) of a parameter server.
+
+    Bucket ``b``'s push leaves at its ready time and queues on its owner's link, inbound
+    (:func:`gossipgrad.plan.patterns.server_rounds`: an incast of every other rank); the
+    owner updates it at ``max(push end, its step())`` plus ``host_s_per_byte * n_b``, and
+    its pull then queues on the owner's link outbound. Owners' links work in parallel,
+    each in arrival order. ``step()`` comes after backward (stretched by the interference
+    of the pushes beside it) and after the factor transfers (``extra``, on the rank's own
+    thread); forward starts after the optimizer and once this rank's pushes have left
+    (``zero_grad`` waits for them), and waits for each bucket's pull before the layers that
+    use it, at ``F (1 - r_b / B)``. Without overlap it waits for every pull at once."""
+    f, b, o, c = profile.forward_s, profile.backward_s, profile.optimizer_s, model.interference
+    buckets = profile.buckets
+    rounds = server_rounds(
+        [bk.bytes for bk in buckets], size, model.alpha_s, model.beta_s_per_byte, model.fabric
+    )
+    pushed = _queue([bk.ready_s if overlap else b for bk in buckets], rounds)
+    side = sorted((r if overlap else b, cost) for r, cost in extra)
+    side_ends = comm_chain([r for r, _ in side], [cost for _, cost in side])
+    spans = [(e - s, e) for e, (_, s) in zip(pushed, rounds, strict=True)]
+    spans += [(e - cost, e) for e, (_, cost) in zip(side_ends, side, strict=True)]
+    at_step = max([b + c * covered(spans, 0.0, b), *side_ends])
+    host = model.host_s_per_byte
+    updated = [max(e, at_step) + host * bk.bytes for e, bk in zip(pushed, buckets, strict=True)]
+    pulled = _queue(updated, rounds)
+    start = max([at_step + o, *pushed, *([] if overlap else pulled)])
+    needs = [start + (f * (1 - bk.ready_s / b) if b > 0 else 0.0) for bk in buckets]
+    wait = max([0.0, *(e - n for e, n in zip(pulled, needs, strict=True))])
+    pulls = [(e - s, e) for e, (_, s) in zip(pulled, rounds, strict=True)]
+    busy_f = covered(pulls, start, start + f + wait)
+    return start + f + wait + c * busy_f, max([0.0, *pulled])
+
+
+def _queue(ready: Sequence[float], rounds: Sequence[tuple[int, float]]) -> list[float]:
+    """End of each transfer ``(link, seconds)`` ready at ``ready``: each link takes its
+    transfers one at a time in the order they are ready (ties: the lower index first)."""
+    free: dict[int, float] = {}
+    ends = [0.0] * len(ready)
+    for i in sorted(range(len(ready)), key=lambda i: (ready[i], i)):
+        link, seconds = rounds[i]
+        ends[i] = free[link] = max(ready[i], free.get(link, 0.0)) + seconds
+    return ends
+
+
+def covered(spans: Sequence[tuple[float, float]], lo: float, hi: float) -> float:
+    """Seconds of ``[lo, hi]`` inside at least one of the intervals ``spans``.
+
+    >>> round(covered([(0.0, 0.2), (0.1, 0.3), (0.5, 0.6)], 0.0, 0.55), 9)
+    0.35
+    """
+    total, reach = 0.0, lo
+    for s, e in sorted(spans):
+        s, e = max(s, reach), min(e, hi)
+        if e > s:
+            total += e - s
+            reach = e
+    return total
 
 
 def forward_wait(profile: Profile, costs: Sequence[float]) -> tuple[float, float, float]:

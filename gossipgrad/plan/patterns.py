@@ -18,7 +18,12 @@ nodes, ``alpha``/``beta`` between nodes (one stream), ``alpha_i``/``beta_i`` wit
   ring's ``2 (p-1)/p`` of the model wherever one bucket is larger than ``1/p`` of it
   (VGG-16's first Linear layer is 74 % of the model). The step's wire time ``max(W beta,
   2 (p-1) G s)`` is shared out over the buckets by bytes, and each bucket pays two rounds
-  of latency (push, then pull): ``c_b = 2 alpha + n_b / G x wire``.
+  of latency (push, then pull): ``c_b = 2 alpha + n_b / G x wire``. That is the step's
+  busy time (what a rank without a spare core pays). On the timeline the two rounds of one
+  bucket run one after the other through **its owner's** link (:func:`server_rounds`): the
+  push is an incast, every other rank's ``n_b`` into the owner, ``alpha + (p-1) n_b beta``
+  (off-node ranks only, through the node's NIC, with several nodes), and the pull the same
+  bytes out; other owners' links work at the same time.
 
 PURE: stdlib only.
 
@@ -151,3 +156,34 @@ def server_s(
         2 * (size - 1) * total * fabric.shared_s_per_byte,
     )
     return [2 * a + wire * nb / total for nb in nbytes]
+
+
+def server_rounds(
+    nbytes: Sequence[int], size: int, alpha: float, beta: float, fabric: Fabric
+) -> list[tuple[int, float]]:
+    """Per bucket ``(link, seconds)``: the link its owner's rounds queue on (the owner's
+    node, or the owner itself when every rank is on one node) and the seconds of one round
+    through it, the push (every other rank's ``n`` bytes into the owner) or the pull (the
+    owner's ``n`` bytes out to every other rank), each not below what the shared bottleneck
+    lets ``(p-1) n`` bytes through. Owners as the engine assigns them.
+
+        >>> server_rounds([100, 100], 2, 0.5, 0.01, Fabric())  # one bucket each, one peer
+        [(0, 1.5), (1, 1.5)]
+        >>> server_rounds([100], 3, 0.0, 0.01, Fabric())  # two ranks push into rank 0
+        [(0, 2.0)]
+    """
+    if size < 2:
+        return [(0, 0.0) for _ in nbytes]
+    r, one_node = fabric.ranks_per_node, fabric.nodes(size) == 1
+    a_i, b_i = _intra(fabric, alpha, beta)
+    rounds = []
+    for nb, owner in zip(nbytes, assign_owners(nbytes, size), strict=True):
+        if one_node:
+            link, a, wire = owner, a_i, (size - 1) * nb * b_i
+        else:
+            node = owner // r
+            on_node = min(size, (node + 1) * r) - node * r
+            link, a = node, alpha
+            wire = nb * max((size - on_node) * beta, (on_node - 1) * b_i)
+        rounds.append((link, a + max(wire, (size - 1) * nb * fabric.shared_s_per_byte)))
+    return rounds

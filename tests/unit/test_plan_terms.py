@@ -25,6 +25,7 @@ from gossipgrad.plan.patterns import (
     peer_s,
     ring_s,
     server_loads,
+    server_rounds,
     server_s,
     server_wire_bytes,
 )
@@ -186,13 +187,44 @@ def test_profile_linear_layers_round_trip_and_name_bad_fields():
 
 def test_a_parameter_server_pushes_during_backward_and_pulls_before_forward():
     cm = CommModel(0.0, 1e-4)
-    # one bucket (two ranks: the owner's link carries it once each way), ready at the end
+    # one bucket, two ranks: rank 1 pushes it into its owner (0.1 s), then the owner's pull
+    # comes back (0.1 s): the two rounds of the bucket ready last are both exposed
     late = profile([(1000, 0.2)], forward=0.1, backward=0.2)
-    assert step_time(late, cm, "ps", 2).step_s == approx(0.1 + 0.2 + 0.1)  # 0.05 + 0.05
-    # the first layer's bucket (ready last) is needed at once; the last layer's at F
+    assert step_time(late, cm, "ps", 2).step_s == approx(0.2 + 0.1 + 0.1 + 0.1)
+    # owners [0, 1]: bucket 0 (last layer) pushed at 0, updated at step() (0.2), pulled by
+    # 0.25, needed at forward's end; bucket 1 (first layer) pushed 0.2-0.25, pulled
+    # 0.25-0.3 and needed at forward's start (0.25, once this rank's pushes have left)
     two = profile([(500, 0.0), (500, 0.2)], forward=0.1, backward=0.2)
-    t = step_time(two, cm, "ps", 2)
-    # pushes: 0.025 s each, the second after backward; pulls: bucket 1 first (needed at 0)
-    assert t.step_s == approx(0.3 + 0.025 + 0.025)
+    assert step_time(two, cm, "ps", 2).step_s == approx(0.25 + 0.05 + 0.1)
     host = step_time(late, CommModel(0.0, 1e-4, host_s_per_byte=1e-5), "ps", 2)
-    assert host.step_s == approx(0.4 + 0.01)  # the owner's work comes before its pull
+    assert host.step_s == approx(0.5 + 0.01)  # the owner's work comes before its pull
+    # without overlap both pushes leave at step() (into two owners, side by side), and
+    # forward starts once every pull is in
+    assert step_time(two, cm, "ps", 2, overlap=False).step_s == approx(0.2 + 0.05 + 0.05 + 0.1)
+
+
+def test_each_bucket_is_an_incast_into_its_one_owner():
+    # 8 ranks, 8 equal buckets (one per owner): a bucket's push carries 7 x 1000 bytes into
+    # its owner (0.07 s) and its pull the same out, while other owners' links work beside it
+    p, n, beta = 8, 1000, 1e-5
+    prof = profile([(n, 0.025 * (i + 1)) for i in range(p)], forward=0.1, backward=0.2)
+    rounds = server_rounds([n] * p, p, 0.0, beta, Fabric())
+    assert sorted(link for link, _ in rounds) == list(range(p))
+    assert [s for _, s in rounds] == [approx((p - 1) * n * beta)] * p
+    t = step_time(prof, CommModel(0.0, beta), "ps", p)
+    # the first layer's bucket, ready at 0.2: pushed by 0.27, pulled by 0.34, needed at 0.27
+    assert t.step_s == approx(0.27 + 0.1 + 0.07)
+    # the evenly shared busy time the step's total charges is 8x less per bucket
+    assert sum(CommModel(0.0, beta).bucket_costs("ps", [n] * p, p)) == approx(2 * 7 * n * beta)
+
+
+def test_server_rounds_use_the_nodes_nic_and_the_shared_bottleneck():
+    f = Fabric(ranks_per_node=2, intra_beta_s_per_byte=0.0)
+    # 4 ranks on 2 nodes: a bucket's push crosses its owner's NIC from the 2 other-node ranks
+    assert (
+        server_rounds([100] * 4, 4, A, B, f)
+        == [(0, approx(A + 200 * B))] * 2 + [(1, approx(A + 200 * B))] * 2
+    )
+    shared = Fabric(shared_s_per_byte=1e-8)  # 100 MB/s for everyone together
+    assert server_rounds([100], 4, 0.0, B, shared) == [(0, approx(3 * 100 * 1e-8))]
+    assert server_rounds([100, 5], 1, A, B, Fabric()) == [(0, 0.0), (0, 0.0)]
