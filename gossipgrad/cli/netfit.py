@@ -81,6 +81,14 @@ POOR_R2 = 0.9
     help="Also time allreduce at the launched size.",
 )
 @click.option(
+    "--allreduce-mb",
+    type=click.FloatRange(min=0),
+    default=32.0,
+    show_default=True,
+    help="Grow the allreduce sweep to at least this size however long a message takes "
+    "(the bucket sizes training allreduces; 0: stop at --max-message-s like the others).",
+)
+@click.option(
     "--concurrent/--no-concurrent",
     default=True,
     show_default=True,
@@ -110,6 +118,7 @@ def netfit(
     peer: int | None,
     exchange: bool,
     allreduce: bool,
+    allreduce_mb: float,
     concurrent: bool,
     comm_timeout: float,
     out: str | None,
@@ -145,6 +154,7 @@ def netfit(
             concurrent=concurrent,
             stat=stat,
             source=" ".join(library_version().split()),
+            allreduce_bytes=round(allreduce_mb * 2**20),
         )
     except (CommError, ValueError) as exc:
         abort_job(comm, f"rank {comm.rank}: netfit: {exc}")

@@ -13,7 +13,9 @@ optimistic on a shared network):
 - **exchange** on the same pair: both send and receive at once, as a gossip step does; the
   ratio of its ``beta`` to the ping-pong's estimates the model's ``duplex`` (1 = full duplex).
 - **allreduce** of a float32 buffer on all ranks (time = the slowest rank's), fitted at the
-  launched size;
+  launched size; it grows to at least ``allreduce_bytes`` (32 MiB: training's buckets are
+  25 MiB by default) however long a message takes, since an MPI allreduce's cost per byte
+  at a few MiB need not be its cost at the sizes training sends;
 - **concurrent**: every rank sends to the next and receives from the previous at once (a
   ring shift), the load a training step puts on the links and on whatever the ranks share
   (a NIC, the switch, the host's cores doing TCP); fitted at the launched size. Its
@@ -58,6 +60,7 @@ LOOPBACK_MAX_BYTES = 64 * MIB  # every rank on one host
 CLUSTER_MAX_BYTES = 256 * MIB
 DEFAULT_REPS = 10
 DEFAULT_MAX_MESSAGE_S = 0.25
+DEFAULT_ALLREDUCE_BYTES = 32 * MIB
 
 
 @dataclass(frozen=True)
@@ -155,6 +158,7 @@ def measure_network(
     concurrent: bool = True,
     stat: str = "median",
     source: str = "",
+    allreduce_bytes: int = DEFAULT_ALLREDUCE_BYTES,
 ) -> NetfitResult:
     """Run the sweeps on every rank of ``comm`` (collective) and fit them.
 
@@ -163,6 +167,8 @@ def measure_network(
             256 MiB.
         peer: rank 0's ping-pong partner; None = :func:`choose_peer`.
         stat: ``median`` or ``min`` over the reps of each size (see the module).
+        allreduce_bytes: the allreduce sweep's smallest largest message (capped at
+            ``max_bytes``), measured past ``max_message_s`` with at most 3 reps a size.
         source: text appended to the ``source`` label (host, size and, when set,
             ``GOSSIPGRAD_EMU_RATE`` are always included).
     Raises ``ValueError`` for bad arguments (the same on every rank) and ``CommTimeout``
@@ -178,8 +184,8 @@ def measure_network(
     if not 0 < peer < comm.size:
         raise ValueError(f"peer must be a rank in [1, {comm.size}), got {peer}")
 
-    def sweep(once: Callable[[int], float]) -> Sweep:
-        return sweeps.run_sweep(comm, sizes, reps, max_message_s, stat, once)
+    def sweep(once: Callable[[int], float], grow_to: int = 0) -> Sweep:
+        return sweeps.run_sweep(comm, sizes, reps, max_message_s, stat, once, grow_to)
 
     buf = np.zeros(sizes[-1], dtype=np.uint8)
     pp = sweep(sweeps.pingpong(comm, buf, peer))
@@ -188,7 +194,7 @@ def measure_network(
     ex = sweep(sweeps.exchange(comm, buf, np.zeros_like(buf), peer)) if exchange else None
     del buf
     ar = (
-        sweep(sweeps.allreduce(comm, np.zeros(sizes[-1] // 4, dtype=np.float32)))
+        sweep(sweeps.allreduce(comm, np.zeros(sizes[-1] // 4, dtype=np.float32)), allreduce_bytes)
         if allreduce
         else None
     )

@@ -35,6 +35,7 @@ from gossipgrad.plan.fit import fit_link, relative_errors
 from gossipgrad.plan.formats import LinkFit
 
 SPIN_S = 50e-6  # pure spinning before polls start yielding the CPU
+SLOW_REPS = 3  # reps of a size measured past max_message_s only to reach ``grow_to``
 STATS: dict[str, Callable[[list[float]], float]] = {"median": statistics.median, "min": min}
 
 
@@ -102,23 +103,28 @@ def run_sweep(
     max_message_s: float,
     stat: str,
     once: Callable[[int], float],
+    grow_to: int = 0,
 ) -> Sweep:
     """Run ``once(n)`` per size and rep and fit (collective: every rank calls it with the
     same arguments and gets the same :class:`Sweep`). Stops after the first size whose kept
-    time exceeds ``max_message_s``.
+    time exceeds ``max_message_s``, but not before ``grow_to`` bytes (the sizes a fit must
+    cover however slow they are); past ``max_message_s`` a size takes at most
+    :data:`SLOW_REPS` reps.
 
     ``once`` returns this rank's time (0 when it takes no part); the per-rep maximum over
     ranks is kept, so every rank sees the same numbers and stops at the same size.
     """
     done, kept, fastest = [], [], []
     for n in sizes:
+        slow = bool(kept) and kept[-1] > max_message_s
         once(n)  # warm-up: connections, eager/rendezvous buffers, page faults
-        times = np.array([once(n) for _ in range(reps)], dtype=np.float64)
+        count = min(reps, SLOW_REPS) if slow else reps
+        times = np.array([once(n) for _ in range(count)], dtype=np.float64)
         allreduce_(comm, times, ReduceOp.MAX)
         done.append(n)
         kept.append(float(STATS[stat](times.tolist())))
         fastest.append(float(times.min()))
-        if kept[-1] > max_message_s:
+        if kept[-1] > max_message_s and n >= grow_to:
             break
     return _fit(done, kept, fastest, max_message_s)
 

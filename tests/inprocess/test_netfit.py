@@ -50,6 +50,29 @@ def test_run_sweep_keeps_the_slowest_rank_and_stops_at_max_message_s():
     assert s.fit.beta_s_per_byte == pytest.approx(BETA, rel=1e-6)
 
 
+def test_run_sweep_grows_to_the_size_it_must_cover_with_few_reps_past_the_limit():
+    sizes = sweeps.message_sizes(4096, 1 << 20)
+    calls: list[int] = []
+
+    def body(comm):
+        inner = fake(ALPHA, BETA, (0, 1))(comm)
+
+        def once(n: int) -> float:
+            if comm.rank == 0:
+                calls.append(n)
+            return inner(n)
+
+        return sweeps.run_sweep(comm, sizes, 5, 60e-6, "median", once, grow_to=1 << 20)
+
+    s = run_ranks(2, body)[0]
+    # 512 KiB is past 60 us but the sweep goes on to 1 MiB, the size it must cover
+    assert s.nbytes == tuple(4096 * 2**i for i in range(9))
+    assert calls.count(256 << 10) == 1 + 5  # within the limit: warm-up and every rep
+    assert calls.count(512 << 10) == 1 + 5  # the first size past it still gets every rep
+    assert calls.count(1 << 20) == 1 + sweeps.SLOW_REPS  # grown to: a few reps
+    assert s.fit.beta_s_per_byte == pytest.approx(BETA, rel=1e-6)
+
+
 def test_message_sizes_and_peer_choice():
     assert sweeps.message_sizes(3000, 16384) == [4096, 8192, 16384]
     with pytest.raises(ValueError, match="at least two sizes"):

@@ -42,6 +42,7 @@ def test_netfit_on_two_ranks_writes_a_valid_network_fit(tmp_path):
     doc = json.loads(out.read_text())
     pingpong = doc["measurements"]["pingpong"]
     assert pingpong["nbytes"] == [4096 * 2**i for i in range(9)]  # 4 KiB .. 1 MiB
+    assert doc["measurements"]["allreduce"]["nbytes"][-1] == 1 << 20  # grown to --max-mb
     assert doc["measurements"]["stat"] == "min" and doc["measurements"]["peer"] == 1
     assert "p2p (ranks 0<->1): alpha" in proc.stderr  # rank 0's summary
 
