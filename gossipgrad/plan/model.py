@@ -456,7 +456,7 @@ def busy_within(ends: Sequence[float], costs: Sequence[float], window: float) ->
     >>> round(busy_within([0.2, 0.5], [0.1, 0.2], 0.4), 9)
     0.2
     """
-    return sum(max(0.0, min(e, window) - max(e - c, 0.0)) for e, c in zip(ends, costs, strict=True))
+    return covered([(e - c, e) for e, c in zip(ends, costs, strict=True)], 0.0, window)
 
 
 def _serial_step(
