@@ -228,6 +228,8 @@ def _parse(data: Any, name: str) -> StandinProfile:
     known = {"format", "arch", "hidden", "input_shape", "classes", "precision", "source", "layers"}
     extra = {k: v for k, v in data.items() if k not in known and k not in planner.to_json()}
     names = tuple(str(b.get("name", "")) for b in data["buckets"])
+    if all(names):  # one named bucket per parameter, indexed by registration position
+        planner = dataclasses.replace(planner, per_parameter=True)
     return StandinProfile(
         name=name,
         arch=arch,

@@ -26,7 +26,7 @@ The per-layer split is a model; the total step is the publication's.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -181,7 +181,7 @@ def _with_ready_times(
         classes=draft.classes,
         precision=draft.precision,
         source=source,
-        planner=draft.planner.with_buckets(buckets),
+        planner=replace(draft.planner.with_buckets(buckets), per_parameter=True),
         layers=draft.layers,
         bucket_names=names,
     )

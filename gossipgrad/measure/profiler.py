@@ -187,6 +187,7 @@ def profile_step(
         buckets=tuple(Bucket(t.index, t.bytes, t.ready_s) for t in timings),
         memory_bytes=memory,
         linear=linear,
+        per_parameter=True,
     )
     spread = {k: (min(v), max(v)) for k, v in phases.items()}
     return StepProfile(profile, tuple(timings), spread, steps, warmup, order_hits == steps)
@@ -303,7 +304,8 @@ def layout_profile(result: StepProfile, model: torch.nn.Module, cap_bytes: int) 
         for b in layout.buckets
     ]
     merged = result.profile.with_buckets(sorted(buckets, key=lambda b: (b.ready_s, b.index)))
-    return dataclasses.replace(merged, linear=())  # its bucket indices were the parameters'
+    # its bucket indices were the parameters' and are the layout's buckets' now
+    return dataclasses.replace(merged, linear=(), per_parameter=False)
 
 
 class RandomBatch(NamedTuple):

@@ -112,6 +112,9 @@ class Profile(_JsonFile):
     Invariants: ``buckets`` are in the order backward produces them; every ``ready_s`` lies in
     ``[0, backward_s]``; bucket bytes sum to at most ``param_bytes``. Profile with the finest
     buckets you can (one per parameter is best): the planner can merge buckets, never split.
+    ``per_parameter``: one bucket per parameter, its ``index`` the parameter's position in
+    ``model.parameters()``, so the planner can group them as the engine does (in reverse
+    registration order, :func:`gossipgrad.plan.model.rebucket`).
     """
 
     KIND: ClassVar[str] = "profile"
@@ -126,6 +129,7 @@ class Profile(_JsonFile):
     buckets: tuple[Bucket, ...]
     memory_bytes: int | None = None
     linear: tuple[LinearLayer, ...] = ()
+    per_parameter: bool = False
 
     @property
     def compute_s(self) -> float:
@@ -165,6 +169,8 @@ class Profile(_JsonFile):
             out["memory_bytes"] = self.memory_bytes
         if self.linear:
             out["linear"] = [dict(vars(layer)) for layer in self.linear]
+        if self.per_parameter:
+            out["per_parameter"] = True
         return out
 
 
@@ -215,6 +221,9 @@ def _profile_from_json(data: Mapping[str, Any]) -> Profile:
         )
     memory = g("memory_bytes", optional=True)
     raw_linear = g("linear", optional=True)
+    per_parameter = g("per_parameter", optional=True)
+    if per_parameter is not None and not isinstance(per_parameter, bool):
+        raise ValueError(f"field 'per_parameter' must be true or false, got {per_parameter!r}")
     return Profile(
         model=_string(g("model"), "model"),
         batch_size=_integer(g("batch_size"), "batch_size", minimum=1),
@@ -226,6 +235,7 @@ def _profile_from_json(data: Mapping[str, Any]) -> Profile:
         buckets=tuple(buckets),
         memory_bytes=None if memory is None else _integer(memory, "memory_bytes"),
         linear=() if raw_linear is None else _linear_from_json(raw_linear, seen),
+        per_parameter=bool(per_parameter),
     )
 
 

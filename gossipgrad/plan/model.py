@@ -31,10 +31,11 @@ their defaults give the plain model.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from gossipgrad.plan.fabric import Fabric, shared_from_concurrent
+from gossipgrad.plan.fluid import Round, run
 from gossipgrad.plan.formats import Bucket, NetworkFit, Profile
 from gossipgrad.plan.host import HostShare
 from gossipgrad.plan.patterns import peer_s, ring_s, server_rounds, server_s
@@ -191,7 +192,11 @@ def bytes_sent(strategy: str, nbytes: int, size: int) -> float:
 
 
 def rebucket(
-    buckets: Sequence[Bucket], cap_bytes: int | None, window_s: float | None = None
+    buckets: Sequence[Bucket],
+    cap_bytes: int | None,
+    window_s: float | None = None,
+    *,
+    registration: bool = False,
 ) -> tuple[Bucket, ...]:
     """Merge consecutive buckets (backward order) into buckets of at most ``cap_bytes``.
 
@@ -209,33 +214,61 @@ def rebucket(
         [(6, 0.2), (5, 0.3)]
         >>> [(b.bytes, round(b.ready_s, 9)) for b in rebucket(bs, 100, window_s=0.25)]
         [(6, 0.25), (5, 0.5)]
+
+    ``registration``: merge as the engine's ``BucketLayout`` does, in reverse registration
+    order (input: one bucket per parameter, ``index`` its position among the model's
+    parameters, ``Profile.per_parameter``), listed by ready time. A layer registered last
+    that backward reaches late (GoogLeNet's auxiliary heads) holds back the first bucket::
+
+        >>> ps = [Bucket(2, 4, 0.1), Bucket(1, 4, 0.2), Bucket(3, 4, 0.3), Bucket(0, 4, 0.4)]
+        >>> [(b.bytes, b.ready_s) for b in rebucket(ps, 8, registration=True)]
+        [(8, 0.3), (8, 0.4)]
+        >>> [(b.bytes, b.ready_s) for b in rebucket(ps, 8)]
+        [(8, 0.2), (8, 0.4)]
     """
-    if cap_bytes is None:
-        return tuple(buckets)
-    if isinstance(cap_bytes, bool) or not isinstance(cap_bytes, int) or cap_bytes < 1:
+    if cap_bytes is not None and (
+        isinstance(cap_bytes, bool) or not isinstance(cap_bytes, int) or cap_bytes < 1
+    ):
         raise ValueError(f"cap_bytes must be an integer >= 1 or None, got {cap_bytes!r}")
     if window_s is not None and not (window_s >= 0 and math.isfinite(window_s)):
         raise ValueError(f"window_s must be a finite number >= 0 or None, got {window_s!r}")
+    if registration:
+        if window_s is not None:
+            raise ValueError("registration order and a fusion window do not combine")
+        groups = _groups(sorted(buckets, key=lambda b: -b.index), cap_bytes, lambda b: 0.0)
+        merged = sorted((max(m.ready_s for m in g), sum(m.bytes for m in g)) for g in groups)
+        return tuple(Bucket(i, nbytes, ready) for i, (ready, nbytes) in enumerate(merged))
+    if cap_bytes is None:
+        return tuple(buckets)
 
     def sent_at(b: Bucket) -> float:
         if not window_s:
             return b.ready_s
         return math.ceil(b.ready_s / window_s - 1e-9) * window_s
 
+    cycle = sent_at if window_s is not None else (lambda b: 0.0)
+    return tuple(
+        Bucket(i, sum(m.bytes for m in g), max(max(m.ready_s for m in g), sent_at(g[-1])))
+        for i, g in enumerate(_groups(buckets, cap_bytes, cycle))
+    )
+
+
+def _groups(
+    ordered: Sequence[Bucket], cap_bytes: int | None, cycle: Callable[[Bucket], float]
+) -> list[list[Bucket]]:
+    """Consecutive runs of ``ordered`` of at most ``cap_bytes`` (None: one run) within one
+    ``cycle``; a bucket larger than the cap is a run of its own."""
     groups: list[list[Bucket]] = []
     total = 0
-    for b in buckets:
-        same_cycle = window_s is None or (groups and sent_at(groups[-1][0]) == sent_at(b))
-        if groups and same_cycle and total + b.bytes <= cap_bytes:
+    for b in ordered:
+        fits = cap_bytes is None or total + b.bytes <= cap_bytes
+        if groups and fits and cycle(groups[-1][0]) == cycle(b):
             groups[-1].append(b)
             total += b.bytes
         else:
             groups.append([b])
             total = b.bytes
-    return tuple(
-        Bucket(i, sum(m.bytes for m in g), max(max(m.ready_s for m in g), sent_at(g[-1])))
-        for i, g in enumerate(groups)
-    )
+    return groups
 
 
 def comm_chain(ready_s: Sequence[float], cost_s: Sequence[float]) -> list[float]:
@@ -379,46 +412,70 @@ def _server_step(
 ) -> tuple[float, float]:
     """(step time, end of the last pull from backward's start) of a parameter server.
 
-    Bucket ``b``'s push leaves at its ready time and queues on its owner's link, inbound
-    (:func:`gossipgrad.plan.patterns.server_rounds`: an incast of every other rank); the
-    owner updates it at ``max(push end, its step())`` plus ``host_s_per_byte * n_b``, and
-    its pull then queues on the owner's link outbound. Owners' links work in parallel,
-    each in arrival order. ``step()`` comes after backward (stretched by the interference
-    of the pushes beside it) and after the factor transfers (``extra``, on the rank's own
-    thread); forward starts after the optimizer and once this rank's pushes have left
-    (``zero_grad`` waits for them), and waits for each bucket's pull before the layers that
-    use it, at ``F (1 - r_b / B)``. Without overlap it waits for every pull at once."""
+    Bucket ``b``'s push leaves at its ready time, an incast of every other rank into its
+    owner (:func:`gossipgrad.plan.patterns.server_rounds`); the owner updates it at
+    ``max(push end, its step())`` plus ``host_s_per_byte * n_b``, and its pull then goes
+    out to every other rank. Every push and pull in flight at once shares the ports it
+    crosses (:func:`gossipgrad.plan.fluid.run`). ``step()`` comes after backward
+    (stretched by the interference of the pushes beside it) and after the factor
+    transfers (``extra``, on the rank's own thread); forward starts after the optimizer
+    and once the pushes have left (``zero_grad`` waits for them), and waits for each
+    bucket's pull before the layers that use it, at ``F (1 - r_b / B)``. Without overlap
+    it waits for every pull at once."""
     f, b, o, c = profile.forward_s, profile.backward_s, profile.optimizer_s, model.interference
-    buckets = profile.buckets
-    rounds = server_rounds(
-        [bk.bytes for bk in buckets], size, model.alpha_s, model.beta_s_per_byte, model.fabric
-    )
-    pushed = _queue([bk.ready_s if overlap else b for bk in buckets], rounds)
     side = sorted((r if overlap else b, cost) for r, cost in extra)
     side_ends = comm_chain([r for r, _ in side], [cost for _, cost in side])
-    spans = [(e - s, e) for e, (_, s) in zip(pushed, rounds, strict=True)]
-    spans += [(e - cost, e) for e, (_, cost) in zip(side_ends, side, strict=True)]
-    at_step = max([b + c * covered(spans, 0.0, b), *side_ends])
-    host = model.host_s_per_byte
-    updated = [max(e, at_step) + host * bk.bytes for e, bk in zip(pushed, buckets, strict=True)]
-    pulled = _queue(updated, rounds)
-    start = max([at_step + o, *pushed, *([] if overlap else pulled)])
-    needs = [start + (f * (1 - bk.ready_s / b) if b > 0 else 0.0) for bk in buckets]
-    wait = max([0.0, *(e - n for e, n in zip(pulled, needs, strict=True))])
-    pulls = [(e - s, e) for e, (_, s) in zip(pulled, rounds, strict=True)]
-    busy_f = covered(pulls, start, start + f + wait)
-    return start + f + wait + c * busy_f, max([0.0, *pulled])
+    side_spans = [(e - cost, e) for e, (_, cost) in zip(side_ends, side, strict=True)]
+    timeline = _ServerTimeline(profile, model, size, overlap)
+    at_step = max([b, *side_ends])
+    pushed, pulled = timeline.run(at_step)
+    if c > 0:  # pulls start at step(), so the pushes' spans before it do not depend on it
+        stretched = b + c * covered([*pushed, *side_spans], 0.0, b)
+        if stretched > at_step:
+            at_step = stretched
+            pushed, pulled = timeline.run(at_step)
+    push_ends, pull_ends = [e for _, e in pushed], [e for _, e in pulled]
+    start = max([at_step + o, *push_ends, *([] if overlap else pull_ends)])
+    needs = [start + (f * (1 - bk.ready_s / b) if b > 0 else 0.0) for bk in profile.buckets]
+    wait = max([0.0, *(e - n for e, n in zip(pull_ends, needs, strict=True))])
+    busy_f = covered(pulled, start, start + f + wait)
+    return start + f + wait + c * busy_f, max([0.0, *pull_ends])
 
 
-def _queue(ready: Sequence[float], rounds: Sequence[tuple[int, float]]) -> list[float]:
-    """End of each transfer ``(link, seconds)`` ready at ``ready``: each link takes its
-    transfers one at a time in the order they are ready (ties: the lower index first)."""
-    free: dict[int, float] = {}
-    ends = [0.0] * len(ready)
-    for i in sorted(range(len(ready)), key=lambda i: (ready[i], i)):
-        link, seconds = rounds[i]
-        ends[i] = free[link] = max(ready[i], free.get(link, 0.0)) + seconds
-    return ends
+class _ServerTimeline:
+    """The pushes and pulls of one step of a parameter server on the fluid network."""
+
+    def __init__(self, profile: Profile, model: CommModel, size: int, overlap: bool) -> None:
+        self.buckets = profile.buckets
+        self.net, self.rounds = server_rounds(
+            [bk.bytes for bk in self.buckets],
+            size,
+            model.alpha_s,
+            model.beta_s_per_byte,
+            model.fabric,
+        )
+        self.ready = [bk.ready_s if overlap else profile.backward_s for bk in self.buckets]
+        self.host = model.host_s_per_byte
+
+    def run(self, at_step: float) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+        """Per bucket, the (start, end) of its push and of its pull, the owners updating
+        at ``at_step`` at the earliest."""
+        nb = len(self.buckets)
+        order: list[int] = []  # the bucket of each pull, in the order they were added
+
+        def pull_after(i: int, end: float) -> list[Round]:
+            if i >= nb:
+                return []
+            order.append(i)
+            ready = max(end, at_step) + self.host * self.buckets[i].bytes
+            return [replace(self.rounds[i][1], ready_s=ready)]
+
+        pushes = [replace(p, ready_s=r) for (p, _), r in zip(self.rounds, self.ready, strict=True)]
+        spans = run(self.net, pushes, pull_after)
+        pulled = [(0.0, 0.0)] * nb
+        for i, span in zip(order, spans[nb:], strict=True):
+            pulled[i] = span
+        return spans[:nb], pulled
 
 
 def covered(spans: Sequence[tuple[float, float]], lo: float, hi: float) -> float:

@@ -20,10 +20,11 @@ nodes, ``alpha``/``beta`` between nodes (one stream), ``alpha_i``/``beta_i`` wit
   2 (p-1) G s)`` is shared out over the buckets by bytes, and each bucket pays two rounds
   of latency (push, then pull): ``c_b = 2 alpha + n_b / G x wire``. That is the step's
   busy time (what a rank without a spare core pays). On the timeline the two rounds of one
-  bucket run one after the other through **its owner's** link (:func:`server_rounds`): the
-  push is an incast, every other rank's ``n_b`` into the owner, ``alpha + (p-1) n_b beta``
-  (off-node ranks only, through the node's NIC, with several nodes), and the pull the same
-  bytes out; other owners' links work at the same time.
+  bucket run one after the other (:func:`server_rounds`): the push is an incast, every
+  other rank's ``n_b`` into the owner (``(p-1) n_b`` through the owner's port, ``n_b``
+  out of every other), the pull the same bytes the other way, and every round active at
+  once shares the ports it crosses (:mod:`gossipgrad.plan.fluid`): a rank's inbound link
+  takes the pushes into the buckets it owns and the pulls of every other owner's.
 
 PURE: stdlib only.
 
@@ -36,9 +37,10 @@ PURE: stdlib only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 from gossipgrad.plan.fabric import Fabric
+from gossipgrad.plan.fluid import IN, OUT, Network, Round
 
 
 def assign_owners(nbytes: Sequence[int], size: int) -> list[int]:
@@ -160,30 +162,48 @@ def server_s(
 
 def server_rounds(
     nbytes: Sequence[int], size: int, alpha: float, beta: float, fabric: Fabric
-) -> list[tuple[int, float]]:
-    """Per bucket ``(link, seconds)``: the link its owner's rounds queue on (the owner's
-    node, or the owner itself when every rank is on one node) and the seconds of one round
-    through it, the push (every other rank's ``n`` bytes into the owner) or the pull (the
-    owner's ``n`` bytes out to every other rank), each not below what the shared bottleneck
-    lets ``(p-1) n`` bytes through. Owners as the engine assigns them.
+) -> tuple[Network, list[tuple[Round, Round]]]:
+    """The network a parameter server's rounds share and, per bucket, its push and its pull
+    (:mod:`gossipgrad.plan.fluid`, ready at 0: the timeline sets when). Owners as the
+    engine assigns them. Ports are the nodes' NICs (``1 / beta`` bytes per second each way;
+    with every rank on one node, each rank's own link at the intra rate). A push is every
+    other rank's ``n`` bytes into the owner: ``(p - r) n`` into its node's port from the
+    ``p - r`` ranks of other nodes, which each send ``n`` out of theirs, and ``(r - 1) n``
+    over the owner's intra-node link; a pull is the same bytes the other way. Off-node
+    bytes also cross the shared bottleneck, if any (all bytes with one node). A round
+    ends ``alpha`` after its last byte.
 
-        >>> server_rounds([100, 100], 2, 0.5, 0.01, Fabric())  # one bucket each, one peer
-        [(0, 1.5), (1, 1.5)]
-        >>> server_rounds([100], 3, 0.0, 0.01, Fabric())  # two ranks push into rank 0
-        [(0, 2.0)]
+        >>> net, [(push, pull)] = server_rounds([100], 3, 0.5, 0.01, Fabric())
+        >>> net.counts, push.hot, (push.spread, push.node, push.spread_bytes)
+        ((1, 1, 1), ((('in', 0), 200),), ('out', 0, 100))
+        >>> from gossipgrad.plan.fluid import run
+        >>> [end for _, end in run(net, [push])]   # 200 bytes into rank 0 at 100 bytes/s
+        [2.5]
     """
     if size < 2:
-        return [(0, 0.0) for _ in nbytes]
-    r, one_node = fabric.ranks_per_node, fabric.nodes(size) == 1
+        return Network((1,)), [(Round(0.0, 0.0), Round(0.0, 0.0)) for _ in nbytes]
+    one_node = fabric.nodes(size) == 1
     a_i, b_i = _intra(fabric, alpha, beta)
-    rounds = []
+    r = 1 if one_node else fabric.ranks_per_node
+    counts = tuple(min(size, (m + 1) * r) - m * r for m in range(-(-size // r)))
+    port_beta, latency = (b_i, a_i) if one_node else (beta, alpha)
+    capacity: dict[Hashable, float] = {}
+    if port_beta > 0:
+        capacity.update({(d, m): 1 / port_beta for d in (IN, OUT) for m in range(len(counts))})
+    if fabric.shared_s_per_byte > 0:
+        capacity["shared"] = 1 / fabric.shared_s_per_byte
+    pairs = []
     for nb, owner in zip(nbytes, assign_owners(nbytes, size), strict=True):
-        if one_node:
-            link, a, wire = owner, a_i, (size - 1) * nb * b_i
-        else:
-            node = owner // r
-            on_node = min(size, (node + 1) * r) - node * r
-            link, a = node, alpha
-            wire = nb * max((size - on_node) * beta, (on_node - 1) * b_i)
-        rounds.append((link, a + max(wire, (size - 1) * nb * fabric.shared_s_per_byte)))
-    return rounds
+        m = owner // r
+        off, on = (size - counts[m]) * nb, (counts[m] - 1) * nb
+        rounds = []
+        for d, back in ((IN, OUT), (OUT, IN)):
+            hot: list[tuple[Hashable, float]] = [((d, m), off)]
+            if "shared" in capacity:
+                hot.append(("shared", off if r > 1 else (size - 1) * nb))
+            if on and b_i > 0:
+                hot.append(((f"intra-{d}", owner), on))
+                capacity[(f"intra-{d}", owner)] = 1 / b_i
+            rounds.append(Round(0.0, latency, tuple(hot), back, m, nb))
+        pairs.append((rounds[0], rounds[1]))
+    return Network(counts, capacity), pairs

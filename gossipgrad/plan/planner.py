@@ -156,7 +156,8 @@ def _for_config(
 ) -> tuple[Profile, list[tuple[float, float]], float]:
     """The profile as one configuration exchanges it: Linear layers sent as factors taken
     out (:func:`~gossipgrad.plan.factors.factor_transfers`), the rest merged to the cap
-    (a parameter server's at most 1/size of the model each, as the engine shards it)."""
+    (a parameter server's at most 1/size of the model each), grouped as the engine groups
+    them where the profile has a bucket per parameter and no library does the fusing."""
     extra: list[tuple[float, float]] = []
     sent = 0.0
     spec = STRATEGIES.get(strategy)
@@ -166,7 +167,9 @@ def _for_config(
         profile, extra, sent = factor_transfers(profile, model, spec.name, size, factors)
     if server:
         cap = ps_cap(profile.grad_bytes, size, cap) or cap
-    merged = rebucket(profile.buckets, cap, spec.fusion_window_s())
+    window = spec.fusion_window_s()
+    engine = profile.per_parameter and not spec.library and window is None
+    merged = rebucket(profile.buckets, cap, window, registration=engine)
     return profile.with_buckets(merged), extra, sent
 
 

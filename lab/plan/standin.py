@@ -202,7 +202,8 @@ def profile_for(
         cap = ps_cap(prof.grad_bytes, run.size, cap) or cap
     window = spec.fusion_window_s() if cycles else None  # on the dilated clock
     undilated = None if window is None else window / run.dilate
-    return prof.with_buckets(rebucket(prof.buckets, cap, undilated))
+    engine = prof.per_parameter and not spec.library and spec.fusion_window_s() is None
+    return prof.with_buckets(rebucket(prof.buckets, cap, undilated, registration=engine))
 
 
 def predict_run(

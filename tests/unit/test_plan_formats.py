@@ -41,6 +41,9 @@ def test_profile_round_trip_and_derived_values(tmp_path):
     no_mem = {k: v for k, v in PROFILE.items() if k != "memory_bytes"}
     assert Profile.from_json(no_mem).memory_bytes is None
     assert "memory_bytes" not in Profile.from_json(no_mem).to_json()
+    assert not p.per_parameter and "per_parameter" not in p.to_json()
+    per = Profile.from_json({**PROFILE, "per_parameter": True})
+    assert per.per_parameter and per.to_json() == {**PROFILE, "per_parameter": True}
 
 
 def test_network_round_trip(tmp_path):
@@ -91,6 +94,7 @@ def _bad(base, path, value):
         (("buckets", 0), 7, "profile field 'buckets[0]' must be a JSON object"),
         (("param_bytes",), 299, "profile field 'buckets' holds 300 bytes, more than param_bytes"),
         (("memory_bytes",), -1, "profile field 'memory_bytes' must be >= 0"),
+        (("per_parameter",), 1, "profile field 'per_parameter' must be true or false, got 1"),
     ],
 )
 def test_profile_validation_names_the_field(path, value, message):

@@ -11,6 +11,7 @@ import pytest
 
 from gossipgrad.engine import shards
 from gossipgrad.plan.fabric import Fabric, shared_from_concurrent
+from gossipgrad.plan.fluid import run
 from gossipgrad.plan.formats import (
     Bucket,
     ConcurrentFit,
@@ -191,40 +192,59 @@ def test_a_parameter_server_pushes_during_backward_and_pulls_before_forward():
     # comes back (0.1 s): the two rounds of the bucket ready last are both exposed
     late = profile([(1000, 0.2)], forward=0.1, backward=0.2)
     assert step_time(late, cm, "ps", 2).step_s == approx(0.2 + 0.1 + 0.1 + 0.1)
-    # owners [0, 1]: bucket 0 (last layer) pushed at 0, updated at step() (0.2), pulled by
-    # 0.25, needed at forward's end; bucket 1 (first layer) pushed 0.2-0.25, pulled
-    # 0.25-0.3 and needed at forward's start (0.25, once this rank's pushes have left)
+    # owners [0, 1]: bucket 0 (last layer) pushed 0-0.05, updated at step() (0.2); bucket 1
+    # (first layer) pushed at 0.2. Bucket 0's pull (rank 0 -> 1) and bucket 1's push
+    # (rank 0 -> 1) cross the same link at once: each at half rate, both end at 0.3.
+    # Bucket 1's pull (rank 1 -> 0) then takes 0.3-0.35, and forward, started at 0.3 once
+    # the pushes have left, needs it at once
     two = profile([(500, 0.0), (500, 0.2)], forward=0.1, backward=0.2)
-    assert step_time(two, cm, "ps", 2).step_s == approx(0.25 + 0.05 + 0.1)
+    assert step_time(two, cm, "ps", 2).step_s == approx(0.3 + 0.05 + 0.1)
     host = step_time(late, CommModel(0.0, 1e-4, host_s_per_byte=1e-5), "ps", 2)
     assert host.step_s == approx(0.5 + 0.01)  # the owner's work comes before its pull
-    # without overlap both pushes leave at step() (into two owners, side by side), and
-    # forward starts once every pull is in
+    # without overlap both pushes leave at step(), one each way (side by side), then both
+    # pulls, and forward starts once every pull is in
     assert step_time(two, cm, "ps", 2, overlap=False).step_s == approx(0.2 + 0.05 + 0.05 + 0.1)
 
 
-def test_each_bucket_is_an_incast_into_its_one_owner():
-    # 8 ranks, 8 equal buckets (one per owner): a bucket's push carries 7 x 1000 bytes into
-    # its owner (0.07 s) and its pull the same out, while other owners' links work beside it
+def test_each_bucket_is_an_incast_and_every_port_carries_the_step_twice():
+    # 8 ranks, 8 equal buckets (one per owner) all ready at once: every push crosses every
+    # other rank's outbound link, so each owner's 7 x 1000 bytes come in at the link's rate
+    # only because all 8 pushes share the senders' links: all end at 8 x 7 x 1000 x beta / 8
     p, n, beta = 8, 1000, 1e-5
-    prof = profile([(n, 0.025 * (i + 1)) for i in range(p)], forward=0.1, backward=0.2)
-    rounds = server_rounds([n] * p, p, 0.0, beta, Fabric())
-    assert sorted(link for link, _ in rounds) == list(range(p))
-    assert [s for _, s in rounds] == [approx((p - 1) * n * beta)] * p
+    prof = profile([(n, 0.2)] * p, forward=0.1, backward=0.2)
     t = step_time(prof, CommModel(0.0, beta), "ps", p)
-    # the first layer's bucket, ready at 0.2: pushed by 0.27, pulled by 0.34, needed at 0.27
-    assert t.step_s == approx(0.27 + 0.1 + 0.07)
-    # the evenly shared busy time the step's total charges is 8x less per bucket
+    # pushes 0.2-0.27, pulls 0.27-0.34 (each rank's inbound takes 7 pulls of 1000 bytes)
+    assert t.step_s == approx(0.27 + 0.07 + 0.1)
+    # one bucket alone: its pull out of the owner's link is the whole 7 x 1000 bytes too
+    one = profile([(n, 0.2)], forward=0.1, backward=0.2)
+    assert step_time(one, CommModel(0.0, beta), "ps", p).step_s == approx(0.2 + 0.14 + 0.1)
+    # the evenly shared busy time the step's total charges
     assert sum(CommModel(0.0, beta).bucket_costs("ps", [n] * p, p)) == approx(2 * 7 * n * beta)
 
 
+def test_the_inbound_link_takes_pushes_and_other_owners_pulls_together():
+    # 2 ranks, owners [0, 1]: bucket 0 (ready 0) is pushed by rank 1 into rank 0 and
+    # pulled back at step() (0.1); bucket 1 (ready 0.1) is pushed by rank 0 into rank 1 at
+    # the same time as bucket 0's pull leaves rank 0 for rank 1: both share that direction
+    beta = 1e-4
+    prof = profile([(1000, 0.0), (1000, 0.1)], forward=0.0, backward=0.1)
+    # push 0: 0-0.1; pull 0 and push 1 at half rate each: 0.1-0.3; pull 1: 0.3-0.4
+    assert step_time(prof, CommModel(0.0, beta), "ps", 2).step_s == approx(0.4)
+
+
 def test_server_rounds_use_the_nodes_nic_and_the_shared_bottleneck():
-    f = Fabric(ranks_per_node=2, intra_beta_s_per_byte=0.0)
-    # 4 ranks on 2 nodes: a bucket's push crosses its owner's NIC from the 2 other-node ranks
-    assert (
-        server_rounds([100] * 4, 4, A, B, f)
-        == [(0, approx(A + 200 * B))] * 2 + [(1, approx(A + 200 * B))] * 2
-    )
+    f = Fabric(ranks_per_node=2, intra_beta_s_per_byte=1e-9)
+    # 4 ranks on 2 nodes: a bucket's push crosses its owner's NIC from the 2 other-node
+    # ranks and its intra link from the one on its node
+    net, pairs = server_rounds([100] * 4, 4, A, B, f)
+    assert net.counts == (2, 2)
+    push, pull = pairs[0]
+    assert dict(push.hot) == {("in", 0): 200, ("intra-in", 0): 100}
+    assert (push.spread, push.node, push.spread_bytes) == ("out", 0, 100)
+    assert dict(pull.hot) == {("out", 0): 200, ("intra-out", 0): 100}
+    assert [e for _, e in run(net, [push])] == [approx(A + 200 * B)]
     shared = Fabric(shared_s_per_byte=1e-8)  # 100 MB/s for everyone together
-    assert server_rounds([100], 4, 0.0, B, shared) == [(0, approx(3 * 100 * 1e-8))]
-    assert server_rounds([100, 5], 1, A, B, Fabric()) == [(0, 0.0), (0, 0.0)]
+    net, [(push, _)] = server_rounds([100], 4, 0.0, B, shared)
+    assert [e for _, e in run(net, [push])] == [approx(max(3 * 100 * 1e-8, 3 * 100 * B))]
+    net, pairs = server_rounds([100, 5], 1, A, B, Fabric())
+    assert net.counts == (1,) and all(r.empty for pair in pairs for r in pair)

@@ -163,3 +163,29 @@ def test_docstring_examples(name: str):
 
     result = doctest.testmod(importlib.import_module(name))
     assert result.attempted > 0 and result.failed == 0, result
+
+
+@pytest.mark.parametrize("size", [4, 8])
+def test_the_planner_groups_a_shipped_profile_as_the_engine_groups_the_model(size):
+    # GoogLeNet registers its auxiliary heads last, but backward reaches them mid-way: the
+    # engine's first bucket (reverse registration order) holds them and is ready late
+    import torchvision
+
+    from gossipgrad.engine.buckets import BucketLayout
+    from gossipgrad.engine.shards import ps_bucket_cap
+    from gossipgrad.plan.model import rebucket
+
+    prof = StandinProfile.load("googlenet").planner
+    assert prof.per_parameter
+    model = torchvision.models.googlenet(aux_logits=True, init_weights=False)
+    named = list(model.named_parameters())
+    ready = {b.index: b.ready_s for b in prof.buckets}
+    cap = ps_bucket_cap(prof.param_bytes, size, 25 << 20)
+    position = {id(p): i for i, (_, p) in enumerate(named)}
+    engine = sorted(
+        (max(ready[position[id(p)]] for p in b.params), b.nbytes)
+        for b in BucketLayout([p for _, p in named], cap).buckets
+    )
+    planned = [(b.ready_s, b.bytes) for b in rebucket(prof.buckets, cap, registration=True)]
+    assert planned == engine
+    assert planned != [(b.ready_s, b.bytes) for b in rebucket(prof.buckets, cap)]
