@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Score every stored stand-in launch again with today's planner (issue 22;
+# docs/validation/standin-heldout.md): no MPI, no launch, a few seconds.
+#
+#   bash lab/standin_rescore.sh [OUTDIR]        # default standin-rescore/
+#
+# Both scorings calibrate on the GoogLeNet launches at 2 and 4 ranks on 1gbit (10 Gbit/s
+# stood for) and predict the rest, never fitted: OUTDIR/googlenet-all.json holds every
+# GoogLeNet launch at 8 ranks (1 to 25 Gbit/s stood for) and at 2 and 4 ranks on 2500mbit;
+# OUTDIR/resnet50-all.json every ResNet-50 launch at 8 ranks (a model the calibration never
+# saw). The netfit documents are refitted from the times they recorded (--refit-networks).
+source "$(dirname "$0")/study.sh" standin-rescore "$@"
+D=docs/validation/data
+H=$D/standin-heldout
+R=$D/standin-resnet50
+cal=(--calibrate-sizes 2,4 --calibrate-rate 1gbit --refit-networks)
+
+runs=() nets=()
+for f in $H/run-*.json $D/standin-link/run-googlenet-8-100mbit.json \
+    $D/standin-fresh/run-googlenet-8-*.json $D/standin-blind*/run-googlenet-8-*.json; do
+    runs+=(--standin-runs "$f")
+done
+for f in $H/net-*.json $D/standin-link/net-*.json $D/standin-fresh/net-*.json \
+    $D/standin-blind*/net-*.json; do
+    nets+=(--networks "$f")
+done
+"$PY" -m lab plan-validate "${runs[@]}" "${nets[@]}" "${cal[@]}" \
+    --out "$OUT/googlenet-all.json" > /dev/null
+
+runs=(--standin-runs $H/run-googlenet-1-host.json --standin-runs $H/run-googlenet-2-1gbit.json
+    --standin-runs $H/run-googlenet-4-1gbit.json --standin-runs $R/run-resnet50-1-host.json)
+nets=(--networks $H/net-2-1gbit.json --networks $H/net-4-1gbit.json)
+for f in $R/run-resnet50-8-*.json; do runs+=(--standin-runs "$f"); done
+for f in $R/net-8-*.json; do nets+=(--networks "$f"); done
+"$PY" -m lab plan-validate "${runs[@]}" "${nets[@]}" "${cal[@]}" \
+    --out "$OUT/resnet50-all.json" > /dev/null
+"$PY" - "$OUT" <<'EOF'
+import json, sys
+for name in ("googlenet-all", "resnet50-all"):
+    h = json.load(open(f"{sys.argv[1]}/{name}.json"))["held_out"]
+    print(f"{name}: {h['n']} rows, MAPE {h['mape_pct']} %, worst {h['worst_pct']} %, "
+          f"median tau {h['median_tau']} (min {h['min_tau']}), max regret {h['max_regret']}")
+EOF
