@@ -15,9 +15,9 @@ round's rate rises together until some resource is full, the rounds crossing it 
 rising, the rest go on), which is how TCP streams through switch ports share them to a
 first approximation; a round moves as one (its per-rank streams are alike). A round ends
 ``latency_s`` after its last byte. Events are the rounds' starts and ends, so the cost is
-about (rounds x active rounds), with the spread side summed per node, not per rank.
+about (rounds x (active rounds + nodes)), the ports as arrays over the nodes.
 
-PURE: stdlib only.
+PURE (numpy for the ports' arrays).
 
     >>> net = Network(counts=(1, 1), capacity={("in", 0): 10.0, ("in", 1): 10.0,
     ...                                       ("out", 0): 10.0, ("out", 1): 10.0})
@@ -33,6 +33,8 @@ import heapq
 import math
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 IN, OUT = "in", "out"
 _FULL = 1e-9  # a resource with less than this share of its capacity left is full
@@ -72,69 +74,114 @@ class Network:
             if not cap > 0:
                 raise ValueError(f"capacity of {res!r} must be > 0, got {cap!r}")
 
+    def port_capacity(self, direction: str) -> np.ndarray:
+        """Bytes per second of every node's port in ``direction`` (inf: unlimited)."""
+        return np.array(
+            [self.capacity.get((direction, m), math.inf) for m in range(len(self.counts))]
+        )
+
 
 def fair_rates(net: Network, rounds: Sequence[Round]) -> list[float]:
     """Max-min fair progress rates (rounds per second; ``inf`` for a round no limited
     resource holds back) of ``rounds`` all active at once."""
-    rate = [0.0] * len(rounds)
-    used: dict[Hashable, float] = {}
-    live = {i for i, r in enumerate(rounds) if not r.empty}
-    for i, r in enumerate(rounds):
-        if r.empty:
-            rate[i] = math.inf
-    while live:
-        load = _loads(net, [rounds[i] for i in live])
-        steps = [
-            (net.capacity[res] - used.get(res, 0.0)) / x
-            for res, x in load.items()
-            if x > 0 and res in net.capacity
-        ]
-        if not steps:
+    return _Filling(net, rounds).rates()
+
+
+class _Filling:
+    """Progressive filling: the ports as arrays per direction (the spread side of a round
+    loads every node's port but its own), the other resources by name."""
+
+    def __init__(self, net: Network, rounds: Sequence[Round]) -> None:
+        self.net, self.rounds = net, rounds
+        self.counts = np.array(net.counts, dtype=float)
+        self.cap = {d: net.port_capacity(d) for d in (IN, OUT)}
+        self.used = {d: np.zeros(len(net.counts)) for d in (IN, OUT)}
+        self.used_other: dict[Hashable, float] = {}
+
+    def rates(self) -> list[float]:
+        rate = [0.0 if not r.empty else math.inf for r in self.rounds]
+        live = [i for i, r in enumerate(self.rounds) if not r.empty]
+        while live:
+            ports, other = self._loads(live)
+            delta = self._step(ports, other)
+            if delta is None:
+                for i in live:
+                    rate[i] = math.inf
+                break
             for i in live:
-                rate[i] = math.inf
-            return rate
-        delta = max(0.0, min(steps))
+                rate[i] += delta
+            full_ports, full_other = self._fill(ports, other, delta)
+            live = [i for i in live if not self._crosses(self.rounds[i], full_ports, full_other)]
+        return rate
+
+    def _loads(self, live: list[int]) -> tuple[dict[str, np.ndarray], dict[Hashable, float]]:
+        """Bytes per unit of progress of the ``live`` rounds together, per port direction
+        (arrays over nodes) and per other resource."""
+        n = len(self.counts)
+        hot = {d: np.zeros(n) for d in (IN, OUT)}
+        own = {d: np.zeros(n) for d in (IN, OUT)}
+        other: dict[Hashable, float] = {}
         for i in live:
-            rate[i] += delta
-        full = set()
-        for res, x in load.items():
-            if x > 0 and res in net.capacity:
-                used[res] = used.get(res, 0.0) + delta * x
-                if net.capacity[res] - used[res] <= _FULL * net.capacity[res]:
-                    full.add(res)
-        live = {i for i in live if not _crosses(rounds[i], full)}
-    return rate
+            r = self.rounds[i]
+            for res, x in r.hot:
+                if _is_port(res):
+                    hot[res[0]][res[1]] += x
+                else:
+                    other[res] = other.get(res, 0.0) + x
+            if r.spread and r.spread_bytes > 0:
+                own[r.spread][r.node] += r.spread_bytes
+        ports = {d: hot[d] + self.counts * (own[d].sum() - own[d]) for d in (IN, OUT)}
+        return ports, other
 
+    def _step(self, ports: dict[str, np.ndarray], other: dict[Hashable, float]) -> float | None:
+        """How far every live round's rate can rise before a resource is full (None: no
+        limited resource holds them)."""
+        steps = []
+        for d in (IN, OUT):
+            held = (ports[d] > 0) & np.isfinite(self.cap[d])
+            if held.any():
+                steps.append(float(((self.cap[d] - self.used[d])[held] / ports[d][held]).min()))
+        cap = self.net.capacity
+        steps += [
+            (cap[res] - self.used_other.get(res, 0.0)) / x
+            for res, x in other.items()
+            if x > 0 and res in cap
+        ]
+        return max(0.0, min(steps)) if steps else None
 
-def _loads(net: Network, rounds: Iterable[Round]) -> dict[Hashable, float]:
-    """Bytes per unit of progress on each resource, of ``rounds`` together."""
-    load: dict[Hashable, float] = {}
-    total = {IN: 0.0, OUT: 0.0}
-    own: dict[tuple[str, int], float] = {}
-    for r in rounds:
+    def _fill(
+        self, ports: dict[str, np.ndarray], other: dict[Hashable, float], delta: float
+    ) -> tuple[dict[str, np.ndarray], set[Hashable]]:
+        """Add ``delta`` of progress to the resources; the ones now full."""
+        full_ports = {}
+        for d in (IN, OUT):
+            self.used[d] += delta * ports[d]
+            left = self.cap[d] - self.used[d]
+            full_ports[d] = (
+                (ports[d] > 0) & np.isfinite(self.cap[d]) & (left <= _FULL * self.cap[d])
+            )
+        full_other = set()
+        cap = self.net.capacity
+        for res, x in other.items():
+            if x > 0 and res in cap:
+                self.used_other[res] = self.used_other.get(res, 0.0) + delta * x
+                if cap[res] - self.used_other[res] <= _FULL * cap[res]:
+                    full_other.add(res)
+        return full_ports, full_other
+
+    @staticmethod
+    def _crosses(r: Round, full_ports: dict[str, np.ndarray], full_other: set[Hashable]) -> bool:
         for res, x in r.hot:
-            load[res] = load.get(res, 0.0) + x
-        if r.spread and r.spread_bytes > 0:
-            total[r.spread] += r.spread_bytes
-            own[(r.spread, r.node)] = own.get((r.spread, r.node), 0.0) + r.spread_bytes
-    for d in (IN, OUT):
-        if total[d] > 0:
-            for m, c in enumerate(net.counts):
-                x = c * (total[d] - own.get((d, m), 0.0))
-                if x > 0:
-                    load[(d, m)] = load.get((d, m), 0.0) + x
-    return load
+            if x > 0 and (full_ports[res[0]][res[1]] if _is_port(res) else res in full_other):
+                return True
+        if not (r.spread and r.spread_bytes > 0):
+            return False
+        full = full_ports[r.spread]
+        return int(full.sum()) - int(full[r.node]) > 0
 
 
-def _crosses(r: Round, full: set[Hashable]) -> bool:
-    if any(res in full for res, x in r.hot if x > 0):
-        return True
-    if not (r.spread and r.spread_bytes > 0):
-        return False
-    return any(
-        isinstance(res, tuple) and len(res) == 2 and res[0] == r.spread and res[1] != r.node
-        for res in full
-    )
+def _is_port(res: Hashable) -> bool:
+    return isinstance(res, tuple) and len(res) == 2 and res[0] in (IN, OUT)
 
 
 def run(

@@ -87,17 +87,16 @@ def server_wire_bytes(nbytes: Sequence[int], size: int, fabric: Fabric) -> int:
         return 0
     owners = assign_owners(nbytes, size)
     r = fabric.ranks_per_node
-    node_of = [rank // r for rank in range(size)]
-    on_node = [node_of.count(node_of[rank]) for rank in range(size)]
     if fabric.nodes(size) == 1:
         return max(server_loads(nbytes, size)[0])
-    out = [0] * fabric.nodes(size)
+    ranks = [min(size, (m + 1) * r) - m * r for m in range(fabric.nodes(size))]
+    out = [0] * len(ranks)
     for nb, o in zip(nbytes, owners, strict=True):
-        home = node_of[o]
-        out[home] += (size - on_node[o]) * nb  # pulls to every rank off the owner's node
+        home = o // r
+        out[home] += (size - ranks[home]) * nb  # pulls to every rank off the owner's node
         for node in range(len(out)):
             if node != home:  # pushes of the ranks of ``node`` to the owner
-                out[node] += node_of.count(node) * nb
+                out[node] += ranks[node] * nb
     return max(out)
 
 
