@@ -140,3 +140,28 @@ def test_refit_networks_reads_the_shaped_rate_off_the_recorded_times(tmp_path):
     bare.write_text(json.dumps({k: v for k, v in doc.items() if k != "measurements"}))
     with pytest.raises(ValueError, match="no recorded ping-pong times"):
         load_networks([bare], refit=True)
+
+
+def test_the_rescore_script_scores_every_stored_launch_held_out(tmp_path):
+    """``lab/standin_rescore.sh`` on the committed launches: every 8-rank GoogLeNet and
+    ResNet-50 contender row (and the 2- and 4-rank rows at 2500mbit) is predicted, none of
+    the 2- and 4-rank rows at 1gbit it calibrates on."""
+    import glob
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    data = repo / "docs/validation/data"
+    out = tmp_path / "rescore"
+    env = {"PATH": "/usr/bin:/bin", "PY": sys.executable}
+    subprocess.run(["bash", "lab/standin_rescore.sh", str(out)], cwd=repo, env=env, check=True)
+    for name, pattern in (("googlenet", "googlenet"), ("resnet50", "resnet50-8")):
+        files = [
+            f for f in glob.glob(str(data / f"standin-*/run-{pattern}*.json")) if "-1-host" not in f
+        ]
+        held = [r for r in load_runs(files) if not (r.rate == "1gbit" and r.size in (2, 4))]
+        doc = json.loads((out / f"{name}-all.json").read_text())
+        assert len(doc["rows"]) == len({(r.group, r.name) for r in held}) > 0
+        assert all(0 < row["predicted_s"] < 10 for row in doc["rows"])
+        assert doc["calibration"]["sizes"] == [2, 4] and doc["calibration"]["rate"] == "1gbit"
