@@ -2,8 +2,11 @@
 arithmetic, kept here so it is pure (numpy only) and testable without MPI.
 
 The two constants come from the two regimes of a sweep (Hockney's reading of a
-ping-pong): ``beta`` from the **bandwidth regime**, an ordinary least-squares line through the
-sizes within ``LINEAR_SPAN`` (16x) of the largest, whose times the bytes decide; ``alpha``
+ping-pong): ``beta`` from the **bandwidth regime**, the median of the slopes between every
+two of the sizes within ``LINEAR_SPAN`` (16x) of the largest (Theil and Sen's line), whose
+times the bytes decide; the median keeps one slow size (a rep descheduled or delayed that
+the median over reps did not absorb) from tilting the line, where a least-squares line
+through those few sizes follows it, most of all at the largest size; ``alpha``
 from the **latency regime**, the median over the smaller sizes of what is left of each time
 once ``beta n`` is taken off (robust to one descheduled rep). Where that is not positive (the
 small messages outran the line), ``alpha`` is the smallest message's time, an upper bound,
@@ -48,8 +51,7 @@ def fit_link(nbytes: Sequence[float], seconds: Sequence[float]) -> LinkFit:
     t = np.asarray(seconds, dtype=np.float64)
     _check(n, t)
     large = bandwidth_regime(n)
-    slope, _ = np.polyfit(n[large], t[large], 1)
-    beta = float(slope)
+    beta = median_slope(n[large], t[large])
     if not beta > 0:
         raise ValueError(
             f"fitted beta (s/byte) is {beta:.3g}, not > 0: the times do not grow with message "
@@ -60,6 +62,19 @@ def fit_link(nbytes: Sequence[float], seconds: Sequence[float]) -> LinkFit:
     if not alpha > 0:  # the small messages outran the line (a shaper's burst)
         alpha = float(np.median(t[n == n.min()])) if n.min() <= LATENCY_BYTES else 0.0
     return LinkFit(alpha, beta, r_squared(n, t, alpha, beta))
+
+
+def median_slope(nbytes: np.ndarray, seconds: np.ndarray) -> float:
+    """The median of the slopes between every two points of distinct size (Theil-Sen).
+    With the bandwidth regime's five sizes, one point off the line does not move it:
+
+        >>> n = np.array([1.0, 2.0, 4.0, 8.0, 16.0])
+        >>> float(median_slope(n, 2 * n)), float(median_slope(n, 2 * n * [1, 1, 1, 1, 1.25]))
+        (2.0, 2.0)
+    """
+    i, j = np.triu_indices(len(nbytes), k=1)
+    apart = nbytes[j] != nbytes[i]
+    return float(np.median((seconds[j] - seconds[i])[apart] / (nbytes[j] - nbytes[i])[apart]))
 
 
 def bandwidth_regime(nbytes: np.ndarray) -> np.ndarray:

@@ -103,3 +103,18 @@ def test_bad_points_name_the_problem(nbytes, seconds, match):
 def test_r_squared_of_constant_times():
     assert r_squared([1, 2], [1.0, 1.0], 1.0, 0.0) == 1.0
     assert r_squared([1, 2], [1.0, 1.0], 2.0, 0.0) == -math.inf
+
+
+def test_one_slow_size_does_not_tilt_the_bandwidth():
+    # the largest size's kept time 23 % slow (one descheduled rep the median over reps did
+    # not absorb, as in a netfit of the emulated cluster): a least-squares line through the
+    # five largest sizes reads the link 24 % slower; the median of their slopes does not
+    beta = 1 / 0.2e9
+    times = line(5e-6, beta)
+    times[-1] *= 1.23
+    large = np.array(SIZES[-5:], dtype=float)
+    ols, _ = np.polyfit(large, np.array(times[-5:]), 1)
+    assert ols / beta > 1.2
+    assert fit_link(SIZES, times).beta_s_per_byte == pytest.approx(beta, rel=1e-9)
+    times[-2] *= 1.23  # two of five slow: the median follows them part of the way
+    assert fit_link(SIZES, times).beta_s_per_byte > beta
