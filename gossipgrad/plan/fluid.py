@@ -33,6 +33,7 @@ import heapq
 import math
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -76,9 +77,17 @@ class Network:
 
     def port_capacity(self, direction: str) -> np.ndarray:
         """Bytes per second of every node's port in ``direction`` (inf: unlimited)."""
-        return np.array(
-            [self.capacity.get((direction, m), math.inf) for m in range(len(self.counts))]
-        )
+        return self._arrays[1][direction]
+
+    @cached_property
+    def _arrays(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The ranks per port and every port's capacity per direction, built once (every
+        event of a timeline reads them)."""
+        caps = {
+            d: np.array([self.capacity.get((d, m), math.inf) for m in range(len(self.counts))])
+            for d in (IN, OUT)
+        }
+        return np.array(self.counts, dtype=float), caps
 
 
 def fair_rates(net: Network, rounds: Sequence[Round]) -> list[float]:
@@ -93,8 +102,7 @@ class _Filling:
 
     def __init__(self, net: Network, rounds: Sequence[Round]) -> None:
         self.net, self.rounds = net, rounds
-        self.counts = np.array(net.counts, dtype=float)
-        self.cap = {d: net.port_capacity(d) for d in (IN, OUT)}
+        self.counts, self.cap = net._arrays  # read-only here
         self.used = {d: np.zeros(len(net.counts)) for d in (IN, OUT)}
         self.used_other: dict[Hashable, float] = {}
 
