@@ -192,12 +192,13 @@ def interrupts_end_the_job(comm: Any) -> Iterator[None]:
 
     def handle(_signum: int, _frame: Any) -> None:
         if comm.rank != 0:
-            time.sleep(0.5)  # under Ctrl-C every rank gets it: rank 0's line is enough
+            time.sleep(2.0)  # under Ctrl-C every rank gets it: rank 0's line (and abort) is enough
         sys.stderr.write(f"[r{comm.rank}/{comm.size}] interrupted (SIGINT): ending the job\n")
         with contextlib.suppress(Exception):
             sys.stdout.flush()
             sys.stderr.flush()
         if comm.size > 1:
+            time.sleep(1.0)  # as in fail(): let the launcher forward the line before Abort
             comm.abort(INTERRUPTED)
         os._exit(INTERRUPTED)
 
