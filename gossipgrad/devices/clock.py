@@ -19,17 +19,41 @@ operation synchronously, so it keeps two timelines:
 
 So a stretch of operations takes max(device time, host time), as on a GPU that the host
 keeps fed, and sleep overshoot does not accumulate (every target is absolute: a late
-wake-up shortens the next sleep). :meth:`DeviceClock.sync` is the host waiting for the
-device (``loss.item()``, a CUDA event before a send): the patched model calls it at the
-start of every root forward and of every optimizer step, where both timelines restart
-from the wall clock, so neither hidden host work nor an uncompensated late wake-up is
-carried from one step into the next.
+wake-up shortens the next sleep).
+
+:meth:`DeviceClock.sync` is the host waiting for the device (``loss.item()``, a CUDA event
+before a send): the patched model calls it at the start of every root forward and of every
+optimizer step, where both timelines restart from the wall clock, so neither hidden host
+work nor an uncompensated late wake-up is carried from one step into the next.
+
+A host that **blocks on something outside the device** (the engine's forward pre-hook
+waiting for a parameter bucket from the network) is not host work that the device's lead
+can hide: on a GPU the host launches nothing until the wait ends, and that end is a
+wall-clock event. The engine reports such waits with :func:`host_waited`; the clock that
+last synced on this thread places the host no earlier than the end of each wait that
+blocked (longer than :data:`BLOCKED_S`). Without this, an operation after the wait could
+be placed before it ended, and a step that waits on the link would read short.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+
+BLOCKED_S = 0.001
+"""A reported wait shorter than this returned at once (what it waited for was there): it is
+host work like any other, which the device's lead may hide."""
+
+_thread = threading.local()
+
+
+def host_waited(start: float, end: float) -> None:
+    """This thread's host blocked from ``start`` to ``end`` (``time.perf_counter``) on
+    something outside the device; a no-op unless a :class:`DeviceClock` synced on this
+    thread (a stand-in model's forward or optimizer step)."""
+    clock = getattr(_thread, "clock", None)
+    if clock is not None:
+        clock.waited(start, end)
 
 
 class DeviceClock:
@@ -45,6 +69,7 @@ class DeviceClock:
         self._end = now  # the device's last operation ends here
         self._host = now  # how far the host's own work has come
         self._returned = now  # when the last operation returned to the host
+        self._waits: list[tuple[float, float]] = []  # blocking host waits since then
         self._lock = threading.Lock()
 
     @staticmethod
@@ -53,7 +78,9 @@ class DeviceClock:
 
     def sync(self) -> None:
         """The host waits for the device to finish, and both timelines restart from the
-        wall clock: a late wake-up before this point is not made good after it."""
+        wall clock: a late wake-up before this point is not made good after it. From here
+        on, :func:`host_waited` on the calling thread reports to this clock."""
+        _thread.clock = self
         with self._lock:
             target = max(self._host, self._end)
         delay = target - time.perf_counter()
@@ -62,6 +89,26 @@ class DeviceClock:
         with self._lock:
             now = time.perf_counter()
             self._host = self._end = self._returned = max(now, target)
+            self._waits.clear()
+
+    def waited(self, start: float, end: float) -> None:
+        """The host blocked from ``start`` to ``end`` (see :func:`host_waited`)."""
+        if end - start >= BLOCKED_S:
+            with self._lock:
+                self._waits.append((start, end))
+
+    def _host_reaches(self, now: float) -> float:
+        """Where the host's timeline is when it calls the next operation at wall ``now``:
+        its own work since the last return, and no earlier than the end of a blocking wait
+        (plus the work after it). Under the lock."""
+        host, cursor = self._host, self._returned
+        for start, end in self._waits:
+            if end <= cursor:
+                continue  # ended before the last operation returned: nothing to place
+            host = max(host + max(0.0, start - cursor), end)
+            cursor = end
+        self._waits.clear()
+        return host + max(0.0, now - cursor)
 
     def run(self, seconds: float) -> None:
         """Queue ``seconds`` of device work and return when it is done."""
@@ -69,7 +116,7 @@ class DeviceClock:
             return
         with self._lock:
             now = time.perf_counter()
-            self._host += max(0.0, now - self._returned)
+            self._host = self._host_reaches(now)
             end = max(self._end, self._host) + seconds
             self._end = end
             self.busy_s += seconds
@@ -94,6 +141,9 @@ class VirtualClock:
 
     def sync(self) -> None:
         """Nothing to wait for: there is no host timeline."""
+
+    def waited(self, start: float, end: float) -> None:
+        """No host timeline to place."""
 
     def run(self, seconds: float) -> None:
         if seconds > 0:

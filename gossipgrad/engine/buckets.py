@@ -11,11 +11,14 @@ get no bucket: their ``p.grad`` stays autograd's own tensor.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from gossipgrad.devices.clock import host_waited
 
 
 @dataclass
@@ -118,7 +121,8 @@ def install_forward_waits(
 ) -> list[Any]:
     """A forward pre-hook on every module that owns bucketed parameters (``bucket_of``:
     ``id(p)`` -> bucket index): before the module runs, ``wait(its buckets)``. Returns the
-    hook handles."""
+    hook handles. Each wait is reported to a stand-in device's clock (a no-op otherwise)."""
+    wait = _reported(wait)
     hooks = []
     for module in model.modules():
         own = sorted(
@@ -136,6 +140,7 @@ def install_global_forward_waits(
     given (Horovod's optimizer gets the parameters only): one global forward pre-hook
     (``torch.nn.modules.module.register_module_forward_pre_hook``) waits, before any
     module runs, for the buckets of the parameters it owns. Returns the hook handle."""
+    wait = _reported(wait)
     owned: dict[int, list[int]] = {}
 
     def hook(module: torch.nn.Module, _args: Any) -> None:
@@ -148,3 +153,16 @@ def install_global_forward_waits(
             wait(own)
 
     return [torch.nn.modules.module.register_module_forward_pre_hook(hook)]
+
+
+def _reported(wait: Callable[[list[int]], None]) -> Callable[[list[int]], None]:
+    """``wait``, and its wall-clock span told to :func:`~gossipgrad.devices.clock.host_waited`:
+    on the stand-in device, the layer after a wait that blocked cannot start before it ended
+    (the stand-in runs each layer synchronously, so it cannot see that by itself)."""
+
+    def timed(own: list[int]) -> None:
+        start = time.perf_counter()
+        wait(own)
+        host_waited(start, time.perf_counter())
+
+    return timed

@@ -16,8 +16,9 @@ import torch
 import gossipgrad
 from gossipgrad.comm.local import run_ranks
 from gossipgrad.devices import Standin, StandinProfile
-from gossipgrad.devices.clock import DeviceClock, VirtualClock
+from gossipgrad.devices.clock import BLOCKED_S, DeviceClock, VirtualClock, host_waited
 from gossipgrad.devices.published import nominal_profile, ready_times
+from gossipgrad.engine.buckets import install_forward_waits
 from gossipgrad.models import build_model, loss_fn
 from gossipgrad.strategies import DistributedOptimizer
 
@@ -96,6 +97,103 @@ def test_a_step_waits_the_profile_time_and_gives_the_cpu_away(cnn_profile):
     assert cpu <= 0.5 * wall, (cpus, walls)  # time.sleep: the CPU is given away
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     assert handle.clock.busy_s == pytest.approx(4 * 2.5 * cnn_profile.compute_s)
+
+
+def _blocked(seconds: float) -> None:
+    """The host blocks on something outside the device, and says so as the engine does."""
+    start = time.perf_counter()
+    time.sleep(seconds)
+    host_waited(start, time.perf_counter())
+
+
+def test_an_operation_after_a_blocking_wait_starts_when_the_wait_ended():
+    """The device's lead hides host work, not a wait for the network: an operation called
+    after the host blocked takes its whole time after the wait (the clock once placed it
+    at the device's end, and the operation read 0.05 s short here)."""
+    clock = DeviceClock()
+    clock.sync()
+    clock.run(0.05)
+    _blocked(0.08)
+    t = time.perf_counter()
+    clock.run(0.05)
+    assert time.perf_counter() - t >= 0.05 - 1e-4
+
+
+def test_host_work_and_short_waits_stay_hidden_behind_the_device():
+    """What the clock must keep: host work between operations (or a wait that returned at
+    once) runs while the device is busy, so two 0.05 s operations with 0.02 s of host work
+    between them take 0.1 s, not 0.12 s (best of three tries: a shared host may deschedule
+    a sleep; a try can only read long, never short)."""
+
+    def short_wait() -> None:
+        time.sleep(0.02)
+        now = time.perf_counter()
+        host_waited(now - BLOCKED_S / 2, now)
+
+    for between in (lambda: time.sleep(0.02), short_wait):
+        tries = []
+        for _ in range(3):
+            clock = DeviceClock()
+            clock.sync()
+            t = time.perf_counter()
+            clock.run(0.05)
+            between()
+            clock.run(0.05)
+            tries.append(time.perf_counter() - t)
+        assert min(tries) >= 0.1 - 1e-4, tries
+        assert min(tries) < 0.115, tries
+
+
+def test_a_wait_on_another_thread_or_before_a_sync_is_not_this_clocks():
+    import threading
+
+    clock = DeviceClock()
+    clock.sync()
+    clock.run(0.05)
+    other = threading.Thread(target=_blocked, args=(0.08,))
+    other.start()
+    other.join()
+    t = time.perf_counter()
+    clock.run(0.05)
+    assert time.perf_counter() - t < 0.05  # the other thread's wait placed nothing here
+    clock.waited(time.perf_counter() - 1.0, time.perf_counter())
+    clock.sync()  # a new step: waits reported before it are done with
+    t = time.perf_counter()
+    clock.run(0.02)
+    assert time.perf_counter() - t < 0.05
+    VirtualClock().waited(0.0, 1.0)  # no host timeline: nothing to place
+
+
+def test_a_forward_wait_for_a_parameter_bucket_delays_the_layers_after_it(cnn_profile):
+    """The engine's forward pre-hook (gossip's parameter mix, ps's pull) blocks before the
+    last layer: that layer and everything after it (all of backward) start when the wait
+    ended, so forward and backward take the layers before it, the wait, then the rest, in
+    wall-clock time (the clock once let backward start at the device's end, before the
+    wait ended: backward read the layers' time before the wait short)."""
+    model = _cnn()
+    handle = gossipgrad.standin(model, cnn_profile, dilate=10)
+    bucket_of = {id(p): 0 for p in model[6].parameters()}
+    waited = []
+
+    def wait(own: list[int]) -> None:
+        waited.append(own)
+        time.sleep(0.2)  # the partner's bucket is on the wire
+
+    hooks = install_forward_waits(model, bucket_of, wait)
+    x, y = _batch()
+    layers = [cnn_profile.layer(str(i)) for i in range(7)]
+    before = 10 * sum(lt.forward_s for lt in layers[:6])
+    after = 10 * (layers[6].forward_s + sum(lt.backward_s for lt in layers))
+    try:
+        t = time.perf_counter()
+        loss_fn(model(x), y).backward()
+        elapsed = time.perf_counter() - t
+    finally:
+        for h in hooks:
+            h.remove()
+        handle.remove()
+    assert waited == [[0]]
+    assert elapsed >= before + 0.2 + after - 1e-3, (elapsed, before, after)
 
 
 def test_the_optimizer_class_rebuilds_as_ps_builds_its_shards(cnn_profile):
