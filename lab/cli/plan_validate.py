@@ -98,6 +98,12 @@ def _standin(
         nets = load_networks(networks, refit=refit)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
+    if not any(r.size in cal and r.rate == rate for r in rows):
+        raise click.UsageError(
+            f"no --standin-runs launch at sizes {sizes} on {rate} to calibrate on: add them "
+            "(the stored ones: docs/validation/data/standin-heldout/run-googlenet-{2,4}-1gbit.json"
+            " with their net-{2,4}-1gbit.json)"
+        )
     report = score(rows, profiles, nets, cal, rate)
     batch = {name: p.batch_size for name, p in profiles.items()}
     report["side_by_side"] = side_by_side(rows, batch)

@@ -165,3 +165,22 @@ def test_the_rescore_script_scores_every_stored_launch_held_out(tmp_path):
         assert len(doc["rows"]) == len({(r.group, r.name) for r in held}) > 0
         assert all(0 < row["predicted_s"] < 10 for row in doc["rows"])
         assert doc["calibration"]["sizes"] == [2, 4] and doc["calibration"]["rate"] == "1gbit"
+
+
+def test_plan_validate_without_calibration_launches_says_which_to_add():
+    """An 8-rank launch alone (``SIZES=8``) has nothing to calibrate on: one line naming
+    the stored calibration launches, no traceback."""
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from lab.cli import lab
+
+    data = Path(__file__).resolve().parents[2] / "docs/validation/data/standin-resnet50"
+    args = ["plan-validate", "--standin-runs", str(data / "run-resnet50-8-400mbit.json")]
+    args += ["--networks", str(data / "net-8-400mbit.json"), "--calibrate-sizes", "2,4"]
+    args += ["--calibrate-rate", "1gbit"]
+    out = CliRunner().invoke(lab, args)
+    assert out.exit_code == 2, out.output
+    assert "no --standin-runs launch at sizes 2,4 on 1gbit to calibrate on" in out.output
+    assert "run-googlenet-{2,4}-1gbit.json" in out.output and "Traceback" not in out.output
