@@ -144,8 +144,8 @@ def test_refit_networks_reads_the_shaped_rate_off_the_recorded_times(tmp_path):
 
 def test_the_rescore_script_scores_every_stored_launch_held_out(tmp_path):
     """``lab/standin_rescore.sh`` on the committed launches: every 8-rank GoogLeNet and
-    ResNet-50 contender row (and the 2- and 4-rank rows at 2500mbit) is predicted, none of
-    the 2- and 4-rank rows at 1gbit it calibrates on."""
+    ResNet-50 contender row (and the 2- and 4-rank rows at 2500mbit), and every launch after
+    the clock fix, is predicted, none of the 2- and 4-rank rows at 1gbit it calibrates on."""
     import glob
     import subprocess
     import sys
@@ -156,10 +156,13 @@ def test_the_rescore_script_scores_every_stored_launch_held_out(tmp_path):
     out = tmp_path / "rescore"
     env = {"PATH": "/usr/bin:/bin", "PY": sys.executable}
     subprocess.run(["bash", "lab/standin_rescore.sh", str(out)], cwd=repo, env=env, check=True)
-    for name, pattern in (("googlenet", "googlenet"), ("resnet50", "resnet50-8")):
-        files = [
-            f for f in glob.glob(str(data / f"standin-*/run-{pattern}*.json")) if "-1-host" not in f
-        ]
+    groups = (
+        ("googlenet", "standin-*/run-googlenet*.json"),
+        ("resnet50", "standin-*/run-resnet50-8*.json"),
+        ("clockfix", "standin-clockfix/*-*bit/run-*-8-*.json"),
+    )
+    for name, pattern in groups:
+        files = [f for f in glob.glob(str(data / pattern)) if "-1-host" not in f]
         held = [r for r in load_runs(files) if not (r.rate == "1gbit" and r.size in (2, 4))]
         doc = json.loads((out / f"{name}-all.json").read_text())
         assert len(doc["rows"]) == len({(r.group, r.name) for r in held}) > 0
