@@ -97,10 +97,11 @@ class DeviceClock:
             with self._lock:
                 self._waits.append((start, end))
 
-    def _host_reaches(self, now: float) -> float:
-        """Where the host's timeline is when it calls the next operation at wall ``now``:
-        its own work since the last return, and no earlier than the end of a blocking wait
-        (plus the work after it). Under the lock."""
+    def _advance_host(self, now: float) -> None:
+        """Move the host's timeline to where it calls the next operation at wall ``now``:
+        by its own work since the last return, and to no earlier than the end of each
+        blocking wait reported since (plus the work after it), which it consumes. Under
+        the lock."""
         host, cursor = self._host, self._returned
         for start, end in self._waits:
             if end <= cursor:
@@ -108,7 +109,7 @@ class DeviceClock:
             host = max(host + max(0.0, start - cursor), end)
             cursor = end
         self._waits.clear()
-        return host + max(0.0, now - cursor)
+        self._host = host + max(0.0, now - cursor)
 
     def run(self, seconds: float) -> None:
         """Queue ``seconds`` of device work and return when it is done."""
@@ -116,7 +117,7 @@ class DeviceClock:
             return
         with self._lock:
             now = time.perf_counter()
-            self._host = self._host_reaches(now)
+            self._advance_host(now)
             end = max(self._end, self._host) + seconds
             self._end = end
             self.busy_s += seconds
