@@ -89,6 +89,14 @@ POOR_R2 = 0.9
     "(the bucket sizes training allreduces; 0: stop at --max-message-s like the others).",
 )
 @click.option(
+    "--allreduce-in-flight",
+    type=click.IntRange(min=0),
+    default=4,
+    show_default=True,
+    help="Also time this many allreduces posted at once (a step's buckets queued behind "
+    "each other; 0 or 1: not measured).",
+)
+@click.option(
     "--concurrent/--no-concurrent",
     default=True,
     show_default=True,
@@ -119,6 +127,7 @@ def netfit(
     exchange: bool,
     allreduce: bool,
     allreduce_mb: float,
+    allreduce_in_flight: int,
     concurrent: bool,
     comm_timeout: float,
     out: str | None,
@@ -155,6 +164,7 @@ def netfit(
             stat=stat,
             source=" ".join(library_version().split()),
             allreduce_bytes=round(allreduce_mb * 2**20),
+            allreduce_in_flight=allreduce_in_flight,
         )
     except (CommError, ValueError) as exc:
         abort_job(comm, f"rank {comm.rank}: netfit: {exc}")
@@ -171,6 +181,7 @@ def _warn_poor_fits(result: NetfitResult) -> None:
         ("ping-pong", result.pingpong),
         ("exchange", result.exchange),
         ("allreduce", result.allreduce),
+        ("allreduce in flight", result.allreduce_in_flight),
         ("concurrent", result.concurrent),
     ):
         if sweep is not None and sweep.problem is not None:
@@ -225,6 +236,12 @@ def _summary(result: NetfitResult) -> str:
         line += (
             f"; allreduce at {ar.size}: alpha {ar.alpha_s * 1e6:.2f} us, "
             f"{1e-9 / ar.beta_s_per_byte:.2f} GB/s, R^2 {ar.r2:.4f}"
+        )
+    ark = result.network.allreduce_in_flight
+    if ark is not None:
+        line += (
+            f"; {ark.in_flight} allreduces in flight: {1e-9 / ark.beta_s_per_byte:.2f} GB/s "
+            f"each, R^2 {ark.r2:.4f}"
         )
     cc = result.network.concurrent
     if cc is not None:

@@ -16,6 +16,11 @@ optimistic on a shared network):
   launched size; it grows to at least ``allreduce_bytes`` (32 MiB: training's buckets are
   25 MiB by default) however long a message takes, since an MPI allreduce's cost per byte
   at a few MiB need not be its cost at the sizes training sends;
+- **allreduce in flight**: ``allreduce_in_flight`` (4) allreduces of ``n`` bytes each posted
+  at once and waited together, the time per allreduce fitted as above (grown until as many
+  bytes are in flight as the allreduce sweep's largest message holds): a training step's
+  buckets queue behind each other, and while one allreduce reduces or waits on a partner
+  the next one's bytes can use the link, so a queued bucket may cost less than one alone;
 - **concurrent**: every rank sends to the next and receives from the previous at once (a
   ring shift), the load a training step puts on the links and on whatever the ranks share
   (a NIC, the switch, the host's cores doing TCP); fitted at the launched size. Its
@@ -61,6 +66,7 @@ CLUSTER_MAX_BYTES = 256 * MIB
 DEFAULT_REPS = 10
 DEFAULT_MAX_MESSAGE_S = 0.25
 DEFAULT_ALLREDUCE_BYTES = 32 * MIB
+DEFAULT_IN_FLIGHT = 4  # about a ResNet-50's 25 MiB buckets: enough to keep a link busy
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,7 @@ class NetfitResult:
     exchange: Sweep | None
     allreduce: Sweep | None
     concurrent: Sweep | None = None
+    allreduce_in_flight: Sweep | None = None
 
     @property
     def duplex(self) -> float | None:
@@ -92,6 +99,7 @@ class NetfitResult:
             "exchange": self.exchange,
             "allreduce": self.allreduce,
             "concurrent": self.concurrent,
+            "allreduce_in_flight": self.allreduce_in_flight,
         }
         extra: dict[str, Any] = {
             "peer": self.peer,
@@ -159,6 +167,7 @@ def measure_network(
     stat: str = "median",
     source: str = "",
     allreduce_bytes: int = DEFAULT_ALLREDUCE_BYTES,
+    allreduce_in_flight: int = DEFAULT_IN_FLIGHT,
 ) -> NetfitResult:
     """Run the sweeps on every rank of ``comm`` (collective) and fit them.
 
@@ -169,12 +178,14 @@ def measure_network(
         stat: ``median`` or ``min`` over the reps of each size (see the module).
         allreduce_bytes: the allreduce sweep's smallest largest message (capped at
             ``max_bytes``), measured past ``max_message_s`` with at most 3 reps a size.
+        allreduce_in_flight: allreduces posted at once in the in-flight sweep (with
+            ``allreduce``; below 2: no such sweep), grown to ``allreduce_bytes`` in flight.
         source: text appended to the ``source`` label (host, size and, when set,
             ``GOSSIPGRAD_EMU_RATE`` are always included).
     Raises ``ValueError`` for bad arguments (the same on every rank) and ``CommTimeout``
     when a partner does not answer within ``comm.timeout`` seconds.
     """
-    _check_arguments(comm, reps, stat, max_message_s)
+    _check_arguments(comm, reps, stat, max_message_s, allreduce_in_flight)
     hosts = host_ids(comm).tolist()
     same_host = len(set(hosts)) == 1
     if max_bytes is None:
@@ -201,6 +212,16 @@ def measure_network(
     ar_fit = None
     if ar is not None and ar.fit is not None:
         ar_fit = AllreduceFit(ar.fit.alpha_s, ar.fit.beta_s_per_byte, ar.fit.r2, size=comm.size)
+    ar_k, ar_k_fit = None, None
+    if allreduce and allreduce_in_flight >= 2:
+        k = allreduce_in_flight
+        ar_k = sweep(  # grown to the same bytes in flight as the one-at-a-time sweep
+            sweeps.allreduce_in_flight(comm, np.zeros(k * sizes[-1] // 4, np.float32), k),
+            allreduce_bytes // k,
+        )
+        if ar_k.fit is not None:
+            f = ar_k.fit
+            ar_k_fit = AllreduceFit(f.alpha_s, f.beta_s_per_byte, f.r2, comm.size, k)
     cc = None
     if concurrent:
         bufs = np.zeros(sizes[-1], dtype=np.uint8), np.zeros(sizes[-1], dtype=np.uint8)
@@ -213,7 +234,7 @@ def measure_network(
     host = HostShare(*host_share(comm))
     per_node = ranks_per_node(host_ids(comm, netns=True).tolist())
     return NetfitResult(
-        NetworkFit(pp.fit, ar_fit, label, host, cc_fit, per_node),
+        NetworkFit(pp.fit, ar_fit, label, host, cc_fit, per_node, ar_k_fit),
         peer,
         same_host,
         len(set(hosts)),
@@ -223,10 +244,13 @@ def measure_network(
         ex,
         ar,
         cc,
+        ar_k,
     )
 
 
-def _check_arguments(comm: Communicator, reps: int, stat: str, max_message_s: float) -> None:
+def _check_arguments(
+    comm: Communicator, reps: int, stat: str, max_message_s: float, in_flight: int = 1
+) -> None:
     """ValueError (the same on every rank) for arguments no fit can use."""
     if comm.size < 2:
         raise ValueError("a network fit needs >= 2 ranks: mpiexec -n 2 gossipgrad netfit")
@@ -236,6 +260,8 @@ def _check_arguments(comm: Communicator, reps: int, stat: str, max_message_s: fl
         raise ValueError(f"stat must be one of {', '.join(STATS)}, got {stat!r}")
     if not max_message_s > 0:
         raise ValueError(f"max_message_s must be > 0, got {max_message_s}")
+    if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 0:
+        raise ValueError(f"allreduces in flight must be an integer >= 0, got {in_flight!r}")
 
 
 def _unfit_message(pp: Sweep, peer: int) -> str:

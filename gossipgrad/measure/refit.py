@@ -3,10 +3,11 @@
     gossipgrad netfit --refit old-network.json --out network.json
 
 A netfit document keeps every sweep's measured times under ``measurements``; this recomputes
-each fit (``p2p`` from the ping-pong, ``allreduce``, ``concurrent``, the exchange's duplex)
-with today's :func:`gossipgrad.plan.fit.fit_link`, so a network measured before the fit
-changed can be planned with without measuring it again. Nothing else changes: sizes,
-``host``, ``ranks_per_node`` and ``source`` are kept; ``refit`` records what was done.
+each fit (``p2p`` from the ping-pong, ``allreduce`` and ``allreduce_in_flight``,
+``concurrent``, the exchange's duplex) with today's :func:`gossipgrad.plan.fit.fit_link`, so
+a network measured before the fit changed can be planned with without measuring it again.
+Nothing else changes: sizes, ``host``, ``ranks_per_node`` and ``source`` are kept; ``refit``
+records what was done.
 
 PURE: no MPI (a refit needs no launch).
 """
@@ -23,7 +24,12 @@ from gossipgrad.plan.fit import fit_link, relative_errors
 from gossipgrad.plan.formats import LinkFit, NetworkFit
 
 # document key -> the sweep under "measurements" it is fitted from
-FITTED = (("p2p", "pingpong"), ("allreduce", "allreduce"), ("concurrent", "concurrent"))
+FITTED = (
+    ("p2p", "pingpong"),
+    ("allreduce", "allreduce"),
+    ("concurrent", "concurrent"),
+    ("allreduce_in_flight", "allreduce_in_flight"),
+)
 
 
 def load_document(path: str | Path) -> dict[str, Any]:

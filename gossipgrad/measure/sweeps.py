@@ -1,5 +1,6 @@
-"""Timed message sweeps over a Communicator: ping-pong, simultaneous exchange, allreduce, and
-every rank sending at once (``concurrent``: what a training step puts on the network).
+"""Timed message sweeps over a Communicator: ping-pong, simultaneous exchange, allreduce (one at
+a time, or several in flight at once), and every rank sending at once (``concurrent``: what a
+training step puts on the network).
 
 The measuring half of ``gossipgrad netfit`` (:mod:`gossipgrad.measure.netfit` chooses what to
 measure and labels the result). Each size is run once to warm up, then ``reps`` times; the
@@ -200,6 +201,27 @@ def allreduce(comm: Communicator, buf: np.ndarray) -> Callable[[int], float]:
         t0 = time.perf_counter()
         spin(comm.iallreduce_(view), deadline)
         return time.perf_counter() - t0
+
+    return once
+
+
+def allreduce_in_flight(comm: Communicator, buf: np.ndarray, k: int) -> Callable[[int], float]:
+    """A barrier, then ``k`` in-place sums of ``n`` bytes of float32 each, posted at once and
+    waited together (a training step's buckets, posted as backward fills them and queued
+    behind each other); returns the seconds per allreduce (total / ``k``). ``buf`` holds
+    ``k`` of the largest size."""
+    if k < 1:
+        raise ValueError(f"allreduces in flight must be >= 1, got {k}")
+
+    def once(n: int) -> float:
+        count = n // 4
+        views = [buf[i * count : (i + 1) * count] for i in range(k)]
+        comm.barrier()
+        deadline = time.monotonic() + comm.timeout
+        t0 = time.perf_counter()
+        for req in [comm.iallreduce_(v) for v in views]:
+            spin(req, deadline)
+        return (time.perf_counter() - t0) / k
 
     return once
 

@@ -74,17 +74,21 @@ def scale_profile(profile: Profile, factor: float) -> Profile:
 
 def scale_exchange(model: CommModel, strategy: str, factor: float) -> CommModel:
     """``model`` with ``strategy``'s bucket costs times ``factor`` (gossip: ``gossip_factor``;
-    allreduce and horovod: both ring factors). Local is returned unchanged."""
+    allreduce and horovod: both ring factors, and a queued bucket's). Local is returned
+    unchanged."""
     _positive("factor", factor)
     pattern = pattern_of(strategy)
     if pattern == "peer":
         return replace(model, gossip_factor=model.gossip_factor * factor)
     if pattern == "none":
         return model
+    queued = (model.queued_latency_factor, model.queued_bandwidth_factor)
     return replace(
         model,
         allreduce_latency_factor=model.allreduce_latency_factor * factor,
         allreduce_bandwidth_factor=model.allreduce_bandwidth_factor * factor,
+        queued_latency_factor=None if queued[0] is None else queued[0] * factor,
+        queued_bandwidth_factor=None if queued[1] is None else queued[1] * factor,
     )
 
 

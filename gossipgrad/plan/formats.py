@@ -253,9 +253,11 @@ class LinkFit:
 
 @dataclass(frozen=True)
 class AllreduceFit(LinkFit):
-    """A measured allreduce fit, valid at ``size`` ranks only."""
+    """A measured allreduce fit, valid at ``size`` ranks only; ``in_flight``: how many
+    allreduces were posted at once (the fit is then the time per allreduce)."""
 
     size: int = 2
+    in_flight: int = 1
 
 
 @dataclass(frozen=True)
@@ -273,7 +275,9 @@ class NetworkFit(_JsonFile):
     ``host`` (optional) is the cores and ranks per host the fit was taken with: whether
     overlap can hide communication there (see ``step_time``). ``concurrent`` (optional):
     every rank sending at once; ``ranks_per_node``: ranks that share one network interface
-    (a network namespace counts as a node), both read by :mod:`gossipgrad.plan.terms`."""
+    (a network namespace counts as a node), both read by :mod:`gossipgrad.plan.terms`.
+    ``allreduce_in_flight`` (optional): allreduces posted several at once, per allreduce,
+    the cost of a bucket queued behind another (``CommModel.from_network``)."""
 
     KIND: ClassVar[str] = "network"
 
@@ -283,6 +287,7 @@ class NetworkFit(_JsonFile):
     host: HostShare | None = None
     concurrent: ConcurrentFit | None = None
     ranks_per_node: int | None = None
+    allreduce_in_flight: AllreduceFit | None = None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> NetworkFit:
@@ -298,6 +303,13 @@ class NetworkFit(_JsonFile):
             out["concurrent"] = {**_link_json(self.concurrent), "size": self.concurrent.size}
         if self.ranks_per_node is not None:
             out["ranks_per_node"] = self.ranks_per_node
+        if self.allreduce_in_flight is not None:
+            fit = self.allreduce_in_flight
+            out["allreduce_in_flight"] = {
+                **_link_json(fit),
+                "size": fit.size,
+                "in_flight": fit.in_flight,
+            }
         return out
 
 
@@ -335,6 +347,15 @@ def _network_from_json(data: Mapping[str, Any]) -> NetworkFit:
     host = None if raw_host is None else HostShare.from_json(raw_host)
     concurrent = _sized_fit(data, "concurrent", ConcurrentFit, minimum=2)
     per_node = _get(data, "ranks_per_node", optional=True)
+    in_flight = _sized_fit(data, "allreduce_in_flight", AllreduceFit, minimum=2)
+    if in_flight is not None:
+        raw = _get(data, "allreduce_in_flight")
+        k = _integer(
+            _get(raw, "in_flight", "allreduce_in_flight"),
+            "allreduce_in_flight.in_flight",
+            minimum=1,
+        )
+        in_flight = replace(in_flight, in_flight=k)
     return NetworkFit(
         p2p,
         allreduce,
@@ -342,6 +363,7 @@ def _network_from_json(data: Mapping[str, Any]) -> NetworkFit:
         host,
         concurrent,
         None if per_node is None else _integer(per_node, "ranks_per_node", minimum=1),
+        in_flight,
     )
 
 

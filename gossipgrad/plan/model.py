@@ -15,6 +15,10 @@ Per-bucket communication cost of ``n`` bytes at ``p`` ranks (0 when ``p == 1``):
 Timeline (times from the start of backward, buckets in backward order): bucket ``b`` starts
 at ``max(ready_b, end_{b-1})`` and ends ``cost_b`` later; one communication thread, so the
 chain is serial. With ``overlap=False`` every bucket is ready only at the end of backward.
+Where the strategy posts its allreduces as the buckets fill (gossipgrad's own, gradients)
+and netfit measured several in flight at once, a bucket ready before the previous one ends
+(queued) costs what one of several in flight did: its bytes use the link while the one
+ahead reduces or waits on a partner (:meth:`CommModel.queued_costs`).
 
     >>> m = CommModel(alpha_s=1e-3, beta_s_per_byte=0.0)
     >>> comm_chain([0.1, 0.2], [m.bucket_s("gossip", 100, size=2)] * 2)
@@ -36,7 +40,7 @@ from dataclasses import dataclass, replace
 
 from gossipgrad.plan.fabric import Fabric, shared_from_concurrent
 from gossipgrad.plan.fluid import Round, run
-from gossipgrad.plan.formats import Bucket, NetworkFit, Profile
+from gossipgrad.plan.formats import AllreduceFit, Bucket, NetworkFit, Profile
 from gossipgrad.plan.host import HostShare
 from gossipgrad.plan.patterns import peer_s, ring_s, server_rounds, server_s
 from gossipgrad.registry import STRATEGIES
@@ -83,6 +87,9 @@ class CommModel:
             it (a GPU's copy engines and kernels, a host's cores and memory bus). >= 0.
         host_s_per_byte: the rank's own work per byte exchanged on the communication
             thread (mixing, copies, reductions), added to every bucket's cost. >= 0.
+        queued_latency_factor, queued_bandwidth_factor: the ring factors of an allreduce
+            posted while another is in flight (netfit's ``allreduce_in_flight`` sweep);
+            None: a queued bucket costs what one alone does.
     """
 
     alpha_s: float
@@ -94,6 +101,8 @@ class CommModel:
     fabric: Fabric = Fabric()
     interference: float = 0.0
     host_s_per_byte: float = 0.0
+    queued_latency_factor: float | None = None
+    queued_bandwidth_factor: float | None = None
 
     def __post_init__(self) -> None:
         if not self.alpha_s >= 0:
@@ -109,6 +118,11 @@ class CommModel:
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+        queued = (self.queued_latency_factor, self.queued_bandwidth_factor)
+        if (queued[0] is None) != (queued[1] is None):
+            raise ValueError("queued_latency_factor and queued_bandwidth_factor go together")
+        if queued[0] is not None and not (queued[0] > 0 and queued[1] > 0):
+            raise ValueError(f"queued ring factors must be > 0, got {queued}")
 
     @classmethod
     def from_network(
@@ -119,10 +133,14 @@ class CommModel:
         latency and bandwidth terms); they are then applied at every size. The fabric
         comes from the concurrent sweep (a shared bottleneck where every rank sending at
         once was slower than one pair's exchange, :func:`shared_from_concurrent`) and the
-        ranks per node."""
+        ranks per node; with ``calibrate_allreduce`` and an ``allreduce_in_flight`` fit,
+        that fit's factors price a queued bucket (:meth:`queued_costs`)."""
         latency = bandwidth = 1.0
+        queued: tuple[float | None, float | None] = (None, None)
         if calibrate_allreduce:
             latency, bandwidth = allreduce_factors(net)
+            if net.allreduce_in_flight is not None:
+                queued = allreduce_factors(net, net.allreduce_in_flight)
         shared = 0.0
         cc = net.concurrent
         if cc is not None and net.p2p.beta_s_per_byte > 0:
@@ -130,7 +148,14 @@ class CommModel:
             shared = shared_from_concurrent(cc.beta_s_per_byte, cc.size, exchange)
         fabric = Fabric(ranks_per_node=net.ranks_per_node or 1, shared_s_per_byte=shared)
         return cls(
-            net.p2p.alpha_s, net.p2p.beta_s_per_byte, duplex, latency, bandwidth, fabric=fabric
+            net.p2p.alpha_s,
+            net.p2p.beta_s_per_byte,
+            duplex,
+            latency,
+            bandwidth,
+            fabric=fabric,
+            queued_latency_factor=queued[0],
+            queued_bandwidth_factor=queued[1],
         )
 
     def bucket_s(self, strategy: str, nbytes: float, size: int) -> float:
@@ -153,6 +178,32 @@ class CommModel:
             latency = bandwidth = 1.0
         return ring_s(nbytes, size, a, b, f, latency, bandwidth) + host
 
+    def queued_costs(
+        self, strategy: str, nbytes: Sequence[int], size: int, mix: str = "grad"
+    ) -> list[float] | None:
+        """Every bucket's cost when it is posted while the one ahead is still in flight:
+        the ring at the queued factors. None (a queued bucket costs what one alone does)
+        unless the strategy posts its MPI allreduces as the buckets fill (gossipgrad's own
+        allreduce of gradients: no window; a library keeps its own order, a parameter mix
+        at most two in flight) and netfit measured several in flight. ``mix`` counts only
+        for a strategy that has no mix of its own."""
+        spec = STRATEGIES.get(strategy)
+        if spec.fixed_mix is not None:
+            mix = spec.fixed_mix.value
+        if (
+            self.queued_latency_factor is None
+            or self.queued_bandwidth_factor is None
+            or spec.pattern != "ring"
+            or spec.library
+            or spec.own_collective
+            or mix != "grad"
+            or size < 2
+        ):
+            return None
+        a, b, f = self.alpha_s, self.beta_s_per_byte, self.fabric
+        lat, bw = self.queued_latency_factor, self.queued_bandwidth_factor
+        return [ring_s(n, size, a, b, f, lat, bw) + self.host_s_per_byte * n for n in nbytes]
+
     def bucket_costs(self, strategy: str, nbytes: Sequence[int], size: int) -> list[float]:
         """Every bucket's cost in one step (a parameter server's from its busiest node:
         :func:`gossipgrad.plan.patterns.server_s`)."""
@@ -163,9 +214,10 @@ class CommModel:
         return [c + self.host_s_per_byte * n for c, n in zip(wire, nbytes, strict=True)]
 
 
-def allreduce_factors(net: NetworkFit) -> tuple[float, float]:
-    """(latency, bandwidth) factors: measured allreduce terms / ring terms from the p2p fit."""
-    ar, p2p = net.allreduce, net.p2p
+def allreduce_factors(net: NetworkFit, fit: AllreduceFit | None = None) -> tuple[float, float]:
+    """(latency, bandwidth) factors: measured allreduce terms (``fit``, default the network's
+    one-at-a-time allreduce) / ring terms from the p2p fit."""
+    ar, p2p = net.allreduce if fit is None else fit, net.p2p
     if ar is None:
         raise ValueError(
             "network has no 'allreduce' fit; run netfit with >= 2 ranks or "
@@ -283,6 +335,27 @@ def comm_chain(ready_s: Sequence[float], cost_s: Sequence[float]) -> list[float]
     return ends
 
 
+def queue_chain(
+    ready_s: Sequence[float], alone_s: Sequence[float], queued_s: Sequence[float]
+) -> tuple[list[float], list[float]]:
+    """(end, cost) of each transfer on one serial communication thread, in the given order:
+    a transfer ready before the one ahead of it ends was queued behind it and costs
+    ``queued_s``, one that finds the thread idle ``alone_s``.
+
+        >>> queue_chain([0.0, 0.1, 5.0], [1.0, 1.0, 1.0], [0.5, 0.5, 0.5])
+        ([1.0, 1.5, 6.0], [1.0, 0.5, 1.0])
+    """
+    if not len(ready_s) == len(alone_s) == len(queued_s):
+        raise ValueError("ready_s, alone_s and queued_s differ in length")
+    ends, costs, t = [], [], 0.0
+    for i, (ready, alone, queued) in enumerate(zip(ready_s, alone_s, queued_s, strict=True)):
+        cost = queued if i and ready < t else alone
+        t = max(ready, t) + cost
+        ends.append(t)
+        costs.append(cost)
+    return ends, costs
+
+
 @dataclass(frozen=True)
 class StepTime:
     """Predicted steady-state time of one step and its parts (seconds)."""
@@ -314,7 +387,8 @@ def step_time(
     extra: Sequence[tuple[float, float]] = (),
 ) -> StepTime:
     """Predict the steady-state step time. ``F, B, O`` = forward, backward, optimizer times;
-    ``end_last`` = end of the bucket chain (times from backward start); ``S`` = sum of costs;
+    ``end_last`` = end of the bucket chain (times from backward start); ``S`` = sum of costs (a
+    bucket queued behind another at its queued cost: :meth:`CommModel.queued_costs`);
     ``c`` = ``model.interference``, ``H`` = the chain's busy time beside compute.
 
     - staleness 0: the optimizer waits for this step's exchange,
@@ -355,7 +429,9 @@ def step_time(
     if mix not in ("grad", "param"):
         raise ValueError(f"mix must be 'grad' or 'param', got {mix!r}")
     _check_size(size)
-    costs = model.bucket_costs(strategy, [b.bytes for b in profile.buckets], size)
+    nbytes = [b.bytes for b in profile.buckets]
+    costs = model.bucket_costs(strategy, nbytes, size)
+    queued = model.queued_costs(strategy, nbytes, size, mix)
     if host is not None and not host.spare_core:
         costs = [*costs, *(c for _, c in extra)]
         return _serial_step(profile, costs, strategy, size, staleness, overlap, host)
@@ -363,7 +439,9 @@ def step_time(
     total = sum(costs) + sum(cost for _, cost in extra)
     if staleness == 1:
         ready = [bk.ready_s if overlap else b for bk in profile.buckets]
-        end = comm_chain(ready, costs)[-1] if costs else 0.0
+        ends, costs = queue_chain(ready, costs, costs if queued is None else queued)
+        end = ends[-1] if ends else 0.0
+        total = sum(costs) + sum(cost for _, cost in extra)
         step = max(f + b + o + c * min(total, f + b), total)
         return StepTime(step, profile.compute_s, o, total, f + end)
     if mix == "param" and pattern_of(strategy) == "peer":
@@ -374,7 +452,7 @@ def step_time(
     if pattern_of(strategy) == "server" and size > 1:
         step, end = _server_step(profile, model, size, extra, overlap)
     else:
-        step, end = _backward_chain(profile, model, costs, extra, overlap)
+        step, end, total = _backward_chain(profile, model, costs, extra, overlap, queued)
     return StepTime(step, profile.compute_s, o, total, f + end)
 
 
@@ -384,23 +462,27 @@ def _backward_chain(
     costs: Sequence[float],
     extra: Sequence[tuple[float, float]],
     overlap: bool,
-) -> tuple[float, float]:
-    """(step time, end of the chain from backward's start) of buckets sent as they are
-    ready (staleness 0, gradients)."""
+    queued: Sequence[float] | None = None,
+) -> tuple[float, float, float]:
+    """(step time, end of the chain from backward's start, the chain's busy time) of
+    buckets sent as they are ready (staleness 0, gradients); ``queued``: each bucket's
+    cost when it waits behind the one ahead (:func:`queue_chain`; None: its cost)."""
     f, b, o, c = profile.forward_s, profile.backward_s, profile.optimizer_s, model.interference
+    queued = costs if queued is None else queued
     transfers = sorted(
         [
-            (bk.ready_s if overlap else b, cost)
-            for bk, cost in zip(profile.buckets, costs, strict=True)
+            (bk.ready_s if overlap else b, cost, q)
+            for bk, cost, q in zip(profile.buckets, costs, queued, strict=True)
         ]
-        + [(r if overlap else b, cost) for r, cost in extra],
+        + [(r if overlap else b, cost, cost) for r, cost in extra],
         key=lambda t: t[0],
     )
-    chain_costs = [t[1] for t in transfers]
-    ends = comm_chain([t[0] for t in transfers], chain_costs)
+    ends, chain_costs = queue_chain(
+        [t[0] for t in transfers], [t[1] for t in transfers], [t[2] for t in transfers]
+    )
     end = ends[-1] if ends else 0.0
     step = f + max(b + c * busy_within(ends, chain_costs, b), end) + o
-    return step, end
+    return step, end, sum(chain_costs)
 
 
 def _server_step(

@@ -111,7 +111,8 @@ def load_runs(paths: Iterable[str | Path]) -> list[Run]:
 def network_model(net: NetworkFit, doc: Mapping[str, Any], dilate: float) -> CommModel:
     """The emulated links of one netfit document as the cluster stood in for sees them
     (times / K): alpha and beta, the exchange's duplex (clamped to [1, 2]), the allreduce
-    fit's ring factors when it has one, the concurrent sweep's shared bottleneck."""
+    fit's ring factors when it has one (and the in-flight sweep's for a queued bucket), the
+    concurrent sweep's shared bottleneck."""
     k = dilate
     duplex = doc.get("measurements", {}).get("exchange_fit", {}).get("duplex") or 1.0
     duplex = min(2.0, max(1.0, float(duplex)))
@@ -121,6 +122,11 @@ def network_model(net: NetworkFit, doc: Mapping[str, Any], dilate: float) -> Com
     elif net.allreduce is not None and net.allreduce.size >= 2:
         p = net.allreduce.size
         bandwidth = net.allreduce.beta_s_per_byte / (2 * (p - 1) / p * net.p2p.beta_s_per_byte)
+    queued: tuple[float | None, float | None] = (None, None)
+    ark = net.allreduce_in_flight
+    if ark is not None and net.p2p.alpha_s > 0:
+        lat, bw = allreduce_factors(net, ark)
+        queued = max(lat, 1e-6), max(bw, 1e-6)
     shared = 0.0
     if net.concurrent is not None:
         beta_x = duplex * net.p2p.beta_s_per_byte
@@ -132,6 +138,8 @@ def network_model(net: NetworkFit, doc: Mapping[str, Any], dilate: float) -> Com
         max(latency, 1e-6),
         max(bandwidth, 1e-6),
         fabric=Fabric(ranks_per_node=net.ranks_per_node or 1, shared_s_per_byte=shared / k),
+        queued_latency_factor=queued[0],
+        queued_bandwidth_factor=queued[1],
     )
 
 

@@ -45,7 +45,13 @@ def legacy_predict(run: Run, profiles: Mapping[str, StandinProfile], networks: N
 
     net, doc = networks[(run.size, run.rate)]
     model = replace(network_model(net, doc, run.dilate), fabric=Fabric())
-    model = replace(model, allreduce_latency_factor=1.0, allreduce_bandwidth_factor=1.0)
+    model = replace(
+        model,
+        allreduce_latency_factor=1.0,
+        allreduce_bandwidth_factor=1.0,
+        queued_latency_factor=None,
+        queued_bandwidth_factor=None,
+    )
     strategy = "allreduce" if run.strategy == "ps" else run.strategy
     prof = profile_for(run, profiles, 1.0, cycles=False)
     return step_time(prof, model, strategy, run.size, staleness=run.staleness, mix=run.mix).step_s

@@ -187,3 +187,27 @@ def test_plan_validate_without_calibration_launches_says_which_to_add():
     assert out.exit_code == 2, out.output
     assert "no --standin-runs launch at sizes 2,4 on 1gbit to calibrate on" in out.output
     assert "run-googlenet-{2,4}-1gbit.json" in out.output and "Traceback" not in out.output
+
+
+def test_the_in_flight_sweep_prices_a_queued_allreduce_in_the_stood_for_time():
+    from gossipgrad.plan.formats import AllreduceFit
+    from lab.plan.standin import network_model
+
+    beta = RATES["1gbit"]
+    ring = 2 * 7 / 8 * beta  # the ideal ring's seconds per byte at 8 ranks
+    net = NetworkFit(
+        LinkFit(1e-4, beta, 1.0),
+        AllreduceFit(14e-4, 1.5 * ring, 1.0, size=8),
+        source="netfit on test, emulated link rate 1gbit",
+        allreduce_in_flight=AllreduceFit(14e-4, 1.1 * ring, 1.0, size=8, in_flight=4),
+    )
+    model = network_model(net, net.to_json(), K)
+    assert model.allreduce_bandwidth_factor == pytest.approx(1.5)
+    assert model.queued_bandwidth_factor == pytest.approx(1.1)
+    assert model.queued_latency_factor == pytest.approx(1.0)
+    alone = model.bucket_s("allreduce", 2**20, 8)
+    [queued] = model.queued_costs("allreduce", [2**20], 8)
+    assert queued < alone  # and both in the stood-for time (/ K)
+    assert alone == pytest.approx((14e-4 + 1.5 * ring * 2**20) / K)
+    plain = network_model(replace(net, allreduce_in_flight=None), net.to_json(), K)
+    assert plain.queued_costs("allreduce", [2**20], 8) is None

@@ -92,6 +92,7 @@ def test_measure_network_assembles_fits(monkeypatch):
     monkeypatch.setattr(sweeps, "exchange", fake(ALPHA, 2 * BETA, (0, 1)))
     monkeypatch.setattr(sweeps, "allreduce", fake(3 * ALPHA, 3 * BETA, (0, 1, 2)))
     monkeypatch.setattr(sweeps, "concurrent", fake(ALPHA, 4 * BETA, (0, 1, 2)))
+    monkeypatch.setattr(sweeps, "allreduce_in_flight", fake(ALPHA, 2 * BETA, (0, 1, 2)))
     monkeypatch.setenv("GOSSIPGRAD_EMU_RATE", "1gbit")
 
     def body(comm):
@@ -108,12 +109,53 @@ def test_measure_network_assembles_fits(monkeypatch):
     assert r.network.concurrent.size == 3
     assert r.network.concurrent.beta_s_per_byte == pytest.approx(4 * BETA, rel=1e-6)
     assert r.network.ranks_per_node == 3  # threads of one process: one node
+    ark = r.network.allreduce_in_flight
+    assert (ark.size, ark.in_flight) == (3, netfit.DEFAULT_IN_FLIGHT)
+    assert ark.beta_s_per_byte == pytest.approx(2 * BETA, rel=1e-6)
     assert "3 ranks on 1 host(s)" in r.network.source
     assert "emulated link rate 1gbit" in r.network.source and r.network.source.endswith("test")
     doc = json.loads(json.dumps(r.to_json()))
     assert NetworkFit.from_json(doc) == r.network  # extra keys are ignored by the planner
     assert doc["measurements"]["pingpong"]["nbytes"][-1] == 1 << 20
     assert doc["measurements"]["exchange_fit"]["duplex"] == pytest.approx(2.0, rel=1e-6)
+    assert doc["allreduce_in_flight"]["in_flight"] == netfit.DEFAULT_IN_FLIGHT
+
+
+def test_no_in_flight_sweep_when_asked_for_none(monkeypatch):
+    for name in ("pingpong", "exchange", "allreduce", "concurrent"):
+        monkeypatch.setattr(sweeps, name, fake(ALPHA, BETA, (0, 1)))
+
+    def refuse(*_args):
+        raise AssertionError("the in-flight sweep ran")
+
+    monkeypatch.setattr(sweeps, "allreduce_in_flight", refuse)
+
+    def body(comm):
+        return netfit.measure_network(comm, max_bytes=1 << 16, reps=1, allreduce_in_flight=1)
+
+    r = run_ranks(2, body)[0]
+    assert r.network.allreduce_in_flight is None and r.allreduce_in_flight is None
+    assert "allreduce_in_flight" not in r.to_json()
+    assert r.network.allreduce is not None
+
+
+def test_in_flight_allreduces_each_sum_their_own_slice_and_report_time_per_allreduce():
+    k, count = 3, 256  # 3 allreduces of 1 KiB of float32 each
+
+    def body(comm):
+        buf = np.zeros(k * count * 2, dtype=np.float32)
+        for i in range(k):
+            buf[i * count : (i + 1) * count] = (comm.rank + 1) * (i + 1)
+        t = sweeps.allreduce_in_flight(comm, buf, k)(4 * count)
+        return t, buf.tolist()
+
+    for t, buf in run_ranks(2, body):
+        assert t > 0
+        for i in range(k):  # ranks 1 and 2, times the slice's number: 3 (i + 1)
+            assert buf[i * count : (i + 1) * count] == [3.0 * (i + 1)] * count
+        assert buf[k * count :] == [0.0] * (k * count)  # only the k slices move
+    with pytest.raises(ValueError, match="allreduces in flight must be >= 1"):
+        sweeps.allreduce_in_flight(None, np.zeros(4, np.float32), 0)
 
 
 def test_concurrent_sweep_moves_every_ranks_bytes_around_the_ring():
@@ -149,6 +191,7 @@ def test_a_link_too_slow_for_two_sizes_is_a_clear_error():
         ({"stat": "mean"}, "stat must be one of median, min"),
         ({"peer": 2}, r"peer must be a rank in \[1, 2\)"),
         ({"max_message_s": 0}, "max_message_s must be > 0"),
+        ({"allreduce_in_flight": -1}, "allreduces in flight must be an integer >= 0"),
     ],
 )
 def test_measure_network_validates_arguments(kwargs, match):

@@ -43,6 +43,11 @@ def test_netfit_on_two_ranks_writes_a_valid_network_fit(tmp_path):
     pingpong = doc["measurements"]["pingpong"]
     assert pingpong["nbytes"] == [4096 * 2**i for i in range(9)]  # 4 KiB .. 1 MiB
     assert doc["measurements"]["allreduce"]["nbytes"][-1] == 1 << 20  # grown to --max-mb
+    # four allreduces posted at once by default, fitted per allreduce
+    assert net.allreduce_in_flight is not None and net.allreduce_in_flight.in_flight == 4
+    assert net.allreduce_in_flight.beta_s_per_byte > 0
+    assert doc["measurements"]["allreduce_in_flight"]["nbytes"][-1] >= 1 << 18  # 1 MiB / 4
+    assert "4 allreduces in flight" in proc.stderr
     assert doc["measurements"]["stat"] == "min" and doc["measurements"]["peer"] == 1
     assert "p2p (ranks 0<->1): alpha" in proc.stderr  # rank 0's summary
 

@@ -32,6 +32,7 @@ def document() -> dict:
         "p2p": dict(stale),
         "allreduce": {**stale, "size": 4},
         "concurrent": {**stale, "size": 4},
+        "allreduce_in_flight": {**stale, "size": 4, "in_flight": 4},
         "source": "netfit on test: emulated link rate 100mbit",
         "measurements": {
             "pingpong": sweep(shaped(50e-6)),
@@ -39,6 +40,7 @@ def document() -> dict:
             "exchange_fit": {**stale, "duplex": 1.0},
             "allreduce": sweep(shaped(200e-6, per_rank=1.5)),
             "concurrent": sweep(shaped(80e-6, per_rank=1.1)),
+            "allreduce_in_flight": sweep(shaped(150e-6, per_rank=1.2)),
         },
     }
 
@@ -50,6 +52,8 @@ def test_refit_recovers_the_line_rate_from_the_recorded_times():
     assert net.p2p.alpha_s > 0 and net.p2p.r2 > 0.99
     assert net.allreduce.beta_s_per_byte == pytest.approx(1.5 * LINE_S, rel=0.02)
     assert net.concurrent.beta_s_per_byte == pytest.approx(1.1 * LINE_S, rel=0.02)
+    assert net.allreduce_in_flight.beta_s_per_byte == pytest.approx(1.2 * LINE_S, rel=0.02)
+    assert net.allreduce_in_flight.in_flight == 4
     assert out["measurements"]["exchange_fit"]["duplex"] == pytest.approx(1.0, rel=0.02)
     assert len(out["measurements"]["pingpong"]["relative_error"]) == len(SIZES)
     assert out["source"] == document()["source"] and "refit" in out

@@ -56,6 +56,33 @@ def test_network_round_trip(tmp_path):
     assert NetworkFit.load(tmp_path / "n.json") == n
     minimal = NetworkFit.from_json({"p2p": NETWORK["p2p"]})
     assert minimal.allreduce is None and minimal.source == "unknown"
+    assert minimal.allreduce_in_flight is None
+
+
+IN_FLIGHT = {"alpha_s": 4e-5, "beta_s_per_byte": 1.5e-10, "r2": 0.98, "size": 8, "in_flight": 4}
+
+
+def test_network_with_allreduces_in_flight_round_trips():
+    n = NetworkFit.from_json({**NETWORK, "allreduce_in_flight": IN_FLIGHT})
+    assert n.allreduce_in_flight == AllreduceFit(4e-5, 1.5e-10, 0.98, size=8, in_flight=4)
+    assert n.allreduce.in_flight == 1  # the one-at-a-time sweep
+    assert n.to_json() == {**NETWORK, "allreduce_in_flight": IN_FLIGHT}
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("in_flight", ..., "network field 'allreduce_in_flight.in_flight' is missing"),
+        ("in_flight", 0, "'allreduce_in_flight.in_flight' must be >= 1, got 0"),
+        ("in_flight", "4", "'allreduce_in_flight.in_flight' must be an integer"),
+        ("size", 1, "'allreduce_in_flight.size' must be >= 2, got 1"),
+    ],
+)
+def test_allreduces_in_flight_validation_names_the_field(key, value, message):
+    doc = {**NETWORK, "allreduce_in_flight": IN_FLIGHT}
+    with pytest.raises(ValueError) as e:
+        NetworkFit.from_json(_bad(doc, ("allreduce_in_flight", key), value))
+    assert message in str(e.value)
 
 
 def _bad(base, path, value):

@@ -122,6 +122,49 @@ def test_ddps_own_ring_ignores_the_mpi_allreduce_calibration():
     assert calibrated.bucket_s("horovod", 10**6, size=8) == approx(2 * ring)
 
 
+def test_queued_allreduces_cost_what_several_in_flight_did():
+    """A bucket posted while another allreduce is in flight costs the in-flight sweep's
+    ring; the first, and one that finds the link idle, what one alone does. Only
+    gossipgrad's own allreduce of gradients posts them as they fill."""
+    fits = {
+        "p2p": {"alpha_s": 1e-5, "beta_s_per_byte": 1e-9, "r2": 0.99},
+        "allreduce": {"alpha_s": 1.2e-4, "beta_s_per_byte": 3e-9, "r2": 0.98, "size": 4},
+        "source": "test",
+    }
+    flight = {"alpha_s": 6e-5, "beta_s_per_byte": 1.5e-9, "r2": 0.98, "size": 4, "in_flight": 4}
+    net = NetworkFit.from_json({**fits, "allreduce_in_flight": flight})
+    assert allreduce_factors(net, net.allreduce_in_flight) == (approx(1.0), approx(1.0))
+    m = CommModel.from_network(net, calibrate_allreduce=True)
+    assert (m.queued_latency_factor, m.queued_bandwidth_factor) == (approx(1.0), approx(1.0))
+    alone, queued = 1.2e-4 + 3e-3, 6e-5 + 1.5e-3  # 10**6 bytes at 4 ranks
+    assert m.queued_costs("allreduce", [10**6], 4) == [approx(queued)]
+    for strategy, mix in [("horovod", "grad"), ("ddp", "grad"), ("gossip", "grad")]:
+        assert m.queued_costs(strategy, [10**6], 4, mix) is None
+    assert m.queued_costs("allreduce-param", [10**6], 4) is None  # at most two in flight
+    # a strategy's own mix wins over the one asked of gossip
+    assert m.queued_costs("allreduce", [10**6], 4, "param") == [approx(queued)]
+    # four buckets ready together at the end of backward: one alone, three queued
+    p = make_profile([(10**6, 0.4)] * 4, forward=0.1, backward=0.4, optimizer=0.05)
+    t = step_time(p, m, "allreduce", 4)
+    assert t.comm_s == approx(alone + 3 * queued)
+    assert t.step_s == approx(0.1 + 0.4 + alone + 3 * queued + 0.05)
+    assert step_time(p, m, "horovod", 4).comm_s == approx(4 * alone)
+    # ready far apart: each finds the link idle and costs what one alone does
+    apart = make_profile([(10**6, 0.0), (10**6, 0.2)], forward=0.1, backward=0.4)
+    assert step_time(apart, m, "allreduce", 4).comm_s == approx(2 * alone)
+    # staleness 1 charges the same chain
+    assert step_time(p, m, "allreduce", 4, staleness=1).comm_s == approx(alone + 3 * queued)
+    # without the in-flight sweep, or without calibrating, a queued bucket costs one alone's
+    plain = CommModel.from_network(NetworkFit.from_json(fits), calibrate_allreduce=True)
+    assert plain.queued_costs("allreduce", [10**6], 4) is None
+    assert step_time(p, plain, "allreduce", 4).comm_s == approx(4 * alone)
+    assert CommModel.from_network(net).queued_bandwidth_factor is None
+    with pytest.raises(ValueError, match="go together"):
+        CommModel(1e-5, 1e-9, queued_bandwidth_factor=1.0)
+    with pytest.raises(ValueError, match="must be > 0"):
+        CommModel(1e-5, 1e-9, queued_latency_factor=0.0, queued_bandwidth_factor=1.0)
+
+
 def test_local_and_size_one_do_not_communicate():
     p = make_profile([(10**6, 0.2), (10**6, 0.4)])
     m = CommModel(alpha_s=1.0, beta_s_per_byte=1.0)
