@@ -4,12 +4,13 @@
 #
 #   bash lab/standin_rescore.sh [OUTDIR]        # default standin-rescore/
 #
-# Both scorings calibrate on the GoogLeNet launches at 2 and 4 ranks on 1gbit (10 Gbit/s
+# Every scoring calibrates on the GoogLeNet launches at 2 and 4 ranks on 1gbit (10 Gbit/s
 # stood for) and predict the rest, never fitted: OUTDIR/googlenet-all.json holds every
 # GoogLeNet launch at 8 ranks (1 to 25 Gbit/s stood for) and at 2 and 4 ranks on 2500mbit;
 # OUTDIR/resnet50-all.json every ResNet-50 launch at 8 ranks (a model the calibration never
 # saw); OUTDIR/clockfix-all.json the 8-rank launches of both made after the stand-in's clock
-# fix. The netfit documents are refitted from the times they recorded (--refit-networks).
+# fix; OUTDIR/inflight-all.json those whose netfits also hold the allreduce sweep with 4 in
+# flight. The netfit documents are refitted from the times they recorded (--refit-networks).
 source "$(dirname "$0")/study.sh" standin-rescore "$@"
 D=docs/validation/data
 H=$D/standin-heldout
@@ -49,9 +50,21 @@ done
 runs+=(--standin-runs $R/run-resnet50-1-host.json)
 "$PY" -m lab plan-validate "${runs[@]}" "${nets[@]}" "${cal[@]}" \
     --out "$OUT/clockfix-all.json" > /dev/null
+# Launches whose netfits also measured 4 allreduces in flight (7cff1ac), scored apart: a
+# network is looked up by (size, rate), and each launch must get its own day's netfit.
+runs=(--standin-runs $H/run-googlenet-1-host.json --standin-runs $H/run-googlenet-2-1gbit.json
+    --standin-runs $H/run-googlenet-4-1gbit.json --standin-runs $R/run-resnet50-1-host.json)
+nets=(--networks $H/net-2-1gbit.json --networks $H/net-4-1gbit.json)
+for d in $D/standin-inflight/*/; do
+    ls "$d"net-*.json > /dev/null 2>&1 || continue  # a probe without its own netfit
+    for f in "$d"run-*-8-*.json; do runs+=(--standin-runs "$f"); done
+    for f in "$d"net-8-*.json; do nets+=(--networks "$f"); done
+done
+"$PY" -m lab plan-validate "${runs[@]}" "${nets[@]}" "${cal[@]}" \
+    --out "$OUT/inflight-all.json" > /dev/null
 "$PY" - "$OUT" <<'EOF'
 import json, sys
-for name in ("googlenet-all", "resnet50-all", "clockfix-all"):
+for name in ("googlenet-all", "resnet50-all", "clockfix-all", "inflight-all"):
     h = json.load(open(f"{sys.argv[1]}/{name}.json"))["held_out"]
     print(f"{name}: {h['n']} rows, MAPE {h['mape_pct']} %, worst {h['worst_pct']} %, "
           f"median tau {h['median_tau']} (min {h['min_tau']}), max regret {h['max_regret']}")

@@ -122,7 +122,8 @@ def _fabric(ranks_per_node: int | None, intra_gbps: float | None, hierarchical: 
 @click.option(
     "--calibrate-allreduce",
     is_flag=True,
-    help="Scale the ring model by the network file's measured allreduce fit.",
+    help="Scale the ring model by the network file's measured allreduce fit (and, where it "
+    "has one, price an allreduce bucket queued behind another by its in-flight fit).",
 )
 @click.option(
     "--host-cores",

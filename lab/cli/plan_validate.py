@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +84,12 @@ def _emit(report: dict[str, Any], out: str | None) -> None:
 
 
 def _standin(
-    runs: tuple[str, ...], networks: tuple[str, ...], sizes: str, rate: str, refit: bool
+    runs: tuple[str, ...],
+    networks: tuple[str, ...],
+    sizes: str,
+    rate: str,
+    refit: bool,
+    without_in_flight: bool = False,
 ) -> dict:
     from gossipgrad.devices.profile import StandinProfile
     from lab.plan.standin import load_networks, load_runs
@@ -98,6 +104,8 @@ def _standin(
         nets = load_networks(networks, refit=refit)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
+    if without_in_flight:  # the ablation: a queued allreduce priced like one alone
+        nets = {k: (replace(n, allreduce_in_flight=None), doc) for k, (n, doc) in nets.items()}
     if not any(r.size in cal and r.rate == rate for r in rows):
         raise click.UsageError(
             f"no --standin-runs launch at sizes {sizes} on {rate} to calibrate on: add them "
@@ -269,6 +277,12 @@ def _published(path: str, host_network: str | None, calibration: str | None) -> 
     "(what gossipgrad netfit --refit does), for networks measured before the fit changed.",
 )
 @click.option(
+    "--without-in-flight",
+    is_flag=True,
+    help="With --networks: ignore each netfit's allreduce-in-flight fit (a queued allreduce "
+    "bucket priced like one alone), to see what that term changes.",
+)
+@click.option(
     "--calibrate-sizes",
     default="2,4",
     show_default=True,
@@ -327,6 +341,7 @@ def plan_validate(
     standin_runs: tuple[str, ...],
     networks: tuple[str, ...],
     refit_networks: bool,
+    without_in_flight: bool,
     calibrate_sizes: str,
     calibrate_rate: str,
     published: str | None,
@@ -338,7 +353,14 @@ def plan_validate(
         _emit(merge(merge_paths), out)
         return
     if standin_runs:
-        report = _standin(standin_runs, networks, calibrate_sizes, calibrate_rate, refit_networks)
+        report = _standin(
+            standin_runs,
+            networks,
+            calibrate_sizes,
+            calibrate_rate,
+            refit_networks,
+            without_in_flight,
+        )
         _emit(report, out)
         return
     if published:

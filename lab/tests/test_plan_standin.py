@@ -144,8 +144,9 @@ def test_refit_networks_reads_the_shaped_rate_off_the_recorded_times(tmp_path):
 
 def test_the_rescore_script_scores_every_stored_launch_held_out(tmp_path):
     """``lab/standin_rescore.sh`` on the committed launches: every 8-rank GoogLeNet and
-    ResNet-50 contender row (and the 2- and 4-rank rows at 2500mbit), and every launch after
-    the clock fix, is predicted, none of the 2- and 4-rank rows at 1gbit it calibrates on."""
+    ResNet-50 contender row (and the 2- and 4-rank rows at 2500mbit), every launch after the
+    clock fix and every one with an in-flight netfit, is predicted, none of the 2- and
+    4-rank rows at 1gbit it calibrates on."""
     import glob
     import subprocess
     import sys
@@ -156,13 +157,15 @@ def test_the_rescore_script_scores_every_stored_launch_held_out(tmp_path):
     out = tmp_path / "rescore"
     env = {"PATH": "/usr/bin:/bin", "PY": sys.executable}
     subprocess.run(["bash", "lab/standin_rescore.sh", str(out)], cwd=repo, env=env, check=True)
+    launches = "*-*bit/run-*-8-*.json"
     groups = (
-        ("googlenet", "standin-*/run-googlenet*.json"),
-        ("resnet50", "standin-*/run-resnet50-8*.json"),
-        ("clockfix", "standin-clockfix/*-*bit/run-*-8-*.json"),
+        ("googlenet", ["standin-*/run-googlenet*.json"]),
+        ("resnet50", ["standin-*/run-resnet50-8*.json"]),
+        ("clockfix", [f"standin-clockfix/{launches}"]),
+        ("inflight", [f"standin-inflight/{launches}"]),
     )
-    for name, pattern in groups:
-        files = [f for f in glob.glob(str(data / pattern)) if "-1-host" not in f]
+    for name, patterns in groups:
+        files = [f for p in patterns for f in glob.glob(str(data / p)) if "-1-host" not in f]
         held = [r for r in load_runs(files) if not (r.rate == "1gbit" and r.size in (2, 4))]
         doc = json.loads((out / f"{name}-all.json").read_text())
         assert len(doc["rows"]) == len({(r.group, r.name) for r in held}) > 0
@@ -211,3 +214,34 @@ def test_the_in_flight_sweep_prices_a_queued_allreduce_in_the_stood_for_time():
     assert alone == pytest.approx((14e-4 + 1.5 * ring * 2**20) / K)
     plain = network_model(replace(net, allreduce_in_flight=None), net.to_json(), K)
     assert plain.queued_costs("allreduce", [2**20], 8) is None
+
+
+def test_without_in_flight_moves_only_gossipgrads_allreduce(tmp_path):
+    """``plan-validate --without-in-flight`` on the first launch whose netfit has the
+    in-flight sweep: the allreduce row is priced one bucket at a time (slower), every other
+    contender's prediction is the same."""
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from lab.cli import lab
+
+    data = Path(__file__).resolve().parents[2] / "docs/validation/data"
+    h, d = data / "standin-heldout", data / "standin-inflight/resnet50-200mbit"
+    args = ["plan-validate", "--calibrate-sizes", "2,4", "--calibrate-rate", "1gbit"]
+    for n in (2, 4):
+        args += ["--standin-runs", str(h / f"run-googlenet-{n}-1gbit.json")]
+        args += ["--networks", str(h / f"net-{n}-1gbit.json")]
+    args += ["--standin-runs", str(d / "run-resnet50-8-200mbit.json")]
+    args += ["--networks", str(d / "net-8-200mbit.json"), "--refit-networks"]
+    predicted = []
+    for extra in ([], ["--without-in-flight"]):
+        out = tmp_path / f"scored{len(extra)}.json"
+        res = CliRunner().invoke(lab, [*args, *extra, "--out", str(out)])
+        assert res.exit_code == 0, res.output
+        rows = json.loads(out.read_text())["rows"]
+        predicted.append({r["name"]: r["predicted_s"] for r in rows if r["size"] == 8})
+    with_term, without = predicted
+    assert set(with_term) == {"gossip", "allreduce", "ps", "ddp", "horovod", "local"}
+    assert without["allreduce"] > 1.05 * with_term["allreduce"]
+    assert all(without[k] == with_term[k] for k in with_term if k != "allreduce")
