@@ -36,32 +36,28 @@ for f in $R/run-resnet50-8-*.json; do runs+=(--standin-runs "$f"); done
 for f in $R/net-8-*.json; do nets+=(--networks "$f"); done
 "$PY" -m lab plan-validate "${runs[@]}" "${nets[@]}" "${cal[@]}" \
     --out "$OUT/resnet50-all.json" > /dev/null
+# The 8-rank launches in each folder under $1 that has its own netfit, both models, scored
+# into $OUT/$2.json. One folder set per call: a network is looked up by (size, rate), so
+# launches at the same rate from different days must not share a call.
+score_launches() {
+    local runs=(--standin-runs $H/run-googlenet-1-host.json
+        --standin-runs $H/run-googlenet-2-1gbit.json --standin-runs $H/run-googlenet-4-1gbit.json
+        --standin-runs $R/run-resnet50-1-host.json)
+    local nets=(--networks $H/net-2-1gbit.json --networks $H/net-4-1gbit.json)
+    for d in "$1"/*/; do
+        ls "$d"net-*.json > /dev/null 2>&1 || continue  # a probe without its own netfit
+        for f in "$d"run-*-8-*.json; do runs+=(--standin-runs "$f"); done
+        for f in "$d"net-8-*.json; do nets+=(--networks "$f"); done
+    done
+    "$PY" -m lab plan-validate "${runs[@]}" "${nets[@]}" "${cal[@]}" --out "$OUT/$2.json" \
+        > /dev/null
+}
 # Launches after the stand-in's clock fix (635ee05: layers after a blocking forward wait start
-# when it ended), 8 ranks, both models; the calibration launches are unchanged by that fix
-# (their forward waits never outlast the device: gossip's and ps's backward read in full).
-runs=(--standin-runs $H/run-googlenet-1-host.json --standin-runs $H/run-googlenet-2-1gbit.json
-    --standin-runs $H/run-googlenet-4-1gbit.json)
-nets=(--networks $H/net-2-1gbit.json --networks $H/net-4-1gbit.json)
-for d in $D/standin-clockfix/*/; do
-    ls "$d"net-*.json > /dev/null 2>&1 || continue  # a probe without its own netfit
-    for f in "$d"run-*-8-*.json; do runs+=(--standin-runs "$f"); done
-    for f in "$d"net-8-*.json; do nets+=(--networks "$f"); done
-done
-runs+=(--standin-runs $R/run-resnet50-1-host.json)
-"$PY" -m lab plan-validate "${runs[@]}" "${nets[@]}" "${cal[@]}" \
-    --out "$OUT/clockfix-all.json" > /dev/null
-# Launches whose netfits also measured 4 allreduces in flight (7cff1ac), scored apart: a
-# network is looked up by (size, rate), and each launch must get its own day's netfit.
-runs=(--standin-runs $H/run-googlenet-1-host.json --standin-runs $H/run-googlenet-2-1gbit.json
-    --standin-runs $H/run-googlenet-4-1gbit.json --standin-runs $R/run-resnet50-1-host.json)
-nets=(--networks $H/net-2-1gbit.json --networks $H/net-4-1gbit.json)
-for d in $D/standin-inflight/*/; do
-    ls "$d"net-*.json > /dev/null 2>&1 || continue  # a probe without its own netfit
-    for f in "$d"run-*-8-*.json; do runs+=(--standin-runs "$f"); done
-    for f in "$d"net-8-*.json; do nets+=(--networks "$f"); done
-done
-"$PY" -m lab plan-validate "${runs[@]}" "${nets[@]}" "${cal[@]}" \
-    --out "$OUT/inflight-all.json" > /dev/null
+# when it ended); the calibration launches are unchanged by that fix (their forward waits
+# never outlast the device: gossip's and ps's backward read in full).
+score_launches $D/standin-clockfix clockfix-all
+# Launches whose netfits also measured 4 allreduces in flight (7cff1ac).
+score_launches $D/standin-inflight inflight-all
 "$PY" - "$OUT" <<'EOF'
 import json, sys
 for name in ("googlenet-all", "resnet50-all", "clockfix-all", "inflight-all"):
