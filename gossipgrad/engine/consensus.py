@@ -8,6 +8,7 @@ statistics) are included; integer buffers (``num_batches_tracked``) are left alo
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 
 import numpy as np
 import torch
@@ -48,8 +49,19 @@ def broadcast_parameters_(model: torch.nn.Module, comm: Communicator, root: int 
 def fingerprint(values: bytes | torch.Tensor) -> int:
     """A 63-bit hash of raw bytes or of a tensor's bytes."""
     if isinstance(values, torch.Tensor):
-        values = values.detach().cpu().contiguous().numpy().tobytes()
+        return tensors_fingerprint([values])
     return int.from_bytes(hashlib.sha256(values).digest()[:8], "little") >> 1
+
+
+def tensors_fingerprint(tensors: Iterable[torch.Tensor]) -> int:
+    """A 63-bit hash of the tensors' raw bytes, in order, one tensor at a time: a host
+    tensor is hashed where it lies (no copy), a device tensor through one host copy of
+    itself, so the memory it needs is the largest tensor's, never the model's."""
+    h = hashlib.sha256()
+    for t in tensors:
+        host = t.detach().to("cpu").contiguous().reshape(-1)
+        h.update(host.view(torch.uint8).numpy())
+    return int.from_bytes(h.digest()[:8], "little") >> 1
 
 
 def agree(comm: Communicator, value: int) -> bool:
@@ -62,8 +74,9 @@ def agree(comm: Communicator, value: int) -> bool:
 def verify_identical(
     model: torch.nn.Module, comm: Communicator, when: str = "after the broadcast from rank 0"
 ) -> None:
-    """Raise unless every rank holds bit-identical parameters and buffers."""
-    mine = fingerprint(_flat(model_tensors(model)))
+    """Raise unless every rank holds bit-identical parameters and buffers (hashed tensor
+    by tensor: a flat copy of the model would double its memory while the job starts)."""
+    mine = tensors_fingerprint(model_tensors(model))
     if not agree(comm, mine):
         raise RuntimeError(
             f"rank {comm.rank}: parameters differ between ranks {when}; "

@@ -19,13 +19,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Iterable
 
 import numpy as np
 import torch
 
 from gossipgrad.comm.base import Communicator, ReduceOp
 from gossipgrad.comm.collectives import allreduce_
+from gossipgrad.engine.consensus import tensors_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -34,14 +34,6 @@ SAMPLER_HINT = (
     "dataset, num_replicas=size, rank=rank) (its defaults need a torch process group: "
     "gossipgrad.init(torch_distributed=True))"
 )
-
-
-def tensors_fingerprint(tensors: Iterable[torch.Tensor]) -> int:
-    """A 63-bit hash of the tensors' raw bytes, in order."""
-    h = hashlib.sha256()
-    for t in tensors:
-        h.update(t.detach().to("cpu").contiguous().view(-1).view(torch.uint8).numpy().tobytes())
-    return int.from_bytes(h.digest()[:8], "little") >> 1
 
 
 def optimizer_fingerprint(optimizer: torch.optim.Optimizer, step: int) -> int:
