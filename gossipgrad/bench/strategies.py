@@ -21,7 +21,11 @@ untimed blocks each, then ``--reps`` timed blocks of ``--steps`` steps. Per stra
   over ranks, in the emulated cluster only: the real traffic, TCP/IP headers included;
 - ``theory_bytes_per_step``: the model's bytes for gossip, ``2 (size - 1) / size`` of them
   for allreduce (ring / reduce-scatter + allgather) and ps (gradients to each bucket's owner,
-  parameters back), 0 for local.
+  parameters back), 0 for local;
+- ``cpu_s_per_step``: ``user + sys`` of the whole process (every thread: the communication
+  thread and MPI's progress too) per step, the mean over ranks, and ``cpu_share``: the ranks
+  of one host together over (its cores x ``step_s``), 1.0 = every core busy. On a stand-in
+  device, where compute is a wait, it says how much of the host the exchange itself takes.
 
 ``gossip_over_allreduce`` is the ratio of the two medians; ``..._paired`` the median over
 repetitions of the ratio of the two blocks run back to back in that repetition (less
@@ -61,6 +65,7 @@ ratios to its fp32 row of step time (medians, and paired) and of posted and theo
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -84,6 +89,7 @@ from gossipgrad.comm.base import Communicator
 from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.options import ExchangeOptions
 from gossipgrad.registry import CODECS, STRATEGIES
+from gossipgrad.runtime import host_share
 
 ALLREDUCE_FAMILY = ("allreduce", "horovod", "ddp")
 """The strategies that average over all ranks every step: gossip's comparison is with the
@@ -204,6 +210,7 @@ class Contender:
         self.phases: dict[str, list[float]] = {k: [] for k in PHASES}
         self.posted: list[float] = []
         self.wire: list[float] = []
+        self.cpu: list[float] = []
 
     def posted_bytes(self) -> int:
         return self.counter.sent + self.counter.reduced + self.counter.gathered
@@ -212,13 +219,16 @@ class Contender:
         """``steps`` timed steps (+ one untimed); bytes are per step over all ``steps + 1``."""
         posted0 = self.posted_bytes()
         wire0 = wire_tx_bytes()
+        cpu0 = time.process_time()  # every thread of this process
         phases = self.trainer.block(steps)
+        cpu1 = time.process_time()
         wire1 = wire_tx_bytes()
         if record:
             self.times.append(phases["total"])
             for k, v in phases.items():
                 self.phases[k].append(v)
             self.posted.append((self.posted_bytes() - posted0) / (steps + 1))
+            self.cpu.append(max(0.0, cpu1 - cpu0) / (steps + 1))
             if wire0 is not None and wire1 is not None:
                 self.wire.append((wire1 - wire0) / (steps + 1))
 
@@ -434,6 +444,8 @@ def summarize(comm: Communicator, c: Contender, batch: int) -> dict[str, Any]:
     theory = float(c.trainer.opt.bytes_sent_per_step())
     posted = median(mean_over_ranks(comm, c.posted))
     wire = median(mean_over_ranks(comm, c.wire)) if c.wire else None
+    cpu = median(mean_over_ranks(comm, c.cpu))
+    cores, per_host = host_share(comm)
     phases = {
         k: rounded(median(max_over_ranks(comm, v)), 4) for k, v in c.phases.items() if k != "total"
     }
@@ -453,6 +465,8 @@ def summarize(comm: Communicator, c: Contender, batch: int) -> dict[str, Any]:
         "theory_bytes_per_step": round(theory, 1),
         "wire_bytes_per_step": round(wire, 1) if wire is not None else None,
         "wire_over_theory": finite(wire / theory) if wire is not None and theory else None,
+        "cpu_s_per_step": rounded(cpu, 4),
+        "cpu_share": finite(cpu * per_host / (max(1, cores) * step_s), 3),
     }
 
 

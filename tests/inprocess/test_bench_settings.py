@@ -59,6 +59,8 @@ def test_contenders_with_their_own_settings_run_beside_the_launchs():
     assert rows["gossip:mix=param:bucket-mb=0.01"]["mix"] == "param"
     assert rows["gossip:mix=param:bucket-mb=0.01"]["bucket_mb"] == 0.01
     assert rows["allreduce:bucket-mb=0.01"]["strategy"] == "allreduce"
+    for row in rows.values():  # the process's CPU per step (threads share one process here)
+        assert row["cpu_s_per_step"] > 0 and row["cpu_share"] > 0
     assert "mix" not in rows["allreduce:bucket-mb=0.01"]  # allreduce reads no mix
     # every contender sent its model once per step (gossip) or the ring's share (allreduce)
     model = record["model_bytes"]

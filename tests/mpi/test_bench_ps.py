@@ -39,3 +39,6 @@ def test_strategies_bench_takes_ps_and_counts_ring_bytes():
     # 2 buckets for 3 ranks: the ranks send unequal amounts; their mean is the ring figure
     assert ps["posted_bytes_per_step"] == pytest.approx(ps["theory_bytes_per_step"], abs=0.1)
     assert positive(ps["step_s"]) and positive(rows["allreduce"]["step_s"])
+    # user + sys per step, every thread of the process: the 3 ranks share this host's cores
+    for row in rows.values():
+        assert positive(row["cpu_s_per_step"]) and positive(row["cpu_share"])
