@@ -247,6 +247,30 @@ def wire_tx_bytes(dev: str = "eth0") -> int | None:
     return None
 
 
+def reset_peak_rss() -> bool:
+    """Start this process's peak resident memory (``VmHWM``) again from what it holds now
+    (Linux: ``/proc/self/clear_refs``); False where that cannot be done."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return True
+
+
+def peak_rss_mb() -> float | None:
+    """This process's peak resident memory since it started or since :func:`reset_peak_rss`,
+    in MiB (``VmHWM`` of ``/proc/self/status``), or None where it cannot be read."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
 def nbytes(buf: Any) -> int:
     if isinstance(buf, torch.Tensor):
         return buf.numel() * buf.element_size()

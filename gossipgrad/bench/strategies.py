@@ -25,7 +25,10 @@ untimed blocks each, then ``--reps`` timed blocks of ``--steps`` steps. Per stra
 - ``cpu_s_per_step``: ``user + sys`` of the whole process (every thread: the communication
   thread and MPI's progress too) per step, the mean over ranks, and ``cpu_share``: the ranks
   of one host together over (its cores x ``step_s``), 1.0 = every core busy. On a stand-in
-  device, where compute is a wait, it says how much of the host the exchange itself takes.
+  device, where compute is a wait, it says how much of the host the exchange itself takes;
+- ``peak_rss_mb``: the most resident memory one rank's process held while the contender's
+  group was built and run (MiB, MAX over ranks; Linux only, else None): contenders alive
+  together (``--together all``) share one figure, ``--together one`` gives each its own.
 
 ``gossip_over_allreduce`` is the ratio of the two medians; ``..._paired`` the median over
 repetitions of the ratio of the two blocks run back to back in that repetition (less
@@ -80,6 +83,8 @@ from gossipgrad.bench.common import (
     markdown,
     max_over_ranks,
     median,
+    peak_rss_mb,
+    reset_peak_rss,
     rounded,
     split_settings,
     split_variant,
@@ -282,6 +287,7 @@ def run_strategies(
     model_bytes = 0
     for group, names in enumerate(run_order(list(specs), together)):
         alive: list[Contender] = []
+        tracked = reset_peak_rss()  # this group's peak, not an earlier one's
         try:
             for n in names:  # one by one: those built are closed if a later one fails
                 s, f, w = specs[n]
@@ -309,8 +315,11 @@ def run_strategies(
                 for c in alive[k:] + alive[:k]:
                     comm.barrier()
                     c.block(steps, record=rep >= warmup)
+            peak = peak_rss_mb() if tracked else None
+            peak_mb = max_over_ranks(comm, [peak if peak is not None else -1.0])[0]
             for c in alive:
                 rows[c.name] = summarize(comm, c, batch)
+                rows[c.name]["peak_rss_mb"] = round(peak_mb, 1) if peak_mb >= 0 else None
                 times[c.name] = (group, max_over_ranks(comm, c.times))
         finally:
             for c in alive:

@@ -61,6 +61,8 @@ def test_contenders_with_their_own_settings_run_beside_the_launchs():
     assert rows["allreduce:bucket-mb=0.01"]["strategy"] == "allreduce"
     for row in rows.values():  # the process's CPU per step (threads share one process here)
         assert row["cpu_s_per_step"] > 0 and row["cpu_share"] > 0
+        assert row["peak_rss_mb"] > 0  # one group here: every row shares one figure
+    assert len({row["peak_rss_mb"] for row in rows.values()}) == 1
     assert "mix" not in rows["allreduce:bucket-mb=0.01"]  # allreduce reads no mix
     # every contender sent its model once per step (gossip) or the ring's share (allreduce)
     model = record["model_bytes"]

@@ -42,3 +42,4 @@ def test_strategies_bench_takes_ps_and_counts_ring_bytes():
     # user + sys per step, every thread of the process: the 3 ranks share this host's cores
     for row in rows.values():
         assert positive(row["cpu_s_per_step"]) and positive(row["cpu_share"])
+        assert positive(row["peak_rss_mb"])  # Linux: VmHWM of the largest rank
