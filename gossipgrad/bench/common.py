@@ -10,7 +10,9 @@ step is as slow as its slowest rank), and rank 0 prints one JSON object.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import gc
 import json
 import os
 import shutil
@@ -245,6 +247,17 @@ def wire_tx_bytes(dev: str = "eth0") -> int | None:
     except OSError:
         return None
     return None
+
+
+def release_memory() -> None:
+    """Free what nothing references any more (reference cycles: hooks hold their model)
+    and hand glibc's freed heap back to the system, so that the next peak measured is the
+    next contender's own (where ``malloc_trim`` is not there, the collection alone)."""
+    gc.collect()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (AttributeError, OSError):
+        pass
 
 
 def reset_peak_rss() -> bool:

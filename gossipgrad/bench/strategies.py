@@ -84,6 +84,7 @@ from gossipgrad.bench.common import (
     max_over_ranks,
     median,
     peak_rss_mb,
+    release_memory,
     reset_peak_rss,
     rounded,
     split_settings,
@@ -324,7 +325,11 @@ def run_strategies(
         finally:
             for c in alive:
                 c.trainer.close()
-            del alive  # a big model's copies go before the next group is built
+            # A big model's copies go before the next group is built: no name may hold
+            # one (the loops' last contender), and hooks hold the model in cycles.
+            c = None
+            alive.clear()
+            release_memory()
     record: dict[str, Any] = {
         "bench": "strategies",
         "size": comm.size,

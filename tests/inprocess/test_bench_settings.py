@@ -67,3 +67,26 @@ def test_contenders_with_their_own_settings_run_beside_the_launchs():
     # every contender sent its model once per step (gossip) or the ring's share (allreduce)
     model = record["model_bytes"]
     assert rows["gossip:mix=param:bucket-mb=0.01"]["theory_bytes_per_step"] == model
+
+
+@pytest.mark.timeout(120)
+def test_together_one_frees_each_contender_before_the_next_is_built():
+    def body(comm):
+        return run_strategies(
+            comm,
+            ["gossip", "allreduce"],
+            width=1024,
+            layers=12,  # 48 MiB of parameters a copy: a leak shows above the noise
+            batch=2,
+            steps=1,
+            reps=1,
+            warmup=0,
+            together="one",
+        )
+
+    record = run_ranks(2, body)[0]
+    rows = {r["name"]: r for r in record["results"]}
+    copies = 2 * record["model_bytes"] / 2**20  # both ranks live in this process
+    # each group's peak is its own: a first contender still held would add its parameters
+    # and gradients (2 copies per rank) to the second's peak
+    assert rows["allreduce"]["peak_rss_mb"] < rows["gossip"]["peak_rss_mb"] + copies
