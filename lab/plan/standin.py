@@ -17,7 +17,9 @@ What the model is given, per contender (one row of a launch):
 - two constants fitted on the calibration launches only (:func:`calibrate`): the host's
   work per byte exchanged for each strategy and mix (the mixing arithmetic, copies and
   reductions on the stand-in host: ``CommModel.host_s_per_byte``), and one interference
-  coefficient for all (``CommModel.interference``).
+  coefficient for all (``CommModel.interference``). The host's work is real work on this
+  host, which dilation does not stretch: it is fitted in this host's seconds and charged
+  ``/ K`` in the cluster's time, so one fit serves every dilation.
 
 A scored launch never enters a fit: :func:`calibrate` takes the calibration rows only and
 :func:`predict` is a pure function of the frozen :class:`StandinCalibration`. PURE apart
@@ -45,8 +47,9 @@ from gossipgrad.registry import STRATEGIES
 #: Interference coefficients tried by :func:`calibrate` (compute seconds per second of
 #: communication beside it).
 INTERFERENCE_GRID = tuple(round(0.05 * i, 2) for i in range(21))
-#: Host seconds per byte tried for each contender kind, log-spaced (0 included).
-HOST_GRID = (0.0, *(10 ** (-12 + 0.1 * i) for i in range(41)))
+#: Host seconds per byte tried for each contender kind (this host's seconds, which
+#: dilation does not stretch: 1e-11 to 1e-7, log-spaced; 0 included).
+HOST_GRID = (0.0, *(10 ** (-11 + 0.1 * i) for i in range(41)))
 
 
 @dataclass(frozen=True)
@@ -167,7 +170,8 @@ def load_networks(
 @dataclass(frozen=True)
 class StandinCalibration:
     """What the calibration launches fixed: compute factors per profile, host seconds per
-    byte per contender kind, the interference coefficient, and where they came from."""
+    byte per contender kind (on this host's clock: :func:`predict_run` divides by the run's
+    dilation), the interference coefficient, and where they came from."""
 
     compute_factor: Mapping[str, float]
     host_s_per_byte: Mapping[str, float]
@@ -181,7 +185,7 @@ class StandinCalibration:
     def to_json(self) -> dict[str, Any]:
         return {
             "compute_factor": dict(self.compute_factor),
-            "host_s_per_byte": dict(self.host_s_per_byte),
+            "host_s_per_byte_on_host": dict(self.host_s_per_byte),
             "interference": self.interference,
             "sizes": list(self.sizes),
             "rate": self.rate,
@@ -223,12 +227,13 @@ def predict_run(
     network_key: tuple[int, str] | None = None,
 ) -> float:
     """Predicted undilated step time of ``run`` from ``cal`` (frozen) and the network of
-    ``network_key`` (default: the run's own size and rate)."""
+    ``network_key`` (default: the run's own size and rate). The host's work per byte is
+    this host's time, so in the cluster's time it is ``/ K``."""
     net, doc = networks[network_key or (run.size, run.rate)]
     model = replace(
         network_model(net, doc, run.dilate),
         interference=cal.interference,
-        host_s_per_byte=cal.host_s_per_byte.get(run.kind, 0.0),
+        host_s_per_byte=cal.host_s_per_byte.get(run.kind, 0.0) / run.dilate,
     )
     prof = profile_for(run, profiles, cal.compute_factor.get(run.profile, 1.0))
     return step_time(

@@ -108,6 +108,16 @@ def test_a_held_out_launch_never_moves_the_calibration():
     assert b["held_out"]["mape_pct"] > a["held_out"]["mape_pct"]
 
 
+def test_host_work_is_this_hosts_time_whatever_the_dilation():
+    """Work done on the stand-in host is not dilated: a fitted host cost that dominates the
+    step reads K times smaller in the cluster's time, so at K = 25 it is 10/25 of K = 10."""
+    gossip = load_runs_from(record(8, "1gbit"))[0]
+    heavy = replace(TRUE, host_s_per_byte={"gossip/grad": 1e-6}, interference=0.0)
+    at = {k: predict_run(replace(gossip, dilate=k), PROFILES, NETS, heavy) for k in (10.0, 25.0)}
+    assert at[10.0] > 5.0  # ~100 MB x 1e-6 s / 10: the host term is the step
+    assert at[25.0] / at[10.0] == pytest.approx(10 / 25, rel=0.02)
+
+
 def test_side_by_side_efficiency_and_hidden_share():
     one = load_runs_from(record(2, "1gbit"))
     local1 = replace(one[1], size=1, step_s=0.25)
