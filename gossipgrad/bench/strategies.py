@@ -286,6 +286,7 @@ def run_strategies(
     rows: dict[str, dict[str, Any]] = {}
     times: dict[str, tuple[int, list[float]]] = {}  # name -> (group, block times)
     model_bytes = 0
+    share = host_share(comm)  # (cores, ranks on this host): the same for every contender
     for group, names in enumerate(run_order(list(specs), together)):
         alive: list[Contender] = []
         tracked = reset_peak_rss()  # this group's peak, not an earlier one's
@@ -319,7 +320,7 @@ def run_strategies(
             peak = peak_rss_mb() if tracked else None
             peak_mb = max_over_ranks(comm, [peak if peak is not None else -1.0])[0]
             for c in alive:
-                rows[c.name] = summarize(comm, c, batch)
+                rows[c.name] = summarize(comm, c, batch, share)
                 rows[c.name]["peak_rss_mb"] = round(peak_mb, 1) if peak_mb >= 0 else None
                 times[c.name] = (group, max_over_ranks(comm, c.times))
         finally:
@@ -452,14 +453,17 @@ def mean_over_ranks(comm: Communicator, values: list[float]) -> list[float]:
     return (arr / comm.size).tolist()
 
 
-def summarize(comm: Communicator, c: Contender, batch: int) -> dict[str, Any]:
-    """One row: medians over blocks (times MAX over ranks; bytes the mean over ranks)."""
+def summarize(
+    comm: Communicator, c: Contender, batch: int, share: tuple[int, int]
+) -> dict[str, Any]:
+    """One row: medians over blocks (times MAX over ranks; bytes the mean over ranks);
+    ``share`` is :func:`host_share`'s (cores, ranks on this host)."""
     step_s = median(max_over_ranks(comm, c.times))
     theory = float(c.trainer.opt.bytes_sent_per_step())
     posted = median(mean_over_ranks(comm, c.posted))
     wire = median(mean_over_ranks(comm, c.wire)) if c.wire else None
     cpu = median(mean_over_ranks(comm, c.cpu))
-    cores, per_host = host_share(comm)
+    cores, per_host = share
     phases = {
         k: rounded(median(max_over_ranks(comm, v)), 4) for k, v in c.phases.items() if k != "total"
     }
