@@ -24,6 +24,7 @@ from gossipgrad.cli.output import write_output
 from gossipgrad.measure.refit import load_document, stale_fit
 from gossipgrad.plan.model import parse_strategy
 from gossipgrad.plan.report import plan_report
+from gossipgrad.registry import CODECS
 
 
 def _numbers(kind: Callable[[str], Any], option: str) -> Callable:
@@ -251,6 +252,14 @@ def _fabric(ranks_per_node: int | None, intra_gbps: float | None, hierarchical: 
     help="Compute seconds added per second of communication running beside it.",
 )
 @click.option(
+    "--wire",
+    type=click.Choice(CODECS.names()),
+    default="fp32",
+    show_default=True,
+    help="Wire codec every bucket goes through (as train --wire): bf16 and fp16 put half "
+    "the bytes on the wire, fp8 a quarter; encoding time is not priced.",
+)
+@click.option(
     "--png",
     type=click.Path(dir_okay=False),
     default=None,
@@ -292,6 +301,7 @@ def plan(
     intra_gbps: float | None,
     hierarchical: bool,
     interference: float,
+    wire: str,
     png: str | None,
     all_rows: bool,
     out: str | None,
@@ -329,6 +339,7 @@ def plan(
             fabric=_fabric(ranks_per_node, intra_gbps, hierarchical),
             interference=interference,
             step_times=step_times,
+            wire=wire,
         )
     except (ValueError, OSError, ImportError) as exc:
         raise click.ClickException(str(exc)) from exc

@@ -90,6 +90,9 @@ class CommModel:
         queued_latency_factor, queued_bandwidth_factor: the ring factors of an allreduce
             posted while another is in flight (netfit's ``allreduce_in_flight`` sweep);
             None: a queued bucket costs what one alone does.
+        wire_ratio: bytes on the wire per byte of bucket (a wire codec's; 1.0: fp32 as it
+            is). Set by :func:`on_the_wire`, which also scales the per-byte link times;
+            here it only counts the bytes sent. In (0, 1].
     """
 
     alpha_s: float
@@ -103,6 +106,7 @@ class CommModel:
     host_s_per_byte: float = 0.0
     queued_latency_factor: float | None = None
     queued_bandwidth_factor: float | None = None
+    wire_ratio: float = 1.0
 
     def __post_init__(self) -> None:
         if not self.alpha_s >= 0:
@@ -118,6 +122,8 @@ class CommModel:
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+        if not 0 < self.wire_ratio <= 1:
+            raise ValueError(f"wire_ratio must be in (0, 1], got {self.wire_ratio!r}")
         queued = (self.queued_latency_factor, self.queued_bandwidth_factor)
         if (queued[0] is None) != (queued[1] is None):
             raise ValueError("queued_latency_factor and queued_bandwidth_factor go together")
@@ -212,6 +218,35 @@ class CommModel:
             return [self.bucket_s(strategy, n, size) for n in nbytes]
         wire = server_s(nbytes, size, self.alpha_s, self.beta_s_per_byte, self.fabric)
         return [c + self.host_s_per_byte * n for c, n in zip(wire, nbytes, strict=True)]
+
+
+def on_the_wire(model: CommModel, ratio: float) -> CommModel:
+    """``model`` for buckets that a wire codec sends as ``ratio`` bytes per byte (bf16 and
+    fp16 0.5, fp8 0.252: the codec's ``wire_ratio``): every per-byte time of the links (the
+    p2p fit's, the intra-node link's, the shared bottleneck's) times ``ratio``, so every
+    pattern's bucket costs the bytes it puts on the wire. Latency, the host's work per byte
+    of bucket and compute are unchanged; the codec's own encode and decode time is not
+    priced (a cast on a GPU; measure it with ``bench codecs``).
+
+        >>> m = CommModel(1e-5, 1e-9)
+        >>> half = on_the_wire(m, 0.5)
+        >>> round(half.bucket_s("gossip", 1e6, 8) / m.bucket_s("gossip", 1e6, 8), 3)
+        0.505
+        >>> on_the_wire(half, 0.5).wire_ratio
+        0.25
+    """
+    if not 0 < ratio <= 1:
+        raise ValueError(f"a codec's wire ratio must be in (0, 1], got {ratio!r}")
+    f = model.fabric
+    intra = None if f.intra_beta_s_per_byte is None else f.intra_beta_s_per_byte * ratio
+    return replace(
+        model,
+        beta_s_per_byte=model.beta_s_per_byte * ratio,
+        fabric=replace(
+            f, intra_beta_s_per_byte=intra, shared_s_per_byte=f.shared_s_per_byte * ratio
+        ),
+        wire_ratio=model.wire_ratio * ratio,
+    )
 
 
 def allreduce_factors(net: NetworkFit, fit: AllreduceFit | None = None) -> tuple[float, float]:

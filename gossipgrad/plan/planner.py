@@ -136,8 +136,11 @@ def plan(
                             memory_ok=mem.fits,
                             n_buckets=len(prof.buckets),
                             comm_s=t.comm_s,
-                            bytes_per_step=factor_bytes
-                            + sum(bytes_sent(strategy, b.bytes, size) for b in prof.buckets),
+                            bytes_per_step=model.wire_ratio
+                            * (
+                                factor_bytes
+                                + sum(bytes_sent(strategy, b.bytes, size) for b in prof.buckets)
+                            ),
                             memory_bytes=mem.required_bytes,
                         )
                     )

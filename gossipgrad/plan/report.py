@@ -21,7 +21,7 @@ from gossipgrad.plan.calibrate import scale_exchange, scale_profile
 from gossipgrad.plan.convergence import ConvergenceReport, read_lines, steps_to_target
 from gossipgrad.plan.formats import NetworkFit, Profile
 from gossipgrad.plan.host import HostShare
-from gossipgrad.plan.model import CommModel
+from gossipgrad.plan.model import CommModel, on_the_wire
 from gossipgrad.plan.planner import (
     DEFAULT_BUCKET_MB,
     DEFAULT_STRATEGIES,
@@ -67,6 +67,7 @@ def plan_report(
     fabric: Mapping[str, object] | None = None,
     interference: float = 0.0,
     step_times: Sequence[str | Path] | None = None,
+    wire: str = "fp32",
 ) -> str:
     """Load the profile and network fit, predict every configuration, and return the
     markdown report; also writes a PNG when ``png_path`` is given. ``metrics_path`` (one
@@ -81,7 +82,9 @@ def plan_report(
     (ranks per node, intra-node link, hierarchical), over what the network file measured;
     ``interference``: compute seconds added per second of communication beside it.
     ``step_times``: ``bench strategies`` records whose measured step times replace the
-    planner's in the time-to-accuracy table (:func:`~gossipgrad.plan.tta.read_step_times`)."""
+    planner's in the time-to-accuracy table (:func:`~gossipgrad.plan.tta.read_step_times`).
+    ``wire``: the wire codec every bucket goes through (:func:`codec_wire_ratio`,
+    :func:`~gossipgrad.plan.model.on_the_wire`)."""
     if (metrics_path is None) != (target_accuracy is None):
         raise ValueError(
             "metrics_path and target_accuracy must be given together "
@@ -95,6 +98,8 @@ def plan_report(
     )
     for strategy, factor in (exchange_factor or {}).items():
         model = scale_exchange(model, strategy, factor)
+    if wire != "fp32":
+        model = on_the_wire(model, codec_wire_ratio(wire))
     host = resolve_host(
         network.host, host_cores, ranks_per_host, handoff_s, stale_s_per_byte, overlap_s
     )
@@ -114,6 +119,8 @@ def plan_report(
     )
     convergence, tta = metrics_sections(rows, metrics_path, target_accuracy, step_times)
     title = report_title(profile, network, host, compute_factor, exchange_factor)
+    if wire != "fp32":
+        title += f"; wire {wire} ({model.wire_ratio:.3g}x the bytes)"
     if png_path is not None:
         plot_png(rows, png_path, title=f"{profile.model}: predicted efficiency")
     return (
@@ -126,6 +133,18 @@ def plan_report(
         )
         + tta
     )
+
+
+def codec_wire_ratio(wire: str) -> float:
+    """Bytes on the wire per byte of an fp32 bucket for ``--wire wire``, from the codec
+    itself (its ``wire_ratio``; the codecs need torch, imported here).
+
+        >>> codec_wire_ratio("bf16"), round(codec_wire_ratio("fp8"), 3)
+        (0.5, 0.252)
+    """
+    from gossipgrad.comm.codecs import make_codec
+
+    return make_codec(wire).wire_ratio(4)
 
 
 def metrics_sections(

@@ -11,6 +11,8 @@ What the model is given, per contender (one row of a launch):
 - the stand-in profile (undilated) at the contender's bucket cap, times the profile's
   ``compute_factor`` (``local``'s measured step / the profile's, median over the
   calibration launches of that profile: the stand-in host's own work per step);
+- its wire codec, where the row names one: the links' per-byte times scaled by the codec's
+  bytes on the wire (:func:`gossipgrad.plan.model.on_the_wire`; encoding not priced);
 - the network of its size and rate (:func:`network_model`): netfit's ping-pong alpha and
   beta, its exchange's duplex, its allreduce's ring factors, its concurrent sweep's shared
   bottleneck (:mod:`gossipgrad.plan.fabric`) -- measurements of the links, not of training;
@@ -40,8 +42,16 @@ from gossipgrad.devices.profile import StandinProfile
 from gossipgrad.measure.refit import refit_network
 from gossipgrad.plan.fabric import Fabric, shared_from_concurrent
 from gossipgrad.plan.formats import NetworkFit, Profile
-from gossipgrad.plan.model import MIB, CommModel, allreduce_factors, rebucket, step_time
+from gossipgrad.plan.model import (
+    MIB,
+    CommModel,
+    allreduce_factors,
+    on_the_wire,
+    rebucket,
+    step_time,
+)
 from gossipgrad.plan.patterns import ps_cap
+from gossipgrad.plan.report import codec_wire_ratio
 from gossipgrad.registry import STRATEGIES
 
 #: Interference coefficients tried by :func:`calibrate` (compute seconds per second of
@@ -69,6 +79,7 @@ class Run:
     phases: Mapping[str, float]
     wire_bytes: float | None
     theory_bytes: float
+    wire: str = "fp32"
 
     @property
     def kind(self) -> str:
@@ -106,6 +117,7 @@ def load_runs(paths: Iterable[str | Path]) -> list[Run]:
                     phases={p: float(v) / k for p, v in row["phase_s"].items()},
                     wire_bytes=row.get("wire_bytes_per_step"),
                     theory_bytes=float(row["theory_bytes_per_step"]),
+                    wire=row.get("wire") or "fp32",
                 )
             )
     return runs
@@ -235,6 +247,8 @@ def predict_run(
         interference=cal.interference,
         host_s_per_byte=cal.host_s_per_byte.get(run.kind, 0.0) / run.dilate,
     )
+    if run.wire != "fp32":  # a codec: its bytes on the wire (encoding not priced)
+        model = on_the_wire(model, codec_wire_ratio(run.wire))
     prof = profile_for(run, profiles, cal.compute_factor.get(run.profile, 1.0))
     return step_time(
         prof, model, run.strategy, run.size, staleness=run.staleness, mix=run.mix

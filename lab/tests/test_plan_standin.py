@@ -118,6 +118,28 @@ def test_host_work_is_this_hosts_time_whatever_the_dilation():
     assert at[25.0] / at[10.0] == pytest.approx(10 / 25, rel=0.02)
 
 
+def test_a_codec_row_is_priced_at_its_bytes_on_the_wire():
+    """A bench row that names a wire codec is predicted as its fp32 twin behind links whose
+    every per-byte time is halved (bf16: half the bytes on the wire); the same row at fp32
+    reads as before."""
+    gossip = load_runs_from(record(8, "2.5gbit"))[0]
+    net, doc = NETS[(8, "2.5gbit")]
+    half_links = NetworkFit(
+        LinkFit(0.0, net.p2p.beta_s_per_byte / 2, 1.0),
+        source=net.source,
+        concurrent=ConcurrentFit(0.0, net.concurrent.beta_s_per_byte / 2, 1.0, size=8),
+        ranks_per_node=1,
+    )
+    nets = {**NETS, (8, "half"): (half_links, doc)}
+    twin = predict_run(gossip, PROFILES, nets, TRUE, network_key=(8, "half"))
+    coded = predict_run(replace(gossip, wire="bf16"), PROFILES, NETS, TRUE)
+    assert coded == pytest.approx(twin, rel=1e-9)
+    assert coded < predict_run(gossip, PROFILES, NETS, TRUE)
+    assert predict_run(replace(gossip, wire="fp32"), PROFILES, NETS, TRUE) == predict_run(
+        gossip, PROFILES, NETS, TRUE
+    )
+
+
 def test_side_by_side_efficiency_and_hidden_share():
     one = load_runs_from(record(2, "1gbit"))
     local1 = replace(one[1], size=1, step_s=0.25)

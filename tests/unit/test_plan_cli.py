@@ -190,6 +190,26 @@ def test_calibration_factors_scale_the_prediction(files):
     assert "in-step calibration: compute x1.5, gossip x3, allreduce x2" in res.output
 
 
+def test_plan_wire_prices_the_codecs_bytes(files):
+    """--wire bf16 halves the bandwidth term of the toy's one 4 MiB blocking exchange and
+    says so in the title; an unknown codec is a one-line error naming the choices."""
+
+    def step_s(*extra: str) -> tuple[float, str]:
+        res = invoke(*base(files), "--sizes", "2", "--strategies", "gossip", "--bucket-mb",
+                     "100", "--staleness", "0", "--no-overlap", *extra)  # fmt: skip
+        assert res.exit_code == 0, res.output
+        row = next(line for line in res.output.splitlines() if line.startswith("| gossip | 2 |"))
+        return float(row.split("|")[5]), res.output
+
+    fp32, _ = step_s()
+    bf16, out = step_s("--wire", "bf16")
+    assert fp32 == pytest.approx(0.35 + 1e-5 + 4 * MIB / 1e9, abs=1e-4)
+    assert bf16 == pytest.approx(0.35 + 1e-5 + 2 * MIB / 1e9, abs=1e-4)
+    assert "wire bf16 (0.5x the bytes)" in out
+    res = invoke(*base(files), "--sizes", "2", "--wire", "fp9")
+    assert res.exit_code == 2 and "'fp9' is not one of" in res.output, res.output
+
+
 @pytest.mark.parametrize("bad", ["gossip", "gossip=0", "gossip=x", "ring=2", "gossip=inf"])
 def test_bad_exchange_factor_is_one_clear_error(files, bad):
     res = invoke(*base(files), "--sizes", "2", "--exchange-factor", bad)

@@ -248,3 +248,32 @@ def test_server_rounds_use_the_nodes_nic_and_the_shared_bottleneck():
     assert [e for _, e in run(net, [push])] == [approx(max(3 * 100 * 1e-8, 3 * 100 * B))]
     net, pairs = server_rounds([100, 5], 1, A, B, Fabric())
     assert net.counts == (1,) and all(r.empty for pair in pairs for r in pair)
+
+
+@pytest.mark.parametrize("ratio", [0.5, 0.252])
+def test_a_wire_codec_prices_the_bytes_it_puts_on_the_wire(ratio):
+    """Every pattern's bucket pays latency in full and ``ratio`` of its bandwidth term; the
+    bytes a plan row sends scale by ``ratio``; host work per byte of bucket is unchanged."""
+    from gossipgrad.plan.model import on_the_wire
+
+    n, p = 4_000_000, 8
+    f = Fabric(ranks_per_node=2, intra_beta_s_per_byte=B / 10, shared_s_per_byte=B / 4)
+    m = CommModel(A, B, 1.5, fabric=f, host_s_per_byte=1e-11)
+    coded = on_the_wire(m, ratio)
+    host = 1e-11 * n
+    full = CommModel(A, B * ratio, 1.5, fabric=Fabric(2, None, B / 10 * ratio, B / 4 * ratio))
+    for strategy in ("gossip", "allreduce"):
+        expect = full.bucket_s(strategy, n, p) + host
+        assert coded.bucket_s(strategy, n, p) == approx(expect)
+        assert coded.bucket_s(strategy, n, p) < m.bucket_s(strategy, n, p)
+    assert coded.bucket_costs("ps", [n, n], p) == approx(
+        [c + host for c in full.bucket_costs("ps", [n, n], p)]
+    )
+    prof = profile([(n, 0.1), (n, 0.2)])
+    rows = [plan(prof, x, sizes=[p], strategies=["gossip"], bucket_mb=[1], staleness=[0])[0]
+            for x in (m, coded)]  # fmt: skip
+    assert rows[1].bytes_per_step == approx(ratio * rows[0].bytes_per_step)
+    assert coded.wire_ratio == ratio and on_the_wire(coded, 0.5).wire_ratio == approx(ratio / 2)
+    for bad in (0.0, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="wire ratio"):
+            on_the_wire(m, bad)
