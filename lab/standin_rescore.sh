@@ -10,7 +10,9 @@
 # OUTDIR/resnet50-all.json every ResNet-50 launch at 8 ranks (a model the calibration never
 # saw); OUTDIR/clockfix-all.json the 8-rank launches of both made after the stand-in's clock
 # fix; OUTDIR/inflight-all.json those whose netfits also hold the allreduce sweep with 4 in
-# flight. The netfit documents are refitted from the times they recorded (--refit-networks).
+# flight; OUTDIR/codecs-all.json the wire-codec launches; OUTDIR/vgg16-*.json each VGG-16
+# launch (never calibrated on). The netfit documents are refitted from the times they
+# recorded (--refit-networks).
 source "$(dirname "$0")/study.sh" standin-rescore "$@"
 D=docs/validation/data
 H=$D/standin-heldout
@@ -58,9 +60,30 @@ score_launches() {
 score_launches $D/standin-clockfix clockfix-all
 # Launches whose netfits also measured 4 allreduces in flight (7cff1ac).
 score_launches $D/standin-inflight inflight-all
+# Wire-codec launches (2026-12-06): a row naming a codec is priced at its bytes on the wire.
+score_launches $D/standin-codecs codecs-all
+# VGG-16 (a model the calibration never saw): one call per launch (a network is looked up
+# by size and rate, and a ranking mixes no dilations), each with its own one-rank baseline.
+score_vgg16() {  # NAME NETFIT RUN...
+    local name=$1 net=$2 runs=(--standin-runs $H/run-googlenet-1-host.json
+        --standin-runs $H/run-googlenet-2-1gbit.json --standin-runs $H/run-googlenet-4-1gbit.json)
+    shift 2
+    for f in "$@"; do runs+=(--standin-runs "$f"); done
+    "$PY" -m lab plan-validate "${runs[@]}" --networks $H/net-2-1gbit.json \
+        --networks $H/net-4-1gbit.json --networks "$net" "${cal[@]}" \
+        --out "$OUT/vgg16-$name.json" > /dev/null
+}
+L=$D/standin-late/vgg16 V=$D/standin-vgg16
+score_vgg16 late-k10 $L/net-8-1gbit.json $L/run-vgg16-8-1gbit.json $L/run-vgg16-1-host.json
+score_vgg16 late-k25 $L/net-8-1gbit.json $L/run-vgg16-8-1gbit-k25.json $L/run-vgg16-1-host-k25.json
+for k in k10-a k10-b k25; do
+    score_vgg16 $k $V/$k/net-8-1gbit.json $V/$k/run-vgg16-8-1gbit.json $V/$k/run-vgg16-1-host.json
+done
 "$PY" - "$OUT" <<'EOF'
 import json, sys
-for name in ("googlenet-all", "resnet50-all", "clockfix-all", "inflight-all"):
+names = ["googlenet-all", "resnet50-all", "clockfix-all", "inflight-all", "codecs-all"]
+names += [f"vgg16-{d}" for d in ("late-k10", "late-k25", "k10-a", "k10-b", "k25")]
+for name in names:
     h = json.load(open(f"{sys.argv[1]}/{name}.json"))["held_out"]
     print(f"{name}: {h['n']} rows, MAPE {h['mape_pct']} %, worst {h['worst_pct']} %, "
           f"median tau {h['median_tau']} (min {h['min_tau']}), max regret {h['max_regret']}")

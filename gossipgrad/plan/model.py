@@ -91,7 +91,7 @@ class CommModel:
             posted while another is in flight (netfit's ``allreduce_in_flight`` sweep);
             None: a queued bucket costs what one alone does.
         wire_ratio: bytes on the wire per byte of bucket (a wire codec's; 1.0: fp32 as it
-            is). Set by :func:`on_the_wire`, which also scales the per-byte link times;
+            is). Set it with :func:`on_the_wire`, which also scales the per-byte link times;
             here it only counts the bytes sent. In (0, 1].
     """
 
@@ -226,7 +226,10 @@ def on_the_wire(model: CommModel, ratio: float) -> CommModel:
     p2p fit's, the intra-node link's, the shared bottleneck's) times ``ratio``, so every
     pattern's bucket costs the bytes it puts on the wire. Latency, the host's work per byte
     of bucket and compute are unchanged; the codec's own encode and decode time is not
-    priced (a cast on a GPU; measure it with ``bench codecs``).
+    priced (a cast on a GPU; measure it with ``bench codecs``). Under a lossy codec
+    gossipgrad's allreduce runs its own sharded mean over point-to-point sends (encodings
+    cannot be summed); it moves a ring's bytes and is priced as the ring at the measured MPI
+    allreduce factors, a proxy for what a ring's bytes achieve on these links (not a fit).
 
         >>> m = CommModel(1e-5, 1e-9)
         >>> half = on_the_wire(m, 0.5)

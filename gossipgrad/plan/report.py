@@ -21,7 +21,7 @@ from gossipgrad.plan.calibrate import scale_exchange, scale_profile
 from gossipgrad.plan.convergence import ConvergenceReport, read_lines, steps_to_target
 from gossipgrad.plan.formats import NetworkFit, Profile
 from gossipgrad.plan.host import HostShare
-from gossipgrad.plan.model import CommModel, on_the_wire
+from gossipgrad.plan.model import CommModel, on_the_wire, pattern_of
 from gossipgrad.plan.planner import (
     DEFAULT_BUCKET_MB,
     DEFAULT_STRATEGIES,
@@ -98,8 +98,10 @@ def plan_report(
     )
     for strategy, factor in (exchange_factor or {}).items():
         model = scale_exchange(model, strategy, factor)
+    refused = {}
     if wire != "fp32":
-        model = on_the_wire(model, codec_wire_ratio(wire))
+        model = codec_on_the_wire(model, wire)
+        strategies, refused = strategies_taking(strategies, wire)
     host = resolve_host(
         network.host, host_cores, ranks_per_host, handoff_s, stale_s_per_byte, overlap_s
     )
@@ -121,6 +123,8 @@ def plan_report(
     title = report_title(profile, network, host, compute_factor, exchange_factor)
     if wire != "fp32":
         title += f"; wire {wire} ({model.wire_ratio:.3g}x the bytes)"
+        if refused:
+            title += f"; left out (not with {wire}): {', '.join(refused)}"
     if png_path is not None:
         plot_png(rows, png_path, title=f"{profile.model}: predicted efficiency")
     return (
@@ -135,16 +139,44 @@ def plan_report(
     )
 
 
-def codec_wire_ratio(wire: str) -> float:
-    """Bytes on the wire per byte of an fp32 bucket for ``--wire wire``, from the codec
-    itself (its ``wire_ratio``; the codecs need torch, imported here).
+def codec_on_the_wire(model: CommModel, wire: str) -> CommModel:
+    """``model`` with every bucket sent through codec ``wire``
+    (:func:`~gossipgrad.plan.model.on_the_wire` at the codec's own ``wire_ratio`` for fp32
+    buckets; the codecs need torch, imported here).
 
-        >>> codec_wire_ratio("bf16"), round(codec_wire_ratio("fp8"), 3)
-        (0.5, 0.252)
+        >>> round(codec_on_the_wire(CommModel(1e-5, 1e-9), "fp8").wire_ratio, 3)
+        0.252
     """
     from gossipgrad.comm.codecs import make_codec
 
-    return make_codec(wire).wire_ratio(4)
+    return on_the_wire(model, make_codec(wire).wire_ratio(4))
+
+
+def strategies_taking(strategies: Iterable[str], wire: str) -> tuple[list[str], dict[str, str]]:
+    """The strategies that run with ``--wire wire`` (as ``train`` checks them; one that
+    sends nothing, as it is), and why each other one does not; none left is a ValueError.
+
+        >>> strategies_taking(["gossip", "horovod", "local"], "bf16")[0]
+        ['gossip', 'local']
+    """
+    from gossipgrad.options import ExchangeOptions
+
+    kept, refused = [], {}
+    for name in strategies:
+        if pattern_of(name) == "none":
+            kept.append(name)
+            continue
+        try:
+            ExchangeOptions(strategy=name, wire=wire)
+        except ValueError as exc:
+            refused[name] = str(exc).splitlines()[0]
+        else:
+            kept.append(name)
+    if not kept:
+        raise ValueError(
+            f"--wire {wire}: no strategy planned takes it ({'; '.join(refused.values())})"
+        )
+    return kept, refused
 
 
 def metrics_sections(

@@ -12,7 +12,7 @@ What the model is given, per contender (one row of a launch):
   ``compute_factor`` (``local``'s measured step / the profile's, median over the
   calibration launches of that profile: the stand-in host's own work per step);
 - its wire codec, where the row names one: the links' per-byte times scaled by the codec's
-  bytes on the wire (:func:`gossipgrad.plan.model.on_the_wire`; encoding not priced);
+  bytes on the wire (:func:`gossipgrad.plan.report.codec_on_the_wire`; encoding not priced);
 - the network of its size and rate (:func:`network_model`): netfit's ping-pong alpha and
   beta, its exchange's duplex, its allreduce's ring factors, its concurrent sweep's shared
   bottleneck (:mod:`gossipgrad.plan.fabric`) -- measurements of the links, not of training;
@@ -46,12 +46,11 @@ from gossipgrad.plan.model import (
     MIB,
     CommModel,
     allreduce_factors,
-    on_the_wire,
     rebucket,
     step_time,
 )
 from gossipgrad.plan.patterns import ps_cap
-from gossipgrad.plan.report import codec_wire_ratio
+from gossipgrad.plan.report import codec_on_the_wire
 from gossipgrad.registry import STRATEGIES
 
 #: Interference coefficients tried by :func:`calibrate` (compute seconds per second of
@@ -248,7 +247,7 @@ def predict_run(
         host_s_per_byte=cal.host_s_per_byte.get(run.kind, 0.0) / run.dilate,
     )
     if run.wire != "fp32":  # a codec: its bytes on the wire (encoding not priced)
-        model = on_the_wire(model, codec_wire_ratio(run.wire))
+        model = codec_on_the_wire(model, run.wire)
     prof = profile_for(run, profiles, cal.compute_factor.get(run.profile, 1.0))
     return step_time(
         prof, model, run.strategy, run.size, staleness=run.staleness, mix=run.mix

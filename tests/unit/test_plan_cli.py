@@ -210,6 +210,19 @@ def test_plan_wire_prices_the_codecs_bytes(files):
     assert res.exit_code == 2 and "'fp9' is not one of" in res.output, res.output
 
 
+def test_plan_wire_leaves_out_what_the_runtime_refuses(files):
+    """Horovod's own compression has no bf16: planned with --wire bf16 it is left out (and
+    the title says so); with nothing else left the error says why, on one line."""
+    res = invoke(*base(files), "--sizes", "2", "--strategies", "gossip,horovod,local",
+                 "--wire", "bf16", "--all-rows")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "left out (not with bf16): horovod" in res.output
+    assert "| horovod |" not in res.output and "| gossip | 2 |" in res.output
+    alone = invoke(*base(files), "--sizes", "2", "--strategies", "horovod", "--wire", "fp8")
+    assert alone.exit_code == 1 and "Traceback" not in alone.output, alone.output
+    assert "--wire fp8: no strategy planned takes it" in alone.output
+
+
 @pytest.mark.parametrize("bad", ["gossip", "gossip=0", "gossip=x", "ring=2", "gossip=inf"])
 def test_bad_exchange_factor_is_one_clear_error(files, bad):
     res = invoke(*base(files), "--sizes", "2", "--exchange-factor", bad)

@@ -277,3 +277,14 @@ def test_a_wire_codec_prices_the_bytes_it_puts_on_the_wire(ratio):
     for bad in (0.0, 1.5, float("nan")):
         with pytest.raises(ValueError, match="wire ratio"):
             on_the_wire(m, bad)
+
+
+def test_a_codec_scales_the_intra_node_link_too():
+    """Eight ranks on one node: every exchange crosses the intra-node link, whose per-byte
+    time the codec scales as it does the network's."""
+    from gossipgrad.plan.model import on_the_wire
+
+    n, p = 4_000_000, 8
+    node = CommModel(A, B, fabric=Fabric(ranks_per_node=p, intra_beta_s_per_byte=B / 10))
+    plain_s = node.bucket_s("gossip", n, p)
+    assert on_the_wire(node, 0.5).bucket_s("gossip", n, p) == approx(A + 0.5 * (plain_s - A))
