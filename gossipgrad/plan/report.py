@@ -33,6 +33,7 @@ from gossipgrad.plan.planner import (
 )
 from gossipgrad.plan.steps import measured_steps
 from gossipgrad.plan.tta import read_step_times, render_tta, tta_rows, tta_rows_measured
+from gossipgrad.registry import CODECS
 
 
 # Over 60 lines on purpose: reads the inputs, plans, and writes every output format from one set
@@ -142,14 +143,12 @@ def plan_report(
 def codec_on_the_wire(model: CommModel, wire: str) -> CommModel:
     """``model`` with every bucket sent through codec ``wire``
     (:func:`~gossipgrad.plan.model.on_the_wire` at the codec's own ``wire_ratio`` for fp32
-    buckets; the codecs need torch, imported here).
+    buckets).
 
         >>> round(codec_on_the_wire(CommModel(1e-5, 1e-9), "fp8").wire_ratio, 3)
         0.252
     """
-    from gossipgrad.comm.codecs import make_codec
-
-    return on_the_wire(model, make_codec(wire).wire_ratio(4))
+    return on_the_wire(model, CODECS.get(wire)().wire_ratio(4))
 
 
 def strategies_taking(strategies: Iterable[str], wire: str) -> tuple[list[str], dict[str, str]]:

@@ -28,6 +28,9 @@ A scored launch never enters a fit: :func:`calibrate` takes the calibration rows
 from reading files.
 """
 
+# Over 300 lines on purpose: the launches' rows, their networks, the calibration and the
+# prediction are one pipeline, read top to bottom.
+
 from __future__ import annotations
 
 import json
