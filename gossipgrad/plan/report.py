@@ -84,7 +84,7 @@ def plan_report(
     ``interference``: compute seconds added per second of communication beside it.
     ``step_times``: ``bench strategies`` records whose measured step times replace the
     planner's in the time-to-accuracy table (:func:`~gossipgrad.plan.tta.read_step_times`).
-    ``wire``: the wire codec every bucket goes through (:func:`codec_wire_ratio`,
+    ``wire``: the wire codec every bucket goes through (:func:`codec_on_the_wire`,
     :func:`~gossipgrad.plan.model.on_the_wire`)."""
     if (metrics_path is None) != (target_accuracy is None):
         raise ValueError(
