@@ -11,6 +11,15 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 
 if [ ! -x "$VENV/bin/python" ]; then
+    # A fresh install (torch, Horovod's build, Open MPI) takes about 6 GB here and in pip's
+    # temporary folder; say so up front rather than leave pip's "No space left on device".
+    for dir in . "${TMPDIR:-/tmp}"; do
+        free_kb=$(df -Pk "$dir" | awk 'NR == 2 {print $4}')
+        if [ "${free_kb:-0}" -lt 7000000 ]; then
+            echo "warning: $((free_kb / 1000000)) GB free under $dir; a fresh install needs" \
+                "about 6 GB there: free some space (or set TMPDIR to a disk with room)" >&2
+        fi
+    done
     echo "== creating $VENV"
     python3 -m venv "$VENV"
 fi
