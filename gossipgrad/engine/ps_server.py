@@ -3,14 +3,20 @@ their optimizers, and the per-bucket push/pull protocol of an owner.
 
 Per owned bucket ``b`` and step ``v`` (:class:`ShardServer`):
 
-1. ``open(v)``: post a receive for step v's gradient push from every other rank
-   (``Tag.PS_PUSH + b``) into slot ``v mod (max_lag + 2)``.
+1. ``open(v)``: post the receives of step v's gradient pushes from the other ranks
+   (``Tag.PS_PUSH + b``) for slot ``v mod (max_lag + 2)``: into a pool of receive buffers
+   that holds them all, or for a bucket too large for that (:data:`PUSH_POOL_BYTES`) a few
+   at a time, each batch summed into the slot's accumulator on the communication thread
+   before the next is posted. An owner's receive memory then stays a few buckets per slot
+   however many ranks push to it, where one buffer per rank would grow with the job (a
+   411 MB layer at 64 ranks: 26 GB per slot).
 2. ``contribute(v, ...)``: copy this rank's own gradient of step v into the slot, with the
    optimizer hyperparameters (learning rate ...) this rank's param groups held at step v.
 3. ``service()``: when every push of step v has arrived (and the parameters of update v-1
-   have reached every worker), sum the gradients in rank order, divide by ``size``, step the
-   bucket's optimizer on the master copy (clock v -> v+1) and send the master to every
-   other rank (``Tag.PS_PULL + b``). Updates apply in step order.
+   have reached every worker), sum the other ranks' gradients in rank order, add this
+   rank's, divide by ``size``, step the bucket's optimizer on the master copy (clock v ->
+   v+1) and send the master to every other rank (``Tag.PS_PULL + b``). Updates apply in
+   step order.
 
 The optimizer: one ``torch.optim`` optimizer per owned bucket, built as
 ``type(optimizer)(groups, **optimizer.defaults)`` over master tensors of the same shapes as
@@ -19,8 +25,10 @@ their hyperparameters), so its state exists only at the owner, 1/size of the mod
 average. Master copies live on the model's device, or in (pinned) host memory with
 ``--offload optimizer``.
 
-Only the training thread calls these methods; the communication thread only polls requests.
-The sum is in rank order, so a run is reproducible; with ``max_lag`` 0 the update is the one
+Only the training thread calls these methods; the communication thread polls requests and,
+for a bucket received in batches, sums each batch and posts the next.
+The sum's order is fixed (the others in rank order, then the owner's own, whatever the
+pool's batches), so a run is reproducible; with ``max_lag`` 0 the update is the one
 allreduce-SGD takes (the same mean gradient, up to the order of the float sum).
 
 The push codec (:class:`DensePush`) is the per-bucket interface a different push (e.g.
@@ -46,10 +54,16 @@ from gossipgrad.comm.transport import Pending
 from gossipgrad.engine.buckets import Bucket
 from gossipgrad.engine.commthread import CommThread
 from gossipgrad.engine.optim import rebuild
+from gossipgrad.plan.patterns import PUSH_POOL_BYTES, push_pool
 
 log = logging.getLogger(__name__)
 
 PUSH_RECV, PULL_SEND, PUSH_SEND, PULL_RECV = 1, 2, 3, 4
+
+# PUSH_POOL_BYTES: the most bytes of push receive buffers one owned bucket's slot holds; a
+# bucket whose pushes need more is received in batches of ``push_pool`` ranks. Below it every
+# push lands at once (nothing waits for a batch to be summed); above it the owner's link is
+# what limits the receive anyway. The planner's memory estimate charges the same pools.
 
 
 def request_key(kind: int, bucket: int, slot: int, peer: int = 0) -> int:
@@ -62,8 +76,8 @@ class DensePush:
 
     ``payload(bucket, grads)``: the tensor a worker sends (read until the send completes);
     ``receive_buffer(bucket, like)``: what the owner receives one push into;
-    ``reduce_(out, parts)``: ``out`` <- mean of the pushes ``parts`` (one per rank, in rank
-    order, this rank's own included), in place.
+    ``reduce_(out, parts)``: ``out`` <- the sum of ``out`` and ``parts`` (received pushes, in
+    order), in place: the owner folds its pushes in this way, batch by batch.
     """
 
     def payload(self, bucket: Bucket, grads: torch.Tensor) -> torch.Tensor:
@@ -73,10 +87,8 @@ class DensePush:
         return torch.empty_like(like)
 
     def reduce_(self, out: torch.Tensor, parts: list[torch.Tensor]) -> None:
-        out.copy_(parts[0])
-        for part in parts[1:]:
+        for part in parts:
             out.add_(part.to(out.device))
-        out.div_(len(parts))
 
 
 @dataclass
@@ -84,8 +96,12 @@ class _Slot:
     """One step's pushes of one owned bucket."""
 
     step: int = -1
-    parts: list[torch.Tensor] = field(default_factory=list)  # per rank, own one included
+    acc: torch.Tensor | None = None  # the sum of the other ranks' pushes folded so far
+    own: torch.Tensor | None = None  # this rank's own push
+    pool: list[torch.Tensor] = field(default_factory=list)  # one batch's decoded pushes
     recv: list[torch.Tensor | None] = field(default_factory=list)  # staged receive buffers
+    folded: int = 0  # how many of the other ranks' pushes are in ``acc``
+    batch: list[tuple[int, Any]] = field(default_factory=list)  # (source, request) in flight
     contributed: bool = False
     hyper: list[dict[str, Any]] = field(default_factory=list)
 
@@ -181,6 +197,8 @@ class ShardServer:
         self.codec = codec or Codec()  # of the pushes received
         self.pull_codec = pull_codec or Codec()  # of the parameters sent back
         self.owned = {b.index: OwnedBucket(b, optimizer, device, pin, self.nslots) for b in buckets}
+        self._others = [r for r in range(comm.size) if r != comm.rank]  # whose pushes come
+        self.pool_bytes = PUSH_POOL_BYTES  # read when a slot is first opened
         self._staged: dict[int, Any] = {}
         self._wires: dict[int, torch.Tensor] = {}
         self._replicas: dict[int, torch.Tensor] = {}  # lossy pulls: what the workers hold
@@ -198,31 +216,60 @@ class ShardServer:
             self._open_slot(ob, slot, step)
 
     def _open_slot(self, ob: OwnedBucket, slot: _Slot, step: int) -> None:
-        slot.step, slot.contributed = step, False
-        if not slot.parts:
-            slot.parts = [torch.empty_like(ob.master) for _ in range(self.comm.size)]
-            slot.recv = [None] * self.comm.size
+        slot.step, slot.contributed, slot.folded = step, False, 0
+        if slot.acc is None:
+            slot.acc, slot.own = torch.empty_like(ob.master), torch.empty_like(ob.master)
+            nbytes = ob.master.numel() * ob.master.element_size()
+            batch = push_pool(nbytes, self.comm.size, self.pool_bytes)
+            slot.pool = [torch.empty_like(ob.master) for _ in range(batch)]
+            slot.recv = [None] * batch
+        if not self._others:
+            return
+        key = request_key(PUSH_RECV, ob.index, step % self.nslots)
+        self.thread.submit(
+            key,
+            lambda: self._post_batch(ob, slot, Pending(slot.acc)),
+            eager=not ob.master.is_cuda,
+        )
+
+    def _post_batch(self, ob: OwnedBucket, slot: _Slot, pending: Pending) -> Pending:
+        """Post the receives of the next batch of the other ranks' pushes into the pool;
+        unless it is the last batch, chain the sum of it and the post of the one after."""
         tag = Tag.PS_PUSH + ob.index
-        for src in range(self.comm.size):
-            if src == self.comm.rank:
-                continue
-            buf = slot.parts[src]
+        batch = self._others[slot.folded : slot.folded + len(slot.pool)]
+        pending.requests = []
+        for i, src in enumerate(batch):
+            buf = slot.pool[i]
             if self.stager.staging(buf) or not self.codec.in_place:
-                if slot.recv[src] is None:
+                if slot.recv[i] is None:
                     wire = self.codec.wire_like(buf)
-                    slot.recv[src] = (
-                        self.stager.empty_like(wire) if self.stager.staging(wire) else wire
-                    )
-                buf = slot.recv[src]
-            ctx = WaitContext("sent nothing", src, tag, step)
-            key = request_key(PUSH_RECV, ob.index, step % self.nslots, src)
-            self.thread.submit(
-                key,
-                lambda buf=buf, src=src, ctx=ctx: Pending(
-                    buf, [self.comm.irecv(buf, src, tag, ctx)]
-                ),
-                eager=not buf.is_cuda,
-            )
+                    staged = self.stager.staging(wire)
+                    slot.recv[i] = self.stager.empty_like(wire) if staged else wire
+                buf = slot.recv[i]
+            ctx = WaitContext("sent nothing", src, tag, slot.step)
+            pending.requests.append(self.comm.irecv(buf, src, tag, ctx))
+        slot.batch = list(zip(batch, pending.requests, strict=True))
+        last = slot.folded + len(batch) >= len(self._others)
+        pending.then = None if last else (lambda p: self._next_batch(ob, slot, p))
+        return pending
+
+    def _next_batch(self, ob: OwnedBucket, slot: _Slot, pending: Pending) -> None:
+        """A batch has arrived (the communication thread's stage): sum it, post the next."""
+        self._fold(ob, slot)
+        self._post_batch(ob, slot, pending)
+
+    def _fold(self, ob: OwnedBucket, slot: _Slot) -> None:
+        """Decode the batch just received and add it to the slot's sum, in rank order."""
+        n = min(len(slot.pool), len(self._others) - slot.folded)
+        for i in range(n):
+            if slot.recv[i] is not None:
+                wire = self.stager.incoming(slot.recv[i], slot.pool[i])
+                slot.pool[i].copy_(self.codec.decode(wire, slot.pool[i], ob.index))
+        with torch.no_grad():
+            if slot.folded == 0:
+                slot.acc.zero_()
+            self.push.reduce_(slot.acc, slot.pool[:n])
+        slot.folded += n
 
     def contribute(self, step: int, hyper: list[dict[str, Any]]) -> None:
         """This rank's own gradients of ``step`` (read from the owned buckets' ``grads``)
@@ -230,7 +277,7 @@ class ShardServer:
         self.open(step)
         for ob in self.owned.values():
             slot = ob.slots[step % self.nslots]
-            slot.parts[self.comm.rank].copy_(ob.bucket.grads)
+            slot.own.copy_(ob.bucket.grads)
             slot.hyper = [dict(hyper[j]) for j in ob.group_of]
             slot.contributed = True
 
@@ -250,22 +297,31 @@ class ShardServer:
             return False
         if not all(self.thread.done(k) for k in ob.sending):
             return False  # the previous version is still being read by its sends
-        nslot = ob.version % self.nslots
-        return all(
-            self.thread.done(request_key(PUSH_RECV, ob.index, nslot, src))
-            for src in range(self.comm.size)
-            if src != self.comm.rank
-        )
+        key = request_key(PUSH_RECV, ob.index, ob.version % self.nslots)
+        return not self._others or self.thread.done(key)
+
+    def missing_pushes(self, index: int) -> list[int]:
+        """The ranks whose push of owned bucket ``index``'s oldest pending update has not
+        arrived, as far as the communication thread has seen (never tests a request)."""
+        ob = self.owned[index]
+        slot = ob.slots[ob.version % self.nslots]
+        if slot.step != ob.version or not self._others:
+            return []
+        if self.thread.done(request_key(PUSH_RECV, index, ob.version % self.nslots)):
+            return []
+        batch = [src for src, r in slot.batch if not getattr(r, "done", False)]
+        return batch + self._others[slot.folded + len(slot.batch) :]
 
     def _update(self, ob: OwnedBucket) -> None:
         slot = ob.slots[ob.version % self.nslots]
-        for src, staged in enumerate(slot.recv):
-            if staged is not None and src != self.comm.rank:
-                part = slot.parts[src]
-                wire = self.stager.incoming(staged, part)
-                part.copy_(self.codec.decode(wire, part, ob.index))  # summed in float32 below
+        if self._others:
+            self._fold(ob, slot)  # the last batch
+            ob.grad.copy_(slot.acc)
+        else:
+            ob.grad.zero_()
         with torch.no_grad():
-            self.push.reduce_(ob.grad, slot.parts)
+            self.push.reduce_(ob.grad, [slot.own])
+            ob.grad.div_(self.comm.size)
         for group, hyper in zip(ob.optimizer.param_groups, slot.hyper, strict=True):
             group.update(hyper)
         ob.optimizer.step()

@@ -41,7 +41,6 @@ from gossipgrad.engine.buckets import BucketLayout
 from gossipgrad.engine.commthread import CommThread
 from gossipgrad.engine.ps_server import (
     PULL_RECV,
-    PUSH_RECV,
     PUSH_SEND,
     DensePush,
     ShardServer,
@@ -256,14 +255,9 @@ class ShardWorker:
         params: dict[int, set[str]] = {}
         if self.thread is None:
             return grads, params
-        for index, ob in self.server.owned.items():
-            slot = ob.slots[ob.version % self.server.nslots]
-            if slot.step != ob.version:
-                continue
-            for src in range(self.comm.size):
-                key = request_key(PUSH_RECV, index, ob.version % self.server.nslots, src)
-                if src != self.comm.rank and not self.thread.done(key):
-                    grads.setdefault(src, set()).add(f"PS_PUSH_{index}")
+        for index in self.server.owned:
+            for src in self.server.missing_pushes(index):
+                grads.setdefault(src, set()).add(f"PS_PUSH_{index}")
         for index, pulls in enumerate(self.pulls):
             if any(not self.thread.done(request_key(PULL_RECV, index, slot)) for _, slot in pulls):
                 params.setdefault(self.owners[index], set()).add(f"PS_PULL_{index}")
@@ -305,10 +299,7 @@ class ShardWorker:
                 f"owner, rank {owner} (tag PS_PULL_{index}); is rank {owner} alive?"
             )
         ob = self.server.owned[index]
-        key = lambda s: request_key(PUSH_RECV, index, ob.version % self.server.nslots, s)  # noqa: E731
-        missing = [
-            s for s in range(self.comm.size) if s != self.comm.rank and not self.thread.done(key(s))
-        ]
+        missing = self.server.missing_pushes(index)
         return (
             f"the gradients of bucket {index} for step {ob.version} have not arrived from "
             f"rank(s) {missing} (tag PS_PUSH_{index}); are they alive?"

@@ -9,6 +9,11 @@ Accounting (bytes), with ``P`` = ``param_bytes`` and ``G`` = bytes in gradient b
 - gossip: one receive buffer per bucket, ``G`` in all;
 - allreduce / horovod: one staging buffer the size of the largest bucket;
 - staleness 1: a send copy of every bucket, ``G``, so the next backward can write the grads;
+- ps, on its busiest owner (``S`` = the bytes it serves, ``s`` = ``max_lag``): master copies
+  ``S`` and their mean gradient ``S``; ``s + 2`` push slots per owned bucket ``b``, each
+  ``(2 + pool_b) n_b`` (the sum, its own push and the receive pool, :func:`push_pool`);
+  its optimizer state is ``optimizer_state_factor * S`` instead of ``* P`` (only owners
+  keep it; a measured peak of a local step keeps the whole model's, so it overstates);
 - size 1 or local: no communication buffers.
 
     >>> from gossipgrad.plan.formats import Bucket, Profile
@@ -23,6 +28,7 @@ from dataclasses import dataclass
 
 from gossipgrad.plan.formats import Profile
 from gossipgrad.plan.model import pattern_of
+from gossipgrad.plan.patterns import assign_owners, push_pool
 
 
 @dataclass(frozen=True)
@@ -91,7 +97,9 @@ def estimate_memory(
             ("grads", grads),
             ("optimizer state", round(optimizer_state_factor * profile.param_bytes)),
         ]
-    if size > 1 and pattern != "none":
+    if size > 1 and pattern == "server":
+        parts = _busiest_owner(parts, profile, size, staleness, optimizer_state_factor)
+    elif size > 1 and pattern != "none":
         if pattern == "peer":
             parts.append(("receive buffers", grads))
         else:
@@ -99,3 +107,24 @@ def estimate_memory(
         if staleness == 1:
             parts.append(("send copies", grads))
     return MemoryEstimate(tuple(parts), device_memory_bytes, profile.memory_bytes is not None)
+
+
+def _busiest_owner(
+    parts: list[tuple[str, int]], profile: Profile, size: int, max_lag: int, state: float
+) -> list[tuple[str, int]]:
+    """``parts`` with the server's buffers of the rank that needs the most of them."""
+    nbytes = [b.bytes for b in profile.buckets]
+    owners = assign_owners(nbytes, size)
+    best: list[tuple[str, int]] = []
+    for r in range(size):
+        mine = [n for n, o in zip(nbytes, owners, strict=True) if o == r]
+        served = sum(mine)
+        slots = (max_lag + 2) * sum((2 + push_pool(n, size)) * n for n in mine)
+        extra = [("served masters and mean gradients", 2 * served), ("push slots", slots)]
+        if profile.memory_bytes is None:
+            extra.append(("optimizer state", round(state * served)))
+        if not best or sum(n for _, n in extra) > sum(n for _, n in best):
+            best = extra
+    if profile.memory_bytes is None:  # only the owners keep optimizer state
+        parts = [p for p in parts if p[0] != "optimizer state"]
+    return parts + best

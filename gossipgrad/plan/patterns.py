@@ -62,6 +62,20 @@ def assign_owners(nbytes: Sequence[int], size: int) -> list[int]:
     return owners
 
 
+# The most bytes of push receive buffers a ps owner holds per owned bucket and slot; a
+# bucket whose pushes need more is received in batches (the engine's ShardServer).
+PUSH_POOL_BYTES = 256 << 20
+
+
+def push_pool(nbytes: int, size: int, pool_bytes: int = PUSH_POOL_BYTES) -> int:
+    """How many pushes of a bucket of ``nbytes`` an owner receives at once (its pool).
+
+    >>> push_pool(1 << 20, 8), push_pool(411 << 20, 8), push_pool(1 << 20, 1)
+    (7, 1, 1)
+    """
+    return max(1, min(size - 1, pool_bytes // max(1, nbytes)))
+
+
 def ps_cap(total_bytes: int, size: int, cap_bytes: int | None) -> int | None:
     """The bucket cap a parameter server uses: the configured one, but at most ``1/size`` of
     the model (the engine's ``ps_bucket_cap``); None keeps the profile's buckets."""

@@ -171,3 +171,22 @@ def test_plan_report_from_files(tmp_path):
         plan_report(
             tmp_path / "profile.json", tmp_path / "net.json", sizes=[8], metrics_path=metrics
         )
+
+
+def test_ps_memory_is_the_busiest_owners_shard_and_push_slots():
+    """VGG-16's shape: one bucket of 74 % of the model. Its owner keeps the master, the mean
+    gradient, the optimizer state of its shard and (max_lag + 2) slots of (sum, own push,
+    pool); a 400 MiB bucket is received one push at a time, a 1 MiB one all at once."""
+    big, small = 400 * MIB, 1 * MIB
+    buckets = (Bucket(0, big, 0.1),) + tuple(Bucket(i, small, 0.2) for i in range(1, 9))
+    prof = Profile("vgg-like", 32, "gpu", 0.1, 0.2, 0.05, big + 8 * small, buckets)
+    est = dict(estimate_memory(prof, "ps", size=8, staleness=0).breakdown)
+    assert est["served masters and mean gradients"] == 2 * big  # rank 0 serves the big one
+    assert est["push slots"] == 2 * (2 + 1) * big
+    assert est["optimizer state"] == big  # its shard's, not the whole model's
+    lag1 = dict(estimate_memory(prof, "ps", size=8, staleness=1).breakdown)
+    assert lag1["push slots"] == 3 * (2 + 1) * big
+    one = Profile("even", 32, "gpu", 0.1, 0.2, 0.05, 8 * small, buckets[1:])
+    even = dict(estimate_memory(one, "ps", size=4, staleness=0).breakdown)
+    assert even["push slots"] == 2 * 2 * (2 + 3) * small  # two buckets each, pools of 3
+    assert even["served masters and mean gradients"] == 2 * 2 * small

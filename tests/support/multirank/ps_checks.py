@@ -45,6 +45,7 @@ def _run(
     offload: bool = False,
     width: int = 16,
     bucket_mb: float = 0.0005,
+    pool_bytes: int | None = None,
     **kw,
 ) -> dict:
     """Train ``steps`` steps (batches of steps ``start``..); returns per-step losses, the
@@ -60,6 +61,8 @@ def _run(
         seed=3,
         **kw,
     )
+    if pool_bytes is not None:  # before the first step opens the push slots
+        opt.server.pool_bytes = pool_bytes
     if state is not None:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
@@ -125,6 +128,24 @@ def check_ps_large_buckets_equal_allreduce(comm) -> None:
     assert _identical_on_every_rank(comm, lag1["w"])
 
 
+def check_ps_pushes_received_one_at_a_time_give_the_same_bits(comm) -> None:
+    """An owner whose push pool holds one bucket receives the other ranks' pushes one by
+    one, summing each before posting the next: with lag 0 the same bits as all at once (the
+    sum's order is fixed), with lag 1 identical ranks at the end (which clock a forward uses
+    then depends on arrival times); receive memory of one bucket per slot."""
+    whole = _run(comm, "ps", max_lag=0, width=64, bucket_mb=0.01)
+    single = _run(comm, "ps", max_lag=0, width=64, bucket_mb=0.01, pool_bytes=1)
+    assert torch.equal(whole["w"], single["w"]), f"rank {comm.rank}: batches changed the bits"
+    assert whole["losses"] == single["losses"]
+    lag1 = _run(comm, "ps", max_lag=1, width=64, bucket_mb=0.01, pool_bytes=1)
+    assert _identical_on_every_rank(comm, lag1["w"])
+    for run, pool in ((whole, max(1, comm.size - 1)), (single, 1), (lag1, 1)):
+        slots = [s for ob in run["opt"].server.owned.values() for s in ob.slots if s.pool]
+        assert all(len(s.pool) == pool for s in slots), [len(s.pool) for s in slots]
+        seen = allreduce_(comm, torch.tensor([float(len(slots))]), ReduceOp.SUM)
+        assert seen.item() > 0, "no owner opened a push slot"
+
+
 def check_ps_overlap_is_bit_identical(comm) -> None:
     """Pushes from backward hooks and pulls waited for by forward pre-hooks give the bits of
     the blocking path (everything at step()); so does --offload optimizer (host copies)."""
@@ -182,6 +203,7 @@ def check_ps_resume_is_exact(comm) -> None:
 ALL = [
     check_ps_lag0_equals_allreduce,
     check_ps_large_buckets_equal_allreduce,
+    check_ps_pushes_received_one_at_a_time_give_the_same_bits,
     check_ps_overlap_is_bit_identical,
     check_ps_bytes_are_ring_allreduce,
     check_ps_lag_is_bounded_and_used,
