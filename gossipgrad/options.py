@@ -255,6 +255,20 @@ def exchange_options(options: ExchangeOptions | None, overrides: dict[str, Any])
     return dataclasses.replace(base, **mix_follows_strategy(base, overrides))
 
 
+def wire_refusal(strategy: str, wire: str) -> str | None:
+    """Why ``strategy`` does not run with ``--wire wire`` (the first line of the error
+    ``train`` would give), or None when it does: one check for the planner and the bench.
+
+        >>> wire_refusal("gossip", "bf16") is None, wire_refusal("horovod", "fp8") is None
+        (True, False)
+    """
+    try:
+        ExchangeOptions(strategy=strategy, wire=wire)
+    except ValueError as exc:
+        return str(exc).splitlines()[0]
+    return None
+
+
 def default_mix(strategy: str, adaptive: bool) -> Mix | None:
     """What a caller who names no mix gets, given whether the local optimizer is adaptive
     (Adam and its kin): gossip mixes gradients for those and parameters otherwise; None

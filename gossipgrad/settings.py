@@ -146,6 +146,7 @@ class Settings:
     omp_threads: int | None = None
     wait_spin_s: float | None = None
     progress_burst: int = 16
+    ps_push_pool_mb: int | None = None
     poll_max_pause_s: float = 1e-3
     comm_block: bool = False
     mpi_thread_level: str = "multiple"

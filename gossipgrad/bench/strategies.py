@@ -93,7 +93,7 @@ from gossipgrad.bench.common import (
 )
 from gossipgrad.comm.base import Communicator
 from gossipgrad.comm.collectives import allreduce_
-from gossipgrad.options import ExchangeOptions
+from gossipgrad.options import ExchangeOptions, wire_refusal
 from gossipgrad.registry import CODECS, STRATEGIES
 from gossipgrad.runtime import host_share
 
@@ -112,11 +112,7 @@ def sends_factors(name: str) -> bool:
 
 def takes_wire(name: str, wire: str) -> bool:
     """Whether strategy ``name`` accepts ``--wire wire`` (its spec's rules say)."""
-    try:
-        ExchangeOptions(strategy=name, wire=wire)
-    except ValueError:
-        return False
-    return True
+    return wire_refusal(name, wire) is None
 
 
 def strategy_kwargs(
@@ -468,6 +464,7 @@ def summarize(
         k: rounded(median(max_over_ranks(comm, v)), 4) for k, v in c.phases.items() if k != "total"
     }
     table = c.trainer.opt.factor_table
+    layout = getattr(c.trainer.opt, "layout", None)
     return {
         "strategy": c.strategy,
         "name": c.name,
@@ -485,6 +482,7 @@ def summarize(
         "wire_over_theory": finite(wire / theory) if wire is not None and theory else None,
         "cpu_s_per_step": rounded(cpu, 4),
         "cpu_share": finite(cpu * per_host / (max(1, cores) * step_s), 3),
+        "split_parameters": bool(layout and any(b.span for b in layout.buckets)),
     }
 
 

@@ -9,7 +9,10 @@ stale-synchronous slack (GeePS; Cui et al. 2016).
     # ... the usual zero_grad / forward / backward / opt.step() loop
 
 Every rank is a worker and serves the buckets it owns (:mod:`gossipgrad.engine.shards`:
-bucket-aligned, balanced by bytes). Per step t and bucket b:
+bucket-aligned, balanced by bytes; buckets are at most 1/size of the model, and a parameter
+larger than that is split into parts that different ranks own, as servers shard a large
+variable, when the optimizer updates each element on its own: :data:`ELEMENTWISE`). Per
+step t and bucket b:
 
 - backward: as soon as b's gradients are ready, the worker pushes them to b's owner
   (``Isend``, overlapped with the rest of backward, from a post-accumulate-grad hook);
@@ -25,7 +28,8 @@ other rank, a mean over ranks of 2 (size - 1) / size of the model (ring allreduc
 
 Memory per rank, beyond the model and its gradients: master copies and optimizer state of
 the owned buckets (about 1/size of the model each), and per owned bucket ``max_lag + 2``
-push slots of ``size`` gradients; with ``max_lag`` > 0 also ``max_lag + 1`` send and receive
+push slots (a sum, the owner's own push and a pool of receive buffers:
+:mod:`gossipgrad.engine.ps_server`); with ``max_lag`` > 0 also ``max_lag + 1`` send and receive
 buffers per other bucket (a fast rank's pushes and pulls stay in flight while it runs ahead).
 
 With ``max_lag`` > 0 a rank computes on whatever recent version has arrived, so results
@@ -162,11 +166,10 @@ class ParameterServerOptimizer(WrappedOptimizer):
         self._fresh, self._ready, self._pushed = [False] * nb, [0] * nb, [False] * nb
         self._hooks: list[Any] = []
         if self.overlap:
-            self._bucket_of = {id(p): b.index for b in self.layout.buckets for p in b.params}
+            self._bucket_of = self.layout.buckets_of()  # a split parameter: several
+            params_once = {id(p): p for b in self.layout.buckets for p in b.params}
             self._hooks = [
-                p.register_post_accumulate_grad_hook(self._grad_ready)
-                for b in self.layout.buckets
-                for p in b.params
+                p.register_post_accumulate_grad_hook(self._grad_ready) for p in params_once.values()
             ]
             self._hooks += self._install_forward_waits(model)
         if comm.rank == 0:
@@ -191,7 +194,16 @@ class ParameterServerOptimizer(WrappedOptimizer):
             p.numel() * p.element_size() for p in params if p.requires_grad and id(p) not in local
         )
         cap = ps_bucket_cap(nbytes, self.comm.size, self.options.bucket_cap_bytes)
-        self.layout = BucketLayout(params, cap, exclude=local)
+        split = type(self.optimizer) in ELEMENTWISE
+        self.layout = BucketLayout(params, cap, exclude=local, split=split)
+        whole = max((b.nbytes for b in self.layout.buckets), default=0)
+        if not split and whole > cap and self.comm.rank == 0:
+            log.info(
+                "ps: %s is not known to update each element on its own, so a parameter "
+                "larger than a server's share stays whole (one owner serves %.1f MB of it)",
+                type(self.optimizer).__name__,
+                whole / 1e6,
+            )
         self.local_optimizer, self._local_group_of = (
             _local_optimizer(self.optimizer, local, host) if local else (None, [])
         )
@@ -286,10 +298,10 @@ class ParameterServerOptimizer(WrappedOptimizer):
         self.worker.push_(index, self.step_count)
 
     def _grad_ready(self, p: torch.Tensor) -> None:
-        b = self._bucket_of[id(p)]
-        self._ready[b] += 1
-        if self._ready[b] == len(self.layout.buckets[b].params):
-            self._push(b)
+        for b in self._bucket_of[id(p)]:
+            self._ready[b] += 1
+            if self._ready[b] == len(self.layout.buckets[b].params):
+                self._push(b)
 
     def _install_forward_waits(self, model: torch.nn.Module) -> list[Any]:
         """A forward pre-hook on every module that owns parameters: before its first use in
@@ -390,6 +402,24 @@ class ParameterServerOptimizer(WrappedOptimizer):
         super().load_state_dict(state)
         if self.local_optimizer is not None and "factor_optimizer" in own:
             self.local_optimizer.load_state_dict(own["factor_optimizer"])
+
+
+# Optimizers whose update of an element reads only that element's gradient and state: a
+# part of a parameter updated on its own is then the same as the whole (LARS, LAMB or
+# Adafactor read a parameter's norm or shape, and a subclass may too: exact types only).
+ELEMENTWISE = frozenset(
+    {
+        torch.optim.SGD,
+        torch.optim.Adam,
+        torch.optim.AdamW,
+        torch.optim.Adagrad,
+        torch.optim.Adadelta,
+        torch.optim.Adamax,
+        torch.optim.NAdam,
+        torch.optim.RAdam,
+        torch.optim.RMSprop,
+    }
+)
 
 
 def _local_optimizer(

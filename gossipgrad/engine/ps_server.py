@@ -55,6 +55,7 @@ from gossipgrad.engine.buckets import Bucket
 from gossipgrad.engine.commthread import CommThread
 from gossipgrad.engine.optim import rebuild
 from gossipgrad.plan.patterns import PUSH_POOL_BYTES, push_pool
+from gossipgrad.settings import settings
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +126,12 @@ class OwnedBucket:
         self.grad = torch.zeros_like(self.master)
         self.masters: list[torch.nn.Parameter] = []
         for p, off in zip(bucket.params, bucket.offsets, strict=True):
-            m = torch.nn.Parameter(self.master[off : off + p.numel()].view_as(p))
-            m.grad = self.grad[off : off + p.numel()].view_as(p)
+            if bucket.span is not None:  # a part of p: flat, as the elementwise update sees it
+                m = torch.nn.Parameter(self.master)
+                m.grad = self.grad
+            else:
+                m = torch.nn.Parameter(self.master[off : off + p.numel()].view_as(p))
+                m.grad = self.grad[off : off + p.numel()].view_as(p)
             self.masters.append(m)
         self.load_from_model_()
         self.group_of: list[int] = []  # inner group -> user group index
@@ -158,7 +163,8 @@ class OwnedBucket:
         """Master <- the model's current parameter values (start, resume)."""
         with torch.no_grad():
             for p, m in zip(self.bucket.params, self.masters, strict=True):
-                m.copy_(p.detach())
+                span = self.bucket.span
+                m.copy_(p.detach() if span is None else p.detach().reshape(-1)[span[0] : span[1]])
 
 
 def hyperparameters(group: dict[str, Any]) -> dict[str, Any]:
@@ -198,7 +204,8 @@ class ShardServer:
         self.pull_codec = pull_codec or Codec()  # of the parameters sent back
         self.owned = {b.index: OwnedBucket(b, optimizer, device, pin, self.nslots) for b in buckets}
         self._others = [r for r in range(comm.size) if r != comm.rank]  # whose pushes come
-        self.pool_bytes = PUSH_POOL_BYTES  # read when a slot is first opened
+        pool_mb = settings().ps_push_pool_mb  # GOSSIPGRAD_PS_PUSH_POOL_MB
+        self.pool_bytes = PUSH_POOL_BYTES if pool_mb is None else pool_mb << 20  # read lazily
         self._staged: dict[int, Any] = {}
         self._wires: dict[int, torch.Tensor] = {}
         self._replicas: dict[int, torch.Tensor] = {}  # lossy pulls: what the workers hold

@@ -42,7 +42,7 @@ from gossipgrad.plan.fabric import Fabric, shared_from_concurrent
 from gossipgrad.plan.fluid import Round, run
 from gossipgrad.plan.formats import AllreduceFit, Bucket, NetworkFit, Profile
 from gossipgrad.plan.host import HostShare
-from gossipgrad.plan.patterns import peer_s, ring_s, server_rounds, server_s
+from gossipgrad.plan.patterns import peer_s, ring_s, server_rounds, server_s, split_parts
 from gossipgrad.registry import STRATEGIES
 
 MIB = 1 << 20
@@ -341,6 +341,18 @@ def rebucket(
         Bucket(i, sum(m.bytes for m in g), max(max(m.ready_s for m in g), sent_at(g[-1])))
         for i, g in enumerate(_groups(buckets, cap_bytes, cycle))
     )
+
+
+def split_large(buckets: Sequence[Bucket], cap_bytes: int) -> tuple[Bucket, ...]:
+    """A parameter server's buckets: each one above ``cap_bytes`` (one parameter larger
+    than a server's share) split into parts of at most the cap that different ranks own
+    (:func:`~gossipgrad.plan.patterns.split_parts`), ready when the whole is; renumbered.
+
+        >>> [(b.bytes, b.ready_s) for b in split_large([Bucket(0, 10, 0.1), Bucket(1, 2, 0.2)], 4)]
+        [(3, 0.1), (3, 0.1), (4, 0.1), (2, 0.2)]
+    """
+    parts = [(b.ready_s, n) for b in buckets for n in split_parts(b.bytes, cap_bytes)]
+    return tuple(Bucket(i, n, ready) for i, (ready, n) in enumerate(parts))
 
 
 def _groups(

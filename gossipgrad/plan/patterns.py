@@ -16,7 +16,9 @@ nodes, ``alpha``/``beta`` between nodes (one stream), ``alpha_i``/``beta_i`` wit
   the engine assigns them); the owner receives every other rank's push and sends them its
   pull, so the busiest node's NIC carries ``W`` bytes each way per step, more than the
   ring's ``2 (p-1)/p`` of the model wherever one bucket is larger than ``1/p`` of it
-  (VGG-16's first Linear layer is 74 % of the model). The step's wire time ``max(W beta,
+  (VGG-16's first Linear layer is 74 % of the model, unless split: the engine splits a
+  parameter larger than ``1/p`` into parts, :func:`split_parts`, with an elementwise
+  optimizer, and the planner prices ps that way). The step's wire time ``max(W beta,
   2 (p-1) G s)`` is shared out over the buckets by bytes, and each bucket pays two rounds
   of latency (push, then pull): ``c_b = 2 alpha + n_b / G x wire``. That is the step's
   busy time (what a rank without a spare core pays). On the timeline the two rounds of one
@@ -74,6 +76,19 @@ def push_pool(nbytes: int, size: int, pool_bytes: int = PUSH_POOL_BYTES) -> int:
     (7, 1, 1)
     """
     return max(1, min(size - 1, pool_bytes // max(1, nbytes)))
+
+
+def split_parts(nbytes: int, cap_bytes: int) -> list[int]:
+    """The sizes of the parts a ps bucket of ``nbytes`` (one parameter larger than the cap)
+    is split into: as many as the cap needs, as equal as whole bytes allow (the engine splits
+    by elements, which differs by less than one element a part).
+
+    >>> split_parts(10, 4), split_parts(8, 4), split_parts(3, 4)
+    ([3, 3, 4], [4, 4], [3])
+    """
+    k = max(1, -(-nbytes // cap_bytes))
+    bounds = [nbytes * i // k for i in range(k + 1)]
+    return [hi - lo for lo, hi in zip(bounds, bounds[1:], strict=False)]
 
 
 def ps_cap(total_bytes: int, size: int, cap_bytes: int | None) -> int | None:

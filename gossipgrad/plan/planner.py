@@ -36,6 +36,7 @@ from gossipgrad.plan.model import (
     pattern_of,
     rebucket,
     samples_per_s,
+    split_large,
     step_time,
 )
 from gossipgrad.plan.patterns import ps_cap
@@ -176,6 +177,8 @@ def _for_config(
     window = spec.fusion_window_s()
     engine = profile.per_parameter and not spec.library and window is None
     merged = rebucket(profile.buckets, cap, window, registration=engine)
+    if server:  # a parameter above a server's share is split (an elementwise optimizer)
+        merged = split_large(merged, cap)
     return profile.with_buckets(merged), extra, sent
 
 

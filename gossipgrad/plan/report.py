@@ -158,19 +158,15 @@ def strategies_taking(strategies: Iterable[str], wire: str) -> tuple[list[str], 
         >>> strategies_taking(["gossip", "horovod", "local"], "bf16")[0]
         ['gossip', 'local']
     """
-    from gossipgrad.options import ExchangeOptions
+    from gossipgrad.options import wire_refusal
 
     kept, refused = [], {}
     for name in strategies:
-        if pattern_of(name) == "none":
+        why = None if pattern_of(name) == "none" else wire_refusal(name, wire)
+        if why is None:
             kept.append(name)
-            continue
-        try:
-            ExchangeOptions(strategy=name, wire=wire)
-        except ValueError as exc:
-            refused[name] = str(exc).splitlines()[0]
         else:
-            kept.append(name)
+            refused[name] = why
     if not kept:
         raise ValueError(
             f"--wire {wire}: no strategy planned takes it ({'; '.join(refused.values())})"

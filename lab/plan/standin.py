@@ -50,6 +50,7 @@ from gossipgrad.plan.model import (
     CommModel,
     allreduce_factors,
     rebucket,
+    split_large,
     step_time,
 )
 from gossipgrad.plan.patterns import ps_cap
@@ -82,6 +83,7 @@ class Run:
     wire_bytes: float | None
     theory_bytes: float
     wire: str = "fp32"
+    split: bool = False  # ps split a parameter larger than a server's share (bench rows)
 
     @property
     def kind(self) -> str:
@@ -120,6 +122,7 @@ def load_runs(paths: Iterable[str | Path]) -> list[Run]:
                     wire_bytes=row.get("wire_bytes_per_step"),
                     theory_bytes=float(row["theory_bytes_per_step"]),
                     wire=row.get("wire") or "fp32",
+                    split=bool(row.get("split_parameters", False)),
                 )
             )
     return runs
@@ -229,7 +232,10 @@ def profile_for(
     window = spec.fusion_window_s() if cycles else None  # on the dilated clock
     undilated = None if window is None else window / run.dilate
     engine = prof.per_parameter and not spec.library and spec.fusion_window_s() is None
-    return prof.with_buckets(rebucket(prof.buckets, cap, undilated, registration=engine))
+    merged = rebucket(prof.buckets, cap, undilated, registration=engine)
+    if spec.pattern == "server" and run.split:  # as the engine split them in that run
+        merged = split_large(merged, cap)
+    return prof.with_buckets(merged)
 
 
 def predict_run(

@@ -283,3 +283,27 @@ def test_without_in_flight_moves_only_gossipgrads_allreduce(tmp_path):
     assert set(with_term) == {"gossip", "allreduce", "ps", "ddp", "horovod", "local"}
     assert without["allreduce"] > 1.05 * with_term["allreduce"]
     assert all(without[k] == with_term[k] for k in with_term if k != "allreduce")
+
+
+def test_a_ps_run_is_priced_with_the_layout_its_engine_used():
+    """ps split VGG-16's 411 MB weight into parts in runs that say so (``split_parameters``,
+    written by bench strategies since the split); older runs kept it whole, one owner."""
+    from gossipgrad.plan.patterns import ps_cap
+    from lab.plan.standin import profile_for
+
+    vgg = "vgg16-p100-fp32-b64"
+    profiles = {vgg: StandinProfile.load(vgg)}
+    rec = record(8, "1gbit")
+    rec["standin"]["profile"] = vgg
+    rec["results"] = [{**rec["results"][0], "name": "ps", "strategy": "ps"}]
+    whole = load_runs_from(rec)[0]
+    assert whole.split is False
+    rec["results"][0]["split_parameters"] = True
+    split = load_runs_from(rec)[0]
+    assert split.split is True
+    cap = ps_cap(profiles[vgg].planner.grad_bytes, 8, 25 * 2**20)
+    kept = profile_for(whole, profiles, 1.0).buckets
+    parts = profile_for(split, profiles, 1.0).buckets
+    assert max(b.bytes for b in kept) > 400e6 > 5 * cap
+    assert max(b.bytes for b in parts) <= cap
+    assert sum(b.bytes for b in parts) == sum(b.bytes for b in kept)

@@ -190,3 +190,26 @@ def test_ps_memory_is_the_busiest_owners_shard_and_push_slots():
     even = dict(estimate_memory(one, "ps", size=4, staleness=0).breakdown)
     assert even["push slots"] == 2 * 2 * (2 + 3) * small  # two buckets each, pools of 3
     assert even["served masters and mean gradients"] == 2 * 2 * small
+
+
+def test_ps_splits_a_parameter_larger_than_a_share_as_the_engine_does():
+    """One 400 MiB parameter and eight of 1 MiB at 8 ranks: the server's cap is 1/8 of the
+    model (51 MiB), so the large one travels as 8 parts that 8 owners serve, and ps's step
+    is about a ring allreduce's (one owner of 400 MiB would carry 7 x 400 MiB each way)."""
+    big, small = 400 * MIB, 1 * MIB
+    buckets = (Bucket(0, big, 0.1),) + tuple(Bucket(i, small, 0.2) for i in range(1, 9))
+    prof = Profile("vgg-like", 32, "gpu", 0.1, 0.2, 0.05, big + 8 * small, buckets)
+    m = CommModel(alpha_s=1e-5, beta_s_per_byte=1e-9)
+    rows = plan(prof, m, sizes=[8], bucket_mb=[1000], staleness=[0], strategies=["ps", "allreduce"])
+    ps = next(r for r in rows if r.strategy == "ps")
+    ar = next(r for r in rows if r.strategy == "allreduce")
+    assert ps.n_buckets == 8 + 1  # the parts, and the small ones merged under the cap
+    assert ps.step_s < 1.3 * ar.step_s, (ps.step_s, ar.step_s)
+    mem = dict(
+        estimate_memory(
+            prof.with_buckets(tuple(Bucket(i, b, 0.1) for i, b in enumerate([big // 8] * 8))),
+            "ps",
+            size=8,
+        ).breakdown
+    )
+    assert mem["push slots"] == 2 * (2 + 5) * (big // 8)  # pools of 256 MiB // 50 MiB = 5

@@ -46,12 +46,13 @@ def _run(
     width: int = 16,
     bucket_mb: float = 0.0005,
     pool_bytes: int | None = None,
+    opt_cls: type = torch.optim.SGD,
     **kw,
 ) -> dict:
     """Train ``steps`` steps (batches of steps ``start``..); returns per-step losses, the
     parameter clocks seen by each forward, the final parameters and the state to resume."""
     model = _model(width)
-    sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
+    sgd = opt_cls(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
     opt = DistributedOptimizer(
         HostOffloadOptimizer(sgd) if offload else sgd,
         model,
@@ -117,15 +118,26 @@ def check_ps_lag0_equals_allreduce(comm) -> None:
     assert _identical_on_every_rank(comm, ps["w"])
 
 
+class _NormSGD(torch.optim.SGD):
+    """An optimizer ps does not know to be elementwise (a subclass may read norms)."""
+
+
 def check_ps_large_buckets_equal_allreduce(comm) -> None:
-    """Buckets of ~0.6 MB (MPI's rendezvous protocol, not eager) and max_lag 1 with them:
-    lag 0 still matches allreduce-SGD and lag 1 ends with identical ranks."""
-    ps = _run(comm, "ps", steps=4, width=384, bucket_mb=1.0)
+    """Buckets of ~0.6 MB (MPI's rendezvous protocol, not eager; kept whole by an optimizer
+    ps does not split for) and max_lag 1 with them: lag 0 still matches allreduce-SGD and
+    lag 1 ends with identical ranks. Split parts of a 2.4 MB weight (0.3 MB and up, also
+    past the eager limit) match it too."""
+    ps = _run(comm, "ps", steps=4, width=384, bucket_mb=1.0, opt_cls=_NormSGD)
     ar = _run(comm, "allreduce", steps=4, width=384, bucket_mb=1.0, mix="grad")
     assert max(b.nbytes for b in ps["opt"].layout.buckets) > 512 * 1024
     torch.testing.assert_close(ps["w"], ar["w"], rtol=1e-5, atol=1e-6)
-    lag1 = _run(comm, "ps", steps=4, width=384, bucket_mb=1.0, max_lag=1)
+    lag1 = _run(comm, "ps", steps=4, width=384, bucket_mb=1.0, max_lag=1, opt_cls=_NormSGD)
     assert _identical_on_every_rank(comm, lag1["w"])
+    parts = _run(comm, "ps", steps=3, width=768, bucket_mb=4.0)
+    wide = _run(comm, "allreduce", steps=3, width=768, bucket_mb=4.0, mix="grad")
+    split = [b.nbytes for b in parts["opt"].layout.buckets if b.span is not None]
+    assert (min(split) > 256 * 1024) if comm.size > 1 else not split, split
+    torch.testing.assert_close(parts["w"], wide["w"], rtol=1e-5, atol=1e-6)
 
 
 def check_ps_pushes_received_one_at_a_time_give_the_same_bits(comm) -> None:
@@ -144,6 +156,32 @@ def check_ps_pushes_received_one_at_a_time_give_the_same_bits(comm) -> None:
         assert all(len(s.pool) == pool for s in slots), [len(s.pool) for s in slots]
         seen = allreduce_(comm, torch.tensor([float(len(slots))]), ReduceOp.SUM)
         assert seen.item() > 0, "no owner opened a push slot"
+
+
+def check_ps_splits_a_parameter_larger_than_a_share(comm) -> None:
+    """A weight of 85 % of the model is split into parts that different ranks own, so no
+    owner serves much more than 1/size of the model; the result is still allreduce-SGD's.
+    An optimizer not known to be elementwise keeps it whole, on one owner."""
+    ps = _run(comm, "ps", steps=4, width=64, bucket_mb=1.0)
+    ar = _run(comm, "allreduce", steps=4, width=64, bucket_mb=1.0, mix="grad")
+    torch.testing.assert_close(ps["w"], ar["w"], rtol=1e-5, atol=1e-6)
+    opt = ps["opt"]
+    big = [b for b in opt.layout.buckets if b.span is not None]
+    model_bytes = opt.layout.nbytes
+    if comm.size == 1:
+        assert not big
+    else:
+        assert len(big) >= comm.size - 1, [b.span for b in big]  # 85 % in parts <= 1/size
+        assert len({opt.owners[b.index] for b in big}) == len(big)  # each on its own rank
+        served = max(
+            sum(b.nbytes for b in opt.layout.buckets if opt.owners[b.index] == r)
+            for r in range(comm.size)
+        )
+        assert served <= 1.5 * model_bytes / comm.size, (served, model_bytes)
+    whole = _run(comm, "ps", steps=4, width=64, bucket_mb=1.0, opt_cls=_NormSGD)
+    assert not any(b.span for b in whole["opt"].layout.buckets)
+    torch.testing.assert_close(whole["w"], ar["w"], rtol=1e-5, atol=1e-6)
+    assert _identical_on_every_rank(comm, ps["w"])
 
 
 def check_ps_overlap_is_bit_identical(comm) -> None:
@@ -205,6 +243,7 @@ ALL = [
     check_ps_large_buckets_equal_allreduce,
     check_ps_pushes_received_one_at_a_time_give_the_same_bits,
     check_ps_overlap_is_bit_identical,
+    check_ps_splits_a_parameter_larger_than_a_share,
     check_ps_bytes_are_ring_allreduce,
     check_ps_lag_is_bounded_and_used,
     check_ps_resume_is_exact,
