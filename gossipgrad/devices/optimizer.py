@@ -24,6 +24,7 @@ class StandinOptimizer(torch.optim.Optimizer):
 
     clock: ClassVar[Any] = None
     seconds_per_byte: ClassVar[float] = 0.0
+    stands_for: ClassVar[type | None] = None  # the optimizer whose update it stands in for
 
     def __init__(self, params: Any, **defaults: Any) -> None:
         super().__init__(params, defaults)
@@ -46,7 +47,7 @@ def standin_optimizer(
     cls = type(
         f"Standin{type(optimizer).__name__}",
         (StandinOptimizer,),
-        {"clock": clock, "seconds_per_byte": per_byte},
+        {"clock": clock, "seconds_per_byte": per_byte, "stands_for": type(optimizer)},
     )
     groups = [dict(g) for g in optimizer.param_groups]
     return cls(groups, **optimizer.defaults)

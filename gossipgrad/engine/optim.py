@@ -59,3 +59,43 @@ def is_adaptive(optimizer: Any) -> bool:
             return True
     names = {c.__name__ for c in type(optimizer).__mro__}
     return bool(names & set(ADAPTIVE)) or "betas" in getattr(optimizer, "defaults", {})
+
+
+ELEMENTWISE = frozenset(
+    {
+        torch.optim.SGD,
+        torch.optim.Adam,
+        torch.optim.AdamW,
+        torch.optim.Adagrad,
+        torch.optim.Adadelta,
+        torch.optim.Adamax,
+        torch.optim.NAdam,
+        torch.optim.RAdam,
+        torch.optim.RMSprop,
+    }
+)
+"""torch optimizers whose update of an element reads only that element's gradient and
+state: a part of a parameter updated on its own is then updated as in the whole."""
+
+
+def updates_elementwise(optimizer: Any) -> bool:
+    """Whether ``optimizer`` may update parts of a parameter apart (``--strategy ps`` splits
+    a large one across owners only then): its class is in :data:`ELEMENTWISE` exactly (a
+    subclass, LARS or LAMB may read a parameter's norm, Adafactor its shape), or declares
+    ``updates_elementwise = True``; the stand-in device's optimizer answers for the one it
+    stands for (``stands_for``).
+
+        >>> import torch
+        >>> w = [torch.nn.Parameter(torch.zeros(1))]
+        >>> class Mine(torch.optim.SGD):
+        ...     pass
+        >>> class Declared(torch.optim.SGD):
+        ...     updates_elementwise = True
+        >>> [updates_elementwise(c(w, lr=0.1)) for c in (torch.optim.SGD, Mine, Declared)]
+        [True, False, True]
+    """
+    cls = type(optimizer)
+    declared = getattr(cls, "updates_elementwise", None)
+    if isinstance(declared, bool):
+        return declared
+    return getattr(cls, "stands_for", None) in ELEMENTWISE or cls in ELEMENTWISE

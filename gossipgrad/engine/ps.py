@@ -11,7 +11,8 @@ stale-synchronous slack (GeePS; Cui et al. 2016).
 Every rank is a worker and serves the buckets it owns (:mod:`gossipgrad.engine.shards`:
 bucket-aligned, balanced by bytes; buckets are at most 1/size of the model, and a parameter
 larger than that is split into parts that different ranks own, as servers shard a large
-variable, when the optimizer updates each element on its own: :data:`ELEMENTWISE`). Per
+variable, when the optimizer updates each element on its own:
+:func:`gossipgrad.engine.optim.updates_elementwise`). Per
 step t and bucket b:
 
 - backward: as soon as b's gradients are ready, the worker pushes them to b's owner
@@ -64,7 +65,7 @@ from gossipgrad.engine.consensus import (
 )
 from gossipgrad.engine.factors import Router, make_factor_path
 from gossipgrad.engine.offload import HostOffloadOptimizer
-from gossipgrad.engine.optim import rebuild
+from gossipgrad.engine.optim import rebuild, updates_elementwise
 from gossipgrad.engine.protocol import STATE_KEY, WrappedOptimizer
 from gossipgrad.engine.ps_server import DensePush, ShardServer, hyperparameters
 from gossipgrad.engine.ps_worker import ShardWorker
@@ -194,7 +195,7 @@ class ParameterServerOptimizer(WrappedOptimizer):
             p.numel() * p.element_size() for p in params if p.requires_grad and id(p) not in local
         )
         cap = ps_bucket_cap(nbytes, self.comm.size, self.options.bucket_cap_bytes)
-        split = type(self.optimizer) in ELEMENTWISE
+        split = updates_elementwise(self.optimizer)
         self.layout = BucketLayout(params, cap, exclude=local, split=split)
         whole = max((b.nbytes for b in self.layout.buckets), default=0)
         if not split and whole > cap and self.comm.rank == 0:
@@ -402,24 +403,6 @@ class ParameterServerOptimizer(WrappedOptimizer):
         super().load_state_dict(state)
         if self.local_optimizer is not None and "factor_optimizer" in own:
             self.local_optimizer.load_state_dict(own["factor_optimizer"])
-
-
-# Optimizers whose update of an element reads only that element's gradient and state: a
-# part of a parameter updated on its own is then the same as the whole (LARS, LAMB or
-# Adafactor read a parameter's norm or shape, and a subclass may too: exact types only).
-ELEMENTWISE = frozenset(
-    {
-        torch.optim.SGD,
-        torch.optim.Adam,
-        torch.optim.AdamW,
-        torch.optim.Adagrad,
-        torch.optim.Adadelta,
-        torch.optim.Adamax,
-        torch.optim.NAdam,
-        torch.optim.RAdam,
-        torch.optim.RMSprop,
-    }
-)
 
 
 def _local_optimizer(

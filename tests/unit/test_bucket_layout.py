@@ -58,3 +58,21 @@ def test_split_never_makes_an_empty_part(numel, cap, expected):
     assert len(layout.buckets) == expected
     assert sum(b.numel for b in layout.buckets) == numel
     assert all(b.numel >= 1 for b in layout.buckets)
+
+
+def test_the_standin_optimizer_splits_as_the_one_it_stands_for():
+    """ps splits a large parameter on the stand-in device exactly when it would with the
+    optimizer the stand-in's stands for (SGD: yes; a subclass that declares nothing: no)."""
+    from gossipgrad.devices.optimizer import standin_optimizer
+    from gossipgrad.devices.profile import StandinProfile
+    from gossipgrad.engine.optim import rebuild, updates_elementwise
+
+    class Normed(torch.optim.SGD):
+        pass
+
+    profile = StandinProfile.load("googlenet-p100pcie-fp32-b128")
+    w = [torch.nn.Parameter(torch.zeros(3))]
+    sgd = standin_optimizer(None, profile, 1.0, torch.optim.SGD(w, lr=0.1))
+    assert updates_elementwise(sgd)
+    assert updates_elementwise(rebuild(sgd, [{"params": w}]))  # as ps rebuilds it per bucket
+    assert not updates_elementwise(standin_optimizer(None, profile, 1.0, Normed(w, lr=0.1)))
