@@ -11,7 +11,7 @@
 # saw); OUTDIR/clockfix-all.json the 8-rank launches of both made after the stand-in's clock
 # fix; OUTDIR/inflight-all.json those whose netfits also hold the allreduce sweep with 4 in
 # flight; OUTDIR/codecs-all.json the wire-codec launches; OUTDIR/vgg16-*.json each VGG-16
-# launch (never calibrated on). The netfit documents are refitted from the times they
+# launch (never calibrated on; vgg16-ps-*: ps before and after splitting large parameters). The netfit documents are refitted from the times they
 # recorded (--refit-networks).
 source "$(dirname "$0")/study.sh" standin-rescore "$@"
 D=docs/validation/data
@@ -79,10 +79,20 @@ score_vgg16 late-k25 $L/net-8-1gbit.json $L/run-vgg16-8-1gbit-k25.json $L/run-vg
 for k in k10-a k10-b k25; do
     score_vgg16 $k $V/$k/net-8-1gbit.json $V/$k/run-vgg16-8-1gbit.json $V/$k/run-vgg16-1-host.json
 done
+# ps on VGG-16 with its 411 MB weight on one owner, then split across owners (each run
+# says which layout it used: split_parameters).
+P=$D/standin-ps-split
+for k in 4-whole 4-split; do
+    score_vgg16 ps-$k $P/vgg16-$k/net-4-1000mbit.json $P/vgg16-$k/run-vgg16-4-1000mbit.json \
+        $P/vgg16-$k/run-vgg16-1-host.json
+done
+score_vgg16 ps-8-split $P/vgg16-8-split/net-8-1gbit.json $P/vgg16-8-split/run-vgg16-8-1gbit.json \
+    $P/vgg16-8-split/run-vgg16-1-host.json
 "$PY" - "$OUT" <<'EOF'
 import json, sys
 names = ["googlenet-all", "resnet50-all", "clockfix-all", "inflight-all", "codecs-all"]
 names += [f"vgg16-{d}" for d in ("late-k10", "late-k25", "k10-a", "k10-b", "k25")]
+names += ["vgg16-ps-4-whole", "vgg16-ps-4-split", "vgg16-ps-8-split"]
 for name in names:
     h = json.load(open(f"{sys.argv[1]}/{name}.json"))["held_out"]
     print(f"{name}: {h['n']} rows, MAPE {h['mape_pct']} %, worst {h['worst_pct']} %, "

@@ -201,10 +201,15 @@ def test_the_rescore_script_scores_every_stored_launch_held_out(tmp_path):
         ("codecs-all", [f"standin-codecs/{launches}"]),
         ("vgg16-late-k25", ["standin-late/vgg16/run-vgg16-8-1gbit-k25.json"]),
         ("vgg16-k25", ["standin-vgg16/k25/run-vgg16-8-*.json"]),
+        ("vgg16-ps-4-whole", ["standin-ps-split/vgg16-4-whole/run-vgg16-4-*.json"]),
+        ("vgg16-ps-4-split", ["standin-ps-split/vgg16-4-split/run-vgg16-4-*.json"]),
+        ("vgg16-ps-8-split", ["standin-ps-split/vgg16-8-split/run-vgg16-8-*.json"]),
     )
     for name, patterns in groups:
         files = [f for p in patterns for f in glob.glob(str(data / p)) if "-1-host" not in f]
         held = [r for r in load_runs(files) if not (r.rate == "1gbit" and r.size in (2, 4))]
+        if name.startswith("vgg16-ps"):  # priced in the layout the run used
+            assert {r.split for r in held if r.strategy == "ps"} == {name.endswith("split")}
         doc = json.loads((out / f"{name}.json").read_text())
         assert len(doc["rows"]) == len({(r.group, r.name) for r in held}) > 0
         assert all(0 < row["predicted_s"] < 10 for row in doc["rows"])
