@@ -273,9 +273,11 @@ class ShardServer:
                 wire = self.stager.incoming(slot.recv[i], slot.pool[i])
                 slot.pool[i].copy_(self.codec.decode(wire, slot.pool[i], ob.index))
         with torch.no_grad():
-            if slot.folded == 0:
-                slot.acc.zero_()
-            self.push.reduce_(slot.acc, slot.pool[:n])
+            parts = slot.pool[:n]
+            if slot.folded == 0:  # the first push starts the sum (one pass, not zero + add)
+                slot.acc.copy_(parts[0])
+                parts = parts[1:]
+            self.push.reduce_(slot.acc, parts)
         slot.folded += n
 
     def contribute(self, step: int, hyper: list[dict[str, Any]]) -> None:
