@@ -285,6 +285,11 @@ def run_strategies(
     share = host_share(comm)  # (cores, ranks on this host): the same for every contender
     for group, names in enumerate(run_order(list(specs), together)):
         alive: list[Contender] = []
+        # Every rank has let go of the last group before any collects it and starts this
+        # group's peak: ranks that share a process (in-process worlds) hold objects of each
+        # other's (messages in flight), so a collection before the barrier can miss a cycle.
+        comm.barrier()
+        release_memory()
         tracked = reset_peak_rss()  # this group's peak, not an earlier one's
         try:
             for n in names:  # one by one: those built are closed if a later one fails
