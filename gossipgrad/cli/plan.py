@@ -260,6 +260,14 @@ def _fabric(ranks_per_node: int | None, intra_gbps: float | None, hierarchical: 
     "the bytes on the wire, fp8 a quarter; encoding time is not priced.",
 )
 @click.option(
+    "--ps-split/--ps-whole",
+    default=True,
+    show_default=True,
+    help="How ps holds a parameter larger than a server's share: split across owners (what "
+    "it does with SGD, Adam and other optimizers that update each element on its own) or "
+    "whole on one owner (what it does with any other optimizer, e.g. LARS or LAMB).",
+)
+@click.option(
     "--png",
     type=click.Path(dir_okay=False),
     default=None,
@@ -302,6 +310,7 @@ def plan(
     hierarchical: bool,
     interference: float,
     wire: str,
+    ps_split: bool,
     png: str | None,
     all_rows: bool,
     out: str | None,
@@ -340,6 +349,7 @@ def plan(
             interference=interference,
             step_times=step_times,
             wire=wire,
+            ps_split=ps_split,
         )
     except (ValueError, OSError, ImportError) as exc:
         raise click.ClickException(str(exc)) from exc

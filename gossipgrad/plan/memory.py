@@ -14,6 +14,17 @@ Accounting (bytes), with ``P`` = ``param_bytes`` and ``G`` = bytes in gradient b
   ``(2 + pool_b) n_b`` (the sum, its own push and the receive pool, :func:`push_pool`);
   its optimizer state is ``optimizer_state_factor * S`` instead of ``* P`` (only owners
   keep it; a measured peak of a local step keeps the whole model's, so it overstates);
+- a lossy wire codec (``wire_ratio`` < 1, ``r``; ``n`` ranks, ``m`` the largest bucket):
+  its byte buffers, kept per bucket: gossip a send and a receive wire, ``2 r G`` (instead
+  of the float32 receive buffers); allreduce every shard sent and received over two stages,
+  ``r G (3n - 2) / n``; ps a push and a pull wire per step in flight for each bucket served
+  elsewhere, ``2 (s + 1) r (G - S)``, and on its owner a wire per pool buffer and one for
+  its pull. Decoding scratch, grown to the largest bucket on whichever thread encodes:
+  gossip ``2 m``, ps ``m``, allreduce none (it decodes in place). With error feedback
+  (fp8's default) the residuals and the last decoding of every bucket, ``2 G``, and more
+  scratch (float32 and int32): gossip ``5 m``, allreduce ``3 m``, ps ``4 m``. The scratch
+  counts were read off the tensors two small runs held, and checked on other models and
+  sizes (tests/inprocess/test_codec_memory.py);
 - size 1 or local: no communication buffers.
 
     >>> from gossipgrad.plan.formats import Bucket, Profile
@@ -72,11 +83,15 @@ def estimate_memory(
     staleness: int = 0,
     device_memory_bytes: int | None = None,
     optimizer_state_factor: float = 1.0,
+    wire_ratio: float = 1.0,
+    feedback: bool = False,
 ) -> MemoryEstimate:
     """Estimate device memory for ``profile`` (already re-bucketed) under ``strategy``.
 
     ``optimizer_state_factor`` is optimizer state per parameter byte (SGD with momentum 1,
     Adam 2, plain SGD 0); it is ignored when the profile has a measured peak.
+    ``wire_ratio``: wire bytes per float32 byte of a lossy codec (1.0: none, fp32);
+    ``feedback``: the codec keeps error-feedback residuals.
     """
     pattern = pattern_of(strategy)
     if staleness not in (0, 1):
@@ -87,6 +102,8 @@ def estimate_memory(
         raise ValueError(f"optimizer_state_factor must be >= 0, got {optimizer_state_factor}")
     if device_memory_bytes is not None and device_memory_bytes < 0:
         raise ValueError(f"device_memory_bytes must be >= 0, got {device_memory_bytes}")
+    if not 0 < wire_ratio <= 1:
+        raise ValueError(f"wire_ratio must be in (0, 1], got {wire_ratio!r}")
     grads = profile.grad_bytes
     parts: list[tuple[str, int]]
     if profile.memory_bytes is not None:
@@ -97,15 +114,18 @@ def estimate_memory(
             ("grads", grads),
             ("optimizer state", round(optimizer_state_factor * profile.param_bytes)),
         ]
+    lossy = wire_ratio < 1 and size > 1 and pattern != "none"
     if size > 1 and pattern == "server":
         parts = _busiest_owner(parts, profile, size, staleness, optimizer_state_factor)
     elif size > 1 and pattern != "none":
-        if pattern == "peer":
+        if pattern == "peer" and not lossy:  # a lossy codec's wires take their place
             parts.append(("receive buffers", grads))
-        else:
+        elif not lossy:
             parts.append(("allreduce staging", max(b.bytes for b in profile.buckets)))
         if staleness == 1:
             parts.append(("send copies", grads))
+    if lossy:
+        parts += _codec_parts(profile, pattern, size, staleness, wire_ratio, feedback)
     return MemoryEstimate(tuple(parts), device_memory_bytes, profile.memory_bytes is not None)
 
 
@@ -128,3 +148,39 @@ def _busiest_owner(
     if profile.memory_bytes is None:  # only the owners keep optimizer state
         parts = [p for p in parts if p[0] != "optimizer state"]
     return parts + best
+
+
+def _codec_parts(
+    profile: Profile, pattern: str, size: int, staleness: int, ratio: float, feedback: bool
+) -> list[tuple[str, int]]:
+    """A lossy codec's buffers on one rank (the module's accounting)."""
+    grads = profile.grad_bytes
+    if pattern == "peer":
+        parts = [("wire buffers (send and receive)", round(2 * ratio * grads))]
+    elif pattern == "ring":
+        shards = ratio * grads * (3 * size - 2) / size
+        parts = [("wire buffers (shards sent and received)", round(shards))]
+    else:
+        parts = [("wire buffers", _ps_wires(profile, size, staleness, ratio))]
+    if feedback:
+        parts.append(("error-feedback residuals and last decodings", 2 * grads))
+    # buckets of decoding scratch, by pattern: without feedback, with it
+    scratch = {"peer": (2, 5), "ring": (0, 3), "server": (1, 4)}[pattern][feedback]
+    if scratch:
+        parts.append(("codec scratch", scratch * max(b.bytes for b in profile.buckets)))
+    return parts
+
+
+def _ps_wires(profile: Profile, size: int, max_lag: int, ratio: float) -> int:
+    """A lossy codec's wires on ps's busiest owner: a push and a pull wire per step in
+    flight for every bucket another rank serves, a wire per pool buffer of every push slot
+    of its own buckets and one for each pull it sends."""
+    nbytes = [b.bytes for b in profile.buckets]
+    owners = assign_owners(nbytes, size)
+    most = 0
+    for r in range(size):
+        mine = [n for n, o in zip(nbytes, owners, strict=True) if o == r]
+        theirs = sum(nbytes) - sum(mine)
+        served = sum((max_lag + 2) * push_pool(n, size) * n + n for n in mine)
+        most = max(most, round(ratio * (2 * (max_lag + 1) * theirs + served)))
+    return most

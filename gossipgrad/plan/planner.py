@@ -88,13 +88,20 @@ def plan(
     host: HostShare | None = None,
     mix: str = "grad",
     sufficient_factors: str = "off",
+    ps_split: bool = True,
+    wire_feedback: bool = False,
 ) -> list[PlanRow]:
     """Predict every combination; rows are ordered by size, strategy, bucket, staleness.
     ``host``: cores and ranks per host (None: every rank has a spare core for its
     communication thread; see ``step_time``). ``mix``: what a peer strategy (gossip)
     mixes; ``sufficient_factors`` (off, auto, on): the profile's Linear layers
     (``profile.linear``) go as factors where the runtime would send them (staleness 0,
-    gradients mixed; a parameter server only with ``on``)."""
+    gradients mixed; a parameter server only with ``on``). ``ps_split``: a parameter server
+    splits a parameter larger than a server's share across owners, as the engine does with
+    an optimizer that updates each element on its own (SGD, Adam, ...); False prices it on
+    one owner, as the engine runs it with any other optimizer (LARS, LAMB, Shampoo).
+    ``wire_feedback``: the wire codec (``model.wire_ratio``) keeps error-feedback residuals,
+    which the memory check counts."""
     strategies = [parse_strategy(s) for s in strategies]
     caps = [_cap_bytes(mb) for mb in bucket_mb]
     stalenesses = list(staleness)
@@ -107,7 +114,7 @@ def plan(
             for mb, cap in caps:
                 for s in stalenesses:
                     prof, extra, factor_bytes = _for_config(
-                        profile, model, strategy, size, cap, s, mix, sufficient_factors
+                        profile, model, strategy, size, cap, s, mix, sufficient_factors, ps_split
                     )
                     t = step_time(
                         prof,
@@ -127,6 +134,8 @@ def plan(
                         staleness=s,
                         device_memory_bytes=device_memory_bytes,
                         optimizer_state_factor=optimizer_state_factor,
+                        wire_ratio=model.wire_ratio,
+                        feedback=wire_feedback,
                     )
                     rows.append(
                         PlanRow(
@@ -160,6 +169,7 @@ def _for_config(
     staleness: int,
     mix: str,
     factors: str,
+    ps_split: bool = True,
 ) -> tuple[Profile, list[tuple[float, float]], float]:
     """The profile as one configuration exchanges it: Linear layers sent as factors taken
     out (:func:`~gossipgrad.plan.factors.factor_transfers`), the rest merged to the cap
@@ -177,7 +187,7 @@ def _for_config(
     window = spec.fusion_window_s()
     engine = profile.per_parameter and not spec.library and window is None
     merged = rebucket(profile.buckets, cap, window, registration=engine)
-    if server:  # a parameter above a server's share is split (an elementwise optimizer)
+    if server and ps_split:  # a parameter above a server's share is split (elementwise)
         merged = split_large(merged, cap)
     return profile.with_buckets(merged), extra, sent
 

@@ -69,6 +69,7 @@ def plan_report(
     interference: float = 0.0,
     step_times: Sequence[str | Path] | None = None,
     wire: str = "fp32",
+    ps_split: bool = True,
 ) -> str:
     """Load the profile and network fit, predict every configuration, and return the
     markdown report; also writes a PNG when ``png_path`` is given. ``metrics_path`` (one
@@ -85,12 +86,15 @@ def plan_report(
     ``step_times``: ``bench strategies`` records whose measured step times replace the
     planner's in the time-to-accuracy table (:func:`~gossipgrad.plan.tta.read_step_times`).
     ``wire``: the wire codec every bucket goes through (:func:`codec_on_the_wire`,
-    :func:`~gossipgrad.plan.model.on_the_wire`)."""
+    :func:`~gossipgrad.plan.model.on_the_wire`). ``ps_split``: a parameter server splits a
+    parameter larger than a server's share across owners (an elementwise optimizer's; False:
+    on one owner, as with any other optimizer)."""
     if (metrics_path is None) != (target_accuracy is None):
         raise ValueError(
             "metrics_path and target_accuracy must be given together "
             "(--metrics FILE --target-accuracy X)"
         )
+    strategies = list(strategies)
     profile = scale_profile(Profile.load(profile_path), compute_factor)
     network = NetworkFit.load(network_path)
     model = CommModel.from_network(network, duplex=duplex, calibrate_allreduce=calibrate_allreduce)
@@ -119,6 +123,8 @@ def plan_report(
         host=host,
         mix=mix,
         sufficient_factors=sufficient_factors,
+        ps_split=ps_split,
+        wire_feedback=bool(getattr(CODECS.get(wire), "feedback_default", False)),
     )
     convergence, tta = metrics_sections(rows, metrics_path, target_accuracy, step_times)
     title = report_title(profile, network, host, compute_factor, exchange_factor)
@@ -126,6 +132,8 @@ def plan_report(
         title += f"; wire {wire} ({model.wire_ratio:.3g}x the bytes)"
         if refused:
             title += f"; left out (not with {wire}): {', '.join(refused)}"
+    if not ps_split and any(pattern_of(s) == "server" for s in strategies):
+        title += "; ps keeps every parameter on one owner (--ps-whole)"
     if png_path is not None:
         plot_png(rows, png_path, title=f"{profile.model}: predicted efficiency")
     return (

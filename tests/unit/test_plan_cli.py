@@ -277,3 +277,25 @@ def test_plan_time_to_accuracy_from_measured_step_times(files):
     assert cells[7] == "0.3000" and float(cells[8]) == pytest.approx(
         float(cells[5]) * 0.3, abs=0.01
     )
+
+
+def test_plan_ps_whole_keeps_a_large_parameter_on_one_owner(tmp_path):
+    """A 6 MiB parameter beside a 2 MiB one, 4 ranks: ps serves at most a quarter of the
+    model each, so by default the large one is split across owners; --ps-whole (an optimizer
+    that is not elementwise) keeps it on one and the step is slower, and the title says so."""
+    prof = Profile("big", 32, "cpu", 0.1, 0.2, 0.05, 8 * MIB,
+                   (Bucket(0, 6 * MIB, 0.1), Bucket(1, 2 * MIB, 0.2)))  # fmt: skip
+    prof.save(tmp_path / "profile.json")
+    NetworkFit(LinkFit(1e-5, 1 / 1e8, 0.999), source="100 MB/s").save(tmp_path / "network.json")
+
+    def ps(*extra: str) -> tuple[float, str]:
+        res = invoke(*base(tmp_path), "--sizes", "4", "--strategies", "ps", "--bucket-mb",
+                     "100", "--staleness", "0", "--no-overlap", *extra)  # fmt: skip
+        assert res.exit_code == 0, res.output
+        row = next(line for line in res.output.splitlines() if line.startswith("| ps | 4 |"))
+        return float(row.split("|")[5]), res.output
+
+    split, out = ps()
+    whole, whole_out = ps("--ps-whole")
+    assert whole > split
+    assert "--ps-whole" in whole_out and "--ps-whole" not in out

@@ -213,3 +213,61 @@ def test_ps_splits_a_parameter_larger_than_a_share_as_the_engine_does():
         ).breakdown
     )
     assert mem["push slots"] == 2 * (2 + 5) * (big // 8)  # pools of 256 MiB // 50 MiB = 5
+
+
+def test_ps_whole_prices_the_large_parameter_on_one_owner():
+    """--ps-whole (an optimizer that does not update each element on its own): the 400 MiB
+    parameter stays one bucket on one owner, whose link carries 7 pushes in and 7 pulls
+    out of it, so ps is several times a ring's step and its owner holds the whole weight."""
+    big, small = 400 * MIB, 1 * MIB
+    buckets = (Bucket(0, big, 0.1),) + tuple(Bucket(i, small, 0.2) for i in range(1, 9))
+    prof = Profile("vgg-like", 32, "gpu", 0.1, 0.2, 0.05, big + 8 * small, buckets)
+    m = CommModel(alpha_s=1e-5, beta_s_per_byte=1e-9)
+
+    def ps_row(split: bool):
+        rows = plan(
+            prof, m, sizes=[8], bucket_mb=[1000], staleness=[0], strategies=["ps"], ps_split=split
+        )
+        return rows[0]
+
+    split, whole = ps_row(True), ps_row(False)
+    assert whole.n_buckets == 1 + 1  # the large one whole, the small ones merged
+    assert whole.step_s > 3 * split.step_s, (whole.step_s, split.step_s)
+    assert whole.memory_bytes > split.memory_bytes + 2 * big  # masters and grads of it all
+    assert split.bytes_per_step == pytest.approx(whole.bytes_per_step)  # same bytes sent
+    # gossip and allreduce do not read it
+    for name in ("gossip", "allreduce"):
+        a, b = (
+            plan(
+                prof, m, sizes=[8], bucket_mb=[25], staleness=[0], strategies=[name], ps_split=split
+            )[0]
+            for split in (True, False)
+        )
+        assert a == b
+
+
+def test_memory_counts_a_lossy_codecs_buffers():
+    """bf16 (ratio 1/2) on two 4 MiB buckets: gossip sends and receives wires (2 r G = G,
+    instead of the float32 receive buffers) and keeps 2 buckets of scratch; allreduce's
+    shards at 4 ranks are r G (3n - 2) / n; fp8's error feedback adds residuals and last
+    decodings (2 G)."""
+    g = 4 * MIB
+    prof = Profile("two", 32, "gpu", 0.1, 0.2, 0.05, 2 * g, (Bucket(0, g, 0.1), Bucket(1, g, 0.2)))
+    gossip = dict(estimate_memory(prof, "gossip", size=4, wire_ratio=0.5).breakdown)
+    assert "receive buffers" not in gossip
+    assert gossip["wire buffers (send and receive)"] == 2 * g
+    assert gossip["codec scratch"] == 2 * g
+    ring = dict(estimate_memory(prof, "allreduce", size=4, wire_ratio=0.5).breakdown)
+    assert ring["wire buffers (shards sent and received)"] == round(0.5 * 2 * g * 10 / 4)
+    assert "codec scratch" not in ring and "allreduce staging" not in ring
+    fp8 = dict(estimate_memory(prof, "gossip", size=4, wire_ratio=0.25, feedback=True).breakdown)
+    assert fp8["error-feedback residuals and last decodings"] == 2 * 2 * g
+    assert fp8["codec scratch"] == 5 * g
+    ps = dict(estimate_memory(prof, "ps", size=2, wire_ratio=0.5).breakdown)
+    # the owner of one bucket: push and pull wires of the other (2 x 0.5 g), a pool wire in
+    # each of 2 slots and its pull wire (3 x 0.5 g)
+    assert ps["wire buffers"] == round(0.5 * (2 * g + 3 * g))
+    plain = dict(estimate_memory(prof, "gossip", size=4).breakdown)
+    assert plain["receive buffers"] == 2 * g and "codec scratch" not in plain
+    with pytest.raises(ValueError, match="wire_ratio"):
+        estimate_memory(prof, "gossip", size=4, wire_ratio=0)
