@@ -214,20 +214,23 @@ def pattern_bytes(pattern: str, nbytes: float, size: int) -> float:
 
     A peer exchange sends the buckets once; a ring allreduce, and a push to each bucket's
     owner with the parameters pulled back, send ``2 (size - 1) / size`` of them (a mean over
-    ranks for the server: an owner of more than 1/size sends more).
+    ranks for the server: an owner of more than 1/size sends more). A node-level gossip
+    (``node``) is counted as what a node's network interface carries per step, the buckets
+    once, as one rank's gossip; its ranks also move ``2 (r - 1) / r`` of them within the
+    node, which only its transport knows (``NodeTransport.bytes_per_step``).
 
-        >>> [pattern_bytes(p, 100, 4) for p in ("ring", "peer", "server", "none")]
-        [150.0, 100.0, 150.0, 0.0]
+        >>> [pattern_bytes(p, 100, 4) for p in ("ring", "peer", "server", "node", "none")]
+        [150.0, 100.0, 150.0, 100.0, 0.0]
     """
     if size < 1:
         raise ValueError(f"size must be >= 1, got {size}")
     if size == 1 or pattern == "none":
         return 0.0
-    if pattern == "peer":
+    if pattern in ("peer", "node"):
         return float(nbytes)
     if pattern in ("ring", "server"):
         return 2.0 * (size - 1) / size * nbytes
-    raise ValueError(f"unknown exchange pattern {pattern!r}; one of peer, ring, server, none")
+    raise ValueError(f"unknown exchange pattern {pattern!r}; one of peer, node, ring, server, none")
 
 
 STRATEGIES: Registry[StrategySpec] = Registry("strategy", "--strategy")

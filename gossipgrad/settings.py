@@ -147,6 +147,7 @@ class Settings:
     wait_spin_s: float | None = None
     progress_burst: int = 16
     ps_push_pool_mb: int | None = None
+    ranks_per_node: int | None = None
     poll_max_pause_s: float = 1e-3
     comm_block: bool = False
     mpi_thread_level: str = "multiple"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Emulated cluster: an MPI job with every rank in its own network namespace, behind a shaped link.
 
-    python scripts/emucluster.py run -n 8 --rate 1gbit [--delay-ms 5] -- python train.py ...
+    python scripts/emucluster.py run -n 8 --rate 1gbit [--delay-ms 5] [--ranks-per-node 4] -- CMD
     python scripts/emucluster.py check [--rates 1gbit,100mbit] [--size-mb 64]   # prints JSON
     python scripts/emucluster.py cleanup [--all]
 
@@ -15,9 +15,12 @@ namespace is touched, and no namespace has a route anywhere but 10.213.0.0/16):
     gg<pid>-<i>     `eth0` (veth peer of p<i>) with 10.213.<(i+1)//256>.<(i+1)%256>/16, and `lo`
 
 Both ends of every veth get `tc ... tbf rate <rate>`, so each rank has its own shaped up- and
-downlink, like a port on a switch. The kernel may lack netem, so latency is not emulated
-here: --delay-ms is only exported to the ranks as GOSSIPGRAD_INJECT_DELAY_MS for the runtime
-to inject.
+downlink, like a port on a switch. With `--ranks-per-node R`, ranks R at a time share a
+namespace (`gg<pid>-<rank // R>`): a node whose ranks share its one shaped link to the others
+and talk to each other over the namespace's own loopback, unshaped.
+
+The kernel may lack netem, so latency is not emulated here: --delay-ms is only exported to
+the ranks as GOSSIPGRAD_INJECT_DELAY_MS for the runtime to inject.
 
 Each rank is started by hydra as `python emucluster.py _rank <prefix> -- CMD`, which execs
 `ip netns exec <prefix>-<PMI_RANK> CMD`. The PMI connection is an inherited fd (PMI_FD), so it
@@ -37,6 +40,9 @@ Every namespace is removed on exit, error, SIGINT/SIGTERM/SIGHUP (try/finally, s
 handlers and atexit); `cleanup` removes those left by runs whose process is gone (a SIGKILL).
 The exit code of `run` is the command's (128+signal when interrupted).
 """
+
+# Over 300 lines on purpose: the three commands, the rank's exec and their parser share the
+# launch (the namespaces themselves are scripts/emunet.py).
 
 from __future__ import annotations
 
@@ -130,12 +136,17 @@ def run_in_cluster(
     cmd: Sequence[str],
     mpiexec: str,
     capture: bool = False,
+    ranks_per_node: int = 1,
 ) -> tuple[int, str]:
-    """Create the cluster, run `mpiexec -n size` with each rank in its namespace, remove it."""
+    """Create the cluster, run `mpiexec -n size` with each rank in its namespace (ranks
+    `ranks_per_node` at a time sharing one: a node, its one shaped link, and a loopback
+    between its ranks), remove it."""
     require_root_and_tools()
     if not cmd:
         raise SystemExit("emucluster run: no command given; usage: run -n N --rate R -- CMD ...")
-    with Cluster(size, parse_rate(rate)) as cluster:
+    if ranks_per_node < 1 or size % ranks_per_node:
+        raise ValueError(f"--ranks-per-node {ranks_per_node} does not divide -n {size}")
+    with Cluster(size // ranks_per_node, parse_rate(rate)) as cluster:
         argv = [
             mpiexec,
             "-n",
@@ -144,6 +155,7 @@ def run_in_cluster(
             os.path.abspath(__file__),
             "_rank",
             cluster.prefix,
+            str(ranks_per_node),
             "--",
             *cmd,
         ]
@@ -156,12 +168,13 @@ def run_in_cluster(
             return code, out.read().decode(errors="replace")
 
 
-def exec_rank(prefix: str, cmd: list[str]) -> None:
-    """Inside hydra: replace this process with `ip netns exec <prefix>-<rank> CMD`."""
+def exec_rank(prefix: str, cmd: list[str], ranks_per_node: int = 1) -> None:
+    """Inside hydra: replace this process with `ip netns exec <prefix>-<node> CMD`, the
+    node being `rank // ranks_per_node`."""
     rank = os.environ.get("PMI_RANK") or os.environ.get("MPI_LOCALRANKID")
     if rank is None:
         raise SystemExit("emucluster _rank: neither PMI_RANK nor MPI_LOCALRANKID is set")
-    ns = f"{prefix}-{int(rank)}"
+    ns = f"{prefix}-{int(rank) // ranks_per_node}"
     os.environ["GOSSIPGRAD_EMU_NETNS"] = ns
     os.execvp("ip", ["ip", "netns", "exec", ns, *cmd])
 
@@ -237,6 +250,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.0,
         help="exported as GOSSIPGRAD_INJECT_DELAY_MS (default 0)",
     )
+    run.add_argument(
+        "--ranks-per-node",
+        type=int,
+        default=1,
+        help="ranks sharing a namespace: one node, one shaped link (default 1)",
+    )
     run.add_argument("--mpiexec", default=default_mpiexec(), help="default: %(default)s")
     chk = sub.add_parser("check", help="measure shaped vs plain ping-pong bandwidth, print JSON")
     chk.add_argument(
@@ -249,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     cln.add_argument("--all", action="store_true", help="also those of runs still alive")
     rank = sub.add_parser("_rank", help=argparse.SUPPRESS)
     rank.add_argument("prefix")
+    rank.add_argument("ranks_per_node", type=int, nargs="?", default=1)
     return parser
 
 
@@ -260,11 +280,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv, cmd = argv[:cut], argv[cut + 1 :]
     args = build_parser().parse_args(argv)
     if args.command == "_rank":
-        exec_rank(args.prefix, cmd)
+        exec_rank(args.prefix, cmd, args.ranks_per_node)
     raise_on_signals()
     try:
         if args.command == "run":
-            return run_in_cluster(args.n, args.rate, args.delay_ms, cmd, args.mpiexec)[0]
+            per_node = args.ranks_per_node
+            code, _ = run_in_cluster(
+                args.n, args.rate, args.delay_ms, cmd, args.mpiexec, ranks_per_node=per_node
+            )
+            return code
         if args.command == "check":
             rates = [r.strip() for r in args.rates.split(",") if r.strip()]
             report = check(rates, args.size_mb, args.iters, args.mpiexec)

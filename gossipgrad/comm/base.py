@@ -80,10 +80,12 @@ class Backoff:
 
 class Tag(enum.IntEnum):
     """Every message tag used on the wire. Bucket tags are ``GRAD_BUCKET + bucket index``
-    (likewise ``PARAM_BUCKET``, and ps's ``PS_PUSH``: a gradient to the bucket's owner, and
-    ``PS_PULL``: the owner's fresh parameters back to a worker); a Linear layer's sufficient
-    factors (or its gradient matrix) ``FACTOR + layer index``. An allreduce that decodes
-    before it adds sends each rank's reduced shard back with ``tag + SHARD_GATHER``."""
+        (likewise ``PARAM_BUCKET``, and ps's ``PS_PUSH``: a gradient to the bucket's owner, and
+        ``PS_PULL``: the owner's fresh parameters back to a worker); a Linear layer's sufficient
+        factors (or its gradient matrix) ``FACTOR + layer index``. An allreduce that decodes
+        before it adds sends each rank's reduced shard back with ``tag + SHARD_GATHER`` (and a
+    node-level gossip its mixed shard within the node; its shard between nodes goes with
+    ``tag + NODE_PEER``)."""
 
     CONFIG_CHECK = 1
     PARAM_BROADCAST = 2
@@ -97,6 +99,7 @@ class Tag(enum.IntEnum):
     PS_PULL = 300_000
     FACTOR = 400_000
     SHARD_GATHER = 500_000  # added to a bucket's tag: the second stage of a decoded allreduce
+    NODE_PEER = 600_000  # added to a bucket's tag: a node-level gossip's shard between nodes
 
 
 class ReduceOp(enum.StrEnum):

@@ -25,6 +25,7 @@ import torch
 from gossipgrad.comm.codecs import Codec, make_codec
 from gossipgrad.comm.sharded import ShardTransport
 from gossipgrad.comm.transport import Pending, Transport, make_transport
+from gossipgrad.engine.nodemix import NodeMix
 from gossipgrad.engine.rules import Average, make_rule
 from gossipgrad.engine.sharded import ShardedMean
 
@@ -43,9 +44,11 @@ class BucketMixer:
         self.transport, self.codec, self.rule = transport, codec, rule
         self.comm = transport.comm
         self._wires: dict[int, torch.Tensor] = {}
-        self.sharded: ShardedMean | None = None
+        self.sharded: ShardedMean | NodeMix | None = None
         if transport.pattern == "ring" and not codec.summable:
             self.sharded = ShardedMean(ShardTransport(self.comm, transport.stager), codec, rule)
+        elif transport.pattern == "node":  # float32 only: the strategy takes no --wire
+            self.sharded = NodeMix(transport, rule)
 
     @property
     def pattern(self) -> str:

@@ -442,6 +442,11 @@ class BucketOptimizer(WrappedOptimizer):
             return 0.0
         factors = self.factors.bytes_sent() if self.factors else 0.0
         spec = self.options.spec
+        per_node = getattr(self.mixer.transport, "bytes_per_step", None)  # gossip-node's
+        if per_node is not None:
+            return factors + sum(
+                per_node(self.codec.wire_nbytes(b.grads)) for b in self.layout.buckets
+            )
         buckets = sum(
             spec.bytes_per_step(
                 self.codec.wire_nbytes(b.grads) + self.timing.header_bytes, self.comm.size

@@ -78,7 +78,7 @@ def scale_exchange(model: CommModel, strategy: str, factor: float) -> CommModel:
     unchanged."""
     _positive("factor", factor)
     pattern = pattern_of(strategy)
-    if pattern == "peer":
+    if pattern in ("peer", "node"):
         return replace(model, gossip_factor=model.gossip_factor * factor)
     if pattern == "none":
         return model

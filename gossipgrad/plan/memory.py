@@ -6,7 +6,8 @@ Accounting (bytes), with ``P`` = ``param_bytes`` and ``G`` = bytes in gradient b
   grads, optimizer state and activations). Otherwise ``P`` (params) + ``G`` (grads, which
   live in the buckets) + ``optimizer_state_factor * P`` — activations are then *not*
   counted, and the estimate says so;
-- gossip: one receive buffer per bucket, ``G`` in all;
+- gossip: one receive buffer per bucket, ``G`` in all (gossip-node: the shards of it
+  from the node's other ranks and the partner node's, ``G`` too);
 - allreduce / horovod: one staging buffer the size of the largest bucket;
 - staleness 1: a send copy of every bucket, ``G``, so the next backward can write the grads;
 - ps, on its busiest owner (``S`` = the bytes it serves, ``s`` = ``max_lag``): master copies
@@ -118,7 +119,7 @@ def estimate_memory(
     if size > 1 and pattern == "server":
         parts = _busiest_owner(parts, profile, size, staleness, optimizer_state_factor)
     elif size > 1 and pattern != "none":
-        if pattern == "peer" and not lossy:  # a lossy codec's wires take their place
+        if pattern in ("peer", "node") and not lossy:  # a lossy codec's wires instead
             parts.append(("receive buffers", grads))
         elif not lossy:
             parts.append(("allreduce staging", max(b.bytes for b in profile.buckets)))

@@ -42,7 +42,14 @@ from gossipgrad.plan.fabric import Fabric, shared_from_concurrent
 from gossipgrad.plan.fluid import Round, run
 from gossipgrad.plan.formats import AllreduceFit, Bucket, NetworkFit, Profile
 from gossipgrad.plan.host import HostShare
-from gossipgrad.plan.patterns import peer_s, ring_s, server_rounds, server_s, split_parts
+from gossipgrad.plan.patterns import (
+    node_s,
+    peer_s,
+    ring_s,
+    server_rounds,
+    server_s,
+    split_parts,
+)
 from gossipgrad.registry import STRATEGIES
 
 MIB = 1 << 20
@@ -176,6 +183,8 @@ class CommModel:
         a, b, f = self.alpha_s, self.beta_s_per_byte, self.fabric
         if pattern == "peer":
             return self.gossip_factor * peer_s(nbytes, size, a, b, self.duplex, f) + host
+        if pattern == "node":
+            return self.gossip_factor * node_s(nbytes, size, a, b, self.duplex, f) + host
         if pattern == "server":
             even = 2 * (size - 1) / size * nbytes * max(b, f.shared_beta(size))
             return 2 * a + even + host
@@ -494,7 +503,7 @@ def step_time(
         total = sum(costs) + sum(cost for _, cost in extra)
         step = max(f + b + o + c * min(total, f + b), total)
         return StepTime(step, profile.compute_s, o, total, f + end)
-    if mix == "param" and pattern_of(strategy) == "peer":
+    if mix == "param" and pattern_of(strategy) in ("peer", "node"):
         if not overlap:
             return StepTime(f + b + o + total, profile.compute_s, o, total, total)
         wait, busy, end = forward_wait(profile, costs)

@@ -8,6 +8,10 @@ nodes, ``alpha``/``beta`` between nodes (one stream), ``alpha_i``/``beta_i`` wit
 - **peer** (gossip): ``alpha + n max(d beta k, p s)`` with ``k`` the expected ranks of a
   node sending off it at once (:meth:`Fabric.peer_streams`); one node: ``alpha_i + d
   beta_i n``.
+- **node** (gossip-node): within the node, each rank sends its ``r - 1`` peers their
+  shards and its mixed shard back, ``2 ((r-1) alpha_i + (r-1)/r n beta_i)``; between
+  nodes every rank sends its ``n / r`` shard at once, so a NIC carries ``n``: ``alpha +
+  n max(d beta, m s)``; one node: the first term only.
 - **ring** (allreduce, horovod, ddp): ``2 (p-1) alpha + 2 (p-1)/p n beta`` (ranks placed
   node by node, so each NIC carries one edge of the ring), not below ``2 (p-1) n s`` (all
   ranks' bytes through the shared bottleneck). Hierarchical: ``2 (r-1) alpha_i + 2 (r-1)/r
@@ -143,6 +147,18 @@ def peer_s(n: float, size: int, alpha: float, beta: float, duplex: float, fabric
         a, b = _intra(fabric, alpha, beta)
         return a + duplex * b * n
     return alpha + n * max(duplex * beta * fabric.peer_streams(size), fabric.shared_beta(size))
+
+
+def node_s(n: float, size: int, alpha: float, beta: float, duplex: float, fabric: Fabric) -> float:
+    """One bucket of a node-level gossip (see the module)."""
+    if size < 2:
+        return 0.0
+    r, m = fabric.per_node(size), fabric.nodes(size)
+    a_i, b_i = _intra(fabric, alpha, beta)
+    within = 2 * ((r - 1) * a_i + (r - 1) / r * n * b_i) if r > 1 else 0.0
+    if m == 1:
+        return within
+    return within + alpha + n * max(duplex * beta, m * fabric.shared_s_per_byte)
 
 
 def ring_s(

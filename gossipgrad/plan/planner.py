@@ -178,7 +178,7 @@ def _for_config(
     extra: list[tuple[float, float]] = []
     sent = 0.0
     spec = STRATEGIES.get(strategy)
-    grads = pattern_of(strategy) != "peer" or mix == "grad"
+    grads = pattern_of(strategy) not in ("peer", "node") or mix == "grad"
     server = pattern_of(strategy) == "server"
     if factors != "off" and staleness == 0 and grads and (factors == "on" or not server):
         profile, extra, sent = factor_transfers(profile, model, spec.name, size, factors)

@@ -37,6 +37,7 @@ from gossipgrad.strategies import local  # noqa: F401, E402
 from gossipgrad.strategies import ps  # noqa: F401, E402
 from gossipgrad.strategies import horovod  # noqa: F401, E402
 from gossipgrad.strategies import ddp  # noqa: F401, E402
+from gossipgrad.strategies import gossip_node  # noqa: F401, E402
 # isort: on
 
 __all__ = ["BucketStrategy", "DistributedOptimizer", "StrategySpec", "STRATEGIES", "options_for"]

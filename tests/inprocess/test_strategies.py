@@ -51,7 +51,7 @@ def test_factory_names_the_choices_for_an_unknown_strategy():
     with pytest.raises(
         ValueError,
         match=r"unknown strategy 'nccl' \(strategy\); choose one "
-        "of: gossip, allreduce, allreduce-param, local, ps, horovod, ddp",
+        "of: gossip, allreduce, allreduce-param, local, ps, horovod, ddp, gossip-node",
     ):
         DistributedOptimizer(_sgd(model), model, _one_rank(), strategy="nccl")
 

@@ -23,6 +23,7 @@ from gossipgrad.plan.formats import (
 from gossipgrad.plan.model import CommModel, step_time
 from gossipgrad.plan.patterns import (
     assign_owners,
+    node_s,
     peer_s,
     ring_s,
     server_loads,
@@ -84,6 +85,29 @@ def test_ranks_sharing_a_nic_slow_gossip_by_the_expected_streams_off_the_node():
     # 16 ranks, 4 per node: a peer is off the node 12 / 15 of the time, 3.2 ranks at once
     assert peer_s(1000, 16, A, B, 1.0, f) == approx(A + 1000 * B * 4 * 12 / 15)
     assert peer_s(1000, 4, A, B, 1.0, f) == 0.0  # one node, a free intra link
+
+
+def test_node_gossip_sends_one_bucket_per_nic_whatever_the_ranks_on_it():
+    """gossip-node at 8 ranks a node: each NIC carries the bucket once (8 shards of n/8 at
+    once), where plain gossip sends up to 8 whole buckets through it; within the node each
+    rank moves 2 x 7/8 of it over the intra link."""
+    ai, bi = 1e-6, 1e-10
+    f = Fabric(ranks_per_node=8, intra_alpha_s=ai, intra_beta_s_per_byte=bi)
+    n = 1000
+    within = 2 * (7 * ai + 7 / 8 * n * bi)
+    assert node_s(n, 32, A, B, 1.0, f) == approx(within + A + n * B)
+    assert node_s(n, 8, A, B, 1.0, f) == approx(within)  # one node: the node's mean only
+    big = 10**7  # where bandwidth decides: about 6.2 of 8 ranks send off the node at once
+    assert node_s(big, 32, A, B, 1.0, f) < peer_s(big, 32, A, B, 1.0, f) / 4
+    one = Fabric()  # a rank per node: gossip as it is
+    assert node_s(n, 32, A, B, 1.0, one) == approx(peer_s(n, 32, A, B, 1.0, one))
+    prof = Profile("m", 32, "gpu", 0.1, 0.2, 0.0, 8 * n, (Bucket(0, 8 * n, 0.2),))
+    m = CommModel(A, B, fabric=f)
+    mixed = {
+        s: step_time(prof, m, s, 32, mix="param", overlap=False).step_s
+        for s in ("gossip", "gossip-node")
+    }
+    assert mixed["gossip-node"] < mixed["gossip"]  # and the parameter mix's timeline takes it
 
 
 def test_hierarchical_allreduce_crosses_the_nic_once_per_node():

@@ -9,17 +9,21 @@ world) and tests/support/multirank/run_checks.py (real MPI, driven by tests/mpi/
 from __future__ import annotations
 
 import copy
+import os
 
 import numpy as np
 import torch
 
 from gossipgrad.choices import timeout_hint
 from gossipgrad.comm.base import CommTimeout, ReduceOp, Tag
+from gossipgrad.comm.codecs import make_codec
 from gossipgrad.comm.collectives import allreduce_
+from gossipgrad.comm.nodes import RANKS_PER_NODE_ENV, NodeTransport, blocks
 from gossipgrad.comm.schedule import Schedule, is_power_of_two
 from gossipgrad.comm.staging import Stager
 from gossipgrad.engine.consensus import average_parameters_, consensus_distance
-from gossipgrad.engine.mixer import make_mixer
+from gossipgrad.engine.mixer import BucketMixer, make_mixer
+from gossipgrad.engine.rules import make_rule
 from gossipgrad.strategies import DistributedOptimizer
 
 
@@ -277,6 +281,65 @@ def check_deadline_names_peer(comm) -> None:
     comm.barrier()
 
 
+def _every_rank(comm, x: torch.Tensor) -> torch.Tensor:
+    """Row ``r`` = rank ``r``'s ``x`` (one allreduce)."""
+    table = torch.zeros(comm.size, x.numel(), dtype=x.dtype)
+    table[comm.rank] = x.reshape(-1)
+    return allreduce_(comm, table)
+
+
+def _same_within_nodes(table: torch.Tensor, nodes: tuple[tuple[int, ...], ...]) -> bool:
+    return all(torch.equal(table[m[0]], table[r]) for m in nodes for r in m)
+
+
+def check_node_gossip_keeps_the_mean_and_nodes_agree(comm) -> None:
+    """gossip-node's exchange, at every number of ranks per node that divides the size: the
+    sum over ranks never moves, a node's ranks hold the same bits after every step, and
+    with a power-of-two number of nodes everyone holds the global mean after log2(nodes)
+    steps. 67 values: shards of unequal length (and empty ones at 1 value)."""
+    for r in [d for d in range(1, comm.size + 1) if comm.size % d == 0]:
+        layout = blocks(comm.size, r)
+        nodes = len(layout.nodes)
+        mixer = BucketMixer(
+            NodeTransport(comm, layout, seed=7), make_codec("fp32"), make_rule("average")
+        )
+        for numel in (67, 1):
+            gen = torch.Generator().manual_seed(comm.rank + 31 * numel)
+            x = torch.randn(numel, generator=gen, dtype=torch.float64)
+            total = _every_rank(comm, x).sum(0)
+            mean_steps = nodes.bit_length() - 1 if is_power_of_two(nodes) else None
+            for t in range(6):
+                mixer.finish(mixer.start(x, 0, t, Tag.PARAM_BUCKET))
+                table = _every_rank(comm, x)
+                assert torch.allclose(table.sum(0), total, atol=1e-12), (r, t, "sum moved")
+                assert _same_within_nodes(table, layout.nodes), (r, t, "a node disagrees")
+                if mean_steps is not None and t + 1 >= max(mean_steps, 1):
+                    assert torch.allclose(x, total / comm.size, atol=1e-12), (r, t, x)
+
+
+def check_node_gossip_trains_alike_overlapped_or_not(comm) -> None:
+    """--strategy gossip-node through the optimizer (nodes of 2 ranks where the size is
+    even, else one node of every rank): overlapped and blocking give the same bits for
+    both mixes and both stalenesses, and at staleness 0 a node's ranks end with the same
+    parameters."""
+    r = 2 if comm.size % 2 == 0 else comm.size
+    os.environ[RANKS_PER_NODE_ENV] = str(r)  # every rank reads it before the layout's allreduce
+    try:
+        for mix in ("grad", "param"):
+            for staleness in (0, 1):
+                kw = {"mix": mix, "staleness": staleness, "strategy": "gossip-node"}
+                a = _train(comm, overlap=True, barrier=staleness == 1, **kw)
+                b = _train(comm, overlap=False, **kw)
+                assert torch.equal(a, b), (
+                    f"rank {comm.rank} {mix} {staleness}: overlap changed bits"
+                )
+                if staleness == 0:  # staleness 1 adds last step's correction to each own
+                    assert _same_within_nodes(_every_rank(comm, a), blocks(comm.size, r).nodes)
+    finally:
+        comm.barrier()  # no rank may still be reading it
+        os.environ.pop(RANKS_PER_NODE_ENV, None)
+
+
 # The sizes (up to 8) at which each check does not apply. The runners' tests hold the checks
 # to this table, so a check that skipped where it should run would fail, not pass quietly.
 SKIPPED_AT: dict[str, frozenset[int]] = {
@@ -304,4 +367,6 @@ ALL = [
     check_allreduce_keeps_ranks_identical,
     check_mixing_keeps_the_mean_of_sgd,
     check_deadline_names_peer,
+    check_node_gossip_keeps_the_mean_and_nodes_agree,
+    check_node_gossip_trains_alike_overlapped_or_not,
 ]

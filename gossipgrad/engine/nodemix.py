@@ -1,0 +1,90 @@
+"""Gossip between nodes, a node's ranks averaged first (``--strategy gossip-node``).
+
+One bucket's step, in three stages (the moves are :class:`~gossipgrad.comm.nodes.NodeTransport`'s):
+
+1. scatter: every rank sends each other rank of its node that rank's shard of the bucket;
+2. each rank sums its shard over the node (float32, local-index order, its own first) and
+   divides by the node's ranks: the node's mean of that shard. Then it exchanges that shard
+   with the rank of the same local index on the schedule's partner node (a schedule over
+   nodes, hypercube or dissemination, rotated every cycle) and mixes with the rule's
+   weight: ``shard <- (1 - w) shard + w peer``;
+3. gather: every rank sends its mixed shard to the node's other ranks, which write it into
+   place.
+
+Every rank of a node then holds the same bucket, the pairwise mix of two nodes' means: the
+mean over all ranks is kept (nodes hold as many ranks; each mix moves both partners by the
+same difference), and with a hypercube over a power-of-two number of nodes every rank holds
+the global mean after log2(nodes) steps, as plain gossip does over ranks. One node (every
+rank on one host): the node's mean each step, an allreduce by another road.
+
+The second and third stages are posted by whoever finds the one before complete (the
+communication thread, or the caller's wait), through :meth:`Pending.advance`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gossipgrad.comm.nodes import NodeTransport
+from gossipgrad.comm.transport import Pending
+from gossipgrad.engine.rules import Average
+
+
+class NodeMix:
+    """Args:
+    transport: the node-level moves.
+    rule: its ``mix_`` mixes a shard with the partner node's.
+    """
+
+    def __init__(self, transport: NodeTransport, rule: Average) -> None:
+        self.transport, self.rule = transport, rule
+        self.comm = transport.comm
+
+    def start(self, buf: torch.Tensor, index: int, step: int, tag: int) -> Pending:
+        """Post stage 1 (stages 2 and 3 follow by :meth:`Pending.advance`); ``buf`` is
+        read, and its own shard written, until :meth:`finish`."""
+        self.transport.check(buf)
+        pending = Pending(buf, key=index)
+        if self.transport.layout.ranks_per_node == 1:
+            self._between(pending, step, tag)  # no node to average: gossip as it is
+            return pending
+        pending.requests = self.transport.scatter(buf, index, step, tag)
+        pending.then = lambda p: self._between(p, step, tag, summed=False)
+        return pending
+
+    def _between(self, pending: Pending, step: int, tag: int, summed: bool = True) -> None:
+        """Stage 2: the node's mean of this rank's shard, then its exchange with the partner
+        node's (stage 3 follows it, or, with nothing to exchange, is posted now)."""
+        buf, index = pending.buf, pending.key
+        lo, hi = self.transport.bounds(buf.numel())[self.transport.local]
+        shard = buf[lo:hi]
+        if not summed:
+            for other in self.transport.received(index):
+                shard.add_(other)
+            self.rule.mean_(shard, self.transport.layout.ranks_per_node)
+        peers = self.transport.peers(step)
+        if peers is None:  # one node, or idle this step: gather the node's mean
+            self._gather(pending, step, tag)
+            return
+        pending.requests, recv = self.transport.exchange(shard, peers, index, step, tag)
+        pending.then = lambda p: self._mix(p, recv, peers.weight, step, tag)
+
+    def _mix(
+        self, pending: Pending, recv: torch.Tensor, weight: float, step: int, tag: int
+    ) -> None:
+        """Stage 3: mix the shard with the partner node's, then gather every shard."""
+        buf = pending.buf
+        lo, hi = self.transport.bounds(buf.numel())[self.transport.local]
+        self.rule.mix_(buf[lo:hi], recv, weight)
+        self._gather(pending, step, tag)
+
+    def _gather(self, pending: Pending, step: int, tag: int) -> None:
+        if self.transport.layout.ranks_per_node == 1:
+            pending.requests, pending.then = [], None
+            return
+        pending.requests = self.transport.gather(pending.buf, pending.key, step, tag)
+        pending.then = None
+
+    def finish(self, pending: Pending) -> None:
+        """Wait for every stage; the bucket then holds the mix."""
+        self.transport.wait(pending)

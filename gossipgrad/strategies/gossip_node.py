@@ -1,0 +1,49 @@
+"""``--strategy gossip-node``: gossip between nodes, each node's ranks averaged first
+(:mod:`gossipgrad.engine.nodemix`). A node's network interface carries one bucket's bytes a
+step whatever its number of ranks, where plain gossip sends one per rank; within the node
+each rank moves ``2 (r - 1) / r`` of each bucket over the node's own links (NVLink, PCIe,
+shared memory)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gossipgrad.registry import STRATEGIES
+from gossipgrad.strategies.gossip import Gossip
+
+
+class GossipNode(Gossip):
+    name = "gossip-node"
+    summary = (
+        "gossip between nodes, a node's ranks averaged first: one bucket per node a step "
+        "through its network interface"
+    )
+    uses = frozenset(
+        {
+            "mix",
+            "staleness",
+            "sync_every",
+            "bucket_mb",
+            "overlap",
+            "sync",
+            "sync_threshold",
+            "monitor_every",
+            "backward_passes_per_step",
+        }
+    )
+    pattern = "node"
+    factor_pattern = None
+    shrink = False
+    refusals = {
+        "max_lag": "a node's shards are averaged in lockstep; use --strategy gossip for a lag",
+        "wire": "it moves float32 shards; use --strategy gossip for a wire codec",
+        "rule": "it mixes with the schedule's weights (average)",
+        "sufficient_factors": "it sends whole buckets; use --strategy gossip for factors",
+        "error_feedback": "it takes no wire codec",
+    }
+
+    def cannot_shrink(self, opts: Any) -> str | None:
+        return "its nodes are fixed at start-up (use --strategy gossip to shrink on a failure)"
+
+
+STRATEGIES.register(GossipNode.name, GossipNode())

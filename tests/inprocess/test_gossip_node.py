@@ -1,0 +1,68 @@
+"""--strategy gossip-node's layout and its refusals, in-process (its mixing is checked by
+tests/support/multirank/checks.py, in-process and under mpiexec)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gossipgrad.comm.codecs import make_codec
+from gossipgrad.comm.local import run_ranks
+from gossipgrad.comm.nodes import RANKS_PER_NODE_ENV, NodeLayout, NodeTransport, blocks, node_layout
+from gossipgrad.comm.staging import Stager
+from gossipgrad.engine.mixer import BucketMixer
+from gossipgrad.engine.rules import make_rule
+from gossipgrad.options import ExchangeOptions
+
+
+def test_nodes_of_unequal_size_are_refused_with_what_to_do():
+    with pytest.raises(ValueError, match=r"as many ranks on every node, got 2, 1: launch"):
+        NodeLayout(((0, 1), (2,)))
+    with pytest.raises(ValueError, match=rf"{RANKS_PER_NODE_ENV}=3 does not divide 4 ranks"):
+        blocks(4, 3)
+
+
+@pytest.mark.timeout(60)
+def test_the_layout_comes_from_the_variable_or_the_hosts(monkeypatch):
+    monkeypatch.setenv(RANKS_PER_NODE_ENV, "2")
+    assert run_ranks(4, node_layout)[0].nodes == ((0, 1), (2, 3))
+    monkeypatch.delenv(RANKS_PER_NODE_ENV)
+    assert run_ranks(3, node_layout)[0].nodes == ((0, 1, 2),)  # threads share one host
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("text", ["x", "0", "-2"])
+def test_a_bad_variable_is_one_line_on_every_rank(monkeypatch, text):
+    monkeypatch.setenv(RANKS_PER_NODE_ENV, text)
+
+    def body(comm):
+        with pytest.raises(ValueError, match=rf"{RANKS_PER_NODE_ENV} must be one whole number"):
+            node_layout(comm)
+        return True
+
+    assert run_ranks(2, body) == [True, True]
+
+
+@pytest.mark.timeout(60)
+def test_device_buffers_that_need_staging_are_refused():
+    def body(comm):
+        transport = NodeTransport(comm, blocks(2, 1), stager=Stager(cuda_aware=False, force=True))
+        mixer = BucketMixer(transport, make_codec("fp32"), make_rule("average"))
+        with pytest.raises(ValueError, match="CUDA-aware MPI; use --strategy gossip"):
+            mixer.start(torch.zeros(4), 0, 0, 1000)
+        return True
+
+    assert run_ranks(2, body) == [True, True]
+
+
+@pytest.mark.parametrize(
+    "option, value, says",
+    [
+        ("wire", "bf16", "it moves float32 shards"),
+        ("max_lag", 1, "averaged in lockstep"),
+        ("sufficient_factors", "on", "it sends whole buckets"),
+    ],
+)
+def test_options_it_cannot_take_are_refused(option, value, says):
+    with pytest.raises(ValueError, match=says):
+        ExchangeOptions(strategy="gossip-node", **{option: value})
