@@ -207,6 +207,12 @@ class ExchangeOptions(_Options):
                 )
 
     @property
+    def rank_topology(self) -> Topology:
+        """The topology of the schedule over ranks: ``topology``, except for a strategy
+        that schedules nodes instead (gossip-node: its transport takes ``topology``)."""
+        return Topology.AUTO if self.spec.pattern == "node" else self.topology
+
+    @property
     def spec(self) -> StrategySpec:
         """The strategy's spec (:class:`gossipgrad.registry.StrategySpec`)."""
         return STRATEGIES.get(self.strategy)

@@ -127,13 +127,16 @@ class NodeTransport(Transport):
 
     def __init__(
         self, comm: Communicator, layout: NodeLayout, seed: int = 0, rotate: bool = True,
-        stager: Stager | None = None,
+        stager: Stager | None = None, topology: str = "auto",
     ) -> None:  # fmt: skip
         super().__init__(comm, stager)
         self.layout = layout
         self.node, self.local = layout.where(comm.rank)
         self.members = layout.nodes[self.node]
-        self.schedule = Schedule(len(layout.nodes), "auto", seed, rotate)
+        try:  # the schedule is over nodes: a hypercube needs a power of two of them
+            self.schedule = Schedule(len(layout.nodes), topology, seed, rotate)
+        except ValueError as exc:
+            raise ValueError(f"--strategy gossip-node schedules the nodes: {exc}") from None
         self._recv: dict[tuple[int, int], torch.Tensor] = {}
 
     def bounds(self, numel: int) -> list[tuple[int, int]]:

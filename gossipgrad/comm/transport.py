@@ -194,11 +194,15 @@ class AllreduceTransport(Transport):
 
 
 def make_transport(
-    pattern: str, comm: Communicator, schedule: Schedule, stager: Stager | None = None
+    pattern: str,
+    comm: Communicator,
+    schedule: Schedule,
+    stager: Stager | None = None,
+    topology: str = "auto",
 ) -> Transport:
     """The transport of an exchange pattern: ``peer``, ``ring``, ``node`` (gossip between
-    nodes over ``schedule``'s seed and rotation; collective: it finds the nodes) or
-    ``none``."""
+    nodes along ``topology`` over the nodes, with ``schedule``'s seed and rotation;
+    collective: it finds the nodes) or ``none``."""
     if pattern == "peer":
         return PeerTransport(comm, schedule, stager)
     if pattern == "node":
@@ -211,7 +215,7 @@ def make_transport(
                 len(layout.nodes),
                 layout.ranks_per_node,
             )
-        return NodeTransport(comm, layout, schedule.seed, schedule.rotate, stager)
+        return NodeTransport(comm, layout, schedule.seed, schedule.rotate, stager, topology)
     if pattern == "ring":
         return AllreduceTransport(comm, stager)
     if pattern == "none":

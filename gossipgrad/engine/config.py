@@ -171,7 +171,7 @@ class TrainConfig:
 
     def check_size(self, size: int) -> None:
         """Raise ValueError for options that cannot work at ``size`` ranks."""
-        resolve_topology(self.exchange.topology, size)
+        resolve_topology(self.exchange.rank_topology, size)  # gossip-node's nodes: later
 
     def to_dict(self) -> dict[str, Any]:
         """Every option by its flat name (enums as their strings): what is logged, saved in

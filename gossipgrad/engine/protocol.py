@@ -130,7 +130,7 @@ class WrappedOptimizer(torch.optim.Optimizer):
         if options is not None:
             self.options, self.strategy = options, options.strategy
             size = comm.size if comm is not None else 1
-            self.schedule = Schedule(size, options.topology, options.seed, options.rotate)
+            self.schedule = Schedule(size, options.rank_topology, options.seed, options.rotate)
         self.step_count = 0
         self.rank_states: dict[str, Any] = {}
         self.defaults = optimizer.defaults

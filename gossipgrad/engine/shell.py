@@ -118,7 +118,7 @@ class BucketOptimizer(WrappedOptimizer):
         self._closed = self._abandoned = False
         self.rule = make_rule(opts.rule)
         self.codec: Codec = make_codec(opts.wire, opts.feedback)
-        schedule = Schedule(comm.size, opts.topology, opts.seed, opts.rotate)
+        schedule = Schedule(comm.size, opts.rank_topology, opts.seed, opts.rotate)
         # Linear weights that may go as sufficient factors (engine/factors.py) get no bucket.
         self.factors = make_factor_path(model, comm, opts, schedule, stager)
         if not self.codec.lossless:  # residuals differ per rank: saved per rank
@@ -160,9 +160,11 @@ class BucketOptimizer(WrappedOptimizer):
         """Everything that depends on the ranks: schedule, transport, thread, timing."""
         opts = self.options
         self.comm = comm
-        self.schedule = Schedule(comm.size, opts.topology, opts.seed, opts.rotate)
+        self.schedule = Schedule(comm.size, opts.rank_topology, opts.seed, opts.rotate)
         self.communicates = comm.size > 1 and self.pattern != "none"
-        transport = make_transport(self.pattern, comm, self.schedule, self._stager)
+        transport = make_transport(
+            self.pattern, comm, self.schedule, self._stager, opts.topology.value
+        )
         self.mixer = BucketMixer(transport, self.codec, self.rule)
         collective = self.pattern == "ring"  # posted in order, by the caller
         thread = None

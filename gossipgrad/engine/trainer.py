@@ -159,5 +159,5 @@ def make_shuffle(cfg: TrainConfig, source: DataSource, comm: Communicator) -> Sh
         samples=min(cfg.shuffle.shuffle_samples, len(store)),
         every=cfg.shuffle.shuffle_every,
         seed=cfg.seed,
-        topology=cfg.exchange.topology,
+        topology=cfg.exchange.rank_topology,
     )

@@ -66,3 +66,32 @@ def test_device_buffers_that_need_staging_are_refused():
 def test_options_it_cannot_take_are_refused(option, value, says):
     with pytest.raises(ValueError, match=says):
         ExchangeOptions(strategy="gossip-node", **{option: value})
+
+
+@pytest.mark.timeout(60)
+def test_the_topology_schedules_the_nodes(monkeypatch):
+    """--topology applies to the nodes: a hypercube of 3 nodes is refused naming them, and
+    6 ranks (no power of two) as 2 nodes of 3 take it."""
+    from gossipgrad.strategies import DistributedOptimizer
+
+    def build(comm, topology):
+        model = torch.nn.Linear(2, 2)
+        opt = DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.1), model, comm,
+            strategy="gossip-node", topology=topology,
+        )  # fmt: skip
+        opt.close()
+        return opt.mixer.transport.schedule.size
+
+    monkeypatch.setenv(RANKS_PER_NODE_ENV, "2")
+
+    def refused(comm):
+        with pytest.raises(
+            ValueError, match="gossip-node schedules the nodes: --topology hypercube"
+        ):
+            build(comm, "hypercube")
+        return True
+
+    assert run_ranks(6, refused) == [True] * 6
+    monkeypatch.setenv(RANKS_PER_NODE_ENV, "3")
+    assert run_ranks(6, lambda comm: build(comm, "hypercube")) == [2] * 6
