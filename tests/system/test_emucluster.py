@@ -112,11 +112,11 @@ def test_run_propagates_exit_code_and_removes_namespaces():
 def test_ranks_per_node_share_a_namespace_and_gossip_node_finds_them(tmp_path):
     """--ranks-per-node 2 at 4 ranks: ranks 0-1 and 2-3 share a namespace (a node), and
     gossip-node groups them so without being told (hosts and namespaces)."""
-    probe = (
+    probe = (  # a file per rank: ranks' prints may share a line of the job's stdout
         "import os, json; from gossipgrad.runtime import init; comm = init(); "
-        "from gossipgrad.comm.nodes import node_layout; "
-        "print(json.dumps([comm.rank, os.environ['GOSSIPGRAD_EMU_NETNS'], "
-        "node_layout(comm).nodes]))"
+        "from gossipgrad.comm.nodes import node_layout; row = json.dumps([comm.rank, "
+        "os.environ['GOSSIPGRAD_EMU_NETNS'], node_layout(comm).nodes]); "
+        f"open(f'{tmp_path}/rank-{{comm.rank}}.json', 'w').write(row)"
     )
     proc = subprocess.run(
         [sys.executable, str(SCRIPT), "run", "-n", "4", "--ranks-per-node", "2", "--",
@@ -124,7 +124,7 @@ def test_ranks_per_node_share_a_namespace_and_gossip_node_finds_them(tmp_path):
         capture_output=True, text=True, timeout=100, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = sorted(json.loads(line) for line in proc.stdout.splitlines() if line.startswith("["))
+    rows = sorted(json.loads(f.read_text()) for f in tmp_path.glob("rank-*.json"))
     assert [r[0] for r in rows] == [0, 1, 2, 3], proc.stdout
     assert rows[0][1] == rows[1][1] != rows[2][1] == rows[3][1]
     assert all(r[2] == [[0, 1], [2, 3]] for r in rows)
