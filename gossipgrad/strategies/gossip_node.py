@@ -18,19 +18,8 @@ class GossipNode(Gossip):
         "gossip between nodes, a node's ranks averaged first: one bucket per node a step "
         "through its network interface"
     )
-    uses = frozenset(
-        {
-            "mix",
-            "staleness",
-            "sync_every",
-            "bucket_mb",
-            "overlap",
-            "sync",
-            "sync_threshold",
-            "monitor_every",
-            "backward_passes_per_step",
-        }
-    )
+    # gossip's options less those a lockstep float32 exchange of whole buckets cannot take
+    uses = Gossip.uses - {"max_lag", "wire", "error_feedback", "rule", "sufficient_factors"}
     pattern = "node"
     factor_pattern = None
     shrink = False
