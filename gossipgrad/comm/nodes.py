@@ -20,6 +20,7 @@ many ranks, so that shard ``i`` has one counterpart on every node.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 
@@ -34,6 +35,8 @@ from gossipgrad.comm.sharded import host_or_device
 from gossipgrad.comm.staging import Stager
 from gossipgrad.comm.transport import Transport
 from gossipgrad.settings import VARIABLES
+
+logger = logging.getLogger(__name__)
 
 RANKS_PER_NODE_ENV = "GOSSIPGRAD_RANKS_PER_NODE"
 _ROW = next(v for v in VARIABLES if v.name == RANKS_PER_NODE_ENV)  # its parser (settings.toml)
@@ -227,3 +230,18 @@ class NodeTransport(Transport):
         if hit is None or hit.numel() != numel or hit.dtype != like.dtype:
             hit = self._recv[(index, i)] = torch.empty(numel, dtype=like.dtype, device=like.device)
         return hit
+
+
+def node_transport(
+    comm: Communicator, schedule: Schedule, stager: Stager | None = None, topology: str = "auto"
+) -> NodeTransport:
+    """The transport of ``--strategy gossip-node``: finds the nodes (collective) and gossips
+    between them along ``topology`` over the nodes, with ``schedule``'s seed and rotation."""
+    layout = node_layout(comm)
+    if comm.rank == 0:
+        logger.info(
+            "gossip-node: %d nodes of %d ranks, a schedule over the nodes",
+            len(layout.nodes),
+            layout.ranks_per_node,
+        )
+    return NodeTransport(comm, layout, schedule.seed, schedule.rotate, stager, topology)

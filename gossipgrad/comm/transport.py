@@ -17,7 +17,6 @@ Device buffers go to MPI directly when it is CUDA-aware, else through host copie
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,8 +27,6 @@ from gossipgrad.comm.base import Communicator, Request, WaitContext
 from gossipgrad.comm.buffers import host_array
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.comm.staging import Stager
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -194,30 +191,15 @@ class AllreduceTransport(Transport):
 
 
 def make_transport(
-    pattern: str,
-    comm: Communicator,
-    schedule: Schedule,
-    stager: Stager | None = None,
-    topology: str = "auto",
+    pattern: str, comm: Communicator, schedule: Schedule, stager: Stager | None = None
 ) -> Transport:
-    """The transport of an exchange pattern: ``peer``, ``ring``, ``node`` (gossip between
-    nodes along ``topology`` over the nodes, with ``schedule``'s seed and rotation;
-    collective: it finds the nodes) or ``none``."""
+    """The transport of an exchange pattern: ``peer``, ``ring`` or ``none``. A strategy
+    whose transport needs more than the pattern (gossip-node's nodes) builds its own
+    (:meth:`gossipgrad.strategies.bucketed.BucketStrategy.transport`)."""
     if pattern == "peer":
         return PeerTransport(comm, schedule, stager)
-    if pattern == "node":
-        from gossipgrad.comm.nodes import NodeTransport, node_layout  # nodes builds on this
-
-        layout = node_layout(comm)
-        if comm.rank == 0:
-            logger.info(
-                "gossip-node: %d nodes of %d ranks, a schedule over the nodes",
-                len(layout.nodes),
-                layout.ranks_per_node,
-            )
-        return NodeTransport(comm, layout, schedule.seed, schedule.rotate, stager, topology)
     if pattern == "ring":
         return AllreduceTransport(comm, stager)
     if pattern == "none":
         return Transport(comm, stager)
-    raise ValueError(f"pattern {pattern!r} has no bucket transport; one of peer, ring, node, none")
+    raise ValueError(f"pattern {pattern!r} has no bucket transport; one of peer, ring, none")

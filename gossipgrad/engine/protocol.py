@@ -180,6 +180,12 @@ class WrappedOptimizer(torch.optim.Optimizer):
         """The sufficient-factor decision per Linear layer (None: none, or not made yet)."""
         return None
 
+    @property
+    def exchange_topology(self) -> str:
+        """The topology the exchange's partners follow, resolved (``auto`` named as what
+        it chose): the ranks' schedule's, unless the transport schedules something else."""
+        return self.schedule.topology.value
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.optimizer.zero_grad(set_to_none=set_to_none)
 

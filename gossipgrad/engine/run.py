@@ -142,7 +142,7 @@ class Run:
             "steps_per_epoch": self.spe,
             "strategy": cfg.exchange.strategy,
             "mix": cfg.exchange.mix.value,
-            "topology": self.opt.schedule.topology.value,
+            "topology": self.opt.exchange_topology,
             "staleness": cfg.exchange.staleness,
         }
 

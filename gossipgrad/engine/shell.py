@@ -46,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -54,7 +55,7 @@ from gossipgrad.comm.base import Communicator, Tag
 from gossipgrad.comm.codecs import Codec, make_codec
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.comm.staging import Stager
-from gossipgrad.comm.transport import make_transport
+from gossipgrad.comm.transport import Transport, make_transport
 from gossipgrad.engine import amp
 from gossipgrad.engine.accumulate import AccumulationError, ReadyCounter, accumulation_message
 from gossipgrad.engine.buckets import BucketLayout, install_forward_waits
@@ -88,9 +89,12 @@ class BucketOptimizer(WrappedOptimizer):
             ``mix="param"``, become views into flat buckets).
         comm: the communicator.
         options: the exchange (validated for its strategy).
-        pattern: how a bucket's wire moves: ``peer``, ``ring`` or ``none``
-            (:func:`gossipgrad.comm.transport.make_transport`); the strategy's spec says.
+        pattern: how a bucket's wire moves: ``peer``, ``ring``, ``node`` or ``none``; the
+            strategy's spec says.
         stager: how device tensors reach MPI (default: direct on CPU).
+        transports: builds the transport, ``(comm, schedule, stager, topology)``, for
+            the first communicator and again after a shrink; the strategy's spec gives
+            it (default: :func:`gossipgrad.comm.transport.make_transport` of ``pattern``).
     """
 
     _step_supports_amp_scaling = True  # GradScaler.step calls step() on every rank (amp.py)
@@ -104,6 +108,7 @@ class BucketOptimizer(WrappedOptimizer):
         *,
         pattern: str,
         stager: Stager | None = None,
+        transports: Callable[..., Transport] | None = None,
     ) -> None:
         super().__init__(optimizer, model, comm, options)
         opts = options
@@ -111,6 +116,9 @@ class BucketOptimizer(WrappedOptimizer):
         broadcast_parameters_(model, comm)
         verify_identical(model, comm)
         self._stager = stager
+        self._transports = transports or (
+            lambda comm, schedule, stager, topology: make_transport(pattern, comm, schedule, stager)
+        )
         self._start = StartCheck()
         self._amp = False  # a GradScaler drives the steps (every rank agrees each skip)
         self._exchanged = False  # this step's gradient exchange is complete
@@ -162,9 +170,7 @@ class BucketOptimizer(WrappedOptimizer):
         self.comm = comm
         self.schedule = Schedule(comm.size, opts.rank_topology, opts.seed, opts.rotate)
         self.communicates = comm.size > 1 and self.pattern != "none"
-        transport = make_transport(
-            self.pattern, comm, self.schedule, self._stager, opts.topology.value
-        )
+        transport = self._transports(comm, self.schedule, self._stager, opts.topology.value)
         self.mixer = BucketMixer(transport, self.codec, self.rule)
         collective = self.pattern == "ring"  # posted in order, by the caller
         thread = None
@@ -186,6 +192,12 @@ class BucketOptimizer(WrappedOptimizer):
         if self.factors:
             self.factors.bind(thread, lambda: self.step_count, lambda: self._counter.is_holding)
         self._join = JoinAgreement(comm, join_period(opts.max_lag))
+
+    @property
+    def exchange_topology(self) -> str:
+        """Where the transport keeps a schedule of its own (gossip-node's, over nodes),
+        that one's topology; else the ranks'."""
+        return getattr(self.mixer.transport, "schedule", self.schedule).topology.value
 
     @property
     def bucket_count(self) -> int:  # type: ignore[override]

@@ -67,7 +67,7 @@ def run_summary(run: Any, start: int, step: int, stopped: str | None) -> dict[st
         "start_step": start,
         "size": comm.size,
         "strategy": ex.strategy,
-        "topology": opt.schedule.topology.value,
+        "topology": opt.exchange_topology,
         "mix": ex.mix.value,
         "staleness": ex.staleness,
         "max_lag": ex.max_lag,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gossipgrad.comm.transport import Transport, make_transport
 from gossipgrad.engine.shell import BucketOptimizer
 from gossipgrad.registry import StrategySpec
 
@@ -17,7 +18,21 @@ class BucketStrategy(StrategySpec):
     shrink = True
 
     def build(self, optimizer: Any, model: Any, comm: Any, opts: Any, *, stager: Any) -> Any:
-        return BucketOptimizer(optimizer, model, comm, opts, pattern=self.pattern, stager=stager)
+        return BucketOptimizer(
+            optimizer,
+            model,
+            comm,
+            opts,
+            pattern=self.pattern,
+            stager=stager,
+            transports=self.transport,
+        )
+
+    def transport(self, comm: Any, schedule: Any, stager: Any, topology: str) -> Transport:
+        """How this strategy's buckets move on ``comm`` (built again after a shrink):
+        the transport of :attr:`pattern`. A strategy with a transport of its own
+        overrides this (collective where the transport needs the ranks to agree)."""
+        return make_transport(self.pattern, comm, schedule, stager)
 
     def cannot_shrink(self, opts: Any) -> str | None:
         if opts.max_lag:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gossipgrad.comm.nodes import NodeTransport, node_transport
 from gossipgrad.registry import STRATEGIES
 from gossipgrad.strategies.gossip import Gossip
 
@@ -30,6 +31,10 @@ class GossipNode(Gossip):
         "sufficient_factors": "it sends whole buckets; use --strategy gossip for factors",
         "error_feedback": "it takes no wire codec",
     }
+
+    def transport(self, comm: Any, schedule: Any, stager: Any, topology: str) -> NodeTransport:
+        """Finds the nodes (collective) and gossips between them along ``topology``."""
+        return node_transport(comm, schedule, stager, topology)
 
     def cannot_shrink(self, opts: Any) -> str | None:
         return "its nodes are fixed at start-up (use --strategy gossip to shrink on a failure)"

@@ -137,7 +137,9 @@ def DistributedOptimizer(  # noqa: N802 - Horovod's name
             f"allreduce-param, local), not strategy={opts.strategy!r}; for it use "
             "gossipgrad.DistributedOptimizer(optimizer, model, comm, strategy=...)"
         )
-    opt = HorovodOptimizer(optimizer, model, comm, opts, pattern=opts.spec.pattern)
+    opt = HorovodOptimizer(
+        optimizer, model, comm, opts, pattern=opts.spec.pattern, transports=opts.spec.transport
+    )
     opt.serial = next(_SERIAL)
     register(opt)
     return opt

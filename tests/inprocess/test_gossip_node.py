@@ -71,7 +71,8 @@ def test_options_it_cannot_take_are_refused(option, value, says):
 @pytest.mark.timeout(60)
 def test_the_topology_schedules_the_nodes(monkeypatch):
     """--topology applies to the nodes: a hypercube of 3 nodes is refused naming them, and
-    6 ranks (no power of two) as 2 nodes of 3 take it."""
+    6 ranks (no power of two) as 2 nodes of 3 take it, and the run reports the nodes'
+    topology (the ranks' own schedule, never used to pick partners, is base2)."""
     from gossipgrad.strategies import DistributedOptimizer
 
     def build(comm, topology):
@@ -81,7 +82,8 @@ def test_the_topology_schedules_the_nodes(monkeypatch):
             strategy="gossip-node", topology=topology,
         )  # fmt: skip
         opt.close()
-        return opt.mixer.transport.schedule.size
+        nodes = opt.mixer.transport.schedule
+        return nodes.size, opt.exchange_topology, opt.schedule.topology.value
 
     monkeypatch.setenv(RANKS_PER_NODE_ENV, "2")
 
@@ -94,4 +96,7 @@ def test_the_topology_schedules_the_nodes(monkeypatch):
 
     assert run_ranks(6, refused) == [True] * 6
     monkeypatch.setenv(RANKS_PER_NODE_ENV, "3")
-    assert run_ranks(6, lambda comm: build(comm, "hypercube")) == [2] * 6
+    assert (
+        run_ranks(6, lambda comm: build(comm, "hypercube"))
+        == [(2, "hypercube", "base2")] * 6
+    )

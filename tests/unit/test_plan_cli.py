@@ -37,6 +37,16 @@ def base(d: Path) -> list[str]:
     return ["--profile", str(d / "profile.json"), "--network", str(d / "network.json")]
 
 
+def blocking_step(d: Path, strategy: str, size: int, *extra: str) -> tuple[float, str]:
+    """The predicted step of one blocking configuration (one 100 MiB bucket cap, staleness
+    0, no overlap) read from its row, and the whole report."""
+    res = invoke(*base(d), "--sizes", str(size), "--strategies", strategy, "--bucket-mb", "100",
+                 "--staleness", "0", "--no-overlap", *extra)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    row = next(ln for ln in res.output.splitlines() if ln.startswith(f"| {strategy} | {size} |"))
+    return float(row.split("|")[5]), res.output
+
+
 def test_plan_writes_table_and_png(files):
     md, png = files / "plan.md", files / "plan.png"
     res = invoke(*base(files), "--sizes", "2,4,8", "--png", str(png), "--out", str(md))
@@ -155,22 +165,7 @@ def test_calibration_factors_scale_the_prediction(files):
     triples the exchange: with the toy profile and link the step is closed-form."""
 
     def step_s(*extra: str) -> float:
-        res = invoke(
-            *base(files),
-            "--sizes",
-            "2",
-            "--strategies",
-            "gossip",
-            "--bucket-mb",
-            "100",
-            "--staleness",
-            "0",
-            "--no-overlap",
-            *extra,
-        )
-        assert res.exit_code == 0, res.output
-        row = next(line for line in res.output.splitlines() if line.startswith("| gossip | 2 |"))
-        return float(row.split("|")[5])
+        return blocking_step(files, "gossip", 2, *extra)[0]
 
     exchange = 1e-5 + 4 * MIB / 1e9  # one 4 MiB bucket: alpha + n beta
     assert step_s() == pytest.approx(0.35 + exchange, abs=1e-4)
@@ -195,11 +190,7 @@ def test_plan_wire_prices_the_codecs_bytes(files):
     says so in the title; an unknown codec is a one-line error naming the choices."""
 
     def step_s(*extra: str) -> tuple[float, str]:
-        res = invoke(*base(files), "--sizes", "2", "--strategies", "gossip", "--bucket-mb",
-                     "100", "--staleness", "0", "--no-overlap", *extra)  # fmt: skip
-        assert res.exit_code == 0, res.output
-        row = next(line for line in res.output.splitlines() if line.startswith("| gossip | 2 |"))
-        return float(row.split("|")[5]), res.output
+        return blocking_step(files, "gossip", 2, *extra)
 
     fp32, _ = step_s()
     bf16, out = step_s("--wire", "bf16")
@@ -289,11 +280,7 @@ def test_plan_ps_whole_keeps_a_large_parameter_on_one_owner(tmp_path):
     NetworkFit(LinkFit(1e-5, 1 / 1e8, 0.999), source="100 MB/s").save(tmp_path / "network.json")
 
     def ps(*extra: str) -> tuple[float, str]:
-        res = invoke(*base(tmp_path), "--sizes", "4", "--strategies", "ps", "--bucket-mb",
-                     "100", "--staleness", "0", "--no-overlap", *extra)  # fmt: skip
-        assert res.exit_code == 0, res.output
-        row = next(line for line in res.output.splitlines() if line.startswith("| ps | 4 |"))
-        return float(row.split("|")[5]), res.output
+        return blocking_step(tmp_path, "ps", 4, *extra)
 
     split, out = ps()
     whole, whole_out = ps("--ps-whole")
