@@ -124,7 +124,8 @@ class NodeTransport(Transport):
     and mixes): :meth:`scatter` each shard to its owner on this node, :meth:`exchange`
     this rank's shard with its counterpart on the schedule's partner node, :meth:`gather`
     every owner's shard back. Float32 buffers on the host, or on a device with a
-    CUDA-aware MPI."""
+    CUDA-aware MPI (without one, :class:`~gossipgrad.engine.nodemix.NodeMix` stages the
+    whole bucket through host memory first)."""
 
     pattern = "node"
 
@@ -151,13 +152,6 @@ class NodeTransport(Transport):
         """This step's partner nodes (None: one node, or idle this step)."""
         peers = self.schedule.peers(self.node, step)
         return None if peers is None or peers.idle else peers
-
-    def check(self, buf: torch.Tensor) -> None:
-        if self.stager.staging(buf):
-            raise ValueError(
-                "--strategy gossip-node moves device buffers only with a CUDA-aware MPI; "
-                "use --strategy gossip, or an MPI built with CUDA support"
-            )
 
     def scatter(self, buf: torch.Tensor, index: int, step: int, tag: int) -> list[Request]:
         """Send each other rank of the node its shard of ``buf``; receive theirs of this

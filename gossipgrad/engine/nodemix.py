@@ -19,6 +19,10 @@ rank on one host): the node's mean each step, an allreduce by another road.
 
 The second and third stages are posted by whoever finds the one before complete (the
 communication thread, or the caller's wait), through :meth:`Pending.advance`.
+
+A device bucket with an MPI that is not CUDA-aware is staged whole: copied to pinned host
+memory at the start, the three stages run there (the sums and the mix on the host), and the
+result is copied back at the finish, so the bucket is only read until then.
 """
 
 from __future__ import annotations
@@ -39,12 +43,18 @@ class NodeMix:
     def __init__(self, transport: NodeTransport, rule: Average) -> None:
         self.transport, self.rule = transport, rule
         self.comm = transport.comm
+        self.stager = transport.stager
+        self._host: dict[int, torch.Tensor] = {}  # staged buckets by index
 
     def start(self, buf: torch.Tensor, index: int, step: int, tag: int) -> Pending:
         """Post stage 1 (stages 2 and 3 follow by :meth:`Pending.advance`); ``buf`` is
-        read, and its own shard written, until :meth:`finish`."""
-        self.transport.check(buf)
-        pending = Pending(buf, key=index)
+        read, and its own shard written (staged: only read), until :meth:`finish`."""
+        staged = None
+        if self.stager.staging(buf):  # ``staged``: the device bucket the host copy returns to
+            staged, buf = buf, self.stager.outgoing(buf, self._host, index)
+        else:
+            self.stager.ready(buf)  # a device bucket MPI reads directly is complete
+        pending = Pending(buf, key=index, staged=staged)
         if self.transport.layout.ranks_per_node == 1:
             self._between(pending, step, tag)  # no node to average: gossip as it is
             return pending
@@ -66,6 +76,7 @@ class NodeMix:
         if peers is None:  # one node, or idle this step: gather the node's mean
             self._gather(pending, step, tag)
             return
+        self.stager.ready(shard)
         pending.requests, recv = self.transport.exchange(shard, peers, index, step, tag)
         pending.then = lambda p: self._mix(p, recv, peers.weight, step, tag)
 
@@ -82,9 +93,13 @@ class NodeMix:
         if self.transport.layout.ranks_per_node == 1:
             pending.requests, pending.then = [], None
             return
+        self.stager.ready(pending.buf)
         pending.requests = self.transport.gather(pending.buf, pending.key, step, tag)
         pending.then = None
 
     def finish(self, pending: Pending) -> None:
-        """Wait for every stage; the bucket then holds the mix."""
+        """Wait for every stage; the bucket then holds the mix (a staged one copied back)."""
         self.transport.wait(pending)
+        if pending.staged is not None:
+            pending.staged.copy_(pending.buf)
+            pending.buf, pending.staged = pending.staged, None

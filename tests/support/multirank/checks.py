@@ -296,20 +296,31 @@ def check_node_gossip_keeps_the_mean_and_nodes_agree(comm) -> None:
     """gossip-node's exchange, at every number of ranks per node that divides the size: the
     sum over ranks never moves, a node's ranks hold the same bits after every step, and
     with a power-of-two number of nodes everyone holds the global mean after log2(nodes)
-    steps. 67 values: shards of unequal length (and empty ones at 1 value)."""
+    steps. 67 values: shards of unequal length (and empty ones at 1 value). A bucket staged
+    through host memory (an MPI that is not CUDA-aware; forced here) gets the same bits."""
     for r in [d for d in range(1, comm.size + 1) if comm.size % d == 0]:
         layout = blocks(comm.size, r)
         nodes = len(layout.nodes)
-        mixer = BucketMixer(
-            NodeTransport(comm, layout, seed=7), make_codec("fp32"), make_rule("average")
+        mixer, staged = (
+            BucketMixer(
+                NodeTransport(comm, layout, seed=7, stager=stager),
+                make_codec("fp32"),
+                make_rule("average"),
+            )
+            for stager in (None, Stager(cuda_aware=False, force=True))
         )
         for numel in (67, 1):
             gen = torch.Generator().manual_seed(comm.rank + 31 * numel)
             x = torch.randn(numel, generator=gen, dtype=torch.float64)
+            y = x.clone()
             total = _every_rank(comm, x).sum(0)
             mean_steps = nodes.bit_length() - 1 if is_power_of_two(nodes) else None
             for t in range(6):
                 mixer.finish(mixer.start(x, 0, t, Tag.PARAM_BUCKET))
+                pending = staged.start(y, 0, t, Tag.PARAM_BUCKET)
+                assert pending.buf is not y, "the staged bucket is a host copy"
+                staged.finish(pending)
+                assert pending.buf is y and torch.equal(x, y), (r, t, "staging changed bits")
                 table = _every_rank(comm, x)
                 assert torch.allclose(table.sum(0), total, atol=1e-12), (r, t, "sum moved")
                 assert _same_within_nodes(table, layout.nodes), (r, t, "a node disagrees")
