@@ -180,8 +180,9 @@ class NodeTransport(Transport):
     def exchange(
         self, shard: torch.Tensor, peers: Peers, index: int, step: int, tag: int
     ) -> tuple[list[Request], torch.Tensor]:
-        """Send ``shard`` to this local index's rank on ``peers.dst``'s node and receive
-        the one from ``peers.src``'s; the requests and the receive buffer."""
+        """Send ``shard`` (this rank's shard of the node's mean, or its encoding) to this
+        local index's rank on ``peers.dst``'s node and receive the one from ``peers.src``'s
+        into a buffer like it; the requests and the receive buffer."""
         tag += Tag.NODE_PEER
         dst = self.layout.rank(peers.dst, self.local)
         src = self.layout.rank(peers.src, self.local)
@@ -212,11 +213,13 @@ class NodeTransport(Transport):
                 requests.append(self.comm.isend(host_or_device(buf[lo:hi]), r, tag, ctx))
         return requests
 
-    def bytes_per_step(self, nbytes: int) -> float:
+    def bytes_per_step(self, nbytes: int, wire_nbytes: int | None = None) -> float:
         """Bytes this rank sends per step for a bucket of ``nbytes``: its node's other
-        ranks their shards and its mixed shard back, and its shard to the partner node."""
+        ranks their shards and its mixed shard back (float32), and its shard to the partner
+        node (``wire_nbytes`` for the whole bucket where a codec encodes that exchange)."""
         r = self.layout.ranks_per_node
-        between = nbytes / r * self.schedule.active_share if len(self.layout.nodes) > 1 else 0
+        wire = nbytes if wire_nbytes is None else wire_nbytes
+        between = wire / r * self.schedule.active_share if len(self.layout.nodes) > 1 else 0
         return 2 * (r - 1) / r * nbytes + between
 
     def _buffer(self, index: int, i: int, numel: int, like: torch.Tensor) -> torch.Tensor:

@@ -47,8 +47,8 @@ class BucketMixer:
         self.sharded: ShardedMean | NodeMix | None = None
         if transport.pattern == "ring" and not codec.summable:
             self.sharded = ShardedMean(ShardTransport(self.comm, transport.stager), codec, rule)
-        elif transport.pattern == "node":  # float32 only: the strategy takes no --wire
-            self.sharded = NodeMix(transport, rule)
+        elif transport.pattern == "node":  # the codec between nodes only
+            self.sharded = NodeMix(transport, rule, codec)
 
     @property
     def pattern(self) -> str:

@@ -7,7 +7,10 @@ One bucket's step, in three stages (the moves are :class:`~gossipgrad.comm.nodes
    divides by the node's ranks: the node's mean of that shard. Then it exchanges that shard
    with the rank of the same local index on the schedule's partner node (a schedule over
    nodes, hypercube or dissemination, rotated every cycle) and mixes with the rule's
-   weight: ``shard <- (1 - w) shard + w peer``;
+   weight: ``shard <- (1 - w) shard + w peer``. A wire codec (``--wire``) encodes this
+   exchange only, the one that crosses the node's network interface; with a lossy one the
+   shard moves by ``w (peer - sent)``, the decoded difference its partner applies with the
+   other sign, as plain gossip does, so the mean is kept;
 3. gather: every rank sends its mixed shard to the node's other ranks, which write it into
    place.
 
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import torch
 
+from gossipgrad.comm.codecs import Codec
 from gossipgrad.comm.nodes import NodeTransport
 from gossipgrad.comm.transport import Pending
 from gossipgrad.engine.rules import Average
@@ -38,10 +42,14 @@ class NodeMix:
     """Args:
     transport: the node-level moves.
     rule: its ``mix_`` mixes a shard with the partner node's.
+    codec: what the exchange between nodes looks like on the wire (default: float32 as
+        it is); the moves within the node are float32 whatever it is.
     """
 
-    def __init__(self, transport: NodeTransport, rule: Average) -> None:
+    def __init__(self, transport: NodeTransport, rule: Average, codec: Codec | None = None):
         self.transport, self.rule = transport, rule
+        self.codec = codec or Codec()
+        self._wires: dict[int, torch.Tensor] = {}  # encoded shards by bucket index
         self.comm = transport.comm
         self.stager = transport.stager
         self._host: dict[int, torch.Tensor] = {}  # staged buckets by index
@@ -76,17 +84,42 @@ class NodeMix:
         if peers is None:  # one node, or idle this step: gather the node's mean
             self._gather(pending, step, tag)
             return
-        self.stager.ready(shard)
-        pending.requests, recv = self.transport.exchange(shard, peers, index, step, tag)
-        pending.then = lambda p: self._mix(p, recv, peers.weight, step, tag)
+        wire = (
+            shard
+            if self.codec.in_place
+            else self.codec.encode_(shard, self._wire(index, shard), index)
+        )
+        self.stager.ready(wire)
+        pending.requests, recv = self.transport.exchange(wire, peers, index, step, tag)
+        pending.then = lambda p: self._mix(p, wire, recv, peers.weight, step, tag)
+
+    def _wire(self, index: int, like: torch.Tensor) -> torch.Tensor:
+        wire = self._wires.get(index)
+        nbytes = self.codec.wire_nbytes(like)
+        if (
+            wire is None
+            or wire.device != like.device
+            or wire.numel() * wire.element_size() != nbytes
+        ):
+            wire = self._wires[index] = self.codec.wire_like(like)
+        return wire
 
     def _mix(
-        self, pending: Pending, recv: torch.Tensor, weight: float, step: int, tag: int
+        self,
+        pending: Pending,
+        wire: torch.Tensor,
+        recv: torch.Tensor,
+        weight: float,
+        step: int,
+        tag: int,
     ) -> None:
         """Stage 3: mix the shard with the partner node's, then gather every shard."""
-        buf = pending.buf
+        buf, key = pending.buf, pending.key
         lo, hi = self.transport.bounds(buf.numel())[self.transport.local]
-        self.rule.mix_(buf[lo:hi], recv, weight)
+        shard = buf[lo:hi]
+        peer = self.codec.decode(recv, shard, key)
+        sent = None if self.codec.lossless else self.codec.decode(wire, shard, key)
+        self.rule.mix_(shard, peer, weight, sent)
         self._gather(pending, step, tag)
 
     def _gather(self, pending: Pending, step: int, tag: int) -> None:

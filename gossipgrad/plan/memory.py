@@ -25,7 +25,10 @@ Accounting (bytes), with ``P`` = ``param_bytes`` and ``G`` = bytes in gradient b
   (fp8's default) the residuals and the last decoding of every bucket, ``2 G``, and more
   scratch (float32 and int32): gossip ``5 m``, allreduce ``3 m``, ps ``4 m``. The scratch
   counts were read off the tensors two small runs held, and checked on other models and
-  sizes (tests/inprocess/test_codec_memory.py);
+  sizes (tests/inprocess/test_codec_memory.py). gossip-node encodes only its exchange
+  between nodes, a ``1/k`` shard on ``k`` ranks a node: counted as gossip's float32 receive
+  buffers ``G``, a send wire ``r G`` and gossip's residuals and scratch, that is at one
+  rank a node, an upper bound for more;
 - size 1 or local: no communication buffers.
 
     >>> from gossipgrad.plan.formats import Bucket, Profile
@@ -158,6 +161,8 @@ def _codec_parts(
     grads = profile.grad_bytes
     if pattern == "peer":
         parts = [("wire buffers (send and receive)", round(2 * ratio * grads))]
+    elif pattern == "node":  # shards of the node's ranks in float32, one send wire (r = 1)
+        parts = [("receive buffers", grads), ("wire buffers (send)", round(ratio * grads))]
     elif pattern == "ring":
         shards = ratio * grads * (3 * size - 2) / size
         parts = [("wire buffers (shards sent and received)", round(shards))]
@@ -166,7 +171,7 @@ def _codec_parts(
     if feedback:
         parts.append(("error-feedback residuals and last decodings", 2 * grads))
     # buckets of decoding scratch, by pattern: without feedback, with it
-    scratch = {"peer": (2, 5), "ring": (0, 3), "server": (1, 4)}[pattern][feedback]
+    scratch = {"peer": (2, 5), "node": (2, 5), "ring": (0, 3), "server": (1, 4)}[pattern][feedback]
     if scratch:
         parts.append(("codec scratch", scratch * max(b.bytes for b in profile.buckets)))
     return parts

@@ -149,12 +149,23 @@ def peer_s(n: float, size: int, alpha: float, beta: float, duplex: float, fabric
     return alpha + n * max(duplex * beta * fabric.peer_streams(size), fabric.shared_beta(size))
 
 
-def node_s(n: float, size: int, alpha: float, beta: float, duplex: float, fabric: Fabric) -> float:
-    """One bucket of a node-level gossip (see the module)."""
+def node_s(
+    n: float,
+    size: int,
+    alpha: float,
+    beta: float,
+    duplex: float,
+    fabric: Fabric,
+    wire_ratio: float = 1.0,
+) -> float:
+    """One bucket of a node-level gossip (see the module). ``wire_ratio``: the codec's,
+    already in the per-byte times (:func:`~gossipgrad.plan.model.on_the_wire`); the moves
+    within the node are float32 whatever the codec, so their per-byte time is divided by it."""
     if size < 2:
         return 0.0
     r, m = fabric.per_node(size), fabric.nodes(size)
     a_i, b_i = _intra(fabric, alpha, beta)
+    b_i /= wire_ratio
     within = 2 * ((r - 1) * a_i + (r - 1) / r * n * b_i) if r > 1 else 0.0
     if m == 1:
         return within

@@ -2,7 +2,8 @@
 (:mod:`gossipgrad.engine.nodemix`). A node's network interface carries one bucket's bytes a
 step whatever its number of ranks, where plain gossip sends one per rank; within the node
 each rank moves ``2 (r - 1) / r`` of each bucket over the node's own links (NVLink, PCIe,
-shared memory)."""
+shared memory). A wire codec (``--wire bf16``) encodes the exchange between nodes only,
+where the network interface is the bottleneck; the node's own moves stay float32."""
 
 from __future__ import annotations
 
@@ -19,17 +20,15 @@ class GossipNode(Gossip):
         "gossip between nodes, a node's ranks averaged first: one bucket per node a step "
         "through its network interface"
     )
-    # gossip's options less those a lockstep float32 exchange of whole buckets cannot take
-    uses = Gossip.uses - {"max_lag", "wire", "error_feedback", "rule", "sufficient_factors"}
+    # gossip's options less those a lockstep exchange of whole buckets cannot take
+    uses = Gossip.uses - {"max_lag", "rule", "sufficient_factors"}
     pattern = "node"
     factor_pattern = None
     shrink = False
     refusals = {
         "max_lag": "a node's shards are averaged in lockstep; use --strategy gossip for a lag",
-        "wire": "it moves float32 shards; use --strategy gossip for a wire codec",
         "rule": "it mixes with the schedule's weights (average)",
         "sufficient_factors": "it sends whole buckets; use --strategy gossip for factors",
-        "error_feedback": "it takes no wire codec",
     }
 
     def transport(self, comm: Any, schedule: Any, stager: Any, topology: str) -> NodeTransport:

@@ -42,7 +42,6 @@ def test_a_bad_variable_is_one_line_on_every_rank(monkeypatch, text):
 @pytest.mark.parametrize(
     "option, value, says",
     [
-        ("wire", "bf16", "it moves float32 shards"),
         ("max_lag", 1, "averaged in lockstep"),
         ("sufficient_factors", "on", "it sends whole buckets"),
     ],

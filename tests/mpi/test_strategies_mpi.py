@@ -72,24 +72,27 @@ def test_every_strategy_reaches_93_percent_on_four_ranks(trained, strategy):
 
 
 @pytest.mark.timeout(300)
-def test_gossip_node_trains_two_nodes_of_two_and_counts_its_bytes(tmp_path):
+@pytest.mark.parametrize(("wire", "copies"), [("fp32", 1.5), ("bf16", 1.25)])
+def test_gossip_node_trains_two_nodes_of_two_and_counts_its_bytes(tmp_path, wire, copies):
     """--strategy gossip-node, 4 ranks as 2 nodes of 2 (GOSSIPGRAD_RANKS_PER_NODE): it
     reaches the band of the others, and each rank sends its node's other rank its shard
-    and its mixed shard back (1/2 + 1/2 of the model) and half the model to the other
-    node: 1.5 model copies a step."""
+    and its mixed shard back (1/2 + 1/2 of the model, float32) and half the model to the
+    other node (through the codec: bf16 halves it): 1.5 model copies a step, 1.25 in bf16."""
     out = tmp_path / "metrics.jsonl"
     res = gossipgrad(
         4,
-        ["train", "--strategy", "gossip-node", "--no-progress", "--metrics-out", str(out)],
+        ["train", "--strategy", "gossip-node", "--wire", wire, "--no-progress",
+         "--metrics-out", str(out)],
         timeout=280,
         GOSSIPGRAD_RANKS_PER_NODE="2",
-    )
+    )  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     assert "gossip-node: 2 nodes of 2 ranks" in res.stderr
     records = [json.loads(line) for line in open(out, encoding="utf-8")]
     s = next(r for r in records if r.get("event") == "summary")
-    assert s["strategy"] == "gossip-node" and s["test_accuracy"] >= 0.93, s
-    assert s["bytes_sent_per_step"] == pytest.approx(1.5 * s["model_bytes"], rel=1e-3), s
+    assert s["strategy"] == "gossip-node" and s["wire"] == wire, s
+    assert s["test_accuracy"] >= 0.93, s
+    assert s["bytes_sent_per_step"] == pytest.approx(copies * s["model_bytes"], rel=1e-3), s
 
 
 @pytest.mark.timeout(300)

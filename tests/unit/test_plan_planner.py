@@ -269,5 +269,8 @@ def test_memory_counts_a_lossy_codecs_buffers():
     assert ps["wire buffers"] == round(0.5 * (2 * g + 3 * g))
     plain = dict(estimate_memory(prof, "gossip", size=4).breakdown)
     assert plain["receive buffers"] == 2 * g and "codec scratch" not in plain
+    # gossip-node: float32 shards from the node, a send wire (bounded as at one rank a node)
+    node = dict(estimate_memory(prof, "gossip-node", size=4, wire_ratio=0.5).breakdown)
+    assert node["receive buffers"] == 2 * g and node["wire buffers (send)"] == g
     with pytest.raises(ValueError, match="wire_ratio"):
         estimate_memory(prof, "gossip", size=4, wire_ratio=0)

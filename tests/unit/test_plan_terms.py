@@ -20,7 +20,7 @@ from gossipgrad.plan.formats import (
     NetworkFit,
     Profile,
 )
-from gossipgrad.plan.model import CommModel, step_time
+from gossipgrad.plan.model import CommModel, on_the_wire, step_time
 from gossipgrad.plan.patterns import (
     assign_owners,
     node_s,
@@ -108,6 +108,18 @@ def test_node_gossip_sends_one_bucket_per_nic_whatever_the_ranks_on_it():
         for s in ("gossip", "gossip-node")
     }
     assert mixed["gossip-node"] < mixed["gossip"]  # and the parameter mix's timeline takes it
+
+
+def test_node_gossip_with_a_codec_encodes_only_the_exchange_between_nodes():
+    """--wire bf16 on gossip-node: the exchange off the node costs half its bytes, the
+    moves within the node (float32) what they cost without it."""
+    ai, bi = 1e-6, 1e-10
+    f = Fabric(ranks_per_node=8, intra_alpha_s=ai, intra_beta_s_per_byte=bi)
+    n = 1000
+    within = 2 * (7 * ai + 7 / 8 * n * bi)
+    half = on_the_wire(CommModel(A, B, fabric=f), 0.5)
+    assert half.bucket_s("gossip-node", n, 32) == approx(within + A + n * B / 2)
+    assert half.bucket_s("gossip-node", n, 8) == approx(within)  # one node: nothing encoded
 
 
 def test_hierarchical_allreduce_crosses_the_nic_once_per_node():
