@@ -13,14 +13,17 @@ others, alone.
 
 Clocks. A contender's training clock runs from a barrier before its first step of a
 segment to a barrier after its last one, after the exchange still in flight has been
-completed (``drain``), so it is the slowest rank's time and no exchange leaks into
-another contender's segment. Evaluation is outside the clock and reported on its own
+completed (``settle``: a staleness-1 exchange is then still applied at the next step, as
+without it), so it is the slowest rank's time and no exchange leaks into another
+contender's segment. Evaluation is outside the clock and reported on its own
 (``eval_seconds``).
 
-Evaluation never changes training: the consensus model (the mean over ranks of the
+Evaluation does not change training: the consensus model (the mean over ranks of the
 parameters, which ``synchronize`` would produce) is built in a scratch copy, so gossip and
 local keep their own parameters and how often one evaluates does not change how many steps
 a strategy needs. ``local`` is therefore "train on the own shard, average when asked".
+The exception is a bounded lag (``--max-lag``, gossip's or ps's): completing a segment
+brings every rank to its step, so its lag acts only within the ``eval_every`` steps.
 
 The learning-rate schedule is the engine's (warm-up, then cosine to zero) over ``steps``
 steps at every size and for every strategy, so steps to the target compare across sizes
@@ -181,7 +184,7 @@ class Contender:
         t0 = time.perf_counter()
         for _ in range(steps):
             self.train_step()
-        self.opt.drain()
+        self.opt.settle()  # charged to this segment; a staleness-1 exchange still applies
         self.comm.barrier()
         self.segments.append(time.perf_counter() - t0)
         wire1 = wire_tx_bytes()

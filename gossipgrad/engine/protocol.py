@@ -75,6 +75,8 @@ class DistributedOptimizerProtocol(Protocol):
 
     def drain(self) -> None: ...
 
+    def settle(self) -> None: ...
+
     def synchronize(self) -> None: ...
 
     def consensus_distance(self) -> float: ...
@@ -198,6 +200,13 @@ class WrappedOptimizer(torch.optim.Optimizer):
 
     def drain(self) -> None:
         """Complete what is in flight (nothing, here)."""
+
+    def settle(self) -> None:
+        """Complete what is in flight and leave training as it would have gone on: what
+        a bench calls to charge the exchanges to the steps that posted them, between
+        segments of one run (:meth:`drain`, before a global average or the end, may drop
+        an exchange that the average makes moot)."""
+        self.drain()
 
     def lag_stats(self) -> dict[str, Any]:
         """What waiting for lagged peers cost this rank (zeros without bounded lag)."""

@@ -430,6 +430,12 @@ class BucketOptimizer(WrappedOptimizer):
         if self.timing.drain_(self.step_count):
             self.optimizer.step()
 
+    def settle(self) -> None:
+        """As :meth:`drain`, except that a staleness-1 exchange is kept and applied at the
+        next step, as without the call."""
+        if self.timing.settle_(self.step_count):
+            self.optimizer.step()
+
     def synchronize(self) -> None:
         """Global average of parameters and floating buffers: one consensus model
         (collective). Not Horovod's ``synchronize()``, which only waits for the gradients:

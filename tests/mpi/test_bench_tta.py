@@ -200,3 +200,18 @@ def test_a_blocking_gossip_contender_trains_the_same_model_beside_the_polling_on
     assert sorted(set(built)) == [(False, False), (True, True)]  # 2 ranks x 2 contenders
     with pytest.raises(ValueError, match="--strategies: unknown variant 'gossip@spin'"):
         TtaOptions(("gossip@spin",))
+
+
+@pytest.mark.timeout(180)
+def test_how_often_a_staleness_one_contender_is_evaluated_does_not_change_it():
+    """Evaluated every step or every third, gossip at staleness 1 trains the same model
+    (the exchange in flight at a segment's end is still applied at the next step), and
+    evaluated every step it still mixes: its curve is not ``local``'s (it was, when the
+    segment's end dropped that exchange)."""
+    name = "gossip:staleness=1"
+    every = race(TtaOptions((name, "local"), target=1.0, steps=6, eval_every=1), size=4)
+    third = race(TtaOptions((name,), target=1.0, steps=6, eval_every=3), size=4)
+    at = {p[1]: p[2] for p in every["results"][name]["curve"]}
+    assert [p[2] for p in third["results"][name]["curve"]] == [at[0], at[3], at[6]]
+    alone = [p[2] for p in every["results"]["local"]["curve"]]
+    assert [p[2] for p in every["results"][name]["curve"]] != alone

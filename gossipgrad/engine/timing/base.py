@@ -68,6 +68,10 @@ class Timing:
         self.wait_()
         return False
 
+    def settle_(self, step: int) -> bool:
+        """:meth:`drain_`, except where draining drops what the next step would apply."""
+        return self.drain_(step)
+
     def average_(self, model: torch.nn.Module, comm: Communicator) -> None:
         """After :meth:`drain_`: the global average (one consensus model)."""
         average_parameters_(model, comm)

@@ -25,6 +25,7 @@ class Stale(Timing):
     def __init__(self, mixer: BucketMixer, thread: CommThread | None, collective: bool) -> None:
         self.mixer, self.thread, self.collective = mixer, thread, collective
         self._posted: list[tuple[int, Pending | None, torch.Tensor]] = []  # key, pending, target
+        self._done: set[int] = set()  # posted keys already completed (settle_), not applied
         self._copies: list[tuple[torch.Tensor, torch.Tensor]] = []  # (sent -> mixed, own)
 
     def exchange_(self, bufs: list[torch.Tensor], tag: int, step: int) -> None:
@@ -33,7 +34,7 @@ class Stale(Timing):
             mixed, own = self._copies[key]
             self._complete(key, pending)  # mixed <- mix of own_{t-1} with the peer's
             target.add_(mixed.sub_(own))  # buf_t += (mixed - own)_{t-1}
-        self._posted = []
+        self._posted, self._done = [], set()
         if [m.shape for m, _ in self._copies] != [b.shape for b in bufs]:
             self._copies = [(torch.empty_like(b), torch.empty_like(b)) for b in bufs]
         for i, buf in enumerate(bufs):
@@ -52,6 +53,9 @@ class Stale(Timing):
                 self._posted.append((i, None, buf))
 
     def _complete(self, key: int, pending: Pending | None) -> None:
+        if key in self._done:
+            return
+        self._done.add(key)
         if pending is None:
             self.thread.wait(key)  # the thread has run the mixer's finish
         else:
@@ -63,9 +67,14 @@ class Stale(Timing):
 
     def drain_(self, step: int) -> bool:
         """Complete the exchange still in flight without applying it."""
+        self.settle_(step)
+        self._posted, self._done = [], set()
+        return False
+
+    def settle_(self, step: int) -> bool:
+        """Complete the exchange still in flight; the next step still applies it."""
         for key, pending, _ in self._posted:
             self._complete(key, pending)
-        self._posted = []
         return False
 
     def close(self, step: int) -> None:
@@ -74,5 +83,5 @@ class Stale(Timing):
             self.thread = None
 
     def abandon(self) -> None:
-        self._posted = []
+        self._posted, self._done = [], set()
         self.close(-1)
