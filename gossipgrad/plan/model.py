@@ -48,6 +48,7 @@ from gossipgrad.plan.patterns import (
     ring_s,
     server_rounds,
     server_s,
+    sharded_s,
     split_parts,
 )
 from gossipgrad.registry import STRATEGIES
@@ -190,8 +191,12 @@ class CommModel:
             even = 2 * (size - 1) / size * nbytes * max(b, f.shared_beta(size))
             return 2 * a + even + host
         latency, bandwidth = self.allreduce_latency_factor, self.allreduce_bandwidth_factor
-        if STRATEGIES.get(strategy).own_collective:  # not MPI's allreduce: no MPI factors
+        spec = STRATEGIES.get(strategy)
+        if spec.own_collective:  # not MPI's allreduce: no MPI factors
             latency = bandwidth = 1.0
+        elif self.wire_ratio < 1 and not spec.library and f.per_node(size) > 1:
+            # gossipgrad's decoded allreduce: shards point to point through each node's NIC
+            return sharded_s(nbytes, size, a, b, self.duplex, f) + host
         return ring_s(nbytes, size, a, b, f, latency, bandwidth) + host
 
     def queued_costs(
@@ -214,6 +219,7 @@ class CommModel:
             or spec.own_collective
             or mix != "grad"
             or size < 2
+            or (self.wire_ratio < 1 and self.fabric.per_node(size) > 1)  # shards, no ring
         ):
             return None
         a, b, f = self.alpha_s, self.beta_s_per_byte, self.fabric
@@ -238,8 +244,10 @@ def on_the_wire(model: CommModel, ratio: float) -> CommModel:
     of bucket and compute are unchanged; the codec's own encode and decode time is not
     priced (a cast on a GPU; measure it with ``bench codecs``). Under a lossy codec
     gossipgrad's allreduce runs its own sharded mean over point-to-point sends (encodings
-    cannot be summed); it moves a ring's bytes and is priced as the ring at the measured MPI
-    allreduce factors, a proxy for what a ring's bytes achieve on these links (not a fit).
+    cannot be summed); with one rank a node it moves a ring's bytes and is priced as the
+    ring at the measured MPI allreduce factors, a proxy for what a ring's bytes achieve on
+    these links (not a fit); with several, each node's NIC carries more than a ring's edge
+    and the shards are priced as they move (:func:`~gossipgrad.plan.patterns.sharded_s`).
 
         >>> m = CommModel(1e-5, 1e-9)
         >>> half = on_the_wire(m, 0.5)

@@ -16,6 +16,13 @@ nodes, ``alpha``/``beta`` between nodes (one stream), ``alpha_i``/``beta_i`` wit
   node by node, so each NIC carries one edge of the ring), not below ``2 (p-1) n s`` (all
   ranks' bytes through the shared bottleneck). Hierarchical: ``2 (r-1) alpha_i + 2 (r-1)/r
   n beta_i`` within nodes plus ``2 (m-1) alpha + 2 (m-1)/m n beta`` across them.
+- **sharded** (gossipgrad's allreduce through a lossy codec, whose encodings cannot be
+  summed: :mod:`gossipgrad.engine.sharded`): two stages, each rank posting its ``p - 1``
+  shards of ``n / p`` at once (to their owners, then the owners' means back). With ``r > 1``
+  ranks a node a NIC carries ``r (p - r) / p n`` each way a stage, where a ring's edge
+  carries ``2 (p-1)/p n`` for the whole allreduce: ``2 (alpha + max(d beta r (p-r)/p n,
+  (r-1)/p n beta_i))``, not below ``(p-1) n s`` a stage. One rank a node moves a ring's
+  bytes and is priced as the ring (:meth:`~gossipgrad.plan.model.CommModel.bucket_s`).
 - **server** (ps): every bucket has one owner (largest first to the least loaded rank, as
   the engine assigns them); the owner receives every other rank's push and sends them its
   pull, so the busiest node's NIC carries ``W`` bytes each way per step, more than the
@@ -197,6 +204,23 @@ def ring_s(
         bandwidth = 2 * (p - 1) / p * n * max(beta, b_i)
     bandwidth = max(bandwidth, 2 * (p - 1) * n * fabric.shared_s_per_byte)
     return latency_factor * latency + bandwidth_factor * bandwidth
+
+
+def sharded_s(
+    n: float, size: int, alpha: float, beta: float, duplex: float, fabric: Fabric
+) -> float:
+    """One bucket's decoded allreduce, shards point to point (see the module)."""
+    p = size
+    if p < 2:
+        return 0.0
+    r, m = fabric.per_node(p), fabric.nodes(p)
+    a_i, b_i = _intra(fabric, alpha, beta)
+    if m == 1:
+        stage = a_i + (p - 1) / p * n * b_i
+    else:
+        nic = duplex * beta * r * (p - r) / p * n
+        stage = alpha + max(nic, (r - 1) / p * n * b_i)
+    return 2 * max(stage, (p - 1) * n * fabric.shared_s_per_byte)
 
 
 def server_s(
