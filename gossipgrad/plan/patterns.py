@@ -146,6 +146,11 @@ def _intra(fabric: Fabric, alpha: float, beta: float) -> tuple[float, float]:
     return a, b
 
 
+def _placed(fabric: Fabric, size: int, alpha: float, beta: float) -> tuple[int, int, float, float]:
+    """Ranks a node, nodes, and the intra-node link's alpha and beta at ``size`` ranks."""
+    return (fabric.per_node(size), fabric.nodes(size), *_intra(fabric, alpha, beta))
+
+
 def peer_s(n: float, size: int, alpha: float, beta: float, duplex: float, fabric: Fabric) -> float:
     """One bucket exchanged with this step's peer (see the module)."""
     if size < 2:
@@ -170,8 +175,7 @@ def node_s(
     within the node are float32 whatever the codec, so their per-byte time is divided by it."""
     if size < 2:
         return 0.0
-    r, m = fabric.per_node(size), fabric.nodes(size)
-    a_i, b_i = _intra(fabric, alpha, beta)
+    r, m, a_i, b_i = _placed(fabric, size, alpha, beta)
     b_i /= wire_ratio
     within = 2 * ((r - 1) * a_i + (r - 1) / r * n * b_i) if r > 1 else 0.0
     if m == 1:
@@ -192,8 +196,7 @@ def ring_s(
     p = size
     if p < 2:
         return 0.0
-    r, m = fabric.per_node(p), fabric.nodes(p)
-    a_i, b_i = _intra(fabric, alpha, beta)
+    r, m, a_i, b_i = _placed(fabric, p, alpha, beta)
     if m == 1:
         latency, bandwidth = 2 * (p - 1) * a_i, 2 * (p - 1) / p * n * b_i
     elif fabric.hierarchical and r > 1:
@@ -210,17 +213,15 @@ def sharded_s(
     n: float, size: int, alpha: float, beta: float, duplex: float, fabric: Fabric
 ) -> float:
     """One bucket's decoded allreduce, shards point to point (see the module)."""
-    p = size
-    if p < 2:
+    if size < 2:
         return 0.0
-    r, m = fabric.per_node(p), fabric.nodes(p)
-    a_i, b_i = _intra(fabric, alpha, beta)
-    if m == 1:
-        stage = a_i + (p - 1) / p * n * b_i
-    else:
-        nic = duplex * beta * r * (p - r) / p * n
-        stage = alpha + max(nic, (r - 1) / p * n * b_i)
-    return 2 * max(stage, (p - 1) * n * fabric.shared_s_per_byte)
+    r, m, a_i, b_i = _placed(fabric, size, alpha, beta)
+    shard = n / size
+    if m == 1:  # every shard over the node's own links
+        stage = a_i + (size - 1) * shard * b_i
+    else:  # r ranks' shards to the other nodes' owners through one NIC, the rest within
+        stage = alpha + max(duplex * beta * r * (size - r) * shard, (r - 1) * shard * b_i)
+    return 2 * max(stage, (size - 1) * n * fabric.shared_s_per_byte)
 
 
 def server_s(
