@@ -465,8 +465,7 @@ class BucketOptimizer(WrappedOptimizer):
         per_node = getattr(self.mixer.transport, "bytes_per_step", None)  # gossip-node's
         if per_node is not None:
             return factors + sum(
-                per_node(b.grads.numel() * b.grads.element_size(), self.codec.wire_nbytes(b.grads))
-                for b in self.layout.buckets
+                per_node(b.nbytes, self.codec.wire_nbytes(b.grads)) for b in self.layout.buckets
             )
         buckets = sum(
             spec.bytes_per_step(

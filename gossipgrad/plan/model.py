@@ -185,8 +185,9 @@ class CommModel:
         if pattern == "peer":
             return self.gossip_factor * peer_s(nbytes, size, a, b, self.duplex, f) + host
         if pattern == "node":
-            fp32 = self.wire_ratio  # the node's own moves go as float32
-            return self.gossip_factor * node_s(nbytes, size, a, b, self.duplex, f, fp32) + host
+            # the codec's ratio given back to the node's own moves, which stay float32
+            node = node_s(nbytes, size, a, b, self.duplex, f, self.wire_ratio)
+            return self.gossip_factor * node + host
         if pattern == "server":
             even = 2 * (size - 1) / size * nbytes * max(b, f.shared_beta(size))
             return 2 * a + even + host
