@@ -12,22 +12,42 @@ What ``finish`` leaves in the bucket, by the transport's pattern:
   a codec that is not summable decodes before it adds: :mod:`gossipgrad.engine.sharded`);
 - ``none``: the bucket unchanged.
 
+A strategy whose bucket moves in several stages of its own (gossip-node's, over nodes)
+hands in ``whole``: a mix that posts and finishes a bucket itself (``start``/``finish``,
+as :class:`~gossipgrad.engine.sharded.ShardedMean` does for a codec that cannot be
+summed) and says what it sends (``bytes_per_step``) and along which schedule.
+
 The communication thread calls ``finish`` from its own thread (:mod:`.commthread`); every
 rank must post the same buckets in the same order for the ring pattern.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import torch
 
 from gossipgrad.comm.codecs import Codec, make_codec
+from gossipgrad.comm.schedule import Schedule
 from gossipgrad.comm.sharded import ShardTransport
 from gossipgrad.comm.transport import Pending, Transport, make_transport
-from gossipgrad.engine.nodemix import NodeMix
 from gossipgrad.engine.rules import Average, make_rule
 from gossipgrad.engine.sharded import ShardedMean
+
+
+class WholeMix(Protocol):
+    """A bucket's exchange and mix in stages of its own (``BucketMixer(whole=...)``)."""
+
+    schedule: Schedule | None  # the exchange's own schedule (None: the ranks')
+
+    def start(self, buf: torch.Tensor, index: int, step: int, tag: int) -> Pending: ...
+
+    def finish(self, pending: Pending) -> None: ...
+
+    def bytes_per_step(self, nbytes: int, wire_nbytes: int) -> float | None:
+        """Bytes this rank sends per step for a bucket of ``nbytes`` (``wire_nbytes``
+        encoded); None: as the transport's pattern counts them."""
 
 
 class BucketMixer:
@@ -38,17 +58,29 @@ class BucketMixer:
         codec: what a bucket looks like on the wire; its per-bucket state is keyed by the
             bucket's index (a separate instance per kind of bucket and optimizer).
         rule: how own and received values combine.
+        whole: a mix that moves and mixes whole buckets itself (default: none, except
+            the sharded mean for a ring whose codec cannot be summed).
     """
 
-    def __init__(self, transport: Transport, codec: Codec, rule: Average) -> None:
+    def __init__(
+        self, transport: Transport, codec: Codec, rule: Average, whole: WholeMix | None = None
+    ) -> None:
         self.transport, self.codec, self.rule = transport, codec, rule
         self.comm = transport.comm
         self._wires: dict[int, torch.Tensor] = {}
-        self.sharded: ShardedMean | NodeMix | None = None
-        if transport.pattern == "ring" and not codec.summable:
+        self.sharded: WholeMix | None = whole
+        if whole is None and transport.pattern == "ring" and not codec.summable:
             self.sharded = ShardedMean(ShardTransport(self.comm, transport.stager), codec, rule)
-        elif transport.pattern == "node":  # the codec between nodes only
-            self.sharded = NodeMix(transport, rule, codec)
+
+    @property
+    def schedule(self) -> Schedule | None:
+        """The exchange's own schedule where it keeps one (gossip-node's, over nodes)."""
+        return None if self.sharded is None else self.sharded.schedule
+
+    def bucket_bytes(self, nbytes: int, wire_nbytes: int) -> float | None:
+        """Bytes this rank sends per step for one bucket, where the whole-bucket mix counts
+        them itself; None: the strategy's pattern counts them (:meth:`bytes_sent`)."""
+        return None if self.sharded is None else self.sharded.bytes_per_step(nbytes, wire_nbytes)
 
     @property
     def pattern(self) -> str:
@@ -100,6 +132,16 @@ class BucketMixer:
         """Bytes this rank sends per step for one bucket: the codec's wire bytes moved by
         ``pattern_bytes(nbytes, size)`` (the strategy's accounting)."""
         return pattern_bytes(self.codec.wire_nbytes(like), self.comm.size)
+
+
+def pattern_mixers(pattern: str) -> Callable[..., BucketMixer]:
+    """What builds a strategy's mixer on a communicator, ``(comm, schedule, stager,
+    topology, codec, rule)``, for a transport :func:`make_transport` knows by ``pattern``."""
+
+    def build(comm: Any, schedule: Any, stager: Any, topology: str, codec: Codec, rule: Any):
+        return BucketMixer(make_transport(pattern, comm, schedule, stager), codec, rule)
+
+    return build
 
 
 def make_mixer(

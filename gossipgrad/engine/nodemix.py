@@ -30,11 +30,15 @@ result is copied back at the finish, so the bucket is only read until then.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from gossipgrad.comm.codecs import Codec
-from gossipgrad.comm.nodes import NodeTransport
+from gossipgrad.comm.nodes import NodeTransport, node_transport
+from gossipgrad.comm.schedule import Schedule
 from gossipgrad.comm.transport import Pending
+from gossipgrad.engine.mixer import BucketMixer
 from gossipgrad.engine.rules import Average
 
 
@@ -53,6 +57,16 @@ class NodeMix:
         self.comm = transport.comm
         self.stager = transport.stager
         self._host: dict[int, torch.Tensor] = {}  # staged buckets by index
+
+    @property
+    def schedule(self) -> Schedule:
+        """The schedule over nodes (the exchange's topology is this one's)."""
+        return self.transport.schedule
+
+    def bytes_per_step(self, nbytes: int, wire_nbytes: int) -> float:
+        """Within the node float32, between nodes the codec's bytes
+        (:meth:`NodeTransport.bytes_per_step`)."""
+        return self.transport.bytes_per_step(nbytes, wire_nbytes)
 
     def start(self, buf: torch.Tensor, index: int, step: int, tag: int) -> Pending:
         """Post stage 1 (stages 2 and 3 follow by :meth:`Pending.advance`); ``buf`` is
@@ -136,3 +150,12 @@ class NodeMix:
         if pending.staged is not None:
             pending.staged.copy_(pending.buf)
             pending.buf, pending.staged = pending.staged, None
+
+
+def node_mixer(
+    comm: Any, schedule: Schedule, stager: Any, topology: str, codec: Codec, rule: Average
+) -> BucketMixer:
+    """gossip-node's mixer: finds the nodes (collective), gossips between them along
+    ``topology`` with ``schedule``'s seed and rotation, the codec on that exchange only."""
+    transport = node_transport(comm, schedule, stager, topology)
+    return BucketMixer(transport, codec, rule, whole=NodeMix(transport, rule, codec))

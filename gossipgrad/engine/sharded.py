@@ -40,10 +40,16 @@ class ShardedMean:
         rule: its ``mean_`` turns the owner's sum into the mean.
     """
 
+    schedule = None  # the ranks' (it has no schedule of its own)
+
     def __init__(self, transport: ShardTransport, codec: Codec, rule: Average) -> None:
         self.transport, self.codec, self.rule = transport, codec, rule
         self.comm = transport.comm
         self._wires: dict[tuple, torch.Tensor] = {}
+
+    def bytes_per_step(self, nbytes: int, wire_nbytes: int) -> None:
+        """None: it moves a ring's bytes, as the strategy's pattern counts them."""
+        return None
 
     def start(self, buf: torch.Tensor, index: int, step: int, tag: int) -> Pending:
         """Encode every other rank's shard of ``buf`` and post the scatter; the gather is

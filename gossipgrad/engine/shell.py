@@ -55,7 +55,6 @@ from gossipgrad.comm.base import Communicator, Tag
 from gossipgrad.comm.codecs import Codec, make_codec
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.comm.staging import Stager
-from gossipgrad.comm.transport import Transport, make_transport
 from gossipgrad.engine import amp
 from gossipgrad.engine.accumulate import AccumulationError, ReadyCounter, accumulation_message
 from gossipgrad.engine.buckets import BucketLayout, install_forward_waits
@@ -63,7 +62,7 @@ from gossipgrad.engine.commthread import CommThread
 from gossipgrad.engine.consensus import broadcast_parameters_, consensus_distance, verify_identical
 from gossipgrad.engine.factors import Router, make_factor_path
 from gossipgrad.engine.join import JoinAgreement, join_period
-from gossipgrad.engine.mixer import BucketMixer
+from gossipgrad.engine.mixer import BucketMixer, pattern_mixers
 from gossipgrad.engine.monitor import ConsensusMonitor
 from gossipgrad.engine.protocol import WrappedOptimizer
 from gossipgrad.engine.rules import make_rule
@@ -92,9 +91,10 @@ class BucketOptimizer(WrappedOptimizer):
         pattern: how a bucket's wire moves: ``peer``, ``ring``, ``node`` or ``none``; the
             strategy's spec says.
         stager: how device tensors reach MPI (default: direct on CPU).
-        transports: builds the transport, ``(comm, schedule, stager, topology)``, for
-            the first communicator and again after a shrink; the strategy's spec gives
-            it (default: :func:`gossipgrad.comm.transport.make_transport` of ``pattern``).
+        mixers: builds the bucket mixer, ``(comm, schedule, stager, topology, codec,
+            rule)``, for the first communicator and again after a shrink; the strategy's
+            spec gives it (default: :func:`gossipgrad.engine.mixer.pattern_mixers` of
+            ``pattern``).
     """
 
     _step_supports_amp_scaling = True  # GradScaler.step calls step() on every rank (amp.py)
@@ -108,7 +108,7 @@ class BucketOptimizer(WrappedOptimizer):
         *,
         pattern: str,
         stager: Stager | None = None,
-        transports: Callable[..., Transport] | None = None,
+        mixers: Callable[..., BucketMixer] | None = None,
     ) -> None:
         super().__init__(optimizer, model, comm, options)
         opts = options
@@ -116,9 +116,7 @@ class BucketOptimizer(WrappedOptimizer):
         broadcast_parameters_(model, comm)
         verify_identical(model, comm)
         self._stager = stager
-        self._transports = transports or (
-            lambda comm, schedule, stager, topology: make_transport(pattern, comm, schedule, stager)
-        )
+        self._mixers = mixers or pattern_mixers(pattern)
         self._start = StartCheck()
         self._amp = False  # a GradScaler drives the steps (every rank agrees each skip)
         self._exchanged = False  # this step's gradient exchange is complete
@@ -170,8 +168,9 @@ class BucketOptimizer(WrappedOptimizer):
         self.comm = comm
         self.schedule = Schedule(comm.size, opts.rank_topology, opts.seed, opts.rotate)
         self.communicates = comm.size > 1 and self.pattern != "none"
-        transport = self._transports(comm, self.schedule, self._stager, opts.topology.value)
-        self.mixer = BucketMixer(transport, self.codec, self.rule)
+        self.mixer = self._mixers(
+            comm, self.schedule, self._stager, opts.topology.value, self.codec, self.rule
+        )
         collective = self.pattern == "ring"  # posted in order, by the caller
         thread = None
         if opts.overlap and self.communicates and not opts.max_lag:  # lag polls its own
@@ -197,7 +196,7 @@ class BucketOptimizer(WrappedOptimizer):
     def exchange_topology(self) -> str:
         """Where the transport keeps a schedule of its own (gossip-node's, over nodes),
         that one's topology; else the ranks'."""
-        return getattr(self.mixer.transport, "schedule", self.schedule).topology.value
+        return (self.mixer.schedule or self.schedule).topology.value
 
     @property
     def bucket_count(self) -> int:  # type: ignore[override]
@@ -462,11 +461,12 @@ class BucketOptimizer(WrappedOptimizer):
             return 0.0
         factors = self.factors.bytes_sent() if self.factors else 0.0
         spec = self.options.spec
-        per_node = getattr(self.mixer.transport, "bytes_per_step", None)  # gossip-node's
-        if per_node is not None:
-            return factors + sum(
-                per_node(b.nbytes, self.codec.wire_nbytes(b.grads)) for b in self.layout.buckets
-            )
+        own = [
+            self.mixer.bucket_bytes(b.nbytes, self.codec.wire_nbytes(b.grads))
+            for b in self.layout.buckets
+        ]
+        if own and None not in own:  # the mix counts its own (gossip-node's, within a node too)
+            return factors + sum(own)
         buckets = sum(
             spec.bytes_per_step(
                 self.codec.wire_nbytes(b.grads) + self.timing.header_bytes, self.comm.size

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from gossipgrad.comm.transport import Transport, make_transport
+from gossipgrad.engine.mixer import BucketMixer
 from gossipgrad.engine.shell import BucketOptimizer
 from gossipgrad.registry import StrategySpec
 
@@ -25,7 +26,7 @@ class BucketStrategy(StrategySpec):
             opts,
             pattern=self.pattern,
             stager=stager,
-            transports=self.transport,
+            mixers=self.mixer,
         )
 
     def transport(self, comm: Any, schedule: Any, stager: Any, topology: str) -> Transport:
@@ -33,6 +34,14 @@ class BucketStrategy(StrategySpec):
         the transport of :attr:`pattern`. A strategy with a transport of its own
         overrides this (collective where the transport needs the ranks to agree)."""
         return make_transport(self.pattern, comm, schedule, stager)
+
+    def mixer(
+        self, comm: Any, schedule: Any, stager: Any, topology: str, codec: Any, rule: Any
+    ) -> BucketMixer:
+        """A bucket's whole exchange on ``comm`` (built again after a shrink): this
+        strategy's :meth:`transport` with the ``codec`` and ``rule``. A strategy whose
+        bucket moves in stages of its own overrides this (``BucketMixer(whole=...)``)."""
+        return BucketMixer(self.transport(comm, schedule, stager, topology), codec, rule)
 
     def cannot_shrink(self, opts: Any) -> str | None:
         if opts.max_lag:

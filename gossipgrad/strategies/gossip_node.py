@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from gossipgrad.comm.nodes import NodeTransport, node_transport
+from gossipgrad.engine.mixer import BucketMixer
+from gossipgrad.engine.nodemix import node_mixer
 from gossipgrad.registry import STRATEGIES
 from gossipgrad.strategies.gossip import Gossip
 
@@ -34,6 +36,12 @@ class GossipNode(Gossip):
     def transport(self, comm: Any, schedule: Any, stager: Any, topology: str) -> NodeTransport:
         """Finds the nodes (collective) and gossips between them along ``topology``."""
         return node_transport(comm, schedule, stager, topology)
+
+    def mixer(
+        self, comm: Any, schedule: Any, stager: Any, topology: str, codec: Any, rule: Any
+    ) -> BucketMixer:
+        """Its transport with the three-stage node mix (:mod:`gossipgrad.engine.nodemix`)."""
+        return node_mixer(comm, schedule, stager, topology, codec, rule)
 
     def cannot_shrink(self, opts: Any) -> str | None:
         return "its nodes are fixed at start-up (use --strategy gossip to shrink on a failure)"

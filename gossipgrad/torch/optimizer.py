@@ -138,7 +138,7 @@ def DistributedOptimizer(  # noqa: N802 - Horovod's name
             "gossipgrad.DistributedOptimizer(optimizer, model, comm, strategy=...)"
         )
     opt = HorovodOptimizer(
-        optimizer, model, comm, opts, pattern=opts.spec.pattern, transports=opts.spec.transport
+        optimizer, model, comm, opts, pattern=opts.spec.pattern, mixers=opts.spec.mixer
     )
     opt.serial = next(_SERIAL)
     register(opt)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 import toy_codec  # registers "toy-negate" (tests/support/plugins, on sys.path: conftest)
+import toy_pairs  # registers "toy-pairs"
 import toy_rule  # registers "toy30"
 import toy_strategy  # registers "toy-periodic"
 
@@ -24,10 +25,11 @@ from gossipgrad.options import DataOptions
 
 def test_the_toys_live_outside_the_package():
     package = Path(gossipgrad.__file__).resolve().parent
-    for module in (toy_strategy, toy_rule, toy_codec):
+    for module in (toy_strategy, toy_rule, toy_codec, toy_pairs):
         assert package not in Path(module.__file__).resolve().parents, module.__file__
     for text in (p.read_text() for p in package.rglob("*.py")):
         assert "toy-periodic" not in text and "toy30" not in text and "toy-negate" not in text
+        assert "toy-pairs" not in text
 
 
 def _digits_job(comm, epochs: int = 6, **options):
@@ -120,6 +122,33 @@ def _bits(comm, **options) -> torch.Tensor:
     finally:
         opt.close()
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("options", [{"mix": "param"}, {"mix": "grad"}, {"overlap": False}])
+def test_a_toy_bucket_strategy_brings_its_own_mix_and_byte_count(options):
+    """A plugin's whole-bucket mix (``BucketMixer(whole=...)``) runs in the shell: each pair
+    of ranks holds the same bits, the pairs differ, and the bytes a step are the mix's own
+    count (a bucket each), not the ring's ``2 (size - 1) / size`` its pattern names."""
+
+    def body(comm):
+        bits = _bits(comm, strategy=toy_pairs.NAME, **options)
+        model = torch.nn.Linear(6, 3)
+        opt = gossipgrad.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.1), model, comm, strategy=toy_pairs.NAME
+        )
+        try:
+            return bits, opt.bytes_sent_per_step(), opt.exchange_topology, opt.schedule
+        finally:
+            opt.close()
+
+    results = run_ranks(4, body, timeout=250)
+    bits = [r[0] for r in results]
+    assert torch.equal(bits[0], bits[1]) and torch.equal(bits[2], bits[3])
+    assert not torch.equal(bits[0], bits[2])  # the pairs never mixed
+    for sent, topology, schedule in (r[1:] for r in results):
+        assert sent == 4 * (6 * 3 + 3)  # its count: one float32 bucket, not 1.5 of it
+        assert topology == schedule.topology.value  # no schedule of its own: the ranks'
 
 
 DETERMINISTIC = [

@@ -23,6 +23,7 @@ from gossipgrad.comm.schedule import Schedule, is_power_of_two
 from gossipgrad.comm.staging import Stager
 from gossipgrad.engine.consensus import average_parameters_, consensus_distance
 from gossipgrad.engine.mixer import BucketMixer, make_mixer
+from gossipgrad.engine.nodemix import NodeMix
 from gossipgrad.engine.rules import make_rule
 from gossipgrad.strategies import DistributedOptimizer
 
@@ -302,8 +303,12 @@ def check_node_gossip_keeps_the_mean_and_nodes_agree(comm) -> None:
     host memory (an MPI that is not CUDA-aware; forced here) gets the same bits."""
 
     def mixer(layout: NodeLayout, wire: str, stager: Stager | None = None) -> BucketMixer:
-        transport = NodeTransport(comm, layout, seed=7, stager=stager)
-        return BucketMixer(transport, make_codec(wire), make_rule("average"))
+        transport, codec, rule = (
+            NodeTransport(comm, layout, seed=7, stager=stager),
+            make_codec(wire),
+            make_rule("average"),
+        )
+        return BucketMixer(transport, codec, rule, whole=NodeMix(transport, rule, codec))
 
     for r in [d for d in range(1, comm.size + 1) if comm.size % d == 0]:
         layout = blocks(comm.size, r)
