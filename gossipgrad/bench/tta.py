@@ -22,8 +22,11 @@ Evaluation does not change training: the consensus model (the mean over ranks of
 parameters, which ``synchronize`` would produce) is built in a scratch copy, so gossip and
 local keep their own parameters and how often one evaluates does not change how many steps
 a strategy needs. ``local`` is therefore "train on the own shard, average when asked".
-The exception is a bounded lag (``--max-lag``, gossip's or ps's): completing a segment
-brings every rank to its step, so its lag acts only within the ``eval_every`` steps.
+A bounded lag (``--max-lag``) is settled the same way: its frames are delivered within the
+segment and mixed by the steps that follow, as frames that arrived early. The barriers still
+bring the ranks together in time at each segment's end, so how far a fast rank runs ahead
+acts only within the ``eval_every`` steps; ps with a lag is brought to the step (every
+rank pulls the newest parameters), so its staleness too acts only within them.
 
 The learning-rate schedule is the engine's (warm-up, then cosine to zero) over ``steps``
 steps at every size and for every strategy, so steps to the target compare across sizes

@@ -323,6 +323,15 @@ class Lagged(Timing):
             self._deposit()
         return owed and self.mix is Mix.GRAD
 
+    def settle_(self, step: int) -> bool:
+        """Every rank at the same step (collective in effect): every frame of steps <
+        ``step`` sent and received, none applied. The steps that follow mix them as they
+        would have mixed frames that arrived early (no push-sum weight moves, no gradient
+        share is applied with an optimizer step of its own, as :meth:`drain_` does)."""
+        if not self.link.closed:
+            self.link.wait(step - 1)
+        return False
+
     def average_(self, model: torch.nn.Module, comm: Communicator) -> None:
         """After :meth:`drain_`: every rank gets the virtual mean sum(w z) / size (exact:
         the weights sum to ``size``) and w = 1."""
