@@ -175,7 +175,7 @@ def _read(spec: str) -> tuple[str, str]:
     if not path.is_file():
         raise ValueError(
             f"stand-in profile {spec!r}: no such file, and no shipped profile of that name "
-            f"(shipped: {', '.join(shipped()) or 'none'})"
+            f"(shipped: {', '.join(shipped()) or 'none'}; short names: {', '.join(ALIASES)})"
         )
     return path.read_text(encoding="utf-8"), str(path)
 

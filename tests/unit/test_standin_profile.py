@@ -84,7 +84,9 @@ def test_a_bad_field_is_one_line_naming_the_file_and_the_field(change, field):
 
 
 def test_load_names_the_file_and_lists_the_shipped_profiles(tmp_path):
-    with pytest.raises(ValueError, match="no such file.*resnet50-p100-fp32-b64"):
+    with pytest.raises(
+        ValueError, match="no such file.*resnet50-p100-fp32-b64.*short names: resnet50"
+    ):
         StandinProfile.load(tmp_path / "missing.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{")
