@@ -29,7 +29,7 @@ acts only within the ``eval_every`` steps; ps with a lag is brought to the step 
 rank pulls the newest parameters), so its staleness too acts only within them.
 With the parameter mix under a lag, ``synchronize`` computes push-sum's mean (each rank's
 model weighted by its push-sum weight, frames in flight counted); the evaluation's plain
-mean differs from it by about the consensus distance, which the monitor keeps small.
+mean differs from it by about the ranks' consensus distance (small once they mix).
 
 The learning-rate schedule is the engine's (warm-up, then cosine to zero) over ``steps``
 steps at every size and for every strategy, so steps to the target compare across sizes
