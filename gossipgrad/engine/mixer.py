@@ -68,19 +68,19 @@ class BucketMixer:
         self.transport, self.codec, self.rule = transport, codec, rule
         self.comm = transport.comm
         self._wires: dict[int, torch.Tensor] = {}
-        self.sharded: WholeMix | None = whole
+        self.whole: WholeMix | None = whole
         if whole is None and transport.pattern == "ring" and not codec.summable:
-            self.sharded = ShardedMean(ShardTransport(self.comm, transport.stager), codec, rule)
+            self.whole = ShardedMean(ShardTransport(self.comm, transport.stager), codec, rule)
 
     @property
     def schedule(self) -> Schedule | None:
         """The exchange's own schedule where it keeps one (gossip-node's, over nodes)."""
-        return None if self.sharded is None else self.sharded.schedule
+        return None if self.whole is None else self.whole.schedule
 
     def bucket_bytes(self, nbytes: int, wire_nbytes: int) -> float | None:
         """Bytes this rank sends per step for one bucket, where the whole-bucket mix counts
         them itself; None: the strategy's pattern counts them (:meth:`bytes_sent`)."""
-        return None if self.sharded is None else self.sharded.bytes_per_step(nbytes, wire_nbytes)
+        return None if self.whole is None else self.whole.bytes_per_step(nbytes, wire_nbytes)
 
     @property
     def pattern(self) -> str:
@@ -91,8 +91,8 @@ class BucketMixer:
         :meth:`finish`)."""
         if self.transport.pattern == "none" or self.transport.idle(step):
             return Pending(buf, key=index)  # nothing to send: nothing to encode either
-        if self.sharded is not None:
-            return self.sharded.start(buf, index, step, tag)
+        if self.whole is not None:
+            return self.whole.start(buf, index, step, tag)
         if self.codec.in_place:
             wire = buf  # the identity: send (or allreduce) the bucket itself
         else:
@@ -110,8 +110,8 @@ class BucketMixer:
 
     def finish(self, pending: Pending) -> None:
         """Wait for ``pending`` and mix what arrived into its bucket, in place."""
-        if self.sharded is not None:
-            self.sharded.finish(pending)
+        if self.whole is not None:
+            self.whole.finish(pending)
             return
         self.transport.wait(pending)
         if pending.recv is None:
