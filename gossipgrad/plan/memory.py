@@ -26,9 +26,10 @@ Accounting (bytes), with ``P`` = ``param_bytes`` and ``G`` = bytes in gradient b
   scratch (float32 and int32): gossip ``5 m``, allreduce ``3 m``, ps ``4 m``. The scratch
   counts were read off the tensors two small runs held, and checked on other models and
   sizes (tests/inprocess/test_codec_memory.py). gossip-node encodes only its exchange
-  between nodes, a ``1/k`` shard on ``k`` ranks a node: counted as gossip's float32 receive
-  buffers ``G``, a send wire ``r G`` and gossip's residuals and scratch, that is at one
-  rank a node, an upper bound for more;
+  between nodes, a ``1/k`` shard on ``k`` ranks a node: the node's other ranks' float32
+  copies of this rank's shard ``(k - 1) G / k``, the shard's send and receive wires
+  ``2 r G / k``, and gossip's residuals and scratch for the shards (``/ k``; one node
+  encodes nothing; ``ranks_per_node``: the planner's fabric);
 - size 1 or local: no communication buffers.
 
     >>> from gossipgrad.plan.formats import Bucket, Profile
@@ -89,6 +90,7 @@ def estimate_memory(
     optimizer_state_factor: float = 1.0,
     wire_ratio: float = 1.0,
     feedback: bool = False,
+    ranks_per_node: int = 1,
 ) -> MemoryEstimate:
     """Estimate device memory for ``profile`` (already re-bucketed) under ``strategy``.
 
@@ -96,6 +98,8 @@ def estimate_memory(
     Adam 2, plain SGD 0); it is ignored when the profile has a measured peak.
     ``wire_ratio``: wire bytes per float32 byte of a lossy codec (1.0: none, fp32);
     ``feedback``: the codec keeps error-feedback residuals.
+    ``ranks_per_node``: ranks behind one network interface (gossip-node's shards are a
+    bucket's ``1 / ranks_per_node``).
     """
     pattern = pattern_of(strategy)
     if staleness not in (0, 1):
@@ -108,6 +112,7 @@ def estimate_memory(
         raise ValueError(f"device_memory_bytes must be >= 0, got {device_memory_bytes}")
     if not 0 < wire_ratio <= 1:
         raise ValueError(f"wire_ratio must be in (0, 1], got {wire_ratio!r}")
+    _whole_number(ranks_per_node, "ranks_per_node")
     grads = profile.grad_bytes
     parts: list[tuple[str, int]]
     if profile.memory_bytes is not None:
@@ -129,8 +134,15 @@ def estimate_memory(
         if staleness == 1:
             parts.append(("send copies", grads))
     if lossy:
-        parts += _codec_parts(profile, pattern, size, staleness, wire_ratio, feedback)
+        parts += _codec_parts(
+            profile, pattern, size, staleness, wire_ratio, feedback, ranks_per_node
+        )
     return MemoryEstimate(tuple(parts), device_memory_bytes, profile.memory_bytes is not None)
+
+
+def _whole_number(value: object, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
 
 
 def _busiest_owner(
@@ -155,25 +167,39 @@ def _busiest_owner(
 
 
 def _codec_parts(
-    profile: Profile, pattern: str, size: int, staleness: int, ratio: float, feedback: bool
+    profile: Profile,
+    pattern: str,
+    size: int,
+    staleness: int,
+    ratio: float,
+    feedback: bool,
+    ranks_per_node: int = 1,
 ) -> list[tuple[str, int]]:
     """A lossy codec's buffers on one rank (the module's accounting)."""
     grads = profile.grad_bytes
     if pattern == "peer":
         parts = [("wire buffers (send and receive)", round(2 * ratio * grads))]
-    elif pattern == "node":  # shards of the node's ranks in float32, one send wire (r = 1)
-        parts = [("receive buffers", grads), ("wire buffers (send)", round(ratio * grads))]
+    elif pattern == "node":  # the node's other ranks' copies of this rank's shard (float32),
+        r = ranks_per_node  # and the shard's send and receive wires between nodes
+        parts = (
+            [("receive buffers (the node's shards)", round((r - 1) * grads / r))] if r > 1 else []
+        )
+        if r >= size:  # one node: nothing crosses a network interface, nothing is encoded
+            return parts
+        parts.append(("wire buffers (send and receive)", round(2 * ratio * grads / r)))
     elif pattern == "ring":
         shards = ratio * grads * (3 * size - 2) / size
         parts = [("wire buffers (shards sent and received)", round(shards))]
     else:
         parts = [("wire buffers", _ps_wires(profile, size, staleness, ratio))]
+    share = ranks_per_node if pattern == "node" else 1  # what is encoded: the shard
     if feedback:
-        parts.append(("error-feedback residuals and last decodings", 2 * grads))
+        parts.append(("error-feedback residuals and last decodings", round(2 * grads / share)))
     # buckets of decoding scratch, by pattern: without feedback, with it
     scratch = {"peer": (2, 5), "node": (2, 5), "ring": (0, 3), "server": (1, 4)}[pattern][feedback]
     if scratch:
-        parts.append(("codec scratch", scratch * max(b.bytes for b in profile.buckets)))
+        largest = max(b.bytes for b in profile.buckets)
+        parts.append(("codec scratch", round(scratch * largest / share)))
     return parts
 
 

@@ -136,6 +136,7 @@ def plan(
                         optimizer_state_factor=optimizer_state_factor,
                         wire_ratio=model.wire_ratio,
                         feedback=wire_feedback,
+                        ranks_per_node=model.fabric.ranks_per_node,
                     )
                     rows.append(
                         PlanRow(

@@ -63,10 +63,17 @@ def _measure(strategy: str, wire: str, size: int, width: int, layers: int, bucke
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("wire", ["bf16", "fp8"])
 @pytest.mark.parametrize(
-    "strategy, size, layers",
-    [("gossip", 3, 5), ("allreduce", 3, 5), ("ps", 3, 6)],  # ps: every rank owns as much
+    "strategy, size, layers, per_node",
+    [
+        ("gossip", 3, 5, 1),
+        ("allreduce", 3, 5, 1),
+        ("ps", 3, 6, 1),  # ps: every rank owns as much
+        ("gossip-node", 4, 5, 2),
+        ("gossip-node", 4, 5, 4),
+    ],
 )
-def test_estimate_is_near_what_the_run_holds(strategy, size, layers, wire):
+def test_estimate_is_near_what_the_run_holds(strategy, size, layers, per_node, wire, monkeypatch):
+    monkeypatch.setenv("GOSSIPGRAD_RANKS_PER_NODE", str(per_node))  # gossip-node's nodes
     held, buckets, params = _measure(strategy, wire, size, 512, layers, 3)
     profile = Profile(
         "stack",
@@ -86,6 +93,7 @@ def test_estimate_is_near_what_the_run_holds(strategy, size, layers, wire):
         optimizer_state_factor=0.0,
         wire_ratio=codec().wire_ratio(4),
         feedback=codec.feedback_default,
+        ranks_per_node=per_node,
     )
     error = estimate.required_bytes / held - 1
     # the decoding scratch depends on which thread encodes: the estimate errs high

@@ -269,8 +269,23 @@ def test_memory_counts_a_lossy_codecs_buffers():
     assert ps["wire buffers"] == round(0.5 * (2 * g + 3 * g))
     plain = dict(estimate_memory(prof, "gossip", size=4).breakdown)
     assert plain["receive buffers"] == 2 * g and "codec scratch" not in plain
-    # gossip-node: float32 shards from the node, a send wire (bounded as at one rank a node)
-    node = dict(estimate_memory(prof, "gossip-node", size=4, wire_ratio=0.5).breakdown)
-    assert node["receive buffers"] == 2 * g and node["wire buffers (send)"] == g
+    # gossip-node, 2 nodes of 2: the node's float32 copies of this rank's shard (G / 2),
+    # the shard's wires (2 r G / 2) and scratch for the shards; one rank a node: gossip's;
+    # one node: nothing encoded
+    node = dict(
+        estimate_memory(prof, "gossip-node", size=4, wire_ratio=0.5, ranks_per_node=2).breakdown
+    )
+    assert node["receive buffers (the node's shards)"] == g
+    assert node["wire buffers (send and receive)"] == g and node["codec scratch"] == g
+    alone = dict(estimate_memory(prof, "gossip-node", size=4, wire_ratio=0.5).breakdown)
+    assert alone == gossip
+    one = dict(
+        estimate_memory(prof, "gossip-node", size=4, wire_ratio=0.5, ranks_per_node=4).breakdown
+    )
+    assert (
+        one["receive buffers (the node's shards)"] == round(1.5 * g) and "codec scratch" not in one
+    )
+    with pytest.raises(ValueError, match="ranks_per_node must be a whole number >= 1, got 0"):
+        estimate_memory(prof, "gossip-node", size=4, ranks_per_node=0)
     with pytest.raises(ValueError, match="wire_ratio"):
         estimate_memory(prof, "gossip", size=4, wire_ratio=0)
