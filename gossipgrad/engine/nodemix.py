@@ -30,15 +30,12 @@ result is copied back at the finish, so the bucket is only read until then.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from gossipgrad.comm.codecs import Codec
-from gossipgrad.comm.nodes import NodeTransport, node_transport
+from gossipgrad.comm.nodes import NodeTransport
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.comm.transport import Pending
-from gossipgrad.engine.mixer import BucketMixer
 from gossipgrad.engine.rules import Average
 
 
@@ -150,12 +147,3 @@ class NodeMix:
         if pending.staged is not None:
             pending.staged.copy_(pending.buf)
             pending.buf, pending.staged = pending.staged, None
-
-
-def node_mixer(
-    comm: Any, schedule: Schedule, stager: Any, topology: str, codec: Codec, rule: Average
-) -> BucketMixer:
-    """gossip-node's mixer: finds the nodes (collective), gossips between them along
-    ``topology`` with ``schedule``'s seed and rotation, the codec on that exchange only."""
-    transport = node_transport(comm, schedule, stager, topology)
-    return BucketMixer(transport, codec, rule, whole=NodeMix(transport, rule, codec))

@@ -11,7 +11,7 @@ from typing import Any
 
 from gossipgrad.comm.nodes import NodeTransport, node_transport
 from gossipgrad.engine.mixer import BucketMixer
-from gossipgrad.engine.nodemix import node_mixer
+from gossipgrad.engine.nodemix import NodeMix
 from gossipgrad.registry import STRATEGIES
 from gossipgrad.strategies.gossip import Gossip
 
@@ -41,7 +41,8 @@ class GossipNode(Gossip):
         self, comm: Any, schedule: Any, stager: Any, topology: str, codec: Any, rule: Any
     ) -> BucketMixer:
         """Its transport with the three-stage node mix (:mod:`gossipgrad.engine.nodemix`)."""
-        return node_mixer(comm, schedule, stager, topology, codec, rule)
+        transport = self.transport(comm, schedule, stager, topology)
+        return BucketMixer(transport, codec, rule, whole=NodeMix(transport, rule, codec))
 
     def cannot_shrink(self, opts: Any) -> str | None:
         return "its nodes are fixed at start-up (use --strategy gossip to shrink on a failure)"
