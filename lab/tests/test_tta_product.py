@@ -9,7 +9,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from lab.bench.tta_product import markdown, score
+from lab.bench.tta_product import markdown, score, score_mean
 from lab.cli import lab
 
 
@@ -116,3 +116,41 @@ def test_steps_from_a_launch_without_that_size_says_so(tmp_path):
         lab, ["tta-product", str(tmp_path), "--steps-from", str(tmp_path / "empty")]
     )
     assert res.exit_code == 1 and "no metrics at size 8" in res.output
+
+
+def test_steps_for_one_contender_come_from_its_own_records(tmp_path):
+    _write(tmp_path)
+    _write_size8_metrics(tmp_path / "s1", {"gossip": 40, "ps": 20})
+    rec = {"bench": "tta", "size": 8, "target": 0.95, "results": {"ps": {"steps_to_target": 30}}}
+    (tmp_path / "ps-8.json").write_text(json.dumps(rec) + "\n")
+    report = score(
+        tmp_path, steps_from=[tmp_path / "s1"], steps_for={"ps": [tmp_path / "ps-8.json"]}
+    )
+    rows = {r["contender"]: r for r in report["rows"]}
+    assert rows["gossip"]["predicted_steps"] == 40 and rows["ps"]["predicted_steps"] == 30
+    rec["size"] = 4  # a record of another size is another job's steps
+    (tmp_path / "ps-8.json").write_text(json.dumps(rec) + "\n")
+    with pytest.raises(ValueError, match="not a launch at size 8"):
+        score(tmp_path, steps_for={"ps": [tmp_path / "ps-8.json"]})
+
+
+def test_the_mean_of_several_launches_is_scored_as_one(tmp_path):
+    _write_size8_metrics(tmp_path / "s1", {"gossip": 40, "ps": 20})
+    for name, full_s, short in (("a", 6.0, 0.1), ("b", 10.0, 0.3)):
+        (tmp_path / name).mkdir()
+        _write(tmp_path / name, full_s=full_s, short_step=short)
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    report = score_mean(dirs, steps_from=[tmp_path / "s1"])
+    g = next(r for r in report["rows"] if r["contender"] == "gossip")
+    # 40 steps x the mean short step (0.2) against the mean measured seconds (8.0)
+    assert g["launches"] == 2 and g["predicted_s"] == pytest.approx(8.0)
+    assert g["error_pct"] == pytest.approx(0.0) and report["summary"]["within_target"] == 1
+    assert report["rows"][1]["error_pct"] == pytest.approx(-50.0)  # ps: 20 steps x 0.2 s
+    # each launch alone errs (4 s for 6, 12 s for 10); the mean is what this check scores
+    alone = [score(d, steps_from=[tmp_path / "s1"])["rows"][0]["error_pct"] for d in dirs]
+    assert [round(e) for e in alone] == [-33, 20]
+    res = CliRunner().invoke(
+        lab, ["tta-product", *map(str, dirs), "--steps-from", str(tmp_path / "s1")]
+    )
+    assert res.exit_code == 0 and json.loads(res.output)["mean_of"] == list(map(str, dirs))
+    assert "mean of 2" in markdown(report)
