@@ -13,6 +13,8 @@
 # same emulated cluster, which enters no fit. With STEPS_FROM (launch directories of other
 # seeds, space-separated) the full launch is scored a second time with the steps at 8 ranks
 # taken from those launches (their mean) x this launch's short step: score-steps-from.json.
+# The mean over several seeds' launches, scored as one: `python -m lab tta-product DIR1 DIR2
+# ... --steps-from OTHER ...` (docs/validation/tta.md, "The mean of three fresh seeds").
 # Environment: RATE (1gbit), TARGET (0.95), STEPS (200), SHORT (24), CONTENDERS
 # (gossip,allreduce,ps,gossip:max-lag=2,ddp), SEED (0), STEPS_FROM (none).
 source "$(dirname "$0")/study.sh" tta-product "$@"
