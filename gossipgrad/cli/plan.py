@@ -209,6 +209,13 @@ def _fabric(ranks_per_node: int | None, intra_gbps: float | None, hierarchical: 
     "accuracy = predicted steps x these measured step times instead of the planner's.",
 )
 @click.option(
+    "--steps-at-size",
+    is_flag=True,
+    help="With --metrics that hold runs at a planned size itself (other seeds' pilot "
+    "runs), time to accuracy takes their mean steps there instead of the fit from smaller "
+    "sizes (seeds vary by about 9 %: docs/planner.md).",
+)
+@click.option(
     "--mix",
     type=click.Choice(["grad", "param"]),
     default="grad",
@@ -303,6 +310,7 @@ def plan(
     metrics: list[str] | None,
     target_accuracy: float | None,
     step_times: list[str] | None,
+    steps_at_size: bool,
     mix: str,
     sufficient_factors: str,
     ranks_per_node: int | None,
@@ -350,6 +358,7 @@ def plan(
             step_times=step_times,
             wire=wire,
             ps_split=ps_split,
+            steps_at_size=steps_at_size,
         )
     except (ValueError, OSError, ImportError) as exc:
         raise click.ClickException(str(exc)) from exc
@@ -358,7 +367,7 @@ def plan(
         click.echo(f"wrote {out}" + (f" and {png}" if png else ""), err=True)
     click.echo(
         "note: step times are throughput predictions only; time to accuracy needs "
-        "--metrics runs at smaller sizes",
+        "--metrics runs at smaller sizes (or at the size itself, with --steps-at-size)",
         err=True,
     )
 

@@ -70,6 +70,7 @@ def plan_report(
     step_times: Sequence[str | Path] | None = None,
     wire: str = "fp32",
     ps_split: bool = True,
+    steps_at_size: bool = False,
 ) -> str:
     """Load the profile and network fit, predict every configuration, and return the
     markdown report; also writes a PNG when ``png_path`` is given. ``metrics_path`` (one
@@ -88,11 +89,18 @@ def plan_report(
     ``wire``: the wire codec every bucket goes through (:func:`codec_on_the_wire`,
     :func:`~gossipgrad.plan.model.on_the_wire`). ``ps_split``: a parameter server splits a
     parameter larger than a server's share across owners (an elementwise optimizer's; False:
-    on one owner, as with any other optimizer)."""
+    on one owner, as with any other optimizer). ``steps_at_size``: the time to accuracy
+    takes the steps measured at a planned size where the metrics hold runs there (pilot
+    runs of other seeds) instead of the fit from smaller sizes."""
     if (metrics_path is None) != (target_accuracy is None):
         raise ValueError(
             "metrics_path and target_accuracy must be given together "
             "(--metrics FILE --target-accuracy X)"
+        )
+    if steps_at_size and metrics_path is None:
+        raise ValueError(
+            "--steps-at-size reads steps from --metrics: give --metrics FILE (runs at the "
+            "planned size) and --target-accuracy X"
         )
     strategies = list(strategies)
     profile = scale_profile(Profile.load(profile_path), compute_factor)
@@ -126,7 +134,9 @@ def plan_report(
         ps_split=ps_split,
         wire_feedback=bool(getattr(CODECS.get(wire), "feedback_default", False)),
     )
-    convergence, tta = metrics_sections(rows, metrics_path, target_accuracy, step_times)
+    convergence, tta = metrics_sections(
+        rows, metrics_path, target_accuracy, step_times, at_size=steps_at_size
+    )
     title = report_title(profile, network, host, compute_factor, exchange_factor)
     if wire != "fp32":
         title += f"; wire {wire} ({model.wire_ratio:.3g}x the bytes)"
@@ -187,20 +197,23 @@ def metrics_sections(
     metrics_path: str | Path | Sequence[str | Path] | None,
     target: float | None,
     step_times: Sequence[str | Path] | None = None,
+    at_size: bool = False,
 ) -> tuple[ConvergenceReport | None, str]:
     """From the metrics file(s): the measured steps to ``target`` per strategy and size, and
     the predicted time to accuracy per planned size (Markdown, "" without metrics): steps
     fitted at smaller sizes x the planner's step time, or x the step time measured in
-    ``step_times`` where given (hardware efficiency from a stand-in cluster)."""
+    ``step_times`` where given (hardware efficiency from a stand-in cluster); with
+    ``at_size``, steps measured at the planned size itself where the metrics hold runs
+    there (:func:`gossipgrad.plan.tta.tta_rows`)."""
     if metrics_path is None or target is None:
         return None, ""
     lines = read_lines(metrics_path)
     measured = measured_steps(lines, target)
     if step_times:
-        ttas = tta_rows_measured(read_step_times(step_times), measured)
+        ttas = tta_rows_measured(read_step_times(step_times), measured, at_size=at_size)
         source = "bench records: " + ", ".join(Path(p).name for p in step_times)
         return steps_to_target(lines, target), "\n" + render_tta(ttas, target, source) + "\n"
-    ttas = tta_rows(rows, measured, {r.size for r in rows})
+    ttas = tta_rows(rows, measured, {r.size for r in rows}, at_size=at_size)
     return steps_to_target(lines, target), "\n" + render_tta(ttas, target) + "\n"
 
 

@@ -34,14 +34,16 @@ from gossipgrad.plan.steps import DEFAULT_FORM, MeasuredSteps, StepsPrediction, 
 
 @dataclass(frozen=True)
 class TtaRow:
-    """One strategy at one size: predicted steps, step time and their product."""
+    """One strategy at one size: steps (predicted, or measured at the size: ``runs`` > 0),
+    step time and their product."""
 
     strategy: str
     size: int
     steps: float
     step_s: float
     bucket_mb: float
-    prediction: StepsPrediction
+    prediction: StepsPrediction | None
+    runs: int = 0
 
     @property
     def seconds(self) -> float:
@@ -49,33 +51,54 @@ class TtaRow:
         return self.steps * self.step_s
 
 
+def _steps(
+    measured: MeasuredSteps, name: str, size: int, form: str, at_size: bool
+) -> tuple[float, StepsPrediction | None, int] | None:
+    """(steps at ``size``, the fit from smaller sizes, runs at the size they came from):
+    with ``at_size`` the mean over runs at the size itself when every one there reached
+    the target (other seeds' pilots; 0 runs otherwise), else the fit; None with neither."""
+    pred = predict(measured, name, size, form)
+    if at_size and (mean := measured.mean(name, size)) is not None:
+        return mean, pred, len(measured.steps[(name, size)])
+    if pred is None or not pred.predicted > 0:
+        return None
+    return pred.predicted, pred, 0
+
+
 def tta_rows(
-    rows: Sequence[PlanRow], measured: MeasuredSteps, sizes: Iterable[int], form: str = DEFAULT_FORM
+    rows: Sequence[PlanRow],
+    measured: MeasuredSteps,
+    sizes: Iterable[int],
+    form: str = DEFAULT_FORM,
+    at_size: bool = False,
 ) -> list[TtaRow]:
-    """A row per (size, strategy) that has both a staleness-0 plan row and a steps fit."""
+    """A row per (size, strategy) that has both a staleness-0 plan row and steps (a fit,
+    or with ``at_size`` runs at the size: :func:`_steps`)."""
     out = []
     for size in sorted(set(sizes)):
         for strategy in dict.fromkeys(r.strategy for r in rows):
             best = best_by(rows, {"strategy": strategy, "staleness": 0}).get(size)
-            pred = predict(measured, strategy, size, form)
-            if best is None or pred is None or not pred.predicted > 0:
+            got = _steps(measured, strategy, size, form, at_size)
+            if best is None or got is None:
                 continue
-            out.append(TtaRow(strategy, size, pred.predicted, best.step_s, best.bucket_mb, pred))
+            out.append(TtaRow(strategy, size, got[0], best.step_s, best.bucket_mb, *got[1:]))
     return out
 
 
 def tta_rows_measured(
-    step_times: Mapping[tuple[str, int], float], measured: MeasuredSteps, form: str = DEFAULT_FORM
+    step_times: Mapping[tuple[str, int], float],
+    measured: MeasuredSteps,
+    form: str = DEFAULT_FORM,
+    at_size: bool = False,
 ) -> list[TtaRow]:
     """A row per (contender, size) of ``step_times`` (hardware efficiency measured, e.g. by
     ``gossipgrad bench strategies`` on a stand-in cluster: :func:`read_step_times`) that
-    has a steps fit from smaller sizes of the same contender's runs."""
+    has steps from the same contender's runs (:func:`_steps`)."""
     out = []
     for (name, size), step_s in sorted(step_times.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        pred = predict(measured, name, size, form)
-        if pred is None or not pred.predicted > 0:
-            continue
-        out.append(TtaRow(name, size, pred.predicted, step_s, 0.0, pred))
+        got = _steps(measured, name, size, form, at_size)
+        if got is not None:
+            out.append(TtaRow(name, size, got[0], step_s, 0.0, *got[1:]))
     return out
 
 
@@ -130,6 +153,25 @@ def dominant_term(row: TtaRow, best: TtaRow) -> str:
     return "steps" if abs(math.log(steps)) > abs(math.log(time)) else "step time"
 
 
+def _tta_line(r: TtaRow, best: TtaRow) -> str:
+    """One table row: the fit's sizes and curve (or the runs at the size it measured),
+    the steps, the held-out measurement and the comparison with the best."""
+    vs = "-" if r is best else f"{r.steps / best.steps:.2f}x, {r.step_s / best.step_s:.2f}x"
+    pred, held = r.prediction, "-"
+    if r.runs or pred is None:
+        fitted, model = f"measured at {r.size} ({r.runs} runs)", "their mean"
+        if pred is not None:
+            model += f"; fit: {pred.predicted:.1f}"
+    else:
+        fitted, model = ",".join(map(str, pred.fit.sizes)), pred.fit.describe()
+        if pred.measured is not None:
+            held = f"{pred.measured:.1f} ({pred.error:+.0%})"
+    return (
+        f"| {r.size} | {r.strategy} | {fitted} | {model} | {r.steps:.1f} | {held} | "
+        f"{r.step_s:.4f} | {r.seconds:.2f} | {vs} | {dominant_term(r, best)} |"
+    )
+
+
 def render_tta(rows: Sequence[TtaRow], target: float, step_source: str = "") -> str:
     """The prediction table and one recommendation sentence per size (Markdown);
     ``step_source`` says where measured step times came from (empty: the planner's)."""
@@ -138,29 +180,22 @@ def render_tta(rows: Sequence[TtaRow], target: float, step_source: str = "") -> 
             "Time to accuracy: no prediction (it needs, per strategy, runs that reach "
             f"the target {target:g} at two or more sizes below the size predicted, with "
             "'size' in their summaries, e.g. gossipgrad bench tta --metrics-out at 1, 2 "
-            "and 4 ranks)."
+            "and 4 ranks; with --steps-at-size, runs at the size itself will do)."
         )
     rec = recommend_tta(rows)
     step = f"step time MEASURED ({step_source})" if step_source else "predicted step time"
+    steps = "steps to target fitted at smaller sizes"
+    if any(r.runs for r in rows):
+        steps += " (or MEASURED at the size itself where the fit column says so)"
     out = [
-        f"Predicted time to test accuracy {target:g} (PREDICTION: steps to target fitted "
-        f"at smaller sizes x {step}, staleness 0):",
+        f"Predicted time to test accuracy {target:g} (PREDICTION: {steps} x {step}, staleness 0):",
         "",
         "| size | strategy | fitted on sizes | steps model | predicted steps | measured "
         "steps (held out) | step s | time to target s | vs best: steps, step time | "
         "dominant term |",
         "|" + "---|" * 10,
     ]
-    for r in rows:
-        best = rec.get(r.size, r)
-        fit, measured = r.prediction.fit, r.prediction.measured
-        held = "-" if measured is None else f"{measured:.1f} ({r.prediction.error:+.0%})"
-        vs = "-" if r is best else f"{r.steps / best.steps:.2f}x, {r.step_s / best.step_s:.2f}x"
-        out.append(
-            f"| {r.size} | {r.strategy} | {','.join(map(str, fit.sizes))} | "
-            f"{fit.describe()} | {r.steps:.1f} | {held} | {r.step_s:.4f} | "
-            f"{r.seconds:.2f} | {vs} | {dominant_term(r, best)} |"
-        )
+    out += [_tta_line(r, rec.get(r.size, r)) for r in rows]
     out.append("")
     for size, best in rec.items():
         others = [r for r in rows if r.size == size and r is not best]

@@ -276,3 +276,27 @@ def test_plan_command_recommends_by_time_to_accuracy_from_smaller_sizes(tmp_path
     missing = CliRunner().invoke(main, [*args, f"{small},{tmp_path / 'none.jsonl'}"])
     assert missing.exit_code == 1 and "none.jsonl" in missing.output
     assert "Traceback" not in missing.output
+    # --steps-at-size: the runs at 8 themselves (other seeds' pilots), not the fit
+    res = CliRunner().invoke(main, [*args, f"{small},{big}", "--steps-at-size"])
+    gossip = next(line for line in res.output.splitlines() if line.startswith("| 8 | gossip |"))
+    assert (
+        res.exit_code == 0 and "| measured at 8 (1 runs) | their mean; fit: 23.0 | 25.0 |" in gossip
+    )
+    assert "MEASURED at the size itself" in res.output
+    res = CliRunner().invoke(main, [*args[:-3], "--steps-at-size"])
+    assert res.exit_code == 1 and "--steps-at-size reads steps from --metrics" in res.output
+
+
+def test_steps_at_size_take_the_runs_there_and_fall_back_to_the_fit():
+    rows = [_plan_row("gossip", 8, 0.5), _plan_row("allreduce", 8, 1.0)]
+    m = MeasuredSteps({**MEASURED.steps, ("gossip", 8): (70, 80)}, {("allreduce", 8): 1})
+    ttas = {r.strategy: r for r in tta_rows(rows, m, [8], form="log", at_size=True)}
+    g, a = ttas["gossip"], ttas["allreduce"]
+    assert (g.steps, g.runs) == (75.0, 2) and g.prediction.predicted == pytest.approx(85.0)
+    # a run at 8 missed the target: their mean would flatter, so the fit stands
+    assert (a.runs, a.steps) == (0, pytest.approx(70.0))
+    text = render_tta(list(ttas.values()), 0.9)
+    assert "| 8 | gossip | measured at 8 (2 runs) | their mean; fit: 85.0 | 75.0 | - |" in text
+    assert "| 8 | allreduce | 1,2,4 |" in text
+    # without at_size the runs at 8 are held out, never the input
+    assert tta_rows(rows, m, [8], form="log")[0].steps == pytest.approx(85.0)
