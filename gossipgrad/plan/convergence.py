@@ -177,8 +177,9 @@ def read_lines(path: str | Path | Sequence[str | Path]) -> list[str]:
     lines: list[str] = []
     for p in map(Path, paths):
         if not p.is_file():
+            what = "is a directory" if p.is_dir() else "does not exist"
             raise ValueError(
-                f"metrics file {str(p)!r} does not exist; pass the metrics.jsonl "
+                f"metrics file {str(p)!r} {what}; pass the metrics.jsonl "
                 "written by a training run (or by gossipgrad bench tta --metrics-out)"
             )
         lines += p.read_text().splitlines()

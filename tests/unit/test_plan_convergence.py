@@ -88,3 +88,5 @@ def test_read_metrics_file_and_report_section(tmp_path):
     assert "| allreduce | 200 | 0.74 | 1 |  |" in text
     with pytest.raises(ValueError, match="metrics file .* does not exist"):
         read_metrics(tmp_path / "missing.jsonl", 0.7)
+    with pytest.raises(ValueError, match="metrics file .* is a directory"):
+        read_metrics(tmp_path, 0.7)
