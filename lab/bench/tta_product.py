@@ -91,7 +91,14 @@ def _steps_for(
     return steps, None if steps is None else {size: steps}, why
 
 
-def _row(name: str, r: dict, steps: float | None, inputs, no_steps: str, step) -> dict:
+def _row(
+    name: str,
+    r: dict[str, Any],
+    steps: float | None,
+    inputs: dict[int, float] | None,
+    no_steps: str,
+    step: float | None,
+) -> dict[str, Any]:
     """One contender's scored row: ``steps`` x the short launch's ``step`` against the full
     launch's result ``r``; unscored, with the reason, when a factor or the result is
     missing."""
