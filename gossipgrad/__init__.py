@@ -3,17 +3,14 @@
     comm = gossipgrad.init()
     opt = gossipgrad.DistributedOptimizer(torch.optim.SGD(...), model, comm)
 
-See :mod:`gossipgrad.engine.shell` for a complete example, and
-:mod:`gossipgrad.strategies` for the strategies (and how to add one).
-
-    handle = gossipgrad.standin(model, "resnet50", dilate=10)   # a stand-in accelerator
-
-See ``gossipgrad.devices.standin``.
+See :mod:`gossipgrad.engine.bucket.shell` for a complete example, and
+:mod:`gossipgrad.strategies` for the strategies (and how to add one). The tools that
+measure and plan (``gossipgrad.tools``: planner, benchmarks, the stand-in accelerator) are
+not loaded by this import.
 """
 
 from __future__ import annotations
 
-from gossipgrad.devices import Standin, StandinProfile, standin
 from gossipgrad.engine.consensus import average_parameters_, broadcast_parameters_
 from gossipgrad.options import ExchangeOptions, Mix, Strategy, Topology
 from gossipgrad.runtime import init
@@ -28,8 +25,5 @@ __all__ = [
     "Topology",
     "average_parameters_",
     "broadcast_parameters_",
-    "standin",
-    "Standin",
-    "StandinProfile",
 ]
 __version__ = "0.1.0"

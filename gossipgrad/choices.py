@@ -116,36 +116,12 @@ def parse_offload(value: str | tuple[str, ...] | list[str] | None) -> tuple[str,
 
 
 class Device(enum.StrEnum):
-    """Where the model runs (``--device``)."""
+    """The built-in ``--device`` values; a plugin's device is ``NAME[:ARG]``
+    (:data:`gossipgrad.registry.DEVICES`)."""
 
     AUTO = "auto"  # cuda:<node-local rank> when CUDA is available, else cpu
     CPU = "cpu"
     CUDA = "cuda"
-    STANDIN = "standin"  # standin:PROFILE, a stand-in accelerator (gossipgrad.devices)
-
-
-def parse_device(value: Any, profile: str | None = None) -> tuple[Device, str | None]:
-    """``--device``: a :class:`Device`, and the profile of ``standin:PROFILE``.
-
-    ``profile`` is the profile given separately (a config round trip: ``device="standin",
-    standin_profile="resnet50"``); it must agree with the one in ``value``.
-
-        >>> parse_device("standin:resnet50"), parse_device("cpu")
-        ((<Device.STANDIN: 'standin'>, 'resnet50'), (<Device.CPU: 'cpu'>, None))
-    """
-    text = str(value.value if isinstance(value, Device) else value)
-    head, sep, tail = text.partition(":")
-    if head == Device.STANDIN.value:
-        named = tail if sep else profile
-        if not named or (sep and profile and profile != tail):
-            raise ValueError(
-                f"--device {text!r}: a stand-in needs one profile, --device standin:PROFILE "
-                "(a shipped name such as resnet50, or a JSON file)"
-            )
-        return Device.STANDIN, named
-    if profile:
-        raise ValueError(f"a stand-in profile ({profile!r}) needs --device standin:PROFILE")
-    return choice(Device, text, "--device"), None
 
 
 _SPELLING = {"cli": False}

@@ -2,8 +2,8 @@
 
 A setting is parsed and validated here, once, where its option object is built, with a
 message that names the flag; below that it is typed. ``TrainConfig``
-(:mod:`gossipgrad.engine.config`) composes these objects; ``DistributedOptimizer``, the
-library adapters, ``plan/`` and ``bench/`` take the same ones.
+(:mod:`gossipgrad.engine.run.config`) composes these objects; ``DistributedOptimizer``, the
+library adapters, ``tools/plan/`` and ``tools/bench/`` take the same ones.
 
     >>> opts = ExchangeOptions(strategy="allreduce", bucket_mb=4)
     >>> opts.strategy == Strategy.ALLREDUCE, opts.mix is Mix.GRAD
@@ -42,13 +42,13 @@ from gossipgrad.choices import (  # noqa: F401 - re-exported: the usual import p
     at_least,
     bucket_cap_bytes,
     choice,
-    parse_device,
     parse_offload,
     respell,
     spell,
     spell_either,
 )
-from gossipgrad.registry import CODECS, COMMON_FIELDS, NEUTRAL, RULES, STRATEGIES, StrategySpec
+from gossipgrad.registry import CODECS, DEVICES, RULES, STRATEGIES
+from gossipgrad.specs import COMMON_FIELDS, NEUTRAL, DeviceSpec, StrategySpec
 
 DEFAULT_BUCKET_MB = 25.0
 """Largest bucket in MiB (``--bucket-mb``): about what DDP and Horovod fuse by default."""
@@ -214,7 +214,7 @@ class ExchangeOptions(_Options):
 
     @property
     def spec(self) -> StrategySpec:
-        """The strategy's spec (:class:`gossipgrad.registry.StrategySpec`)."""
+        """The strategy's spec (:class:`gossipgrad.specs.StrategySpec`)."""
         return STRATEGIES.get(self.strategy)
 
     @property
@@ -346,6 +346,35 @@ class ShuffleOptions(_Options):
         at_least(self.shuffle_samples, 0, "--shuffle-samples", strict=True)
 
 
+def parse_device(value: Any, arg: str | None = None) -> tuple[str, str | None]:
+    """``--device``: ``(name, argument)``: ``auto``, ``cpu`` or ``cuda`` (no argument), or a
+    registered device's ``NAME[:ARG]`` (:data:`gossipgrad.registry.DEVICES`; its spec checks
+    the argument). ``arg`` is the argument given apart (a config round trip:
+    ``device="standin", device_arg="resnet50"``); it must agree with ``value``'s.
+
+        >>> parse_device("cpu"), parse_device(Device.AUTO)
+        (('cpu', None), ('auto', None))
+    """
+    text = str(getattr(value, "value", value))
+    head, sep, tail = text.partition(":")
+    if head in {d.value for d in Device}:
+        if sep or arg:
+            raise ValueError(f"{spell('--device', text)} takes no argument; drop it")
+        return head, None
+    if head not in DEVICES:
+        builtin = ", ".join(d.value for d in Device)
+        plugins = ", ".join(f"{n}:ARG" for n in DEVICES.names())
+        raise ValueError(
+            f"unknown device {head!r} ({spell('--device')}); choose one of: {builtin}"
+            + (f", {plugins}" if plugins else "")
+        )
+    named = tail if sep else arg
+    if sep and arg and arg != tail:
+        raise ValueError(f"{spell('--device', text)} and device_arg={arg!r} disagree; give one")
+    DEVICES.get(head).check(named)
+    return head, named
+
+
 def parse_partition(kind: str) -> tuple[str, float | None]:
     """``--partition``: ``"iid"`` -> ("iid", None); ``"dirichlet:0.5"`` -> ("dirichlet", 0.5).
 
@@ -416,21 +445,21 @@ class RunOptions(_Options):
     checkpoint_every: int = 0
     resume: str | None = None
     evaluate: bool = False
-    device: Device = Device.AUTO
+    device: str = Device.AUTO.value
     on_failure: OnFailure = OnFailure.ABORT
     offload: tuple[str, ...] = ()
-    standin_profile: str | None = None  # --device standin:PROFILE (gossipgrad.devices)
-    dilate: float = 1.0  # stand-in compute x this (run behind links this much slower)
+    device_arg: str | None = None  # the ARG of --device NAME:ARG (a plugin's device)
+    dilate: float = 1.0  # a simulated device's compute x this (links stood for this slower)
 
     def __post_init__(self) -> None:
-        device, profile = parse_device(self.device, self.standin_profile)
+        device, arg = parse_device(self.device, self.device_arg)
         self._set("device", device)
-        self._set("standin_profile", profile)
+        self._set("device_arg", arg)
         at_least(self.dilate, 0, "--dilate", strict=True)
-        if self.dilate != 1.0 and profile is None:
+        if self.dilate != 1.0 and self.device_spec is None:
             raise ValueError(
-                f"{spell('--dilate', self.dilate)} slows a stand-in's compute only: it needs "
-                f"{spell('--device', 'standin:PROFILE')} (or drop it)"
+                f"{spell('--dilate', self.dilate)} slows a simulated device's compute only: it "
+                f"needs {spell('--device', 'standin:PROFILE')} (or drop it)"
             )
         self._set("on_failure", choice(OnFailure, self.on_failure, "--on-failure"))
         self._set("offload", parse_offload(self.offload))
@@ -447,3 +476,8 @@ class RunOptions(_Options):
                 f"{spell('--resume', 'auto')} needs {spell('--run-dir')} (where to look for "
                 "checkpoints)"
             )
+
+    @property
+    def device_spec(self) -> DeviceSpec | None:
+        """The registered device ``device`` names (None: auto, cpu or cuda)."""
+        return None if self.device in {d.value for d in Device} else DEVICES.get(self.device)

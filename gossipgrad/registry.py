@@ -1,11 +1,12 @@
-"""The seams' registries: strategies, mixing rules and wire codecs, found by name. PURE.
+"""The seams' registries: strategies, mixing rules, wire codecs, devices and commands, found
+by name (the interfaces of the specs: :mod:`gossipgrad.specs`). PURE.
 
 Each kind of variation has one home (docs/architecture.md, "Seams"); this module holds only
 the name -> object maps and the strategy spec's interface, so that option validation at the
 bottom of the layering can find what the layers above registered:
 
-- :data:`STRATEGIES`: :class:`StrategySpec` objects (``gossipgrad/strategies/``);
-- :data:`RULES`: mixing-rule factories (``gossipgrad/engine/rules.py``);
+- :data:`STRATEGIES`: :class:`~gossipgrad.specs.StrategySpec` objects (``gossipgrad/strategies/``);
+- :data:`RULES`: mixing-rule factories (``gossipgrad/engine/bucket/rules.py``);
 - :data:`CODECS`: wire-codec factories (``gossipgrad/comm/codecs.py``).
 
 Importing ``gossipgrad`` registers the built-in ones; a new one is one module that calls
@@ -24,10 +25,14 @@ Importing ``gossipgrad`` registers the built-in ones; a new one is one module th
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from gossipgrad.choices import spell
+
+if TYPE_CHECKING:
+    from gossipgrad.specs import DeviceSpec, StrategySpec
 
 T = TypeVar("T")
 
@@ -63,8 +68,11 @@ class Registry(Generic[T]):
         self._items.pop(name, None)
 
     def get(self, name: Any) -> T:
-        """The object registered as ``name``; ValueError naming the option and the choices."""
+        """The object registered as ``name``; ValueError naming the option and the choices.
+        A name not registered yet loads the installed plugins first (:func:`load_entry_points`)."""
         key = getattr(name, "value", name)
+        if key not in self._items:
+            load_entry_points()
         if key not in self._items:
             raise ValueError(
                 f"unknown {self.kind} {key!r} ({spell(self.field)}); choose one of: "
@@ -76,161 +84,45 @@ class Registry(Generic[T]):
         return tuple(self._items)
 
     def __contains__(self, name: object) -> bool:
-        return getattr(name, "value", name) in self._items
+        key = getattr(name, "value", name)
+        if key not in self._items:
+            load_entry_points()
+        return key in self._items
 
     def items(self) -> Iterable[tuple[str, T]]:
         return tuple(self._items.items())
 
 
-class StrategySpec:
-    """What one strategy is: the options it reads, what it sends, what it supports, and how
-    it builds its optimizer. One subclass per module in ``gossipgrad/strategies/``.
+ENTRY_POINT_GROUP = "gossipgrad.plugins"
+"""Installed packages register into the seams through modules named under this entry point
+group (``[options.entry_points] gossipgrad.plugins = NAME = module``); gossipgrad's own tools
+(planner, benchmarks, the stand-in device) are one such plugin."""
 
-    Class attributes (override in a subclass):
-        name: the ``--strategy`` value.
-        summary: one line for ``--help`` and the docs.
-        uses: the :class:`~gossipgrad.options.ExchangeOptions` fields it reads besides the
-            common ones (:data:`COMMON_FIELDS`); any other field set away from its default
-            is refused with one line (never silently ignored).
-        pattern: how a bucket's bytes move: ``"peer"`` (one send to one peer), ``"ring"``
-            (an allreduce), ``"server"`` (a push to an owner, a pull back), ``"none"``.
-        collective: every rank joins every step's exchange, so no rank can run ahead.
-        identical: the ranks' parameters stay bit-identical every step (``synchronize``
-            checks instead of averaging).
-        factor_pattern: how it sends sufficient factors (``"peer"``, ``"allgather"``), or
-            None when it sends none.
-        shrink: it can follow a membership change (``--on-failure continue``).
-        wraps_optimizer_class: it replaces the optimizer's class (Horovod does), so
-            ``--offload optimizer`` cannot wrap it.
-        library: the exchange runs inside another library (Horovod, DDP), not through
-            gossipgrad's communicator.
-        own_collective: its allreduce is its library's own ring (torch.distributed's gloo
-            or NCCL), not the job's MPI: the planner prices it as a plain ring on the
-            measured link, without the MPI allreduce's calibration factors.
-    """
-
-    name: ClassVar[str] = ""
-    summary: ClassVar[str] = ""
-    uses: ClassVar[frozenset[str]] = frozenset()
-    pattern: ClassVar[str] = "none"
-    collective: ClassVar[bool] = False
-    identical: ClassVar[bool] = False
-    factor_pattern: ClassVar[str | None] = None
-    shrink: ClassVar[bool] = False
-    wraps_optimizer_class: ClassVar[bool] = False
-    library: ClassVar[bool] = False
-    own_collective: ClassVar[bool] = False
-    fixed_mix: ClassVar[Any] = None
-    mix_reason: ClassVar[str] = ""
-    refusals: ClassVar[dict[str, str]] = {}
-
-    def check(self, opts: Any) -> None:
-        """Combination rules of this strategy's own (ValueError, one line naming the
-        options; :func:`gossipgrad.choices.spell` spells them). Called after the generic
-        checks of :class:`~gossipgrad.options.ExchangeOptions`."""
-
-    def factor_obstacle(self, opts: Any, size: int | None = None) -> str | None:
-        """Why ``opts`` send no sufficient factors (None: they can). The rules, once:
-        a strategy that sends factors at all, gradients mixed (parameters have no factors),
-        staleness 0 (a stale exchange is applied as a correction of the buckets), max-lag 0
-        (a lagged frame carries whole buckets), and more than one rank."""
-        if self.factor_pattern is None:
-            return (
-                f"needs a strategy that sends factors ({spell('--strategy', self.name)} sends none)"
-            )
-        if opts.mix != "grad":  # a Mix (a StrEnum) compares equal to its value
-            return (
-                f"needs {spell('--mix', 'grad')} ({spell('--mix', 'param')} averages "
-                "parameters, which have no factors)"
-            )
-        if opts.staleness:
-            return (
-                f"needs {spell('--staleness', 0)} (a stale exchange is applied as a "
-                "correction of the buckets)"
-            )
-        if opts.max_lag:
-            return f"needs {spell('--max-lag', 0)} (a lagged frame carries whole buckets)"
-        if opts.backward_passes_per_step > 1:
-            return (
-                f"needs {spell('--backward-passes-per-step', 1)} (the rows of every pass "
-                "would have to be agreed at the first step)"
-            )
-        if size == 1:
-            return "needs more than one rank (one rank exchanges nothing)"
-        return None
-
-    def fusion_window_s(self) -> float | None:
-        """Seconds within which a library fuses whatever gradients became ready into one
-        message (Horovod's cycle), up to the bucket cap; None: fixed-size buckets, each
-        sent once it is full (gossipgrad's own, DDP's). The planner buckets by it."""
-        return None
-
-    def auto_adaptive(self, opts: Any) -> bool:
-        """What ``sync="auto"`` means: adaptive averaging on or off (off: the ranks stay
-        together without it)."""
-        return False
-
-    def monitors(self, opts: Any) -> bool:
-        """Whether the consensus distance is estimated every ``monitor_every`` steps."""
-        return False
-
-    def cannot_shrink(self, opts: Any) -> str | None:
-        """Why these options cannot follow a membership change (None: they can)."""
-        return None if self.shrink else f"strategy {self.name} cannot shrink its communicator"
-
-    def bytes_per_step(self, nbytes: float, size: int) -> float:
-        """Bytes one rank sends per step to exchange ``nbytes`` of buckets, as counted by
-        :func:`pattern_bytes` for :attr:`pattern`."""
-        return pattern_bytes(self.pattern, nbytes, size)
-
-    def agreement_period(self, opts: Any) -> int:
-        """Steps between two stop agreements (1: every step)."""
-        return 1
-
-    def build(self, optimizer: Any, model: Any, comm: Any, opts: Any, *, stager: Any) -> Any:
-        """The distributed optimizer for ``opts`` (collective: every rank calls it)."""
-        raise NotImplementedError(f"strategy {self.name!r} does not say how to build itself")
+_loaded = {"done": False}
+_loading = threading.Lock()
 
 
-COMMON_FIELDS = frozenset({"strategy", "topology", "seed", "rotate"})
-"""ExchangeOptions fields every strategy accepts: the schedule's (the background shuffle and
-the start-up agreement use it whatever the strategy) and the seed."""
+def load_entry_points() -> list[str]:
+    """Import every module of :data:`ENTRY_POINT_GROUP` once (later calls do nothing); the
+    names loaded. A module that fails to import is a ValueError naming it."""
+    if _loaded["done"]:
+        return []
+    with _loading:
+        if _loaded["done"]:
+            return []
+        _loaded["done"] = True  # set first: a plugin that looks a name up must not recurse
+        from importlib.metadata import entry_points
 
-NEUTRAL = {
-    "sufficient_factors": "off",
-    "error_feedback": "off",
-    "sync": "off",
-    "sync_every": 0,
-    "max_lag": 0,
-    "staleness": 0,
-    "monitor_every": 0,
-}
-"""Values that switch a feature off: accepted by every strategy, also one without the
-feature (a launch may pass ``--sufficient-factors off`` to every contender)."""
-
-
-def pattern_bytes(pattern: str, nbytes: float, size: int) -> float:
-    """Bytes one rank sends per step for ``nbytes`` of buckets moved by ``pattern``.
-
-    A peer exchange sends the buckets once; a ring allreduce, and a push to each bucket's
-    owner with the parameters pulled back, send ``2 (size - 1) / size`` of them (a mean over
-    ranks for the server: an owner of more than 1/size sends more). A node-level gossip
-    (``node``) is counted as what a node's network interface carries per step, the buckets
-    once, as one rank's gossip; its ranks also move ``2 (r - 1) / r`` of them within the
-    node, which only its transport knows (``NodeTransport.bytes_per_step``).
-
-        >>> [pattern_bytes(p, 100, 4) for p in ("ring", "peer", "server", "node", "none")]
-        [150.0, 100.0, 150.0, 100.0, 0.0]
-    """
-    if size < 1:
-        raise ValueError(f"size must be >= 1, got {size}")
-    if size == 1 or pattern == "none":
-        return 0.0
-    if pattern in ("peer", "node"):
-        return float(nbytes)
-    if pattern in ("ring", "server"):
-        return 2.0 * (size - 1) / size * nbytes
-    raise ValueError(f"unknown exchange pattern {pattern!r}; one of peer, node, ring, server, none")
+        names = []
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                ep.load()
+            except Exception as exc:  # noqa: BLE001 - the plugin's failure, named
+                raise ValueError(
+                    f"plugin {ep.name!r} ({ep.value}) failed to load: {type(exc).__name__}: {exc}"
+                ) from exc
+            names.append(ep.name)
+        return names
 
 
 STRATEGIES: Registry[StrategySpec] = Registry("strategy", "--strategy")
@@ -241,6 +133,13 @@ RULES: Registry[Any] = Registry("mixing rule", "--rule")
 
 CODECS: Registry[Any] = Registry("wire codec", "--wire")
 """Every ``--wire``: name -> a factory ``() -> Codec``."""
+
+DEVICES: Registry[DeviceSpec] = Registry("device", "--device")
+"""Every ``--device NAME[:ARG]`` besides auto, cpu and cuda: name -> :class:`DeviceSpec`."""
+
+COMMANDS: Registry[str] = Registry("command", "gossipgrad COMMAND")
+"""Commands of ``gossipgrad`` that plugins add: name -> ``"module:attribute"`` of a click
+command, imported only when it runs (the tools' plan, bench, profile and netfit)."""
 
 
 def lossless(wire: str) -> bool:

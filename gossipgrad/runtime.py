@@ -317,11 +317,16 @@ def select_device(choice: str, comm: Communicator) -> Any:
     """``cpu``, or ``cuda:{node-local rank mod GPUs}``; ``auto`` = cuda when available.
 
     One rank per GPU: with more ranks than GPUs on a node, ranks share GPUs (warned).
-    ``standin`` (a stand-in accelerator, :mod:`gossipgrad.devices`) keeps the model on cpu.
+    A registered device (``--device NAME:ARG``, e.g. the stand-in) keeps the model where
+    its spec says (cpu).
     """
     import torch
 
-    if choice in ("cpu", "standin") or (choice == "auto" and not torch.cuda.is_available()):
+    from gossipgrad.registry import DEVICES
+
+    if choice not in ("auto", "cpu", "cuda"):
+        return torch.device(DEVICES.get(choice).torch_device)
+    if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     if not torch.cuda.is_available():
         raise ValueError(

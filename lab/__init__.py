@@ -13,8 +13,8 @@ and sweeps whose figures the docs quote (``sweep``, ``failure``, ``soak``, ...).
 runs on a cluster to decide and to train (``gossipgrad train|schedule|profile|netfit|plan``
 and ``gossipgrad bench exchange|overlap|strategies|tta|shuffle``) stays in ``gossipgrad``.
 
-Layout: ``plan/`` (pure: held-out prediction, scoring metrics, synthetic profiles),
-``bench/`` (collective functions that run a study and return its record), ``cli/`` (the
+Layout: ``tools/plan/`` (pure: held-out prediction, scoring metrics, synthetic profiles),
+``tools/bench/`` (collective functions that run a study and return its record), ``cli/`` (the
 click commands), ``studies/`` (the former ``scripts/`` drivers, one ``main(argv)`` each),
 ``tests/`` (run by the main test command: ``setup.cfg`` testpaths). ``lab`` imports
 ``gossipgrad``; ``gossipgrad`` never imports ``lab`` (``tests/unit/test_layers.py``).

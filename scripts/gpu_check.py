@@ -225,16 +225,16 @@ def worker_exchange(path: str, device: str, mb: float, reps: int = 5) -> dict[st
     does (communication thread), check the bits, time it."""
     import torch
 
-    from gossipgrad.bench.exchange import exchange_buckets, split_buckets
     from gossipgrad.comm.codecs import Codec
     from gossipgrad.comm.collectives import allreduce_
     from gossipgrad.comm.mpi import MpiCommunicator, node_local_rank
     from gossipgrad.comm.schedule import Schedule
     from gossipgrad.comm.staging import Stager
     from gossipgrad.comm.transport import PeerTransport
+    from gossipgrad.engine.bucket.mixer import BucketMixer
+    from gossipgrad.engine.bucket.rules import Average
     from gossipgrad.engine.commthread import CommThread
-    from gossipgrad.engine.mixer import BucketMixer
-    from gossipgrad.engine.rules import Average
+    from gossipgrad.tools.bench.exchange import exchange_buckets, split_buckets
 
     comm = MpiCommunicator(timeout=120)
     if device == "cuda":
@@ -423,11 +423,11 @@ def worker_standin(
 
     import torch
 
-    from gossipgrad.bench.standin import run_standin
     from gossipgrad.comm.local import LocalWorld
-    from gossipgrad.devices import StandinProfile
-    from gossipgrad.measure.layers import profile_arch_layers
-    from gossipgrad.measure.profiler import ArchRun
+    from gossipgrad.tools.bench.standin import run_standin
+    from gossipgrad.tools.devices import StandinProfile
+    from gossipgrad.tools.measure.layers import profile_arch_layers
+    from gossipgrad.tools.measure.profiler import ArchRun
 
     os.makedirs(out_dir, exist_ok=True)
     gpu = (torch.cuda.get_device_name(0) if device == "cuda" else "cpu").split()[-1].lower()

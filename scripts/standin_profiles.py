@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Write the shipped stand-in profiles (gossipgrad/profiles/*.json) from published figures.
+"""Write the shipped stand-in profiles (gossipgrad/tools/devices/profiles/*.json) from
+published figures.
 
-    python scripts/standin_profiles.py            # all of gossipgrad.devices.published.PUBLISHED
+    python scripts/standin_profiles.py            # all of the published PUBLISHED
     python scripts/standin_profiles.py --check    # exit 1 if a shipped file differs
 
 Deterministic: per-layer costs are counted on the meta device (nothing is computed, no
 weights are initialised), scaled to each publication's images/s, and the gradient-ready
-times come from the stand-in run on a virtual clock. See gossipgrad/devices/published.py.
+times come from the stand-in run on a virtual clock. See lab/devices/published.py.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-from gossipgrad.devices.published import PUBLISHED, published_profile  # noqa: E402
+from lab.devices.published import PUBLISHED, published_profile  # noqa: E402
 
-OUT = os.path.join(REPO, "gossipgrad", "profiles")
+OUT = os.path.join(REPO, "gossipgrad", "tools", "devices", "profiles")
 
 
 def main(argv: list[str] | None = None) -> int:

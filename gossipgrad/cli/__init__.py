@@ -1,10 +1,13 @@
-"""Command line: ``gossipgrad train``, ``schedule``, ``profile``, ``netfit``, ``plan``,
-``bench``. Plugins (``GOSSIPGRAD_PLUGINS``) are imported first, so what they register is a
-choice of every command."""
+"""Command line: ``gossipgrad train`` and ``schedule``, and the commands plugins register
+(:data:`gossipgrad.registry.COMMANDS`: the tools' ``profile``, ``netfit``, ``plan``, ``bench``),
+imported only when they run. Plugins (installed ``gossipgrad.plugins`` entry points, then
+``GOSSIPGRAD_PLUGINS``) are imported first, so what they register is a choice of every
+command."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import sys
 import traceback
@@ -22,13 +25,10 @@ try:
 except ValueError as exc:  # under a launcher: through the start-up agreement, every rank ends
     startup.fail(f"Error: {exc}")
 
-from gossipgrad.cli.bench import bench  # noqa: E402 - after the plugins
-from gossipgrad.cli.netfit import netfit  # noqa: E402
-from gossipgrad.cli.options import refuse_nonfinite  # noqa: E402
-from gossipgrad.cli.plan import plan  # noqa: E402
-from gossipgrad.cli.profile import profile  # noqa: E402
+from gossipgrad.cli.options import refuse_nonfinite  # noqa: E402 - after the plugins
 from gossipgrad.cli.schedule import schedule  # noqa: E402
 from gossipgrad.cli.train import train  # noqa: E402
+from gossipgrad.registry import COMMANDS  # noqa: E402
 from gossipgrad.settings import settings  # noqa: E402
 
 
@@ -39,6 +39,19 @@ class Main(click.Group):
     instead of ending this rank alone, which leaves the others waiting in ``MPI_Init``; and
     help prints once per job (every rank parses the same command line: ranks other than 0,
     as the launcher numbers them, keep it to themselves)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [
+            *super().list_commands(ctx),
+            *(n for n in COMMANDS.names() if n not in self.commands),
+        ]
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.commands and name in COMMANDS.names():
+            module, _, attr = COMMANDS.get(name).partition(":")
+            command = getattr(importlib.import_module(module), attr)
+            self.add_command(refuse_nonfinite(command), name)
+        return super().get_command(ctx, name)
 
     def main(self, *args: Any, standalone_mode: bool = True, **kw: Any) -> Any:
         if not standalone_mode or not startup.under_launcher():
@@ -87,8 +100,4 @@ def main(ctx: click.Context) -> None:
 
 main.add_command(train)
 main.add_command(schedule)
-main.add_command(profile)
-main.add_command(netfit)
-main.add_command(plan)
-main.add_command(bench)
 refuse_nonfinite(main)

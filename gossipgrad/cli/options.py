@@ -152,21 +152,6 @@ BUCKET_MB = click.option(
 )
 
 
-def mlp_model(batch: int) -> Callable[[Any], Any]:
-    """--width, --layers, --batch: the benchmark MLP and its samples per rank per step."""
-    return stacked(
-        click.option("--width", type=click.IntRange(1), default=512, show_default=True),
-        click.option("--layers", type=click.IntRange(1), default=4, show_default=True),
-        click.option(
-            "--batch",
-            type=click.IntRange(1),
-            default=batch,
-            show_default=True,
-            help="Samples per rank per step.",
-        ),
-    )
-
-
 def timed_blocks(
     steps: int, steps_help: str, reps_help: str, warmup_help: str = "Untimed blocks first."
 ) -> Callable[[Any], Any]:

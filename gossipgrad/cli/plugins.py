@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import importlib
 
+from gossipgrad.registry import load_entry_points
 from gossipgrad.settings import settings
 
 
 def load_plugins() -> list[str]:
-    """Import every module named in ``GOSSIPGRAD_PLUGINS``; return their names. ValueError
-    (one line) for a module that cannot be imported."""
+    """Import the installed plugins (``gossipgrad.plugins`` entry points: the tools among
+    them), then every module named in ``GOSSIPGRAD_PLUGINS``; return the latter's names.
+    ValueError (one line) for a module that cannot be imported."""
+    load_entry_points()
     names = [n.strip() for n in (settings().plugins or "").split(",") if n.strip()]
     for name in names:
         try:

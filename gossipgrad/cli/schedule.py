@@ -8,9 +8,8 @@ from fractions import Fraction
 
 import click
 
-from gossipgrad.bench.schedules import mixing_record
 from gossipgrad.comm.schedule import Peers, Schedule, best_exact_topology, check_schedule
-from gossipgrad.comm.schedule_mixing import exactness_problems
+from gossipgrad.comm.schedule_mixing import exactness_problems, mixing_record
 from gossipgrad.options import Topology
 
 

@@ -6,7 +6,7 @@
     mpiexec -n 2 gossipgrad train -a resnet50 --synthetic -b 8 --max-steps 10   # images/s
 
 Every option can also come from ``GOSSIPGRAD_<OPTION>`` or a ``--config`` file; precedence is
-flag > environment > file > default (``gossipgrad.engine.config``). ImageNet models
+flag > environment > file > default (``gossipgrad.engine.run.config``). ImageNet models
 (resnet18, resnet50, googlenet) default to the ImageNet recipe of ``imagenet_defaults``.
 """
 
@@ -24,10 +24,10 @@ import click
 
 from gossipgrad import runtime, startup
 from gossipgrad.cli.options import env_name, load_config_file
-from gossipgrad.engine import trainer
-from gossipgrad.engine.config import TrainConfig, imagenet_defaults
-from gossipgrad.engine.membership import check_support, leads
-from gossipgrad.engine.metrics import to_json
+from gossipgrad.engine.run import trainer
+from gossipgrad.engine.run.config import TrainConfig, imagenet_defaults
+from gossipgrad.engine.run.membership import check_support, leads
+from gossipgrad.engine.run.metrics import to_json
 from gossipgrad.models import IMAGENET_ARCHS, MODELS
 from gossipgrad.options import (
     ErrorFeedback,

@@ -2,7 +2,7 @@
 
 The one place a host is hashed: :func:`gossipgrad.comm.mpi.node_size` (ranks sharing a
 host's cores), :func:`gossipgrad.comm.rendezvous.same_host` (ranks sharing a loopback) and
-:func:`gossipgrad.measure.netfit.host_ids` (which ranks a ping-pong crosses the network
+:func:`gossipgrad.tools.measure.netfit.host_ids` (which ranks a ping-pong crosses the network
 between) all compare :func:`host_id` values.
 """
 

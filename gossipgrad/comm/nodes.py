@@ -3,7 +3,7 @@
 With several ranks (GPUs) on one node, plain gossip sends one whole bucket per rank through
 the node's one network interface. ``--strategy gossip-node`` averages within each node
 first and gossips between nodes, the ranks of a node each carrying one shard
-(:mod:`gossipgrad.engine.nodemix` does the arithmetic). Per bucket of ``n`` bytes and ``r``
+(:mod:`gossipgrad.engine.bucket.nodemix` does the arithmetic). Per bucket of ``n`` bytes and ``r``
 ranks on a node, each rank sends ``(r - 1) n / r`` to its node's other ranks twice (their
 shards in, its mixed shard back out) and ``n / r`` to the rank with its local index on the
 partner node: the node's interface carries ``n`` a step, as one rank's gossip does, whatever
@@ -124,7 +124,7 @@ class NodeTransport(Transport):
     and mixes): :meth:`scatter` each shard to its owner on this node, :meth:`exchange`
     this rank's shard with its counterpart on the schedule's partner node, :meth:`gather`
     every owner's shard back. Float32 buffers on the host, or on a device with a
-    CUDA-aware MPI (without one, :class:`~gossipgrad.engine.nodemix.NodeMix` stages the
+    CUDA-aware MPI (without one, :class:`~gossipgrad.engine.bucket.nodemix.NodeMix` stages the
     whole bucket through host memory first)."""
 
     pattern = "node"

@@ -16,12 +16,19 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from itertools import count, islice, repeat
+from typing import Any
 
 import numpy as np
 
-from gossipgrad.comm.schedule import Schedule
+from gossipgrad.choices import Topology
+from gossipgrad.comm.schedule import (
+    Schedule,
+    best_exact_topology,
+    is_power_of_two,
+    resolve_topology,
+)
 
-__all__ = ["EXACT_TOL", "exactness_problems", "mix_error", "steps_to"]
+__all__ = ["EXACT_TOL", "exactness_problems", "mix_error", "mixing_record", "steps_to"]
 
 EXACT_TOL = 1e-12
 """Relative error under which a pass of pure mixing counts as the exact mean."""
@@ -85,3 +92,38 @@ def _errors(schedule: Schedule, dim: int, seed: int, start: int) -> Iterator[flo
         weight = np.array([p.weight for p in row])[:, None]
         x = (1.0 - weight) * x + weight * x[src]
         yield float(np.linalg.norm(x - mean) / initial)
+
+
+def mixing_record(
+    size: int, tol: float, dim: int = 16, seed: int = 0, rotate: bool = True
+) -> dict[str, Any]:
+    """The record for ``size`` ranks (schedules and vectors both from ``seed``)."""
+    topologies = [Topology.DISSEMINATION, Topology.BASE2]
+    if is_power_of_two(size):
+        topologies.insert(0, Topology.HYPERCUBE)
+    rows = []
+    for topo in topologies:
+        sched = Schedule(size, topo, seed, rotate=rotate)
+        period = sched.period
+        idle = sum(p is not None and p.idle for row in sched.table(period) for p in row)
+        rows.append(
+            {
+                "topology": topo.value,
+                "period": period,
+                "exact_steps": sched.exact_steps,
+                "steps_to_tol": steps_to(sched, tol, dim, seed),
+                "error_after_period": mix_error(sched, period, dim, seed)[-1],
+                "idle_fraction": idle / (size * period) if period else 0.0,
+            }
+        )
+    return {
+        "benchmark": "schedule-mixing",
+        "size": size,
+        "tol": tol,
+        "dim": dim,
+        "seed": seed,
+        "rotate": rotate,
+        "auto": resolve_topology(Topology.AUTO, size).value,
+        "best_exact": best_exact_topology(size).value,
+        "topologies": rows,
+    }

@@ -1,5 +1,5 @@
 """Moving a bucket's shards point to point: what an allreduce that decodes before it adds
-sends (:mod:`gossipgrad.engine.sharded`). Bytes only; the engine decodes and sums.
+sends (:mod:`gossipgrad.engine.bucket.sharded`). Bytes only; the engine decodes and sums.
 
     >>> import torch
     >>> from gossipgrad.comm.local import run_ranks
@@ -31,7 +31,7 @@ class ShardTransport(Transport):
     ``bounds(numel)[r]``): :meth:`scatter` sends shard ``s`` of this rank's wires to rank
     ``s`` and receives every other rank's wire of this rank's shard; :meth:`gather` sends
     one wire (this rank's shard) to every rank and receives theirs. What an allreduce that
-    decodes before it adds moves (:mod:`gossipgrad.engine.sharded`): ``2 (size - 1) / size``
+    decodes before it adds moves (:mod:`gossipgrad.engine.bucket.sharded`): ``2 (size - 1) / size``
     of the encoded bucket per rank, as a ring does.
 
     The gather's tag is the scatter's plus :attr:`Tag.SHARD_GATHER`, so a rank's two

@@ -35,7 +35,7 @@ class Pending:
     ``wire`` what this rank sent, ``recv`` what it got (None: nothing to mix).
 
     ``then``: a next stage, posted once ``requests`` have completed (a two-stage exchange:
-    an allreduce that decodes before it adds, :mod:`gossipgrad.engine.sharded`). Whoever
+    an allreduce that decodes before it adds, :mod:`gossipgrad.engine.bucket.sharded`). Whoever
     waits calls :meth:`advance` when the requests are done and waits again while it
     returns True."""
 

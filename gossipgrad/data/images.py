@@ -55,7 +55,7 @@ def ignore_stop_signals(_worker_id: int) -> None:
     """DataLoader ``worker_init_fn``: workers leave SIGUSR1/SIGTERM to the training process.
 
     Slurm signals every process of a rank; only the rank's main process checkpoints (see
-    ``gossipgrad.engine.signals``), and workers stop when it shuts its loader down.
+    ``gossipgrad.engine.run.signals``), and workers stop when it shuts its loader down.
     """
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

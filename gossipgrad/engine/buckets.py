@@ -20,8 +20,6 @@ from typing import Any
 
 import torch
 
-from gossipgrad.devices.clock import host_waited
-
 
 @dataclass
 class Bucket:
@@ -217,14 +215,21 @@ def _as_list(found: int | list[int]) -> list[int]:
     return found if isinstance(found, list) else [found]
 
 
+WAIT_OBSERVERS: list[Callable[[float, float], None]] = []
+"""Told ``(start, end)`` (``time.perf_counter``) of every forward wait for a parameter bucket.
+A simulated device registers here (the stand-in's clock: the layer after a wait that
+blocked cannot start before it ended, which a device run synchronously cannot see)."""
+
+
 def _reported(wait: Callable[[list[int]], None]) -> Callable[[list[int]], None]:
-    """``wait``, and its wall-clock span told to :func:`~gossipgrad.devices.clock.host_waited`:
-    on the stand-in device, the layer after a wait that blocked cannot start before it ended
-    (the stand-in runs each layer synchronously, so it cannot see that by itself)."""
+    """``wait``, and its wall-clock span told to every :data:`WAIT_OBSERVERS` entry."""
 
     def timed(own: list[int]) -> None:
         start = time.perf_counter()
         wait(own)
-        host_waited(start, time.perf_counter())
+        if WAIT_OBSERVERS:
+            end = time.perf_counter()
+            for observe in WAIT_OBSERVERS:
+                observe(start, end)
 
     return timed

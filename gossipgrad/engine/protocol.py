@@ -27,7 +27,7 @@ import torch
 
 from gossipgrad.comm.base import Communicator
 from gossipgrad.comm.schedule import Schedule
-from gossipgrad.engine.monitor import ConsensusMonitor
+from gossipgrad.engine.bucket.monitor import ConsensusMonitor
 
 STATE_KEY = "gossipgrad"
 """The key of a distributed optimizer's own state (step count, codec residuals) inside its
@@ -218,7 +218,7 @@ class WrappedOptimizer(torch.optim.Optimizer):
     def allow_different_start(self) -> None:
         """The ranks' parameters differ on purpose from here on (a mixing experiment that
         sets them per rank): the next step does not check that they start identical
-        (:mod:`gossipgrad.engine.startcheck`)."""
+        (:mod:`gossipgrad.engine.bucket.startcheck`)."""
         check = getattr(self, "_start", None)
         if check is not None:
             check.pending = False

@@ -1,5 +1,5 @@
 """Strategies: one module per strategy, each a small spec object
-(:class:`gossipgrad.registry.StrategySpec`) registered in
+(:class:`gossipgrad.specs.StrategySpec`) registered in
 :data:`gossipgrad.registry.STRATEGIES`; :func:`DistributedOptimizer` builds any of them.
 
 Adding a strategy is one module: subclass ``StrategySpec`` (or :class:`BucketStrategy`
@@ -25,7 +25,8 @@ from gossipgrad.comm.base import Communicator
 from gossipgrad.comm.staging import Stager
 from gossipgrad.engine.optim import is_adaptive
 from gossipgrad.options import ExchangeOptions, default_mix, exchange_options
-from gossipgrad.registry import COMMON_FIELDS, STRATEGIES, StrategySpec
+from gossipgrad.registry import STRATEGIES
+from gossipgrad.specs import COMMON_FIELDS, StrategySpec
 from gossipgrad.strategies.bucketed import BucketStrategy
 
 # isort: off
@@ -60,7 +61,7 @@ def DistributedOptimizer(  # noqa: N802 - the class-like name users know (Horovo
     ``state`` (:class:`gossipgrad.engine.protocol.WrappedOptimizer`). Without ``options``
     or ``mix``, gossip mixes gradients for an adaptive optimizer (Adam, AdamW ...) and
     parameters otherwise (:func:`gossipgrad.options.default_mix`). Collective: every
-    rank calls it with the same options. See :mod:`gossipgrad.engine.shell` for a complete
+    rank calls it with the same options. See :mod:`gossipgrad.engine.bucket.shell` for a complete
     example.
     """
     if not (hasattr(optimizer, "step") and hasattr(optimizer, "param_groups")):

@@ -1,5 +1,5 @@
 """What the bucketed strategies share: their optimizer is the shell
-(:class:`gossipgrad.engine.shell.BucketOptimizer`) with the transport of their pattern.
+(:class:`gossipgrad.engine.bucket.shell.BucketOptimizer`) with the transport of their pattern.
 Not a strategy itself; gossip, allreduce, allreduce-param and local subclass it, and so can
 a plugin whose exchange moves one bucket at a time."""
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from gossipgrad.comm.transport import Transport, make_transport
-from gossipgrad.engine.mixer import BucketMixer
-from gossipgrad.engine.shell import BucketOptimizer
-from gossipgrad.registry import StrategySpec
+from gossipgrad.engine.bucket.mixer import BucketMixer
+from gossipgrad.engine.bucket.shell import BucketOptimizer
+from gossipgrad.specs import StrategySpec
 
 
 class BucketStrategy(StrategySpec):

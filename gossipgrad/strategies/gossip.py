@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gossipgrad.choices import ErrorFeedback, Mix, Sync, spell
-from gossipgrad.engine.signals import agreement_period
+from gossipgrad.engine.run.signals import agreement_period
 from gossipgrad.registry import STRATEGIES, lossless
 from gossipgrad.strategies.bucketed import BucketStrategy
 

@@ -1,5 +1,5 @@
 """``--strategy gossip-node``: gossip between nodes, each node's ranks averaged first
-(:mod:`gossipgrad.engine.nodemix`). A node's network interface carries one bucket's bytes a
+(:mod:`gossipgrad.engine.bucket.nodemix`). A node's network interface carries one bucket's bytes a
 step whatever its number of ranks, where plain gossip sends one per rank; within the node
 each rank moves ``2 (r - 1) / r`` of each bucket over the node's own links (NVLink, PCIe,
 shared memory). A wire codec (``--wire bf16``) encodes the exchange between nodes only,
@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from gossipgrad.comm.nodes import NodeTransport, node_transport
-from gossipgrad.engine.mixer import BucketMixer
-from gossipgrad.engine.nodemix import NodeMix
+from gossipgrad.engine.bucket.mixer import BucketMixer
+from gossipgrad.engine.bucket.nodemix import NodeMix
 from gossipgrad.registry import STRATEGIES
 from gossipgrad.strategies.gossip import Gossip
 
@@ -40,7 +40,7 @@ class GossipNode(Gossip):
     def mixer(
         self, comm: Any, schedule: Any, stager: Any, topology: str, codec: Any, rule: Any
     ) -> BucketMixer:
-        """Its transport with the three-stage node mix (:mod:`gossipgrad.engine.nodemix`)."""
+        """Its transport with the three-stage node mix (:mod:`gossipgrad.engine.bucket.nodemix`)."""
         transport = self.transport(comm, schedule, stager, topology)
         return BucketMixer(transport, codec, rule, whole=NodeMix(transport, rule, codec))
 

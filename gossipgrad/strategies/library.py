@@ -16,7 +16,7 @@ from gossipgrad.engine.buckets import BucketLayout
 from gossipgrad.engine.consensus import consensus_distance, verify_identical
 from gossipgrad.engine.protocol import WrappedOptimizer
 from gossipgrad.options import ExchangeOptions
-from gossipgrad.registry import StrategySpec
+from gossipgrad.specs import StrategySpec
 from gossipgrad.strategies.allreduce import COLLECTIVE_REFUSALS
 
 log = logging.getLogger(__name__)

@@ -1,13 +1,14 @@
 """``--strategy ps``: a sharded parameter server colocated with the workers, with a
-stale-synchronous slack ``--max-lag`` (GeePS; :mod:`gossipgrad.engine.ps`)."""
+stale-synchronous slack ``--max-lag`` (GeePS; :mod:`gossipgrad.engine.ps.optimizer`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from gossipgrad.choices import Mix, SufficientFactors, spell
-from gossipgrad.engine.ps import ParameterServerOptimizer
-from gossipgrad.registry import STRATEGIES, StrategySpec
+from gossipgrad.engine.ps.optimizer import ParameterServerOptimizer
+from gossipgrad.registry import STRATEGIES
+from gossipgrad.specs import StrategySpec
 
 
 class ParameterServer(StrategySpec):

@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 
+from gossipgrad.engine.bucket.shell import BucketOptimizer
 from gossipgrad.engine.buckets import install_global_forward_waits
 from gossipgrad.engine.optim import is_adaptive
-from gossipgrad.engine.shell import BucketOptimizer
 from gossipgrad.options import default_mix, exchange_options
 from gossipgrad.strategies.bucketed import BucketStrategy
 from gossipgrad.torch.compression import Compression, wire_of

@@ -30,7 +30,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from gossipgrad.bench.common import markdown
+from gossipgrad.tools.bench.common import markdown
 from lab.bench.convergence import cell_row, summary_of_launch, train_argv
 
 MODES: dict[str, list[str]] = {

@@ -32,7 +32,8 @@ import tempfile
 from collections.abc import Callable
 from typing import Any
 
-from gossipgrad.bench.common import finite, mpiexec_path, rounded
+from gossipgrad.tools.bench.common import finite, rounded
+from lab.launch import mpiexec_path
 
 log = logging.getLogger(__name__)
 

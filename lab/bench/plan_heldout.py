@@ -41,10 +41,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from gossipgrad.measure.netfit import host_ids
-from gossipgrad.plan import CommModel, HostShare, step_time
 from gossipgrad.runtime import host_share
 from gossipgrad.settings import settings
+from gossipgrad.tools.measure.netfit import host_ids
+from gossipgrad.tools.plan import CommModel, HostShare, step_time
 from lab.bench.plan_predict import Inputs, Launch, Workload, measure_inputs
 from lab.bench.plan_runs import Config, confirm_regret, run_passes
 from lab.bench.plan_score import blocking_score, combine, score

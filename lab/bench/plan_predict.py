@@ -12,14 +12,14 @@ from typing import Any
 
 import torch
 
-from gossipgrad.measure.netfit import NetfitResult, measure_network
-from gossipgrad.measure.profiler import ArchRun, StepProfile, layout_profile, profile_arch
 from gossipgrad.models import build_model, default_classes, input_shape
 from gossipgrad.options import bucket_cap_bytes
-from gossipgrad.plan import CommModel, Profile, step_time
-from gossipgrad.plan.calibrate import fit_in_step, scale_exchange, scale_profile
-from gossipgrad.plan.host import HostShare
 from gossipgrad.runtime import host_share
+from gossipgrad.tools.measure.netfit import NetfitResult, measure_network
+from gossipgrad.tools.measure.profiler import ArchRun, StepProfile, layout_profile, profile_arch
+from gossipgrad.tools.plan import CommModel, Profile, step_time
+from gossipgrad.tools.plan.calibrate import fit_in_step, scale_exchange, scale_profile
+from gossipgrad.tools.plan.host import HostShare
 from lab.bench.plan_runs import Config, calibration_rounds
 
 

@@ -211,7 +211,7 @@ def calibration_rounds(
     round (round ``first_round + i`` starts at kind ``(first_round + i) % 4``, so rounds
     taken before successive passes continue the rotation). One dict per round:
     ``strategy`` and ``local_s``, ``blocking_s``, ``s0_s``, ``s1_s``; fitted by
-    :func:`gossipgrad.plan.calibrate.fit_in_step`. Collective."""
+    :func:`gossipgrad.tools.plan.calibrate.fit_in_step`. Collective."""
     if pairs < 1:
         raise ValueError(f"calibrate_pairs must be >= 1, got {pairs}")
     kinds = [

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gossipgrad.bench.common import markdown
+from gossipgrad.tools.bench.common import markdown
 from lab.plan.validate import summarize
 
 TARGETS = {"mape_pct": 10.0, "worst_abs_pct": 25.0, "kendall_tau": 0.8, "regret": 1.10}

@@ -21,7 +21,7 @@ One launch, all on every rank (collective); steps 1, 3 and 4 are in
    ``barrier``, timed, closes every step);
 3. **before each pass** (``PassCalibration``), the in-step calibration
    (:func:`~lab.bench.plan_runs.calibration_rounds`, fitted by
-   :func:`~gossipgrad.plan.calibrate.fit_in_step`): ``--calibrate-pairs`` rounds per
+   :func:`~gossipgrad.tools.plan.calibrate.fit_in_step`): ``--calibrate-pairs`` rounds per
    strategy of compute-only / blocking / overlapped s0 / overlapped s1 runs at the
    ``--calibrate-mb`` cap give the compute factor (from this pass's rounds: it follows the
    host's drift), each strategy's exchange factor and, without a spare core per rank
@@ -59,8 +59,8 @@ from typing import Any
 
 import numpy as np
 
-from gossipgrad.plan import Profile
 from gossipgrad.runtime import usable_cores
+from gossipgrad.tools.plan import Profile
 from lab.bench.plan_predict import (
     Inputs,
     Launch,

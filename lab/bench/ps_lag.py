@@ -2,7 +2,7 @@
 
     mpiexec -n 8 python -m lab ps-lag --lags 0,2 --slow 3:2
 
-One ps model copy (:func:`gossipgrad.bench.common.make_stack`) per lag; blocks of ``--steps``
+One ps model copy (:func:`gossipgrad.tools.bench.common.make_stack`) per lag; blocks of ``--steps``
 steps run in rotating order over (lag, straggler off/on), ``--warmup`` untimed rounds first,
 then ``--reps`` timed ones. With the straggler on, rank RANK's forward and backward take
 FACTOR times as long (:class:`gossipgrad.inject.straggler.Straggler`, the mechanism of
@@ -31,7 +31,10 @@ from typing import Any
 
 import torch
 
-from gossipgrad.bench.common import (
+from gossipgrad.comm.base import Communicator
+from gossipgrad.inject.straggler import Straggler
+from gossipgrad.settings import Settings
+from gossipgrad.tools.bench.common import (
     Trainer,
     finite,
     link_info,
@@ -40,9 +43,6 @@ from gossipgrad.bench.common import (
     median,
     rounded,
 )
-from gossipgrad.comm.base import Communicator
-from gossipgrad.inject.straggler import Straggler
-from gossipgrad.settings import Settings
 
 
 class Intermittent:

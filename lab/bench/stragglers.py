@@ -28,13 +28,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from gossipgrad.bench.common import finite, make_stack, median
 from gossipgrad.comm.base import Communicator, ReduceOp
 from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.engine.step import train_step
 from gossipgrad.inject.straggler import Straggler
 from gossipgrad.settings import Settings
 from gossipgrad.strategies import DistributedOptimizer, options_for
+from gossipgrad.tools.bench.common import finite, make_stack, median
 
 DEFAULT_CONTENDERS = "gossip:0,gossip:2,gossip:4,allreduce,ddp"
 

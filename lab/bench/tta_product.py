@@ -5,7 +5,7 @@ Reads, from OUTDIR: ``tta-1.jsonl``, ``tta-2.jsonl``, ``tta-4.jsonl`` (``bench t
 --metrics-out`` at the smaller sizes: statistical efficiency), ``step-8.json`` (a short
 ``bench tta`` launch at the predicted size: hardware efficiency) and ``tta-8.json`` (the
 full launch at that size, which enters neither input). A contender's predicted seconds to
-the target are its steps predicted from the smaller sizes (:func:`gossipgrad.plan.steps.
+the target are its steps predicted from the smaller sizes (:func:`gossipgrad.tools.plan.steps.
 predict`, the batch form) times its short launch's mean step, as ``gossipgrad plan
 --metrics ... --step-times ...`` computes them.
 
@@ -23,9 +23,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gossipgrad.plan.convergence import read_lines
-from gossipgrad.plan.steps import MeasuredSteps, measured_steps, predict
-from gossipgrad.plan.tta import last_record, read_step_times
+from gossipgrad.tools.plan.convergence import read_lines
+from gossipgrad.tools.plan.steps import MeasuredSteps, measured_steps, predict
+from gossipgrad.tools.plan.tta import last_record, read_step_times
 
 SMALLER = (1, 2, 4)
 TARGET_PCT = 15.0  # issue 22: predicted vs measured seconds to target within 15 %

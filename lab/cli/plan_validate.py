@@ -91,7 +91,7 @@ def _standin(
     refit: bool,
     without_in_flight: bool = False,
 ) -> dict:
-    from gossipgrad.devices.profile import StandinProfile
+    from gossipgrad.tools.devices.profile import StandinProfile
     from lab.plan.standin import load_networks, load_runs
     from lab.plan.standin_score import render_markdown, score, side_by_side
 

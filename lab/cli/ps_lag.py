@@ -9,7 +9,8 @@ from typing import Any
 
 import click
 
-from gossipgrad.cli.options import BUCKET_MB, COMM_TIMEOUT, mlp_model, timed_blocks
+from gossipgrad.cli.options import BUCKET_MB, COMM_TIMEOUT, timed_blocks
+from lab.cli.options import mlp_model
 
 
 @click.command("ps-lag")
@@ -61,7 +62,7 @@ def ps_lag(
     comm_timeout: float,
 ) -> None:
     """ps throughput with and without a slow rank, for each --max-lag, in one launch."""
-    from gossipgrad.cli.output import run_bench
+    from gossipgrad.tools.cli.output import run_bench
     from lab.bench.ps_lag import parse_slow, run_ps_lag
 
     try:

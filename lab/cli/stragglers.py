@@ -10,8 +10,9 @@ from typing import Any
 
 import click
 
-from gossipgrad.cli.options import BUCKET_MB, COMM_TIMEOUT, mlp_model, timed_blocks
-from gossipgrad.cli.output import run_bench
+from gossipgrad.cli.options import BUCKET_MB, COMM_TIMEOUT, timed_blocks
+from gossipgrad.tools.cli.output import run_bench
+from lab.cli.options import mlp_model
 
 
 @click.command("stragglers")

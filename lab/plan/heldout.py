@@ -1,7 +1,7 @@
 """Held-out prediction: an in-step calibration fitted at one size on one link, frozen, and
 the step time of a configuration at another size, host share or link predicted from it.
 
-:class:`FrozenCalibration` keeps the factors of :func:`~gossipgrad.plan.calibrate.fit_in_step`
+:class:`FrozenCalibration` keeps the factors of :func:`~gossipgrad.tools.plan.calibrate.fit_in_step`
 with where they were measured (size, link, host share, that link's alpha-beta fit) and is
 built only from calibration rounds tagged with that size and link: a round from anywhere
 else raises. :func:`predict_held_out` is a pure function of (profile, the target link's
@@ -27,7 +27,7 @@ Transfer rules (fixed before any held-out run; docs/planner.md, "Held-out valida
 
 Pure: no MPI, no torch.
 
-    >>> from gossipgrad.plan.formats import Bucket, Profile
+    >>> from gossipgrad.tools.plan.formats import Bucket, Profile
     >>> p = Profile("m", 8, "cpu", 0.002, 0.006, 0.002, 1000, (Bucket(0, 1000, 0.006),))
     >>> cal = FrozenCalibration(2, "loopback", HostShare(2, 2), CommModel(1e-4, 0.0), 1.5,
     ...                         {"gossip": 2.0}, 0.0, {"gossip": 0.0})
@@ -49,10 +49,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gossipgrad.plan.calibrate import FACTOR_RANGE, fit_in_step, scale_profile
-from gossipgrad.plan.formats import Profile
-from gossipgrad.plan.host import HostShare
-from gossipgrad.plan.model import CommModel, StepTime, parse_strategy, pattern_of, step_time
+from gossipgrad.tools.plan.calibrate import FACTOR_RANGE, fit_in_step, scale_profile
+from gossipgrad.tools.plan.formats import Profile
+from gossipgrad.tools.plan.host import HostShare
+from gossipgrad.tools.plan.model import CommModel, StepTime, parse_strategy, pattern_of, step_time
 
 LOOPBACK = "loopback"
 """The link label of ranks on one host talking through shared memory."""
@@ -126,7 +126,7 @@ class FrozenCalibration:
         workload: Mapping[str, Any] | None = None,
     ) -> FrozenCalibration:
         """Fit every round (each tagged ``size`` and ``link``; see
-        :func:`~gossipgrad.plan.calibrate.fit_in_step`, the compute factor over all of
+        :func:`~gossipgrad.tools.plan.calibrate.fit_in_step`, the compute factor over all of
         them) and freeze. A round measured at another size or on another link raises
         ``ValueError``: it would carry a held-out run's timing into the calibration."""
         for i, r in enumerate(rounds):

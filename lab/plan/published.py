@@ -7,7 +7,7 @@ Each configuration of ``lab/plan/data/published.json`` (committed before the fir
 prediction, never edited to fit) becomes planner inputs:
 
 - **profile**: torchvision's model, its per-layer roofline on the GPU's datasheet peaks at
-  the stated batch (:mod:`gossipgrad.devices.costs`), scaled to the stated single-GPU
+  the stated batch (:mod:`lab.devices.costs`), scaled to the stated single-GPU
   images/s, else to the roofline / 0.63 (the file's ``assumptions``); gradient-ready times
   from running that stand-in on a virtual clock; its Linear layers for sufficient factors;
 - **network**: the stated link rate times the share of it one TCP stream moved on this
@@ -33,14 +33,14 @@ from typing import Any
 import torch
 import torchvision
 
-from gossipgrad.devices.costs import Gpu, layer_costs
-from gossipgrad.devices.dilation import parse_rate
-from gossipgrad.devices.profile import LayerTime, StandinProfile
-from gossipgrad.devices.published import ready_times
-from gossipgrad.plan.fabric import Fabric
-from gossipgrad.plan.formats import Bucket, LinearLayer, Profile
-from gossipgrad.plan.model import MIB, CommModel
-from gossipgrad.plan.planner import plan
+from gossipgrad.tools.devices.dilation import parse_rate
+from gossipgrad.tools.devices.profile import LayerTime, StandinProfile
+from gossipgrad.tools.plan.fabric import Fabric
+from gossipgrad.tools.plan.formats import Bucket, LinearLayer, Profile
+from gossipgrad.tools.plan.model import MIB, CommModel
+from gossipgrad.tools.plan.planner import plan
+from lab.devices.costs import Gpu, layer_costs
+from lab.devices.published import ready_times
 
 ROOFLINE_FRACTION = 0.63
 LATENCY_S = {"ethernet": 25e-6, "infiniband": 2e-6}

@@ -12,10 +12,10 @@ What the model is given, per contender (one row of a launch):
   ``compute_factor`` (``local``'s measured step / the profile's, median over the
   calibration launches of that profile: the stand-in host's own work per step);
 - its wire codec, where the row names one: the links' per-byte times scaled by the codec's
-  bytes on the wire (:func:`gossipgrad.plan.report.codec_on_the_wire`; encoding not priced);
+  bytes on the wire (:func:`gossipgrad.tools.plan.report.codec_on_the_wire`; encoding not priced);
 - the network of its size and rate (:func:`network_model`): netfit's ping-pong alpha and
   beta, its exchange's duplex, its allreduce's ring factors, its concurrent sweep's shared
-  bottleneck (:mod:`gossipgrad.plan.fabric`) -- measurements of the links, not of training;
+  bottleneck (:mod:`gossipgrad.tools.plan.fabric`) -- measurements of the links, not of training;
 - two constants fitted on the calibration launches only (:func:`calibrate`): the host's
   work per byte exchanged for each strategy and mix (the mixing arithmetic, copies and
   reductions on the stand-in host: ``CommModel.host_s_per_byte``), and one interference
@@ -41,11 +41,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from gossipgrad.devices.profile import StandinProfile
-from gossipgrad.measure.refit import refit_network
-from gossipgrad.plan.fabric import Fabric, shared_from_concurrent
-from gossipgrad.plan.formats import NetworkFit, Profile
-from gossipgrad.plan.model import (
+from gossipgrad.registry import STRATEGIES
+from gossipgrad.tools.devices.profile import StandinProfile
+from gossipgrad.tools.measure.refit import refit_network
+from gossipgrad.tools.plan.fabric import Fabric, shared_from_concurrent
+from gossipgrad.tools.plan.formats import NetworkFit, Profile
+from gossipgrad.tools.plan.model import (
     MIB,
     CommModel,
     allreduce_factors,
@@ -53,9 +54,8 @@ from gossipgrad.plan.model import (
     split_large,
     step_time,
 )
-from gossipgrad.plan.patterns import ps_cap
-from gossipgrad.plan.report import codec_on_the_wire
-from gossipgrad.registry import STRATEGIES
+from gossipgrad.tools.plan.patterns import ps_cap
+from gossipgrad.tools.plan.report import codec_on_the_wire
 
 #: Interference coefficients tried by :func:`calibrate` (compute seconds per second of
 #: communication beside it).
@@ -168,7 +168,8 @@ def load_networks(
 ) -> dict[tuple[int, str], tuple[NetworkFit, dict]]:
     """netfit documents by (size, emulated rate) (the rate from the document's source).
     With ``refit`` each document's fits are first recomputed from its recorded times
-    (:func:`gossipgrad.measure.refit.refit_network`), as ``gossipgrad netfit --refit`` does."""
+    (:func:`gossipgrad.tools.measure.refit.refit_network`), as ``gossipgrad netfit --refit``
+    does."""
     out = {}
     for path in paths:
         doc = json.loads(Path(path).read_text())

@@ -18,10 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from gossipgrad.devices.dilation import parse_rate
-from gossipgrad.devices.profile import StandinProfile
-from gossipgrad.plan.fabric import Fabric
-from gossipgrad.plan.formats import NetworkFit
+from gossipgrad.tools.devices.dilation import parse_rate
+from gossipgrad.tools.devices.profile import StandinProfile
+from gossipgrad.tools.plan.fabric import Fabric
+from gossipgrad.tools.plan.formats import NetworkFit
 from lab.plan.standin import (
     Run,
     StandinCalibration,
@@ -41,7 +41,7 @@ def legacy_predict(run: Run, profiles: Mapping[str, StandinProfile], networks: N
     """Today's planner before these terms: the plain alpha-beta ring and peer formulas, a
     parameter server charged as a ring, Horovod's fusion as fixed buckets, nothing shared,
     nothing fitted."""
-    from gossipgrad.plan.model import step_time
+    from gossipgrad.tools.plan.model import step_time
 
     net, doc = networks[(run.size, run.rate)]
     model = replace(network_model(net, doc, run.dilate), fabric=Fabric())

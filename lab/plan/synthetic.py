@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gossipgrad.plan.formats import Bucket, Profile
+from gossipgrad.tools.plan.formats import Bucket, Profile
 
 
 @dataclass(frozen=True)

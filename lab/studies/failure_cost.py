@@ -25,8 +25,8 @@ import json
 import statistics
 
 from gossipgrad import runtime
-from gossipgrad.engine import trainer
-from gossipgrad.engine.config import TrainConfig
+from gossipgrad.engine.run import trainer
+from gossipgrad.engine.run.config import TrainConfig
 
 
 def main(argv: list[str] | None = None) -> None:

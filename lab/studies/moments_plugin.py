@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gossipgrad.engine.shell import BucketOptimizer
-from gossipgrad.engine.snapshot import average_optimizer_state_
+from gossipgrad.engine.bucket.shell import BucketOptimizer
+from gossipgrad.engine.run.snapshot import average_optimizer_state_
 from gossipgrad.registry import STRATEGIES
 from gossipgrad.strategies.allreduce_param import AllreduceParam
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gossipgrad.plan import CommModel, best_by, plan, plot_png, recommend
+from gossipgrad.tools.plan import CommModel, best_by, plan, plot_png, recommend
 from lab.plan.synthetic import Layer, synthetic_profile
 
 SIZES = (16, 32, 64, 128, 256, 512, 1024)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from plan_support import PROFILE  # two 1 MB buckets, 32 ms of compute
 
-from gossipgrad.plan import CommModel, HostShare, step_time
-from gossipgrad.plan.calibrate import fit_in_step, scale_exchange, scale_profile
+from gossipgrad.tools.plan import CommModel, HostShare, step_time
+from gossipgrad.tools.plan.calibrate import fit_in_step, scale_exchange, scale_profile
 from lab.plan.heldout import (
     LOOPBACK,
     FrozenCalibration,

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from gossipgrad.comm.local import run_ranks
-from gossipgrad.plan import Bucket, CommModel, HostShare, LinkFit, NetworkFit, Profile
+from gossipgrad.tools.plan import Bucket, CommModel, HostShare, LinkFit, NetworkFit, Profile
 from lab.bench import plan_heldout, plan_runs, plan_validate
 from lab.bench.plan_predict import Inputs
 from lab.bench.plan_runs import Config

@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import pytest
 
-from gossipgrad.devices.profile import StandinProfile
-from gossipgrad.plan.formats import ConcurrentFit, LinkFit, NetworkFit
+from gossipgrad.tools.devices.profile import StandinProfile
+from gossipgrad.tools.plan.formats import ConcurrentFit, LinkFit, NetworkFit
 from lab.plan.standin import HOST_GRID, StandinCalibration, calibrate, load_runs, predict_run
 from lab.plan.standin_score import check_targets, hidden_fraction, score, side_by_side
 
@@ -236,7 +236,7 @@ def test_plan_validate_without_calibration_launches_says_which_to_add():
 
 
 def test_the_in_flight_sweep_prices_a_queued_allreduce_in_the_stood_for_time():
-    from gossipgrad.plan.formats import AllreduceFit
+    from gossipgrad.tools.plan.formats import AllreduceFit
     from lab.plan.standin import network_model
 
     beta = RATES["1gbit"]
@@ -293,7 +293,7 @@ def test_without_in_flight_moves_only_gossipgrads_allreduce(tmp_path):
 def test_a_ps_run_is_priced_with_the_layout_its_engine_used():
     """ps split VGG-16's 411 MB weight into parts in runs that say so (``split_parameters``,
     written by bench strategies since the split); older runs kept it whole, one owner."""
-    from gossipgrad.plan.patterns import ps_cap
+    from gossipgrad.tools.plan.patterns import ps_cap
     from lab.plan.standin import profile_for
 
     vgg = "vgg16-p100-fp32-b64"

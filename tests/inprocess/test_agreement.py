@@ -12,9 +12,9 @@ import pytest
 from imagefolder import make_image_folder
 
 from gossipgrad.comm.local import run_ranks
-from gossipgrad.engine import preflight
 from gossipgrad.engine.agreement import AgreedError, check_settings, check_start, encode
-from gossipgrad.engine.config import RANK_LOCAL, TrainConfig
+from gossipgrad.engine.run import preflight
+from gossipgrad.engine.run.config import RANK_LOCAL, TrainConfig
 
 
 def errors_on_every_rank(size: int, fn) -> list[str]:

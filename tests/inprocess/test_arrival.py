@@ -12,8 +12,8 @@ from gossipgrad.comm.base import CommTimeout
 from gossipgrad.comm.collectives import _code, missing_message
 from gossipgrad.comm.local import run_ranks
 from gossipgrad.engine.consensus import average_parameters_
-from gossipgrad.engine.evaluation import evaluate
-from gossipgrad.engine.signals import PeriodicAgreement, StopSignals
+from gossipgrad.engine.run.evaluation import evaluate
+from gossipgrad.engine.run.signals import PeriodicAgreement, StopSignals
 
 ABSENT = 2
 

@@ -9,11 +9,11 @@ import weakref
 
 import pytest
 
-from gossipgrad.bench import strategies
-from gossipgrad.bench.common import base_strategy, split_settings
-from gossipgrad.bench.strategies import run_order, run_strategies, strategy_kwargs
-from gossipgrad.bench.tta import TtaOptions
 from gossipgrad.comm.local import run_ranks
+from gossipgrad.tools.bench import strategies
+from gossipgrad.tools.bench.common import base_strategy, split_settings
+from gossipgrad.tools.bench.strategies import run_order, run_strategies, strategy_kwargs
+from gossipgrad.tools.bench.tta import TtaOptions
 
 
 def test_split_settings_reads_each_key_with_its_type():

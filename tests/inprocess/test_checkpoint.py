@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from gossipgrad.comm.local import LocalWorld, run_ranks
-from gossipgrad.engine import checkpoint as ckpt
-from gossipgrad.engine import snapshot as snap
-from gossipgrad.engine.signals import StopSignals
+from gossipgrad.engine.run import checkpoint as ckpt
+from gossipgrad.engine.run import snapshot as snap
+from gossipgrad.engine.run.signals import StopSignals
 from gossipgrad.strategies import DistributedOptimizer
 
 torch.set_num_threads(1)

@@ -13,11 +13,11 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
-import gossipgrad.engine.trainer as trainer
+import gossipgrad.engine.run.trainer as trainer
 import gossipgrad.runtime as runtime
 from gossipgrad.cli import main
 from gossipgrad.comm.local import LocalWorld
-from gossipgrad.engine.config import TrainConfig
+from gossipgrad.engine.run.config import TrainConfig
 
 
 @pytest.fixture
@@ -139,7 +139,7 @@ def test_pretrained_weights_that_cannot_be_fetched_fail_clearly(monkeypatch, tmp
 
     import torch
 
-    from gossipgrad.engine.pretrained import load_pretrained_
+    from gossipgrad.engine.run.pretrained import load_pretrained_
     from gossipgrad.models import build_model
 
     def offline(*_a, **_k):

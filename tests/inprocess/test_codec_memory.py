@@ -2,7 +2,7 @@
 
 Each rank's tensors after a few steps (every live tensor's storage, counted once; the ranks
 share this process, so the total over ranks divided by their number) are compared with
-:func:`gossipgrad.plan.memory.estimate_memory` for the buckets the engine made. The codec
+:func:`gossipgrad.tools.plan.memory.estimate_memory` for the buckets the engine made. The codec
 buffers' counts were read off other runs (other models and sizes); this checks they carry.
 """
 
@@ -15,12 +15,12 @@ import warnings
 import pytest
 import torch
 
-from gossipgrad.bench.common import Trainer
-from gossipgrad.bench.strategies import strategy_kwargs
 from gossipgrad.comm.local import run_ranks
-from gossipgrad.plan.formats import Bucket, Profile
-from gossipgrad.plan.memory import estimate_memory
 from gossipgrad.registry import CODECS
+from gossipgrad.tools.bench.common import Trainer
+from gossipgrad.tools.bench.strategies import strategy_kwargs
+from gossipgrad.tools.plan.formats import Bucket, Profile
+from gossipgrad.tools.plan.memory import estimate_memory
 
 
 def _tensor_bytes() -> int:

@@ -109,7 +109,7 @@ def test_the_setting_reaches_the_wait_policy():
 
 @pytest.mark.timeout(120)
 def test_bench_strategies_runs_a_blocking_gossip_beside_the_polling_one():
-    from gossipgrad.bench.strategies import run_strategies
+    from gossipgrad.tools.bench.strategies import run_strategies
 
     records = run_ranks(
         2,

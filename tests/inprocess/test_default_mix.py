@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gossipgrad.comm.local import LocalWorld
-from gossipgrad.engine.config import TrainConfig
+from gossipgrad.engine.run.config import TrainConfig
 from gossipgrad.options import ExchangeOptions, Mix
 from gossipgrad.strategies import DistributedOptimizer
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from gossipgrad.comm.local import run_ranks
+from gossipgrad.engine.bucket.factor_capture import eligible_layers
 from gossipgrad.engine.buckets import BucketLayout
-from gossipgrad.engine.factor_capture import eligible_layers
 from gossipgrad.strategies import DistributedOptimizer
 
 from multirank import factor_checks
@@ -83,7 +83,7 @@ def test_options_without_factors_keep_every_gradient_in_buckets(kw, reason, capl
         finally:
             opt.close()
 
-    with caplog.at_level(logging.DEBUG, logger="gossipgrad.engine.factors"):
+    with caplog.at_level(logging.DEBUG, logger="gossipgrad.engine.bucket.factors"):
         results = run_ranks(2, body)
     assert results == [(None, 4), (None, 4)]
     records = [r for r in caplog.records if "sufficient factors" in r.getMessage()]
@@ -97,7 +97,7 @@ def test_factors_refused_where_asked_are_logged_at_info(caplog):
         model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
         DistributedOptimizer(_sgd(model), model, comm, mix="grad", sufficient_factors="on")
 
-    with caplog.at_level(logging.INFO, logger="gossipgrad.engine.factors"):
+    with caplog.at_level(logging.INFO, logger="gossipgrad.engine.bucket.factors"):
         run_ranks(1, body)
     [record] = [r for r in caplog.records if "sufficient factors" in r.getMessage()]
     assert record.levelno == logging.INFO and "more than one rank" in record.getMessage()
@@ -170,7 +170,7 @@ def test_decision_table_is_logged_once_per_layer_and_returned(caplog):
         finally:
             opt.close()
 
-    with caplog.at_level(logging.INFO, logger="gossipgrad.engine.factors"):
+    with caplog.at_level(logging.INFO, logger="gossipgrad.engine.bucket.factors"):
         table = run_ranks(4, body)[0]
     # allreduce at 4 ranks: factors iff K (M + N) < 2 M N / 4 -> 4 x 128 < 2048: yes;
     # 4 x 66 = 264 < 64: no
@@ -180,7 +180,7 @@ def test_decision_table_is_logged_once_per_layer_and_returned(caplog):
     ]
     assert table[0]["matrix_bytes"] == 2 * 3 / 4 * 64 * 64 * 4
     assert table[0]["factor_bytes"] == 3 * 4 * 128 * 4
-    lines = [r.getMessage() for r in caplog.records if r.name == "gossipgrad.engine.factors"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "gossipgrad.engine.bucket.factors"]
     assert len(lines) == 3 and "(auto, allreduce, 4 ranks)" in lines[0], lines
     assert lines[1].startswith("  0: K=4 M=64 N=64 matrix") and lines[1].endswith("factors")
 

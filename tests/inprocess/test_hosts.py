@@ -7,7 +7,7 @@ import doctest
 from gossipgrad.comm import hosts
 from gossipgrad.comm.local import run_ranks
 from gossipgrad.comm.rendezvous import same_host
-from gossipgrad.measure.netfit import host_ids
+from gossipgrad.tools.measure.netfit import host_ids
 
 
 def test_docstring_examples():

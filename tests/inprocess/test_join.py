@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gossipgrad.comm.local import run_ranks
-from gossipgrad.engine.join import JOIN_PERIOD, JoinAgreement
+from gossipgrad.engine.bucket.join import JOIN_PERIOD, JoinAgreement
 from gossipgrad.strategies import DistributedOptimizer
 
 STRATEGIES = [

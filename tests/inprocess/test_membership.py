@@ -16,12 +16,12 @@ import torch
 from gossipgrad.comm.base import CommError, PeerFailed, failure_of
 from gossipgrad.comm.collectives import sendrecv_
 from gossipgrad.comm.local import LocalWorld, RankKilled, allreduce_, run_ranks
-from gossipgrad.engine import checkpoint as ckpt
-from gossipgrad.engine import trainer
-from gossipgrad.engine.config import TrainConfig
-from gossipgrad.engine.membership import check_support, leads
-from gossipgrad.engine.metrics import MetricsWriter
-from gossipgrad.engine.run import Run
+from gossipgrad.engine.run import checkpoint as ckpt
+from gossipgrad.engine.run import trainer
+from gossipgrad.engine.run.config import TrainConfig
+from gossipgrad.engine.run.loop import Run
+from gossipgrad.engine.run.membership import check_support, leads
+from gossipgrad.engine.run.metrics import MetricsWriter
 from gossipgrad.settings import Settings, settings
 from gossipgrad.shuffle import ShuffleError
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gossipgrad.comm.local import run_ranks
-from gossipgrad.engine.config import TrainConfig
+from gossipgrad.engine.run.config import TrainConfig
 from gossipgrad.options import ExchangeOptions, Sync
 
 from multirank import monitor_checks

@@ -14,8 +14,8 @@ from click.testing import CliRunner
 
 from gossipgrad.cli import main
 from gossipgrad.comm.local import run_ranks
-from gossipgrad.measure import netfit, sweeps
-from gossipgrad.plan.formats import NetworkFit
+from gossipgrad.tools.measure import netfit, sweeps
+from gossipgrad.tools.plan.formats import NetworkFit
 
 ALPHA, BETA = 4e-6, 1 / 5e9
 

@@ -18,11 +18,11 @@ from gossipgrad.choices import spell
 from gossipgrad.cli import main
 from gossipgrad.cli.train import train
 from gossipgrad.comm.local import run_ranks
-from gossipgrad.engine import checkpoint as ckpt
-from gossipgrad.engine import guards, trainer
 from gossipgrad.engine.agreement import AgreedError
-from gossipgrad.engine.config import TrainConfig
-from gossipgrad.engine.metrics import MetricsWriter, to_json
+from gossipgrad.engine.run import checkpoint as ckpt
+from gossipgrad.engine.run import guards, trainer
+from gossipgrad.engine.run.config import TrainConfig
+from gossipgrad.engine.run.metrics import MetricsWriter, to_json
 from gossipgrad.options import DataOptions, ExchangeOptions, OptimOptions, RunOptions
 
 torch.set_num_threads(1)

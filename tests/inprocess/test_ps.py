@@ -13,9 +13,9 @@ from click.testing import CliRunner
 from gossipgrad.cli import main
 from gossipgrad.comm.base import CommTimeout
 from gossipgrad.comm.local import LocalWorld, run_ranks
-from gossipgrad.engine import shards
-from gossipgrad.engine.config import TrainConfig
-from gossipgrad.engine.ps import ParameterServerOptimizer
+from gossipgrad.engine.ps import shards
+from gossipgrad.engine.ps.optimizer import ParameterServerOptimizer
+from gossipgrad.engine.run.config import TrainConfig
 from gossipgrad.options import ExchangeOptions
 from gossipgrad.registry import STRATEGIES
 from gossipgrad.strategies import DistributedOptimizer

@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from gossipgrad.comm.local import LocalWorld, run_ranks
-from gossipgrad.engine import checkpoint as ckpt
-from gossipgrad.engine import trainer
-from gossipgrad.engine.config import TrainConfig
-from gossipgrad.engine.rundir import LOCK_NAME, RunDirLock, check_writable, preflight
+from gossipgrad.engine.run import checkpoint as ckpt
+from gossipgrad.engine.run import trainer
+from gossipgrad.engine.run.config import TrainConfig
+from gossipgrad.engine.run.rundir import LOCK_NAME, RunDirLock, check_writable, preflight
 
 torch.set_num_threads(1)
 

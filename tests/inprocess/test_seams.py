@@ -17,7 +17,7 @@ import toy_strategy  # registers "toy-periodic"
 import gossipgrad
 from gossipgrad.comm.local import run_ranks
 from gossipgrad.data.sources import open_source
-from gossipgrad.engine.evaluation import evaluate
+from gossipgrad.engine.run.evaluation import evaluate
 from gossipgrad.engine.step import train_step
 from gossipgrad.models import build_model, loss_fn
 from gossipgrad.options import DataOptions

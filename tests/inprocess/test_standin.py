@@ -14,13 +14,14 @@ import pytest
 import torch
 
 import gossipgrad
+import gossipgrad.tools.devices
 from gossipgrad.comm.local import run_ranks
-from gossipgrad.devices import Standin, StandinProfile
-from gossipgrad.devices.clock import BLOCKED_S, DeviceClock, VirtualClock, host_waited
-from gossipgrad.devices.published import nominal_profile, ready_times
 from gossipgrad.engine.buckets import install_forward_waits
 from gossipgrad.models import build_model, loss_fn
 from gossipgrad.strategies import DistributedOptimizer
+from gossipgrad.tools.devices import Standin, StandinProfile
+from gossipgrad.tools.devices.clock import BLOCKED_S, DeviceClock, VirtualClock, host_waited
+from lab.devices.published import nominal_profile, ready_times
 
 torch.set_num_threads(1)
 
@@ -79,7 +80,7 @@ def test_outputs_gradients_and_hook_times_are_the_real_models_and_the_profiles(c
 
 def test_a_step_waits_the_profile_time_and_gives_the_cpu_away(cnn_profile):
     model = _cnn()
-    handle = gossipgrad.standin(model, cnn_profile, dilate=2.5)  # 0.1 s per step
+    handle = gossipgrad.tools.devices.standin(model, cnn_profile, dilate=2.5)  # 0.1 s per step
     opt = handle.optimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9))
     before = [p.detach().clone() for p in model.parameters()]
     x, y = _batch()
@@ -171,7 +172,7 @@ def test_a_forward_wait_for_a_parameter_bucket_delays_the_layers_after_it(cnn_pr
     wall-clock time (the clock once let backward start at the device's end, before the
     wait ended: backward read the layers' time before the wait short)."""
     model = _cnn()
-    handle = gossipgrad.standin(model, cnn_profile, dilate=10)
+    handle = gossipgrad.tools.devices.standin(model, cnn_profile, dilate=10)
     bucket_of = {id(p): 0 for p in model[6].parameters()}
     waited = []
 
@@ -223,7 +224,7 @@ def test_a_profile_of_another_model_is_refused_naming_it(cnn_profile):
 
 
 def test_a_shipped_profile_is_what_its_builder_makes_today():
-    from gossipgrad.devices.published import PUBLISHED, published_profile
+    from lab.devices.published import PUBLISHED, published_profile
 
     name = "googlenet-p100pcie-fp32-b128"  # python scripts/standin_profiles.py rebuilds all
     built = published_profile(name, PUBLISHED[name]).to_json()
@@ -283,8 +284,8 @@ def test_gossip_trains_on_stand_in_ranks_of_the_thread_world(cnn_profile):
 
 
 def test_a_measured_cpu_profile_runs_on_its_stand_in(tmp_path):
-    from gossipgrad.measure.layers import profile_arch_layers
-    from gossipgrad.measure.profiler import ArchRun
+    from gossipgrad.tools.measure.layers import profile_arch_layers
+    from gossipgrad.tools.measure.profiler import ArchRun
 
     profile = profile_arch_layers(ArchRun("mlp", 8, 32, steps=3, warmup=1))
     assert profile.source["kind"] == "measured"

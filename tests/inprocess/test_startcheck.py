@@ -112,7 +112,7 @@ def test_identical_first_gradients_warn_once_naming_the_sampler(caplog):
             for _ in range(3):
                 _step(model, opt, comm, same_data=same)
 
-    with caplog.at_level(logging.WARNING, logger="gossipgrad.engine.startcheck"):
+    with caplog.at_level(logging.WARNING, logger="gossipgrad.engine.bucket.startcheck"):
         run_ranks(3, body, False, timeout=50)
         assert not caplog.records
         run_ranks(3, body, True, timeout=50)
@@ -134,7 +134,7 @@ def test_all_zero_first_gradients_are_no_hint_about_the_samples(caplog):
                 (0.0 * model(torch.randn(8, 6)).sum()).backward()
                 opt.step()
 
-    with caplog.at_level(logging.WARNING, logger="gossipgrad.engine.startcheck"):
+    with caplog.at_level(logging.WARNING, logger="gossipgrad.engine.bucket.startcheck"):
         run_ranks(3, body, timeout=50)
     assert not caplog.records, [r.getMessage() for r in caplog.records]
 

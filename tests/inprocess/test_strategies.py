@@ -19,8 +19,8 @@ from gossipgrad.comm.rendezvous import (
     same_host,
     share_address,
 )
-from gossipgrad.engine.config import TrainConfig
 from gossipgrad.engine.protocol import WrappedOptimizer
+from gossipgrad.engine.run.config import TrainConfig
 from gossipgrad.options import ExchangeOptions
 from gossipgrad.strategies import DistributedOptimizer
 

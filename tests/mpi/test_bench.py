@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from gossipgrad.bench.strategies import markdown_table
+from gossipgrad.tools.bench.strategies import markdown_table
 
 from launch import JOIN_BYTES, bench_record, gossipgrad, positive
 
@@ -132,7 +132,7 @@ def test_bench_strategies_counts_the_bytes_it_posts(tmp_path):
     rows = {r["strategy"]: r for r in rec["results"]}
     assert list(rows) == ["gossip", "allreduce", "local"]
     # 2 ranks: gossip sends the model once, allreduce 2 (size - 1) / size = 1 model; posted
-    # also holds the join agreement's 3 int64 every 4 steps (engine/join.py), spread
+    # also holds the join agreement's 3 int64 every 4 steps (engine/bucket/join.py), spread
     for name, theory in (("gossip", model), ("allreduce", model), ("local", 0)):
         assert rows[name]["theory_bytes_per_step"] == theory
         assert 0 <= rows[name]["posted_bytes_per_step"] - theory <= JOIN_BYTES, rows[name]

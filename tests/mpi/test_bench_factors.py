@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from gossipgrad.bench.strategies import contenders, run_order
 from gossipgrad.comm.schedule import Schedule
+from gossipgrad.tools.bench.strategies import contenders, run_order
 
 from launch import JOIN_BYTES, gossipgrad
 
@@ -87,7 +87,7 @@ def test_fc_head_with_factors_on_and_off_counts_both_forms():
     for name, theory in expect.items():
         assert rows[name]["theory_bytes_per_step"] == pytest.approx(theory, abs=0.1), name
     # posted: what isend / iallreduce / iallgather were handed (an allreduce buffer once)
-    # posted: also the join agreement's 3 int64 every 4 steps (engine/join.py), spread
+    # posted: also the join agreement's 3 int64 every 4 steps (engine/bucket/join.py), spread
     posted = rows["gossip+factors"]["posted_bytes_per_step"]
     assert 0 <= posted - (factors + biases) * share <= JOIN_BYTES, posted
     posted = rows["allreduce+factors"]["posted_bytes_per_step"]

@@ -9,13 +9,13 @@ import time
 import pytest
 from click.testing import CliRunner
 
-import gossipgrad.bench.tta as tta_mod
-from gossipgrad.bench.tta import TtaOptions, run_tta
-from gossipgrad.bench.tta_report import link_bits_per_s, markdown_table, metrics_lines
+import gossipgrad.tools.bench.tta as tta_mod
 from gossipgrad.cli import main
 from gossipgrad.comm.local import run_ranks
-from gossipgrad.engine.config import TrainConfig
-from gossipgrad.plan.steps import measured_steps
+from gossipgrad.engine.run.config import TrainConfig
+from gossipgrad.tools.bench.tta import TtaOptions, run_tta
+from gossipgrad.tools.bench.tta_report import link_bits_per_s, markdown_table, metrics_lines
+from gossipgrad.tools.plan.steps import measured_steps
 
 from launch import JOIN_BYTES, gossipgrad
 
@@ -48,7 +48,7 @@ def test_every_strategy_runs_the_budget_with_its_curve_and_bytes():
         assert r["wire_bytes_per_step"] is None  # not in the emulated cluster
     posted = {n: r["posted_bytes_per_step"] for n, r in rec["results"].items()}
     # 2 ranks: gossip sends the model once a step, allreduce reduces it once, local nothing;
-    # each also has the join agreement's 3 int64 every 4 steps (engine/join.py), spread
+    # each also has the join agreement's 3 int64 every 4 steps (engine/bucket/join.py), spread
     extra = posted["local"]
     assert 0 < extra <= JOIN_BYTES, posted
     assert posted == {

@@ -34,7 +34,7 @@ SILENT_PEER = """
 import time
 import torch
 from gossipgrad.comm.base import CommTimeout, Tag
-from gossipgrad.engine.mixer import make_mixer
+from gossipgrad.engine.bucket.mixer import make_mixer
 from gossipgrad.comm.mpi import MpiCommunicator
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.engine.commthread import CommThread

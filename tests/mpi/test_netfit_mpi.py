@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gossipgrad.plan.formats import NetworkFit
+from gossipgrad.tools.plan.formats import NetworkFit
 
 REPO = Path(__file__).resolve().parents[2]
 MPIEXEC = os.path.join(os.path.dirname(sys.executable), "mpiexec")

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gossipgrad.devices.published import nominal_profile
+from lab.devices.published import nominal_profile
 
 from launch import gossipgrad
 

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from gossipgrad.engine.signals import AGREEMENT_GRACE_S
+from gossipgrad.engine.run.signals import AGREEMENT_GRACE_S
 
 from launch import (
     HAVE_HOROVOD,

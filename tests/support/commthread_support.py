@@ -12,8 +12,8 @@ import torch
 from gossipgrad.comm.base import CommTimeout, Tag
 from gossipgrad.comm.codecs import Codec
 from gossipgrad.comm.transport import PeerTransport
-from gossipgrad.engine.mixer import BucketMixer
-from gossipgrad.engine.rules import Average
+from gossipgrad.engine.bucket.mixer import BucketMixer
+from gossipgrad.engine.bucket.rules import Average
 
 
 class GossipExchange(BucketMixer):

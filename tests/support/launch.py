@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from gossipgrad.bench.common import mpiexec_path
+from lab.launch import mpiexec_path
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 #: The toy strategy, rule and codec (tests/conftest.py puts it on sys.path too).
@@ -36,7 +36,7 @@ needs_netns = pytest.mark.skipif(
 
 
 JOIN_BYTES = 3 * 8
-"""The most a rank's posted bytes per step gain from the join agreement (engine/join.py: an
+"""The most a rank's posted bytes per step gain from the join agreement (engine/bucket/join.py: an
 allreduce of 3 int64 every few steps), which every strategy runs, ``local`` included."""
 
 

@@ -1,7 +1,7 @@
 """A small profile shared by the planner's tests (tests/unit/test_plan_calibrate.py and the
 lab's held-out scoring): two 1 MB buckets, 32 ms of compute."""
 
-from gossipgrad.plan import Bucket, Profile
+from gossipgrad.tools.plan import Bucket, Profile
 
 PROFILE = Profile(
     "m",

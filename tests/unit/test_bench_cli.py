@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from gossipgrad.bench.strategies import run_order
 from gossipgrad.cli import main
+from gossipgrad.tools.bench.strategies import run_order
 
 from launch import gossipgrad
 

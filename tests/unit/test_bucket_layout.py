@@ -63,9 +63,9 @@ def test_split_never_makes_an_empty_part(numel, cap, expected):
 def test_the_standin_optimizer_splits_as_the_one_it_stands_for():
     """ps splits a large parameter on the stand-in device exactly when it would with the
     optimizer the stand-in's stands for (SGD: yes; a subclass that declares nothing: no)."""
-    from gossipgrad.devices.optimizer import standin_optimizer
-    from gossipgrad.devices.profile import StandinProfile
     from gossipgrad.engine.optim import rebuild, updates_elementwise
+    from gossipgrad.tools.devices.optimizer import standin_optimizer
+    from gossipgrad.tools.devices.profile import StandinProfile
 
     class Normed(torch.optim.SGD):
         pass

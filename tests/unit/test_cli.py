@@ -46,7 +46,7 @@ def test_config_file_and_environment_precedence(tmp_path):
 
     cfg = tmp_path / "run.toml"
     cfg.write_text("lr = 0.5\nepochs = 3\nbatch-size = 16\n")
-    import gossipgrad.engine.config as config
+    import gossipgrad.engine.run.config as config
 
     orig = config.TrainConfig.check_size
     config.TrainConfig.check_size = fake_check

@@ -1,7 +1,11 @@
 """The layering of docs/architecture.md, checked on the source: imports point down only.
 
-    cli > bench > measure, torch > runtime, startup > strategies > engine > data, shuffle,
-    comm, inject, devices > plan, options, choices, registry, settings, models
+    tools > cli > torch > runtime, startup > strategies > engine > data, shuffle, comm,
+    inject > options, choices, registry, settings, models
+
+The tools (``gossipgrad/tools/``: planner, benchmarks, measurement, the stand-in device and
+their commands) import the runtime; the runtime never imports a tool, and ``import
+gossipgrad`` loads none. Inside the tools: cli > bench > measure > devices > plan.
 
 ``inject`` (the testing corner: fault, straggler and latency injection) sits at comm's layer
 so that the engine may call it, and imports only ``comm.base`` and the bottom layer; comm
@@ -25,9 +29,8 @@ ROOT = Path(__file__).resolve().parents[2] / "gossipgrad"
 
 #: Layer of each top-level part of gossipgrad (package or module); higher may import lower.
 LAYERS = {
+    "tools": 9,  # the tools' wing: imports the runtime, never imported by it
     "cli": 8,
-    "bench": 7,
-    "measure": 6,
     "torch": 6,  # Horovod's face (gossipgrad.torch): above strategies and runtime
     "runtime": 5,  # the launch layer: MPI or a one-rank world, logging, abort
     "startup": 5,  # the launch layer: MPI start-up under a deadline, the start-up agreement
@@ -37,10 +40,9 @@ LAYERS = {
     "shuffle": 2,
     "comm": 2,
     "inject": 2,  # the testing corner: imports only comm.base and layer 1 (test below)
-    "devices": 2,  # the stand-in accelerator: patches a model, imports models and plan only
-    "plan": 1,
     "options": 1,
     "choices": 1,
+    "specs": 1,  # the seams' interfaces (strategy, device)
     "registry": 1,  # the seams' name -> object maps: lower layers find what higher ones registered
     "settings": 1,
     "models": 1,
@@ -102,15 +104,58 @@ def test_imports_point_down_only():
     assert upward_imports() == []
 
 
-@pytest.mark.parametrize("lower", ["comm", "engine", "data", "shuffle", "plan"])
-def test_lower_layers_import_no_launch_measure_bench_or_cli(lower: str):
+@pytest.mark.parametrize("lower", ["comm", "engine", "data", "shuffle"])
+def test_lower_layers_import_no_launch_or_cli(lower: str):
     found = [
         (p, t)
         for p in sorted((ROOT / lower).rglob("*.py"))
         for _, t in imported_parts(p)
-        if t in {"runtime", "measure", "bench", "cli"}
+        if t in {"runtime", "cli", "tools"}
     ]
     assert found == []
+
+
+#: The tools' own layering, highest first: a tool imports only its own part and lower ones.
+TOOL_LAYERS = {"cli": 5, "bench": 4, "measure": 3, "devices": 2, "plan": 1, "plugin": 6}
+
+
+def test_the_runtime_imports_no_tool():
+    found = [
+        f"{p.relative_to(ROOT)}:{line}: {m}"
+        for p in sorted(ROOT.rglob("*.py"))
+        if _part(p) != "tools"
+        for line, m in imported_modules(p)
+        if m == "gossipgrad.tools" or m.startswith("gossipgrad.tools.")
+    ]
+    assert found == []
+
+
+def test_the_tools_point_down_among_themselves():
+    bad = []
+    for path in sorted((ROOT / "tools").rglob("*.py")):
+        rel = path.relative_to(ROOT / "tools")
+        part = rel.parts[0] if len(rel.parts) > 1 else rel.stem
+        if part == "__init__":
+            continue
+        for line, m in imported_modules(path):
+            if not m.startswith("gossipgrad.tools."):
+                continue
+            target = m.split(".")[2]
+            if target != part and TOOL_LAYERS[target] > TOOL_LAYERS[part]:
+                bad.append(f"tools/{rel}:{line}: {part} imports {target}")
+    assert bad == []
+
+
+def test_import_gossipgrad_loads_no_tool():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, gossipgrad, gossipgrad.torch; "
+        "print(sorted(m for m in sys.modules if m.startswith('gossipgrad.tools')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_the_check_sees_lazy_imports(tmp_path: Path):
@@ -180,7 +225,7 @@ def test_comm_never_imports_the_testing_corner():
 
 
 def test_no_import_circle_through_inject_at_module_level():
-    """What an inject module imports when it loads never loads inject again (engine/run.py
+    """What an inject module imports when it loads never loads inject again (engine/run/loop.py
     imports it at module level)."""
     for start in sorted((ROOT / "inject").glob("*.py")):
         if start.name == "__init__.py":

@@ -12,9 +12,9 @@ import pytest
 @pytest.mark.parametrize(
     "name",
     [
-        "gossipgrad.measure.profiler",
-        "gossipgrad.measure.sweeps",
-        "gossipgrad.measure.netfit",
+        "gossipgrad.tools.measure.profiler",
+        "gossipgrad.tools.measure.sweeps",
+        "gossipgrad.tools.measure.netfit",
         "gossipgrad.models",
     ],
 )

@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from gossipgrad.cli import main
-from gossipgrad.measure.refit import refit_network, stale_fit
-from gossipgrad.plan.formats import NetworkFit
+from gossipgrad.tools.measure.refit import refit_network, stale_fit
+from gossipgrad.tools.plan.formats import NetworkFit
 
 SIZES = [4096 * 2**i for i in range(11)]  # 4 KiB .. 4 MiB
 LINE_S, BURST_S = 8 / 100e6, 8 / 1e9  # 100 Mbit/s, and the shaper's burst at 1 Gbit/s
@@ -108,7 +108,7 @@ def test_a_fit_that_disagrees_with_its_own_times_is_named():
 
 
 def test_plan_warns_about_a_stale_network_file_and_still_plans(tmp_path):
-    from gossipgrad.plan.formats import Bucket, Profile
+    from gossipgrad.tools.plan.formats import Bucket, Profile
 
     mib = 1 << 20
     buckets = (Bucket(0, 2 * mib, 0.1), Bucket(1, 2 * mib, 0.2))

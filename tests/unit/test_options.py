@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gossipgrad.choices import use_cli_names
-from gossipgrad.engine.config import TrainConfig
+from gossipgrad.engine.run.config import TrainConfig
 from gossipgrad.options import (
     DataOptions,
     ExchangeOptions,

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from gossipgrad.bench.common import peak_rss_mb, reset_peak_rss
+from gossipgrad.tools.bench.common import peak_rss_mb, reset_peak_rss
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="VmHWM is Linux's")

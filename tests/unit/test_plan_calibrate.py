@@ -1,4 +1,4 @@
-"""The in-step calibration's arithmetic (gossipgrad.plan.calibrate): closed-form cases."""
+"""The in-step calibration's arithmetic (gossipgrad.tools.plan.calibrate): closed-form cases."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import pytest
 from plan_support import PROFILE  # noqa: E402 - two 1 MB buckets, 32 ms of compute
 
-from gossipgrad.plan import Bucket, CommModel, Profile, step_time
-from gossipgrad.plan.calibrate import (
+from gossipgrad.tools.plan import Bucket, CommModel, Profile, step_time
+from gossipgrad.tools.plan.calibrate import (
     FACTOR_RANGE,
     fit_compute_factor,
     fit_exchange_factor,
@@ -81,7 +81,7 @@ def _round(strategy: str, local: float, blocking: float, s0: float, s1: float) -
 
 
 def test_fit_in_step_compute_from_the_latest_rounds_the_rest_from_all():
-    from gossipgrad.plan.calibrate import fit_in_step
+    from gossipgrad.tools.plan.calibrate import fit_in_step
 
     prof = Profile("m", 8, "cpu", 0.002, 0.006, 0.002, 1000, (Bucket(0, 1000, 0.006),))
     old = [

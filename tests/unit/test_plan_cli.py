@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from gossipgrad.cli import main
-from gossipgrad.plan.formats import Bucket, LinkFit, NetworkFit, Profile
-from gossipgrad.plan.model import MIB
+from gossipgrad.tools.plan.formats import Bucket, LinkFit, NetworkFit, Profile
+from gossipgrad.tools.plan.model import MIB
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILE = Profile(

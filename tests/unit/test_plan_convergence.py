@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from gossipgrad.plan.convergence import (
+from gossipgrad.tools.plan.convergence import (
     read_metrics,
     render_convergence,
     steps_to_target,
 )
-from gossipgrad.plan.formats import Bucket, Profile
-from gossipgrad.plan.model import CommModel
-from gossipgrad.plan.planner import plan, render_markdown
+from gossipgrad.tools.plan.formats import Bucket, Profile
+from gossipgrad.tools.plan.model import CommModel
+from gossipgrad.tools.plan.planner import plan, render_markdown
 
 
 def _lines(*records) -> list[str]:

@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 from gossipgrad.options import ExchangeOptions
-from gossipgrad.plan import factors as pf
+from gossipgrad.tools.plan import factors as pf
 
 SIZES = range(1, 18)
 
@@ -104,7 +104,7 @@ def test_auto_and_off_are_accepted_everywhere():
 
 
 @pytest.mark.parametrize(
-    "name", ["gossipgrad.plan.factors", "gossipgrad.comm.factors", "gossipgrad.options"]
+    "name", ["gossipgrad.tools.plan.factors", "gossipgrad.comm.factors", "gossipgrad.options"]
 )
 def test_docstring_examples(name):
     result = doctest.testmod(importlib.import_module(name))

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from gossipgrad.plan.fit import fit_link, r_squared, relative_errors
+from gossipgrad.tools.plan.fit import fit_link, r_squared, relative_errors
 
 SIZES = [4096 * 2**i for i in range(13)]  # 4 KiB .. 16 MiB
 

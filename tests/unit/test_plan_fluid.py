@@ -1,11 +1,11 @@
-"""The fluid network of a parameter server's rounds (gossipgrad.plan.fluid): closed forms."""
+"""The fluid network of a parameter server's rounds (gossipgrad.tools.plan.fluid): closed forms."""
 
 from __future__ import annotations
 
 import pytest
 from pytest import approx
 
-from gossipgrad.plan.fluid import IN, OUT, Network, Round, fair_rates, run
+from gossipgrad.tools.plan.fluid import IN, OUT, Network, Round, fair_rates, run
 
 
 def ports(n: int, rate: float = 10.0, counts: tuple[int, ...] | None = None) -> Network:

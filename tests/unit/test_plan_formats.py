@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from gossipgrad.plan.formats import AllreduceFit, Bucket, LinkFit, NetworkFit, Profile
+from gossipgrad.tools.plan.formats import AllreduceFit, Bucket, LinkFit, NetworkFit, Profile
 
 PROFILE = {
     "model": "resnet50",

@@ -1,16 +1,16 @@
 """Closed-form checks of the contention term: no spare core per rank -> overlap hides
-nothing and costs a hand-off per step and per bucket (gossipgrad.plan.host,
+nothing and costs a hand-off per step and per bucket (gossipgrad.tools.plan.host,
 step_time(host=...))."""
 
 from __future__ import annotations
 
 import pytest
 
-from gossipgrad.plan.formats import Bucket, LinkFit, NetworkFit, Profile
-from gossipgrad.plan.host import HostShare, fit_handoff, fit_overlap, fit_stale
-from gossipgrad.plan.model import CommModel, step_time
-from gossipgrad.plan.planner import plan
-from gossipgrad.plan.report import resolve_host
+from gossipgrad.tools.plan.formats import Bucket, LinkFit, NetworkFit, Profile
+from gossipgrad.tools.plan.host import HostShare, fit_handoff, fit_overlap, fit_stale
+from gossipgrad.tools.plan.model import CommModel, step_time
+from gossipgrad.tools.plan.planner import plan
+from gossipgrad.tools.plan.report import resolve_host
 
 
 def approx(x: float):

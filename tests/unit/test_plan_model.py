@@ -1,4 +1,4 @@
-"""Closed-form checks of the step-time model (gossipgrad.plan.model)."""
+"""Closed-form checks of the step-time model (gossipgrad.tools.plan.model)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from gossipgrad.plan.formats import Bucket, NetworkFit, Profile
-from gossipgrad.plan.model import (
+from gossipgrad.tools.plan.formats import Bucket, NetworkFit, Profile
+from gossipgrad.tools.plan.model import (
     CommModel,
     allreduce_factors,
     bytes_sent,
@@ -279,7 +279,7 @@ def test_rebucket_by_cycle_fuses_what_was_ready_since_the_last_wake_up():
 def test_a_library_that_fuses_per_cycle_hides_more_than_fixed_buckets():
     """Horovod at a 25 MiB threshold overlaps like small buckets: on a link where the last
     fixed 25 MiB bucket's exchange sticks out of backward, its step is shorter."""
-    from gossipgrad.plan.planner import plan
+    from gossipgrad.tools.plan.planner import plan
 
     mib = 1 << 20
     layers = [(2 * mib, 0.02 * (i + 1)) for i in range(20)]  # 40 MiB over a 0.4 s backward

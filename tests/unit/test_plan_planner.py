@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from gossipgrad.plan.formats import Bucket, Profile
-from gossipgrad.plan.memory import estimate_memory
-from gossipgrad.plan.model import MIB, CommModel
-from gossipgrad.plan.planner import (
+from gossipgrad.tools.plan.formats import Bucket, Profile
+from gossipgrad.tools.plan.memory import estimate_memory
+from gossipgrad.tools.plan.model import MIB, CommModel
+from gossipgrad.tools.plan.planner import (
     DISCLAIMER,
     best_by,
     plan,
@@ -145,8 +145,8 @@ def test_tie_tolerance_prefers_staleness_zero_when_nearly_as_fast():
 
 
 def test_plan_report_from_files(tmp_path):
-    from gossipgrad.plan.formats import NetworkFit
-    from gossipgrad.plan.report import plan_report
+    from gossipgrad.tools.plan.formats import NetworkFit
+    from gossipgrad.tools.plan.report import plan_report
 
     PROFILE.save(tmp_path / "profile.json")
     NetworkFit.from_json(

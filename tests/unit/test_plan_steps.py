@@ -7,15 +7,15 @@ import math
 
 import pytest
 
-from gossipgrad.plan.planner import PlanRow
-from gossipgrad.plan.steps import (
+from gossipgrad.tools.plan.planner import PlanRow
+from gossipgrad.tools.plan.steps import (
     MeasuredSteps,
     fit_line,
     fit_steps,
     measured_steps,
     predict,
 )
-from gossipgrad.plan.tta import dominant_term, recommend_tta, render_tta, tta_rows
+from gossipgrad.tools.plan.tta import dominant_term, recommend_tta, render_tta, tta_rows
 
 
 def log_steps(a: float, b: float, p: int) -> float:
@@ -225,8 +225,8 @@ def test_plan_command_recommends_by_time_to_accuracy_from_smaller_sizes(tmp_path
     from click.testing import CliRunner
 
     from gossipgrad.cli import main
-    from gossipgrad.plan.formats import Bucket, LinkFit, NetworkFit, Profile
-    from gossipgrad.plan.model import MIB
+    from gossipgrad.tools.plan.formats import Bucket, LinkFit, NetworkFit, Profile
+    from gossipgrad.tools.plan.model import MIB
 
     Profile(
         "toy",

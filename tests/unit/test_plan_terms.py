@@ -9,10 +9,10 @@ import random
 
 import pytest
 
-from gossipgrad.engine import shards
-from gossipgrad.plan.fabric import Fabric, shared_from_concurrent
-from gossipgrad.plan.fluid import run
-from gossipgrad.plan.formats import (
+from gossipgrad.engine.ps import shards
+from gossipgrad.tools.plan.fabric import Fabric, shared_from_concurrent
+from gossipgrad.tools.plan.fluid import run
+from gossipgrad.tools.plan.formats import (
     Bucket,
     ConcurrentFit,
     LinearLayer,
@@ -20,8 +20,8 @@ from gossipgrad.plan.formats import (
     NetworkFit,
     Profile,
 )
-from gossipgrad.plan.model import CommModel, on_the_wire, step_time
-from gossipgrad.plan.patterns import (
+from gossipgrad.tools.plan.model import CommModel, on_the_wire, step_time
+from gossipgrad.tools.plan.patterns import (
     assign_owners,
     node_s,
     peer_s,
@@ -32,7 +32,7 @@ from gossipgrad.plan.patterns import (
     server_wire_bytes,
     sharded_s,
 )
-from gossipgrad.plan.planner import plan
+from gossipgrad.tools.plan.planner import plan
 
 A, B = 1e-5, 1e-9  # 10 us, 1 GB/s
 
@@ -307,7 +307,7 @@ def test_server_rounds_use_the_nodes_nic_and_the_shared_bottleneck():
 def test_a_wire_codec_prices_the_bytes_it_puts_on_the_wire(ratio):
     """Every pattern's bucket pays latency in full and ``ratio`` of its bandwidth term; the
     bytes a plan row sends scale by ``ratio``; host work per byte of bucket is unchanged."""
-    from gossipgrad.plan.model import on_the_wire
+    from gossipgrad.tools.plan.model import on_the_wire
 
     n, p = 4_000_000, 8
     f = Fabric(ranks_per_node=2, intra_beta_s_per_byte=B / 10, shared_s_per_byte=B / 4)
@@ -339,7 +339,7 @@ def test_a_wire_codec_prices_the_bytes_it_puts_on_the_wire(ratio):
 def test_a_codec_scales_the_intra_node_link_too():
     """Eight ranks on one node: every exchange crosses the intra-node link, whose per-byte
     time the codec scales as it does the network's."""
-    from gossipgrad.plan.model import on_the_wire
+    from gossipgrad.tools.plan.model import on_the_wire
 
     n, p = 4_000_000, 8
     node = CommModel(A, B, fabric=Fabric(ranks_per_node=p, intra_beta_s_per_byte=B / 10))

@@ -13,9 +13,9 @@ import torch
 from click.testing import CliRunner
 
 from gossipgrad.cli import main
-from gossipgrad.measure.profiler import ArchRun, layout_profile, profile_arch, profile_step
 from gossipgrad.models import build_model
-from gossipgrad.plan.formats import Profile
+from gossipgrad.tools.measure.profiler import ArchRun, layout_profile, profile_arch, profile_step
+from gossipgrad.tools.plan.formats import Profile
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from gossipgrad.engine.sketch import BLOCK, CountSketch, estimate_distance, sketch_message
+from gossipgrad.engine.bucket.sketch import BLOCK, CountSketch, estimate_distance, sketch_message
 
 
 def _ratios(tensors: list[torch.Tensor], seeds: int = 100, bins: int = 256) -> np.ndarray:

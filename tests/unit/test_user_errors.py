@@ -12,7 +12,7 @@ import torch
 from click.testing import CliRunner
 
 from gossipgrad.cli import main
-from gossipgrad.engine import checkpoint as ckpt
+from gossipgrad.engine.run import checkpoint as ckpt
 from gossipgrad.settings import VARIABLES
 
 

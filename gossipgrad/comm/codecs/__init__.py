@@ -32,7 +32,7 @@ any hashable):
 - ``in_place``: the buffer itself may be sent (its encoding is itself: no copy);
 - ``lossless``: ``decode(encode(x))`` is ``x`` bit for bit;
 - ``summable``: an allreduce may add encodings element-wise, ``decode(sum) == sum(x)``
-  (else allreduce decodes before it adds: :mod:`gossipgrad.engine.sharded`);
+  (else allreduce decodes before it adds: :mod:`gossipgrad.engine.bucket.sharded`);
 - ``feedback``: error feedback is on (the cast's remainder per ``key`` is added to the next
   encoding of that key); ``state_dict``/``load_state_dict``: per-rank state (those
   residuals), saved in checkpoints.

@@ -21,10 +21,10 @@ from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.comm.nodes import RANKS_PER_NODE_ENV, NodeLayout, NodeTransport, blocks
 from gossipgrad.comm.schedule import Schedule, is_power_of_two
 from gossipgrad.comm.staging import Stager
+from gossipgrad.engine.bucket.mixer import BucketMixer, make_mixer
+from gossipgrad.engine.bucket.nodemix import NodeMix
+from gossipgrad.engine.bucket.rules import make_rule
 from gossipgrad.engine.consensus import average_parameters_, consensus_distance
-from gossipgrad.engine.mixer import BucketMixer, make_mixer
-from gossipgrad.engine.nodemix import NodeMix
-from gossipgrad.engine.rules import make_rule
 from gossipgrad.strategies import DistributedOptimizer
 
 

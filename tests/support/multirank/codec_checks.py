@@ -21,13 +21,13 @@ import copy
 
 import torch
 
-from gossipgrad.bench.common import CountingCommunicator
 from gossipgrad.comm.base import ReduceOp, Tag
 from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.comm.schedule import Schedule, is_power_of_two
+from gossipgrad.engine.bucket.mixer import make_mixer
 from gossipgrad.engine.consensus import consensus_distance
-from gossipgrad.engine.mixer import make_mixer
 from gossipgrad.strategies import DistributedOptimizer
+from gossipgrad.tools.bench.common import CountingCommunicator
 
 from multirank.checks import _least_squares_sgd, require
 

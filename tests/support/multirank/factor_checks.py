@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from gossipgrad.bench.common import CountingCommunicator
 from gossipgrad.comm.base import ReduceOp
 from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.comm.schedule import Schedule
-from gossipgrad.engine.factors import exchange_factors_
+from gossipgrad.engine.bucket.factors import exchange_factors_
 from gossipgrad.strategies import DistributedOptimizer
+from gossipgrad.tools.bench.common import CountingCommunicator
 
 RTOL = 1e-5
 

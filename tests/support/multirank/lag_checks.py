@@ -18,7 +18,7 @@ import torch
 from gossipgrad.comm.base import ReduceOp
 from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.comm.schedule import Schedule
-from gossipgrad.engine.timing.lagged import Lagged, skip_threshold
+from gossipgrad.engine.bucket.timing.lagged import Lagged, skip_threshold
 from gossipgrad.strategies import DistributedOptimizer
 
 LR = 0.125

@@ -11,8 +11,8 @@ import torch
 
 from gossipgrad.comm.base import ReduceOp
 from gossipgrad.comm.collectives import allreduce_
+from gossipgrad.engine.bucket.monitor import ConsensusMonitor
 from gossipgrad.engine.consensus import agree, consensus_distance
-from gossipgrad.engine.monitor import ConsensusMonitor
 from gossipgrad.options import ExchangeOptions
 from gossipgrad.strategies import DistributedOptimizer
 

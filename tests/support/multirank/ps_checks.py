@@ -12,12 +12,12 @@ import time
 
 import torch
 
-from gossipgrad.bench.common import CountingCommunicator
 from gossipgrad.comm.base import ReduceOp
 from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.engine.offload import HostOffloadOptimizer
-from gossipgrad.engine.ps import ParameterServerOptimizer
+from gossipgrad.engine.ps.optimizer import ParameterServerOptimizer
 from gossipgrad.strategies import DistributedOptimizer
+from gossipgrad.tools.bench.common import CountingCommunicator
 
 
 def _model(width: int = 16) -> torch.nn.Module:

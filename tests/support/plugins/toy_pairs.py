@@ -13,7 +13,7 @@ import torch
 from gossipgrad.comm.base import WaitContext
 from gossipgrad.comm.buffers import host_array
 from gossipgrad.comm.transport import Pending
-from gossipgrad.engine.mixer import BucketMixer
+from gossipgrad.engine.bucket.mixer import BucketMixer
 from gossipgrad.registry import STRATEGIES
 from gossipgrad.strategies.bucketed import BucketStrategy
 

@@ -4,7 +4,7 @@ for the command line)."""
 
 from __future__ import annotations
 
-from gossipgrad.engine.rules import Average
+from gossipgrad.engine.bucket.rules import Average
 from gossipgrad.registry import RULES
 
 NAME = "toy30"

@@ -17,7 +17,8 @@ from gossipgrad.engine.consensus import (
     verify_identical,
 )
 from gossipgrad.engine.protocol import WrappedOptimizer
-from gossipgrad.registry import STRATEGIES, StrategySpec, pattern_bytes
+from gossipgrad.registry import STRATEGIES
+from gossipgrad.specs import StrategySpec, pattern_bytes
 
 NAME = "toy-periodic"
 

@@ -15,7 +15,7 @@ import numpy as np
 from gossipgrad.comm.base import CommTimeout, ReduceOp, WaitPolicy
 from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.comm.mpi import MpiCommunicator
-from gossipgrad.engine.signals import StopSignals
+from gossipgrad.engine.run.signals import StopSignals
 
 out = sys.argv[1]
 comm = MpiCommunicator(timeout=2.0, policy=WaitPolicy(spin_s=0.0))

@@ -1,0 +1,87 @@
+"""The timing interface: what the gossip optimizer's shell asks of the exchange's timing.
+
+The shell (:mod:`gossipgrad.engine.bucket.shell`) owns the buckets, the hooks and the order of a
+step (``mix="grad"``: exchange the gradient buckets, then the optimizer steps;
+``mix="param"``: the optimizer steps, then the parameter buckets are exchanged). A timing
+decides when what it posted is mixed in. Every method has the default of a timing that
+lacks the feature, so an implementation overrides only what it does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from gossipgrad.comm.base import Communicator
+from gossipgrad.engine.consensus import average_parameters_
+
+
+class Timing:
+    """Base of the timings (see the package docstring).
+
+    Attributes:
+        ready_hooks: wants :meth:`ready` from backward hooks as each gradient bucket fills.
+        forward_waits: parameter buckets are in flight after ``step()`` and must be waited
+            for (:meth:`wait_`) before forward first reads them.
+        header_bytes: bytes each bucket's message carries besides the bucket.
+        codecs: codecs of the timing's own (a lagged frame's), besides the shell's.
+    """
+
+    ready_hooks = False
+    forward_waits = False
+    header_bytes = 0
+    codecs: tuple[Any, ...] = ()
+
+    def ready(self, index: int, buf: torch.Tensor, tag: int, step: int) -> None:
+        """Bucket ``index``'s gradients are complete (backward hook)."""
+
+    def reset_step(self) -> None:
+        """A new step's gradients begin (``zero_grad``)."""
+
+    def before_update(self, step: int) -> None:
+        """Just before the optimizer's update of ``step``."""
+
+    def exchange_(self, bufs: list[torch.Tensor], tag: int, step: int) -> None:
+        """Step ``step``'s exchange of ``bufs`` (one per bucket, tags ``tag + index``)."""
+        raise NotImplementedError
+
+    def wait_(self, indices: list[int] | None = None) -> None:
+        """Wait until the buckets ``indices`` (default: all) in flight are mixed in."""
+
+    @property
+    def in_flight(self) -> int:
+        """Buckets posted and not yet mixed in."""
+        return 0
+
+    def behind(self, step: int) -> bool:
+        """Whether this rank should skip ``step``'s compute to catch up."""
+        return False
+
+    def skip_(self, step: int, optimizer: torch.optim.Optimizer) -> None:
+        """``step``'s exchange without a gradient of this rank's (after :meth:`behind`)."""
+        raise RuntimeError("skip_step() needs max_lag >= 1 (--max-lag)")
+
+    def drain_(self, step: int) -> bool:
+        """Complete what is in flight; True when an optimizer step is owed (gradient halves
+        still to apply)."""
+        self.wait_()
+        return False
+
+    def settle_(self, step: int) -> bool:
+        """:meth:`drain_`, except where draining drops what the next step would apply."""
+        return self.drain_(step)
+
+    def average_(self, model: torch.nn.Module, comm: Communicator) -> None:
+        """After :meth:`drain_`: the global average (one consensus model)."""
+        average_parameters_(model, comm)
+
+    def close(self, step: int) -> None:
+        """Collective, after :meth:`drain_`: leave no message unmatched, stop threads."""
+
+    def abandon(self) -> None:
+        """After a rank died: forget what is in flight (its communicator is revoked)."""
+
+    def stats(self) -> dict[str, Any]:
+        """What waiting cost this rank (lagged only)."""
+        return {"lag_waits": 0, "lag_wait_seconds": 0.0, "max_peer_ahead": 0}

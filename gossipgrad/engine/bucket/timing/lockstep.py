@@ -1,0 +1,96 @@
+"""Staleness 0: every bucket posted at step t is mixed in within step t.
+
+Blocking (no communication thread): ``exchange_`` posts every bucket and waits for each.
+Overlapped (a :class:`~gossipgrad.engine.commthread.CommThread`): gradient buckets are
+posted from backward hooks as they fill (:meth:`Lockstep.ready`) and ``exchange_`` waits
+for them; parameter buckets are posted after the optimizer step in forward order (the
+layout is in backward order: the first layer's bucket last) and waited for by forward
+pre-hooks, so the exchange hides behind the next forward. Both give bit-identical results.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gossipgrad.engine.bucket.mixer import BucketMixer
+from gossipgrad.engine.bucket.timing.base import Timing
+from gossipgrad.engine.commthread import CommThread
+
+
+class Lockstep(Timing):
+    """Args:
+    mixer: the bucket exchange (transport, codec, rule).
+    mix_params: parameter buckets (posted after the update) rather than gradients.
+    thread: the communication thread (None: blocking).
+    collective: the exchange is a collective, posted in order by the caller.
+    """
+
+    def __init__(
+        self,
+        mixer: BucketMixer,
+        mix_params: bool,
+        thread: CommThread | None,
+        collective: bool,
+    ) -> None:
+        self.mixer, self.thread, self.collective = mixer, thread, collective
+        self.mix_params = mix_params
+        self.ready_hooks = thread is not None and not mix_params
+        self.forward_waits = thread is not None and mix_params
+        self._submitted: set[int] = set()  # this step's buckets already posted
+        self._inflight: set[int] = set()
+
+    def reset_step(self) -> None:
+        self._submitted.clear()
+
+    def ready(self, index: int, buf: torch.Tensor, tag: int, step: int) -> None:
+        self._submit(index, buf, tag, step)
+
+    def _submit(self, index: int, buf: torch.Tensor, tag: int, step: int) -> None:
+        self._submitted.add(index)
+        self.thread.submit(
+            index,
+            lambda: self.mixer.start(buf, index, step, tag + index),
+            eager=not buf.is_cuda,
+            collective=self.collective,
+        )
+
+    def before_update(self, step: int) -> None:
+        self.wait_()  # parameter buckets no forward used since the last step
+
+    def exchange_(self, bufs: list[torch.Tensor], tag: int, step: int) -> None:
+        if self.thread is None:
+            pending = [self.mixer.start(b, i, step, tag + i) for i, b in enumerate(bufs)]
+            for p in pending:
+                self.mixer.finish(p)
+        elif self.mix_params:
+            for i in reversed(range(len(bufs))):  # forward order
+                self._submit(i, bufs[i], tag, step)
+                self._inflight.add(i)
+        else:
+            for i, buf in enumerate(bufs):
+                if i not in self._submitted:  # parameters unused this step: no hook fired
+                    self._submit(i, buf, tag, step)
+            for i in range(len(bufs)):
+                self.thread.wait(i)
+
+    def wait_(self, indices: list[int] | None = None) -> None:
+        if not self._inflight:
+            return
+        for i in sorted(self._inflight) if indices is None else indices:
+            if i in self._inflight:
+                self.thread.wait(i)
+                self._inflight.discard(i)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._inflight)
+
+    def close(self, step: int) -> None:
+        if self.thread is not None:
+            self.thread.close()
+            self.thread = None
+
+    def abandon(self) -> None:
+        self._inflight.clear()
+        self.reset_step()
+        self.close(-1)

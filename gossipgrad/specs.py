@@ -1,0 +1,193 @@
+"""The interfaces behind the registries (:mod:`gossipgrad.registry`): what a strategy and a
+device say about themselves. PURE: stdlib only.
+
+A new one is one module that subclasses a spec here and registers an instance::
+
+    STRATEGIES.register("mine", Mine())   # class Mine(StrategySpec)
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from gossipgrad.choices import spell
+
+
+class StrategySpec:
+    """What one strategy is: the options it reads, what it sends, what it supports, and how
+    it builds its optimizer. One subclass per module in ``gossipgrad/strategies/``.
+
+    Class attributes (override in a subclass):
+        name: the ``--strategy`` value.
+        summary: one line for ``--help`` and the docs.
+        uses: the :class:`~gossipgrad.options.ExchangeOptions` fields it reads besides the
+            common ones (:data:`COMMON_FIELDS`); any other field set away from its default
+            is refused with one line (never silently ignored).
+        pattern: how a bucket's bytes move: ``"peer"`` (one send to one peer), ``"ring"``
+            (an allreduce), ``"server"`` (a push to an owner, a pull back), ``"none"``.
+        collective: every rank joins every step's exchange, so no rank can run ahead.
+        identical: the ranks' parameters stay bit-identical every step (``synchronize``
+            checks instead of averaging).
+        factor_pattern: how it sends sufficient factors (``"peer"``, ``"allgather"``), or
+            None when it sends none.
+        shrink: it can follow a membership change (``--on-failure continue``).
+        wraps_optimizer_class: it replaces the optimizer's class (Horovod does), so
+            ``--offload optimizer`` cannot wrap it.
+        library: the exchange runs inside another library (Horovod, DDP), not through
+            gossipgrad's communicator.
+        own_collective: its allreduce is its library's own ring (torch.distributed's gloo
+            or NCCL), not the job's MPI: the planner prices it as a plain ring on the
+            measured link, without the MPI allreduce's calibration factors.
+    """
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    uses: ClassVar[frozenset[str]] = frozenset()
+    pattern: ClassVar[str] = "none"
+    collective: ClassVar[bool] = False
+    identical: ClassVar[bool] = False
+    factor_pattern: ClassVar[str | None] = None
+    shrink: ClassVar[bool] = False
+    wraps_optimizer_class: ClassVar[bool] = False
+    library: ClassVar[bool] = False
+    own_collective: ClassVar[bool] = False
+    fixed_mix: ClassVar[Any] = None
+    mix_reason: ClassVar[str] = ""
+    refusals: ClassVar[dict[str, str]] = {}
+
+    def check(self, opts: Any) -> None:
+        """Combination rules of this strategy's own (ValueError, one line naming the
+        options; :func:`gossipgrad.choices.spell` spells them). Called after the generic
+        checks of :class:`~gossipgrad.options.ExchangeOptions`."""
+
+    def factor_obstacle(self, opts: Any, size: int | None = None) -> str | None:
+        """Why ``opts`` send no sufficient factors (None: they can). The rules, once:
+        a strategy that sends factors at all, gradients mixed (parameters have no factors),
+        staleness 0 (a stale exchange is applied as a correction of the buckets), max-lag 0
+        (a lagged frame carries whole buckets), and more than one rank."""
+        if self.factor_pattern is None:
+            return (
+                f"needs a strategy that sends factors ({spell('--strategy', self.name)} sends none)"
+            )
+        if opts.mix != "grad":  # a Mix (a StrEnum) compares equal to its value
+            return (
+                f"needs {spell('--mix', 'grad')} ({spell('--mix', 'param')} averages "
+                "parameters, which have no factors)"
+            )
+        if opts.staleness:
+            return (
+                f"needs {spell('--staleness', 0)} (a stale exchange is applied as a "
+                "correction of the buckets)"
+            )
+        if opts.max_lag:
+            return f"needs {spell('--max-lag', 0)} (a lagged frame carries whole buckets)"
+        if opts.backward_passes_per_step > 1:
+            return (
+                f"needs {spell('--backward-passes-per-step', 1)} (the rows of every pass "
+                "would have to be agreed at the first step)"
+            )
+        if size == 1:
+            return "needs more than one rank (one rank exchanges nothing)"
+        return None
+
+    def fusion_window_s(self) -> float | None:
+        """Seconds within which a library fuses whatever gradients became ready into one
+        message (Horovod's cycle), up to the bucket cap; None: fixed-size buckets, each
+        sent once it is full (gossipgrad's own, DDP's). The planner buckets by it."""
+        return None
+
+    def auto_adaptive(self, opts: Any) -> bool:
+        """What ``sync="auto"`` means: adaptive averaging on or off (off: the ranks stay
+        together without it)."""
+        return False
+
+    def monitors(self, opts: Any) -> bool:
+        """Whether the consensus distance is estimated every ``monitor_every`` steps."""
+        return False
+
+    def cannot_shrink(self, opts: Any) -> str | None:
+        """Why these options cannot follow a membership change (None: they can)."""
+        return None if self.shrink else f"strategy {self.name} cannot shrink its communicator"
+
+    def bytes_per_step(self, nbytes: float, size: int) -> float:
+        """Bytes one rank sends per step to exchange ``nbytes`` of buckets, as counted by
+        :func:`pattern_bytes` for :attr:`pattern`."""
+        return pattern_bytes(self.pattern, nbytes, size)
+
+    def agreement_period(self, opts: Any) -> int:
+        """Steps between two stop agreements (1: every step)."""
+        return 1
+
+    def build(self, optimizer: Any, model: Any, comm: Any, opts: Any, *, stager: Any) -> Any:
+        """The distributed optimizer for ``opts`` (collective: every rank calls it)."""
+        raise NotImplementedError(f"strategy {self.name!r} does not say how to build itself")
+
+
+COMMON_FIELDS = frozenset({"strategy", "topology", "seed", "rotate"})
+"""ExchangeOptions fields every strategy accepts: the schedule's (the background shuffle and
+the start-up agreement use it whatever the strategy) and the seed."""
+
+NEUTRAL = {
+    "sufficient_factors": "off",
+    "error_feedback": "off",
+    "sync": "off",
+    "sync_every": 0,
+    "max_lag": 0,
+    "staleness": 0,
+    "monitor_every": 0,
+}
+"""Values that switch a feature off: accepted by every strategy, also one without the
+feature (a launch may pass ``--sufficient-factors off`` to every contender)."""
+
+
+def pattern_bytes(pattern: str, nbytes: float, size: int) -> float:
+    """Bytes one rank sends per step for ``nbytes`` of buckets moved by ``pattern``.
+
+    A peer exchange sends the buckets once; a ring allreduce, and a push to each bucket's
+    owner with the parameters pulled back, send ``2 (size - 1) / size`` of them (a mean over
+    ranks for the server: an owner of more than 1/size sends more). A node-level gossip
+    (``node``) is counted as what a node's network interface carries per step, the buckets
+    once, as one rank's gossip; its ranks also move ``2 (r - 1) / r`` of them within the
+    node, which only its transport knows (``NodeTransport.bytes_per_step``).
+
+        >>> [pattern_bytes(p, 100, 4) for p in ("ring", "peer", "server", "node", "none")]
+        [150.0, 100.0, 150.0, 100.0, 0.0]
+    """
+    if size < 1:
+        raise ValueError(f"size must be >= 1, got {size}")
+    if size == 1 or pattern == "none":
+        return 0.0
+    if pattern in ("peer", "node"):
+        return float(nbytes)
+    if pattern in ("ring", "server"):
+        return 2.0 * (size - 1) / size * nbytes
+    raise ValueError(f"unknown exchange pattern {pattern!r}; one of peer, node, ring, server, none")
+
+
+class DeviceSpec:
+    """A device that ``--device NAME[:ARG]`` names besides auto, cpu and cuda: one a plugin
+    registers in :data:`DEVICES` (the stand-in accelerator of ``gossipgrad.tools.devices``).
+
+    Class attributes:
+        name: the ``--device`` value before the colon.
+        summary: one line for ``--help``.
+        torch_device: where the model's tensors live (``"cpu"``).
+        real_activations: the model computes real activations (sufficient factors need
+            them: ``auto`` sends none without, ``on`` is refused).
+        measures: losses and accuracy mean something (False: no evaluation, none logged).
+    """
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    torch_device: ClassVar[str] = "cpu"
+    real_activations: ClassVar[bool] = True
+    measures: ClassVar[bool] = True
+
+    def check(self, arg: str | None) -> None:
+        """ValueError (one line) when ``arg`` cannot be this device's argument."""
+
+    def attach(self, arg: str | None, cfg: Any, model: Any, in_shape: tuple[int, ...]) -> Any:
+        """Prepare ``model`` for this device (collective: no); the handle has
+        ``optimizer(opt)`` (wraps the local optimizer) and ``summary_fields(summary)``
+        (what the run's summary adds)."""
+        raise NotImplementedError(f"device {self.name!r} does not say how to attach itself")
