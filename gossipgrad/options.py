@@ -15,7 +15,7 @@ library adapters, ``tools/plan/`` and ``tools/bench/`` take the same ones.
     >>> ExchangeOptions(strategy="ps", staleness=1)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: staleness=1 does not apply to strategy='ps' (its slack is max_lag S ...); drop it
+    ValueError: staleness=1 does not apply to strategy='ps' (its slack is slack S ...); drop it
 """
 
 # Over 300 lines on purpose: every option object with its validation and the messages that name
@@ -47,7 +47,7 @@ from gossipgrad.choices import (  # noqa: F401 - re-exported: the usual import p
     spell,
     spell_either,
 )
-from gossipgrad.registry import CODECS, DEVICES, RULES, STRATEGIES
+from gossipgrad.registry import CODECS, DEVICES, RULES, STRATEGIES, TIMINGS, TOPOLOGIES
 from gossipgrad.specs import COMMON_FIELDS, NEUTRAL, DeviceSpec, StrategySpec
 
 DEFAULT_BUCKET_MB = 25.0
@@ -102,14 +102,16 @@ class ExchangeOptions(_Options):
         mix: what gossip averages with the peer (gradients or parameters); None: the
             strategy's own (gossip: ``param``; allreduce averages gradients,
             allreduce-param parameters, and neither can be told otherwise).
-        staleness: 0 (the exchange completes this step) or 1 (at the next step, applied as
-            a correction that keeps the mean exact; deterministic, unlike ``max_lag``).
+        timing: when a step's exchange is mixed in, ``NAME[:ARG]`` of
+            :data:`gossipgrad.registry.TIMINGS`: ``lockstep`` (within the step),
+            ``stale`` (at the next step, as a correction that keeps the mean exact;
+            deterministic), ``lag:S`` (frames up to S steps behind, mixed as they arrive).
+        staleness: the older spelling of ``timing="stale"`` (1) or lockstep (0).
         sync_every: a global average every N steps (0: only before evaluation/checkpoint).
         bucket_mb: the largest bucket in MiB (> 0).
         overlap: run bucket exchanges on the communication thread, behind compute.
-        max_lag: how many steps a message may be behind the step that mixes it (0:
-            lockstep); a rank waits only for a peer more than ``max_lag`` steps behind
-            (``engine.timing.lagged``). With ``strategy="ps"``: the stale-synchronous slack.
+        max_lag: the older spelling of ``timing="lag:S"`` (with ``strategy="ps"``, of
+            ``slack``).
         sync: see :class:`Sync`; :attr:`adaptive` says what ``auto`` resolves to.
         sync_threshold: the consensus distance above which ``sync="adaptive"`` averages.
         monitor_every: gossip estimates the consensus distance every N steps (one small
@@ -124,11 +126,14 @@ class ExchangeOptions(_Options):
         rule: the mixing rule (:data:`registry.RULES`), ``NAME`` or ``NAME:ARG``.
         backward_passes_per_step: backward passes (gradient accumulation) before each
             step; a gradient bucket is sent after the last (Horovod's argument).
+        slack: ps's stale-synchronous slack: a rank computes on parameters up to this many
+            steps old (0: every step waits for the newest).
     """
 
     strategy: str = Strategy.GOSSIP.value
-    topology: Topology = Topology.AUTO
+    topology: str = Topology.AUTO.value
     mix: Mix | None = None
+    timing: str = "lockstep"
     staleness: int = 0
     sync_every: int = 0
     bucket_mb: float = DEFAULT_BUCKET_MB
@@ -144,11 +149,12 @@ class ExchangeOptions(_Options):
     error_feedback: ErrorFeedback = ErrorFeedback.AUTO
     rule: str = DEFAULT_RULE
     backward_passes_per_step: int = 1
+    slack: int = 0
 
     def __post_init__(self) -> None:
         spec = STRATEGIES.get(self.strategy)
         self._set("strategy", spec.name)
-        self._set("topology", choice(Topology, self.topology, "--topology"))
+        self._set("topology", TOPOLOGIES.get(self.topology).name)
         self._set("sync", choice(Sync, self.sync, "--sync"))
         self._set(
             "sufficient_factors",
@@ -156,7 +162,7 @@ class ExchangeOptions(_Options):
         )
         if self.staleness not in (0, 1):
             raise ValueError(f"{spell('--staleness')} must be 0 or 1, got {self.staleness}")
-        for name in ("sync_every", "max_lag", "monitor_every"):
+        for name in ("sync_every", "max_lag", "monitor_every", "slack"):
             at_least(getattr(self, name), 0, "--" + name.replace("_", "-"))
         at_least(self.sync_threshold, 0, "--sync-threshold", strict=True)
         at_least(self.backward_passes_per_step, 1, "--backward-passes-per-step")
@@ -169,6 +175,7 @@ class ExchangeOptions(_Options):
                 f"{spell('--wire', self.wire)} (its casts lose nothing to feed back)"
             )
         RULES.get(self.rule.partition(":")[0])(self.rule.partition(":")[2] or None)
+        self._resolve_timing(spec)
         self._resolve_mix(spec)
         self._refuse_unused(spec)
         if self.sufficient_factors is SufficientFactors.ON:
@@ -179,6 +186,55 @@ class ExchangeOptions(_Options):
                     f"{spell_either('--sufficient-factors', 'auto', 'off')}"
                 )
         spec.check(self)
+
+    def _resolve_timing(self, spec: StrategySpec) -> None:
+        """``timing`` parsed and checked by its spec; ``staleness`` and ``max_lag`` are its
+        older spellings (``--staleness 1`` is ``--timing stale``, ``--max-lag S`` is
+        ``--timing lag:S``; ps's ``--max-lag`` is its ``--slack``): given alone they set
+        the timing, given with it they must agree, and afterwards they hold the values
+        the timing stands for."""
+        if spec.lag_is_slack and self.max_lag:
+            if self.slack not in (0, self.max_lag):
+                raise ValueError(
+                    f"{spell('--max-lag', self.max_lag)} and {spell('--slack', self.slack)}: "
+                    f"the first is the older spelling of the second; give one"
+                )
+            self._set("slack", self.max_lag)
+            self._set("max_lag", 0)
+        name, _, arg = str(self.timing).partition(":")
+        timing = TIMINGS.get(name)
+        args = timing.parse(arg or None)
+        legacy = {"staleness": self.staleness, "max_lag": self.max_lag}
+        given = " ".join(spell("--" + k.replace("_", "-"), v) for k, v in legacy.items() if v)
+        if given:
+            implied = _timing_of(legacy)
+            if name == "lockstep" and not arg:
+                timing, args = implied
+            elif (timing, args) != implied:
+                raise ValueError(
+                    f"{spell('--timing', timing.spelled(args))} and {given}: the second is an "
+                    f"older spelling of {spell('--timing', implied[0].spelled(implied[1]))}; "
+                    "give one"
+                )
+        self._set("timing", timing.spelled(args))
+        for key in legacy:
+            self._set(key, timing.aliases(args).get(key, 0))
+        try:
+            timing.check(args, self)
+        except ValueError as exc:  # name the option the reader set
+            if not given:
+                raise
+            raise ValueError(str(exc).replace(spell("--timing", self.timing), given)) from None
+
+    @property
+    def timing_spec(self) -> Any:
+        """The timing's spec (:class:`gossipgrad.specs.TimingSpec`)."""
+        return TIMINGS.get(self.timing.partition(":")[0])
+
+    @property
+    def timing_args(self) -> tuple[int, ...]:
+        """The timing's parsed argument (``lag:2`` -> ``(2,)``)."""
+        return self.timing_spec.parse(self.timing.partition(":")[2] or None)
 
     def _resolve_mix(self, spec: StrategySpec) -> None:
         """``mix=None``: the strategy's own. A strategy that fixes what it averages refuses
@@ -207,10 +263,10 @@ class ExchangeOptions(_Options):
                 )
 
     @property
-    def rank_topology(self) -> Topology:
+    def rank_topology(self) -> str:
         """The topology of the schedule over ranks: ``topology``, except for a strategy
         that schedules nodes instead (gossip-node: its transport takes ``topology``)."""
-        return Topology.AUTO if self.spec.pattern == "node" else self.topology
+        return Topology.AUTO.value if self.spec.pattern == "node" else self.topology
 
     @property
     def spec(self) -> StrategySpec:
@@ -247,6 +303,14 @@ class ExchangeOptions(_Options):
     def bucket_cap_bytes(self) -> int:
         """``bucket_mb`` in bytes."""
         return bucket_cap_bytes(self.bucket_mb)
+
+
+def _timing_of(legacy: dict[str, int]) -> tuple[Any, tuple[int, ...]]:
+    """The timing and argument that ``staleness`` and ``max_lag`` spell."""
+    lag, stale = legacy["max_lag"], legacy["staleness"]
+    if lag:
+        return TIMINGS.get("lag"), (lag, 1) if stale else (lag,)
+    return TIMINGS.get("stale" if stale else "lockstep"), ()
 
 
 def exchange_options(options: ExchangeOptions | None, overrides: dict[str, Any]) -> ExchangeOptions:

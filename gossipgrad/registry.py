@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from gossipgrad.choices import spell
 
 if TYPE_CHECKING:
-    from gossipgrad.specs import DeviceSpec, StrategySpec
+    from gossipgrad.specs import DeviceSpec, StrategySpec, TimingSpec, TopologySpec
 
 T = TypeVar("T")
 
@@ -133,6 +133,14 @@ RULES: Registry[Any] = Registry("mixing rule", "--rule")
 
 CODECS: Registry[Any] = Registry("wire codec", "--wire")
 """Every ``--wire``: name -> a factory ``() -> Codec``."""
+
+TOPOLOGIES: Registry[TopologySpec] = Registry("topology", "--topology")
+"""Every ``--topology``: name -> :class:`~gossipgrad.specs.TopologySpec` (built-ins:
+``gossipgrad/comm/topologies.py``)."""
+
+TIMINGS: Registry[TimingSpec] = Registry("timing", "--timing")
+"""Every ``--timing``: name -> :class:`~gossipgrad.specs.TimingSpec` (built-ins:
+``gossipgrad/engine/bucket/timing/``)."""
 
 DEVICES: Registry[DeviceSpec] = Registry("device", "--device")
 """Every ``--device NAME[:ARG]`` besides auto, cpu and cuda: name -> :class:`DeviceSpec`."""

@@ -10,14 +10,14 @@ import click
 
 from gossipgrad.comm.schedule import Peers, Schedule, best_exact_topology, check_schedule
 from gossipgrad.comm.schedule_mixing import exactness_problems, mixing_record
-from gossipgrad.options import Topology
+from gossipgrad.registry import TOPOLOGIES
 
 
 @click.command()
 @click.option("--size", "-n", type=int, required=True, help="Number of ranks.")
 @click.option("--steps", "-k", type=int, default=None, help="Steps to show [default: 2 cycles].")
 @click.option(
-    "--topology", type=click.Choice([t.value for t in Topology]), default="auto", show_default=True
+    "--topology", type=click.Choice(TOPOLOGIES.names()), default="auto", show_default=True
 )
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--no-rotate", is_flag=True, help="Keep the same rank numbering every cycle.")
@@ -71,11 +71,11 @@ def schedule(
 def _record(sched: Schedule, table: list[list[Peers | None]]) -> dict[str, object]:
     return {
         "size": sched.size,
-        "topology": sched.topology.value,
+        "topology": sched.topology,
         "cycle_length": sched.cycle_length,
         "period": sched.period,
         "exact_steps": sched.exact_steps,
-        "best_exact": best_exact_topology(sched.size).value,
+        "best_exact": best_exact_topology(sched.size),
         "steps": [[[p.dst, p.src] if p else None for p in row] for row in table],
         "weights": [[p.weight if p else None for p in row] for row in table],
         "idle": [[r for r, p in enumerate(row) if p and p.idle] for row in table],
@@ -85,16 +85,16 @@ def _record(sched: Schedule, table: list[list[Peers | None]]) -> dict[str, objec
 def _print_table(sched: Schedule, table: list[list[Peers | None]], no_rotate: bool) -> None:
     exact = f", exact after {sched.exact_steps}" if sched.exact_steps else ""
     click.echo(
-        f"size {sched.size}, topology {sched.topology.value}, cycle {sched.cycle_length} "
+        f"size {sched.size}, topology {sched.topology}, cycle {sched.cycle_length} "
         f"steps{exact}, seed {sched.seed}, rotation {'off' if no_rotate else 'on'}"
     )
     if sched.exact_steps is None:
         best = Schedule(sched.size, best_exact_topology(sched.size))
         click.echo(
-            f"(not exact at this size; --topology {best.topology.value} gives the exact mean "
+            f"(not exact at this size; --topology {best.topology} gives the exact mean "
             f"after {best.exact_steps} steps)"
         )
-    label = "round" if sched.topology is Topology.BASE2 else "dim"
+    label = sched.spec.step_label
     for t, row in enumerate(table):
         pairs = "  ".join(_peer_text(r, p, sched.size) for r, p in enumerate(row) if p)
         click.echo(

@@ -36,9 +36,8 @@ from gossipgrad.options import (
     Optimizer,
     SufficientFactors,
     Sync,
-    Topology,
 )
-from gossipgrad.registry import CODECS, RULES, STRATEGIES
+from gossipgrad.registry import CODECS, RULES, STRATEGIES, TIMINGS, TOPOLOGIES
 from gossipgrad.settings import table_text
 
 log = logging.getLogger("gossipgrad")
@@ -180,12 +179,9 @@ OPTIONS = [
     ),
     _opt(
         "--topology",
-        type=_choices(Topology),
+        type=click.Choice(TOPOLOGIES.names()),
         default=D.topology,
-        help=(
-            "auto: hypercube for power-of-two sizes, else base2 (both reach the exact mean "
-            "in finite time; dissemination only contracts)."
-        ),
+        help="; ".join(f"{name}: {spec.summary}" for name, spec in TOPOLOGIES.items()) + ".",
     ),
     _opt(
         "--mix",
@@ -195,7 +191,22 @@ OPTIONS = [
         help="What gossip averages with its peer (allreduce: gradients, allreduce-param: "
         "parameters, always).",
     ),
-    _opt("--staleness", type=click.IntRange(0, 1), default=D.staleness),
+    _opt(
+        "--timing",
+        default=D.timing,
+        help="When a step's exchange is mixed in: "
+        + "; ".join(
+            f"{name}{':' + spec.argument if spec.argument else ''}: {spec.summary}"
+            for name, spec in TIMINGS.items()
+        )
+        + ".",
+    ),
+    _opt(
+        "--staleness",
+        type=click.IntRange(0, 1),
+        default=D.staleness,
+        help="Older spelling: --staleness 1 is --timing stale.",
+    ),
     _opt("--sync-every", type=int, default=D.sync_every, help="Global average every N steps."),
     _opt(
         "--sync",
@@ -222,9 +233,13 @@ OPTIONS = [
         "--max-lag",
         type=int,
         default=D.max_lag,
-        help="Steps a peer's message may lag the step that mixes it (0 = lockstep); a "
-        "rank behind its peers skips compute to catch up (gossip); ps: compute on "
-        "parameters up to N steps old.",
+        help="Older spelling: --max-lag S is --timing lag:S (ps: --slack S).",
+    ),
+    _opt(
+        "--slack",
+        type=int,
+        default=D.slack,
+        help="ps: compute on parameters up to N steps old (stale-synchronous).",
     ),
     _opt(
         "--wire",

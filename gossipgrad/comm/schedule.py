@@ -1,5 +1,8 @@
 """Partner schedules: pure functions of (rank, step, size, seed). No transport, no torch.
 
+A schedule is a registered topology (:data:`gossipgrad.registry.TOPOLOGIES`, built-ins in
+:mod:`gossipgrad.comm.topologies`) read through the seeded rotation of each pass.
+
 Example, 4 ranks on a hypercube without rotation: at step 0 rank 0 pairs with 1, at step 1
 with 2, then the next cycle starts again at dimension 0::
 
@@ -29,19 +32,22 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Final
 
 import numpy as np
 
-from gossipgrad.comm.base2 import base2_partners
-from gossipgrad.options import Topology, choice
+from gossipgrad.comm.topologies import best_exact_topology, cycle_length, is_power_of_two
+from gossipgrad.registry import TOPOLOGIES
+from gossipgrad.specs import TopologySpec
 
-AUTO_PICKS_EXACT: Final = True
-"""Whether ``auto`` resolves to :func:`best_exact_topology` (base2 for sizes that are not a
-power of two) instead of dissemination: the engine mixes with ``Peers.weight`` and sends
-nothing on an idle step, so base2 gives the exact mean after one period in training too
-(powers of two get the hypercube either way). docs/validation/schedules.md has the
-digits runs at 6 and 7 ranks that checked it against dissemination."""
+__all__ = [
+    "Peers",
+    "Schedule",
+    "best_exact_topology",
+    "check_schedule",
+    "cycle_length",
+    "is_power_of_two",
+    "resolve_topology",
+]
 
 
 @dataclass(frozen=True)
@@ -49,9 +55,9 @@ class Peers:
     """This step's partners: send to ``dst``, receive from ``src`` (equal on a hypercube and
     on base2), and mix ``x = (1 - weight) * x + weight * x_from_src``.
 
-    ``dimension`` is the hypercube or dissemination dimension, or for base2 the step within
-    its period. An idle rank (base2 only) is ``Peers(dst=rank, src=rank, weight=0.0)``: it
-    sends and receives nothing this step.
+    ``dimension`` is the step within the topology's pass (the hypercube or dissemination
+    dimension, base2's round). An idle rank is ``Peers(dst=rank, src=rank, weight=0.0)``:
+    it sends and receives nothing this step.
     """
 
     dst: int
@@ -66,42 +72,19 @@ class Peers:
         return self.weight == 0.0
 
 
-def is_power_of_two(n: int) -> bool:
-    return n >= 1 and n & (n - 1) == 0
+def resolve_topology(topology: object, size: int) -> TopologySpec:
+    """The registered topology ``topology`` names, resolved for ``size`` ranks (``auto``
+    picks one), or ValueError: an unknown name lists the choices, a topology that cannot
+    run at ``size`` says why.
 
-
-def cycle_length(size: int) -> int:
-    """Steps per cycle: ceil(log2 size); 0 for size 1 (no communication)."""
-    if size < 1:
-        raise ValueError(f"size must be >= 1, got {size}")
-    return (size - 1).bit_length()
-
-
-def best_exact_topology(size: int) -> Topology:
-    """The schedule that gives the exact mean in the fewest steps at ``size``: the hypercube
-    for powers of two (log2 size steps; base2 is the same schedule there), else base2.
-
-        >>> best_exact_topology(8).value, best_exact_topology(6).value
-        ('hypercube', 'base2')
+        >>> resolve_topology("auto", 6).name
+        'base2'
     """
-    if size < 1:
-        raise ValueError(f"size must be >= 1, got {size}")
-    return Topology.HYPERCUBE if is_power_of_two(size) else Topology.BASE2
-
-
-def resolve_topology(topology: str | Topology, size: int) -> Topology:
-    """Map ``auto`` to a concrete topology and reject impossible combinations."""
-    topo = choice(Topology, topology, "--topology")
-    if topo is Topology.AUTO:
-        if AUTO_PICKS_EXACT:
-            return best_exact_topology(size)
-        return Topology.HYPERCUBE if is_power_of_two(size) else Topology.DISSEMINATION
-    if topo is Topology.HYPERCUBE and not is_power_of_two(size):
-        raise ValueError(
-            f"--topology hypercube needs a power-of-two number of ranks, got {size}; "
-            "use --topology dissemination (any size) or --topology auto"
-        )
-    return topo
+    spec = TOPOLOGIES.get(topology).resolve(size)
+    why = spec.refusal(size)
+    if why is not None:
+        raise ValueError(why)
+    return spec
 
 
 class Schedule:
@@ -121,43 +104,32 @@ class Schedule:
             dissemination: log2 size for powers of two), or None where it only contracts.
     """
 
-    def __init__(
-        self,
-        size: int,
-        topology: str | Topology = Topology.AUTO,
-        seed: int = 0,
-        rotate: bool = True,
-    ) -> None:
+    def __init__(self, size: int, topology: object = "auto", seed: int = 0, rotate: bool = True):
         if size < 1:
             raise ValueError(f"size must be >= 1, got {size}")
         self.size = size
-        self.topology = resolve_topology(topology, size)
+        self.spec = resolve_topology(topology, size)
+        self.topology = self.spec.name
         self.seed = seed
         self.rotate = rotate
-        if self.topology is Topology.BASE2:
-            self.period = len(base2_partners(size))
-        else:
-            self.period = cycle_length(size)
+        self.period = self.spec.period(size) if size > 1 else 0
         self.cycle_length = self.period
-        exact = self.topology is not Topology.DISSEMINATION or is_power_of_two(size)
-        self.exact_steps: int | None = self.period if exact else None
+        self.exact_steps: int | None = self.period if self.spec.exact(size) else None
 
     def __repr__(self) -> str:
         return (
-            f"Schedule(size={self.size}, topology={self.topology.value!r}, "
+            f"Schedule(size={self.size}, topology={self.topology!r}, "
             f"seed={self.seed}, rotate={self.rotate})"
         )
 
     @property
     def active_share(self) -> float:
-        """The share of rank-steps with a partner, over one period (1.0 on the hypercube
-        and dissemination; base2 idles 12-33 % of them at 3, 5, 6, 7, 12): what a rank
-        sends per step on average, as a share of one exchange."""
-        if self.size == 1 or self.topology is not Topology.BASE2:
+        """The share of rank-steps with a partner, over one pass (1.0 where the topology
+        never idles; base2 idles 12-33 % of them at 3, 5, 6, 7, 12): what a rank sends per
+        step on average, as a share of one exchange."""
+        if self.size == 1 or self.spec.halves:
             return 1.0
-        rows = base2_partners(self.size)
-        idle = sum(weight == 0.0 for row in rows for _, weight in row)
-        return 1.0 - idle / (self.size * len(rows))
+        return _active_share(self.spec, self.size)
 
     def cycle(self, step: int) -> int:
         return step // self.cycle_length if self.cycle_length else 0
@@ -174,9 +146,10 @@ class Schedule:
             raise ValueError(f"step must be >= 0, got {step}")
         if self.size == 1:
             return None
-        if self.topology is Topology.BASE2:
-            return _base2_peers(self.size, self.seed, self.rotate, rank, step)
-        return _peers(self.size, self.topology, self.seed, self.rotate, rank, step)
+        t = step % self.period
+        perm, position = _numbering(self.size, self.seed, step // self.period if self.rotate else 0)
+        dst, src, weight = self.spec.pair(self.size, t, position[rank])
+        return Peers(dst=perm[dst], src=perm[src], dimension=t, weight=weight)
 
     def table(self, steps: int) -> list[list[Peers | None]]:
         """``table[step][rank]`` for the first ``steps`` steps."""
@@ -199,29 +172,11 @@ def _fingerprinted(p: Peers | None) -> tuple[int | float, ...] | None:
     return (p.dst, p.src) if p.weight == 0.5 else (p.dst, p.src, p.weight)
 
 
-def _peers(size: int, topology: Topology, seed: int, rotate: bool, rank: int, step: int) -> Peers:
-    """The partners of ``rank`` at ``step``: plain integer arithmetic on the cycle's cached
-    numbering (the exchange asks once per step, inside the timed path; going through numpy
-    cost ~20 us against ~250 us for a whole 1 MiB exchange)."""
-    steps = cycle_length(size)
-    d = step % steps
-    perm, position = _numbering(size, seed, step // steps if rotate else 0)
-    v = position[rank]
-    if topology is Topology.HYPERCUBE:
-        peer = perm[v ^ (1 << d)]
-        return Peers(dst=peer, src=peer, dimension=d)
-    hop = 1 << d
-    return Peers(dst=perm[(v + hop) % size], src=perm[(v - hop) % size], dimension=d)
-
-
-def _base2_peers(size: int, seed: int, rotate: bool, rank: int, step: int) -> Peers:
-    """The partner of ``rank`` at ``step`` on base2: the pass's pair table, read in the
-    period's numbering (an idle position maps to the rank itself)."""
-    period = len(base2_partners(size))
-    t = step % period
-    perm, position = _numbering(size, seed, step // period if rotate else 0)
-    partner, weight = base2_partners(size)[t][position[rank]]
-    return Peers(dst=perm[partner], src=perm[partner], dimension=t, weight=weight)
+@lru_cache(maxsize=64)
+def _active_share(spec: TopologySpec, size: int) -> float:
+    period = spec.period(size)
+    idle = sum(spec.pair(size, t, v)[2] == 0.0 for t in range(period) for v in range(size))
+    return 1.0 - idle / (size * period)
 
 
 @lru_cache(maxsize=64)
@@ -250,11 +205,12 @@ def check_schedule(schedule: Schedule, steps: int) -> list[str]:
     Checked at every step: dst is a permutation of the ranks (idle self-pairs included) and
     dst(src(r)) == r; a rank is paired with itself exactly when it idles with weight 0;
     weights lie in [0, 1] and the rank that receives from ``r`` mixes with ``r``'s weight
-    (so the step keeps the mean); hypercube and dissemination never idle and use 1/2.
+    (so the step keeps the mean); a topology that says it halves (hypercube,
+    dissemination) never idles and uses 1/2.
     """
     if schedule.size == 1:
         return []
-    halves = schedule.topology is not Topology.BASE2
+    halves = schedule.spec.halves
     problems = []
     for t, row in enumerate(schedule.table(steps)):
         dsts = [p.dst for p in row]

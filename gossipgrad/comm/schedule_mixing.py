@@ -20,13 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from gossipgrad.choices import Topology
-from gossipgrad.comm.schedule import (
-    Schedule,
-    best_exact_topology,
-    is_power_of_two,
-    resolve_topology,
-)
+from gossipgrad.comm.schedule import Schedule, best_exact_topology, resolve_topology
+from gossipgrad.registry import TOPOLOGIES
 
 __all__ = ["EXACT_TOL", "exactness_problems", "mix_error", "mixing_record", "steps_to"]
 
@@ -94,21 +89,33 @@ def _errors(schedule: Schedule, dim: int, seed: int, start: int) -> Iterator[flo
         yield float(np.linalg.norm(x - mean) / initial)
 
 
+def runnable_topologies(size: int) -> list[str]:
+    """Every registered topology that runs at ``size`` as itself (not ``auto``, which picks
+    another), in registration order.
+
+        >>> runnable_topologies(6)
+        ['dissemination', 'base2']
+    """
+    out = []
+    for name in TOPOLOGIES.names():
+        spec = TOPOLOGIES.get(name)
+        if spec.resolve(size) is spec and spec.refusal(size) is None:
+            out.append(name)
+    return out
+
+
 def mixing_record(
     size: int, tol: float, dim: int = 16, seed: int = 0, rotate: bool = True
 ) -> dict[str, Any]:
     """The record for ``size`` ranks (schedules and vectors both from ``seed``)."""
-    topologies = [Topology.DISSEMINATION, Topology.BASE2]
-    if is_power_of_two(size):
-        topologies.insert(0, Topology.HYPERCUBE)
     rows = []
-    for topo in topologies:
+    for topo in runnable_topologies(size):
         sched = Schedule(size, topo, seed, rotate=rotate)
         period = sched.period
         idle = sum(p is not None and p.idle for row in sched.table(period) for p in row)
         rows.append(
             {
-                "topology": topo.value,
+                "topology": topo,
                 "period": period,
                 "exact_steps": sched.exact_steps,
                 "steps_to_tol": steps_to(sched, tol, dim, seed),
@@ -123,7 +130,7 @@ def mixing_record(
         "dim": dim,
         "seed": seed,
         "rotate": rotate,
-        "auto": resolve_topology(Topology.AUTO, size).value,
-        "best_exact": best_exact_topology(size).value,
+        "auto": resolve_topology("auto", size).name,
+        "best_exact": best_exact_topology(size),
         "topologies": rows,
     }

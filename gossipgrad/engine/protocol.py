@@ -186,7 +186,7 @@ class WrappedOptimizer(torch.optim.Optimizer):
     def exchange_topology(self) -> str:
         """The topology the exchange's partners follow, resolved (``auto`` named as what
         it chose): the ranks' schedule's, unless the transport schedules something else."""
-        return self.schedule.topology.value
+        return self.schedule.topology
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.optimizer.zero_grad(set_to_none=set_to_none)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gossipgrad.comm.schedule import Schedule, is_power_of_two, resolve_topology
+from gossipgrad.comm.schedule import Schedule, resolve_topology
 from gossipgrad.options import Topology
 
 __all__ = ["RoundPlan", "ShufflePlan", "plan_round"]
@@ -85,7 +85,7 @@ class ShufflePlan:
         return (
             f"ShufflePlan(size={self.size}, shard_len={self.shard_len}, "
             f"samples={self.samples}, seed={self.seed}, "
-            f"topology={self.schedule.topology.value!r})"
+            f"topology={self.schedule.topology!r})"
         )
 
     @property
@@ -112,18 +112,19 @@ class ShufflePlan:
         return RoundPlan(index=index, dst=peers.dst, src=peers.src, slots=slots)
 
 
-def shuffle_topology(topology: str | Topology, size: int) -> Topology:
-    """The schedule a shuffle follows: ``auto`` is the hypercube for powers of two, else
-    dissemination, where every rank has a partner every round (the training schedule's
-    ``auto`` picks base2 there, which leaves ranks idle in some rounds: a shuffle needs no
-    exact average, only swaps).
+def shuffle_topology(topology: str, size: int) -> str:
+    """The schedule a shuffle follows: what ``topology`` resolves to, except that ``auto``
+    never leaves a rank idle: where it would pick a topology that idles some ranks (base2,
+    when ``size`` is not a power of two) the shuffle takes dissemination, where every rank
+    has a partner every round (a shuffle needs no exact average, only swaps).
 
-        >>> shuffle_topology("auto", 6).value, shuffle_topology("auto", 8).value
+        >>> shuffle_topology("auto", 6), shuffle_topology("auto", 8)
         ('dissemination', 'hypercube')
     """
-    if Topology(topology) is Topology.AUTO and not is_power_of_two(size):
-        return Topology.DISSEMINATION
-    return resolve_topology(topology, size)
+    spec = resolve_topology(topology, size)
+    if str(topology) == Topology.AUTO and not spec.halves:
+        return Topology.DISSEMINATION.value
+    return spec.name
 
 
 def plan_round(

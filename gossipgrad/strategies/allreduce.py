@@ -19,6 +19,7 @@ class Allreduce(BucketStrategy):
     summary = "bucketed allreduce of gradients during backward (DDP/Horovod's way)"
     uses = frozenset(
         {
+            "timing",
             "staleness",
             "bucket_mb",
             "overlap",

@@ -15,7 +15,9 @@ from gossipgrad.strategies.bucketed import BucketStrategy
 class AllreduceParam(BucketStrategy):
     name = "allreduce-param"
     summary = "allreduce of parameters after each local step (parameter averaging)"
-    uses = frozenset({"staleness", "bucket_mb", "overlap", "wire", "backward_passes_per_step"})
+    uses = frozenset(
+        {"timing", "staleness", "bucket_mb", "overlap", "wire", "backward_passes_per_step"}
+    )
     pattern = "ring"
     collective = True
     fixed_mix = Mix.PARAM

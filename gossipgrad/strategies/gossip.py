@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gossipgrad.choices import ErrorFeedback, Mix, Sync, spell
-from gossipgrad.engine.run.signals import agreement_period
-from gossipgrad.registry import STRATEGIES, lossless
+from gossipgrad.choices import Mix, Sync, spell
+from gossipgrad.registry import STRATEGIES
 from gossipgrad.strategies.bucketed import BucketStrategy
 
 
@@ -17,6 +16,7 @@ class Gossip(BucketStrategy):
     uses = frozenset(
         {
             "mix",
+            "timing",
             "staleness",
             "sync_every",
             "bucket_mb",
@@ -36,18 +36,6 @@ class Gossip(BucketStrategy):
     factor_pattern = "peer"
 
     def check(self, opts: Any) -> None:
-        if opts.max_lag and opts.error_feedback is ErrorFeedback.OFF and not lossless(opts.wire):
-            raise ValueError(
-                f"{spell('--error-feedback', 'off')} does not apply with {spell('--max-lag')} "
-                f"above 0: a lagged frame always carries the cast's remainder to the next "
-                f"(what keeps the sum over ranks exact); drop it"
-            )
-        if opts.sync is Sync.ADAPTIVE and opts.max_lag:
-            raise ValueError(
-                f"{spell('--sync', 'adaptive')} needs {spell('--max-lag', 0)}: its estimate "
-                f"is a collective every {spell('--monitor-every')} steps, the barrier a lagged "
-                f"run avoids; pass {spell('--sync', 'off')}"
-            )
         if opts.adaptive and not opts.monitor_every:
             auto = opts.sync is Sync.AUTO
             default = f" (the default with {spell('--mix', 'grad')})" if auto else ""
@@ -57,13 +45,10 @@ class Gossip(BucketStrategy):
             )
 
     def auto_adaptive(self, opts: Any) -> bool:
-        return opts.mix is Mix.GRAD and not opts.max_lag
+        return opts.mix is Mix.GRAD and opts.timing_spec.collectives_ok
 
     def monitors(self, opts: Any) -> bool:
-        return opts.monitor_every > 0 and not opts.max_lag
-
-    def agreement_period(self, opts: Any) -> int:
-        return agreement_period(opts.max_lag)
+        return opts.monitor_every > 0 and opts.timing_spec.collectives_ok
 
 
 STRATEGIES.register(Gossip.name, Gossip())

@@ -12,7 +12,7 @@ from gossipgrad.strategies.bucketed import BucketStrategy
 class Local(BucketStrategy):
     name = "local"
     summary = "no communication (the lower bound); --sync-every K: local SGD"
-    uses = frozenset({"sync_every", "backward_passes_per_step"})
+    uses = frozenset({"timing", "sync_every", "backward_passes_per_step"})
     pattern = "none"
     fixed_mix = Mix.PARAM
     mix_reason = "it sends nothing, so nothing is mixed"

@@ -1,5 +1,5 @@
 """``--strategy ps``: a sharded parameter server colocated with the workers, with a
-stale-synchronous slack ``--max-lag`` (GeePS; :mod:`gossipgrad.engine.ps.optimizer`)."""
+stale-synchronous slack ``--slack`` (GeePS; :mod:`gossipgrad.engine.ps.optimizer`)."""
 
 from __future__ import annotations
 
@@ -13,17 +13,19 @@ from gossipgrad.specs import StrategySpec
 
 class ParameterServer(StrategySpec):
     name = "ps"
-    summary = "sharded parameter server; --max-lag S: compute on parameters up to S steps old"
+    summary = "sharded parameter server; --slack S: compute on parameters up to S steps old"
     uses = frozenset(
-        {"max_lag", "bucket_mb", "overlap", "sufficient_factors", "wire", "error_feedback"}
+        {"slack", "max_lag", "bucket_mb", "overlap", "sufficient_factors", "wire", "error_feedback"}
     )
+    lag_is_slack = True
     pattern = "server"
     identical = True
     factor_pattern = "allgather"
     fixed_mix = Mix.GRAD
     mix_reason = "it pushes gradients to their owner and pulls parameters back"
     refusals = {
-        "staleness": "its slack is --max-lag S (compute on parameters up to S steps old)",
+        "staleness": "its slack is --slack S (compute on parameters up to S steps old)",
+        "timing": "its timing is its slack, --slack S (compute on parameters up to S steps old)",
         "sync_every": "every rank computes on the server's parameters, there is nothing to average",
     }
 

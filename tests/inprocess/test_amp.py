@@ -77,5 +77,5 @@ def test_inf_on_one_rank_skips_the_same_step_everywhere(options, unscale_first):
 
 @pytest.mark.timeout(60)
 def test_a_gradscaler_with_late_gradients_is_refused():
-    with pytest.raises(RuntimeError, match="a GradScaler needs max_lag=0, and staleness=0"):
+    with pytest.raises(RuntimeError, match="a GradScaler cannot drive timing="):
         run_ranks(2, lambda c: _scaled_run(c, False, mix="grad", staleness=1), timeout=50)

@@ -66,7 +66,7 @@ def test_the_topology_schedules_the_nodes(monkeypatch):
         )  # fmt: skip
         opt.close()
         nodes = opt.mixer.transport.schedule
-        return nodes.size, opt.exchange_topology, opt.schedule.topology.value
+        return nodes.size, opt.exchange_topology, opt.schedule.topology
 
     monkeypatch.setenv(RANKS_PER_NODE_ENV, "2")
 

@@ -160,7 +160,7 @@ def test_rejoin_puts_the_optimizer_on_the_survivors_at_the_agreed_step():
     opt.abandon()
     opt.rejoin_(survivors, 17)
     assert opt.step_count == 17 and opt.comm is survivors and opt.mixer.comm is survivors
-    assert opt.schedule.size == 3 and opt.schedule.topology.value == "base2"
+    assert opt.schedule.size == 3 and opt.schedule.topology == "base2"
     assert opt.communicates and opt.overlap
     opt.abandon()  # alone on the survivors' world: close() only stops the threads
     opt.close()

@@ -72,7 +72,7 @@ def test_ps_is_not_a_library_strategy_and_counts_ring_bytes():
     [
         (
             {"staleness": 1},
-            "staleness=1 does not apply to strategy='ps' (its slack is max_lag",
+            "staleness=1 does not apply to strategy='ps' (its slack is slack S",
         ),
         ({"mix": "param"}, "mix='param' does not apply to strategy='ps'"),
         ({"sync_every": 5}, "sync_every=5 does not apply to strategy='ps'"),
@@ -84,8 +84,12 @@ def test_meaningless_ps_combinations_are_refused(flags, message):
         ExchangeOptions(strategy="ps", **flags)
 
 
-def test_ps_accepts_max_lag():
-    assert ExchangeOptions(strategy="ps", max_lag=3).max_lag == 3
+def test_ps_takes_its_slack_and_max_lag_as_its_older_spelling():
+    assert ExchangeOptions(strategy="ps", slack=3).slack == 3
+    old = ExchangeOptions(strategy="ps", max_lag=3)
+    assert (old.slack, old.max_lag) == (3, 0)
+    with pytest.raises(ValueError, match="older spelling"):
+        ExchangeOptions(strategy="ps", max_lag=3, slack=2)
 
 
 @pytest.mark.parametrize(

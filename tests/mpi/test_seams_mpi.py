@@ -41,6 +41,8 @@ def _train_with_plugin(tmp_path, plugin: str, *flags: str) -> dict:
         ("toy_rule", ["--rule", "toy30"], "rule", "toy30"),
         ("toy_codec", ["--wire", "toy-negate", "--mix", "grad"], "wire", "toy-negate"),
         ("toy_pairs", ["--strategy", "toy-pairs"], "strategy", "toy-pairs"),
+        ("toy_every", ["--timing", "toy-every:2", "--mix", "param"], "timing", "toy-every:2"),
+        ("toy_ring", ["--topology", "toy-ring"], "topology", "toy-ring"),
     ],
 )
 def test_a_plugin_trains_digits_through_the_command_line(tmp_path, plugin, flags, field, value):

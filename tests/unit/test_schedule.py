@@ -105,8 +105,8 @@ def test_hypercube_on_six_ranks_names_the_alternative():
 
 
 def test_auto_topology():
-    assert resolve_topology("auto", 8).value == "hypercube"
-    assert resolve_topology("auto", 6).value == "base2"
+    assert resolve_topology("auto", 8).name == "hypercube"
+    assert resolve_topology("auto", 6).name == "base2"
     with pytest.raises(ValueError, match="unknown topology 'ring'"):
         resolve_topology("ring", 4)
 
@@ -292,26 +292,22 @@ def test_exactness_is_checked_not_assumed():
 # -- auto and the best exact schedule -----------------------------------------------------
 
 
-def test_best_exact_topology_and_the_auto_switch(monkeypatch):
+def test_best_exact_topology_is_what_auto_picks():
     """auto is the best exact schedule for the size (the engine mixes with base2's weights
-    and skips idle ranks); the switch still turns it back into dissemination."""
-    assert [best_exact_topology(n).value for n in (1, 2, 6, 8, 12)] == [
+    and skips idle ranks)."""
+    assert [best_exact_topology(n) for n in (1, 2, 6, 8, 12)] == [
         "hypercube",
         "hypercube",
         "base2",
         "hypercube",
         "base2",
     ]
-    assert schedule.AUTO_PICKS_EXACT
-    assert [resolve_topology("auto", n).value for n in (6, 7, 8, 12)] == [
+    assert [resolve_topology("auto", n).name for n in (6, 7, 8, 12)] == [
         "base2",
         "base2",
         "hypercube",
         "base2",
     ]
-    monkeypatch.setattr(schedule, "AUTO_PICKS_EXACT", False)
-    assert resolve_topology("auto", 6).value == "dissemination"
-    assert resolve_topology("auto", 8).value == "hypercube"
 
 
 def test_exact_steps_per_topology():

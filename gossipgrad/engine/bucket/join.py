@@ -37,13 +37,14 @@ GRACE_S = 3.0
 """Seconds a joined rank's wait for the agreement adds to the communication deadline."""
 
 
-def join_period(max_lag: int) -> int:
-    """Steps between join agreements: longer than ranks may be apart under bounded lag.
+def join_period(agreement: int) -> int:
+    """Steps between join agreements, given the timing's steps between stop agreements
+    (longer than ranks may be apart under bounded lag).
 
-    >>> join_period(0), join_period(2)
+    >>> join_period(1), join_period(12)
     (4, 12)
     """
-    return max(JOIN_PERIOD, 4 * (max_lag + 1))
+    return max(JOIN_PERIOD, agreement)
 
 
 class JoinAgreement:

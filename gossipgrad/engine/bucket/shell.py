@@ -67,7 +67,7 @@ from gossipgrad.engine.bucket.mixer import BucketMixer, pattern_mixers
 from gossipgrad.engine.bucket.monitor import ConsensusMonitor
 from gossipgrad.engine.bucket.rules import make_rule
 from gossipgrad.engine.bucket.startcheck import StartCheck
-from gossipgrad.engine.bucket.timing import Timing, make_timing
+from gossipgrad.engine.bucket.timing import Timing, TimingContext
 from gossipgrad.engine.buckets import BucketLayout, install_forward_waits
 from gossipgrad.engine.commthread import CommThread
 from gossipgrad.engine.consensus import broadcast_parameters_, consensus_distance, verify_identical
@@ -75,11 +75,6 @@ from gossipgrad.engine.protocol import WrappedOptimizer
 from gossipgrad.options import ExchangeOptions, Mix
 
 log = logging.getLogger(__name__)
-
-PARAM_WINDOW = 2
-"""Parameter buckets on the wire at once (``CommThread`` window). Posted all at once they
-interleave on the connection and the first layer's bucket arrives last; in forward order
-two at a time, each arrives as early as the link allows."""
 
 
 class BucketOptimizer(WrappedOptimizer):
@@ -173,34 +168,33 @@ class BucketOptimizer(WrappedOptimizer):
         self.schedule = Schedule(comm.size, opts.rank_topology, opts.seed, opts.rotate)
         self.communicates = comm.size > 1 and self.pattern != "none"
         self.mixer = self._mixers(
-            comm, self.schedule, self._stager, opts.topology.value, self.codec, self.rule
+            comm, self.schedule, self._stager, opts.topology, self.codec, self.rule
         )
         collective = self.pattern == "ring"  # posted in order, by the caller
         thread = None
-        if opts.overlap and self.communicates and not opts.max_lag:  # lag polls its own
+        timing = self.timing_spec = opts.timing_spec
+        if opts.overlap and self.communicates and not timing.polls_itself:
             # A window only where a forward waits for buckets in order (the order is fixed).
-            window = PARAM_WINDOW if self.mix is Mix.PARAM and opts.staleness == 0 else None
+            window = timing.forward_window if self.mix is Mix.PARAM else None
             finisher = Router(self.mixer, self.factors) if self.factors else self.mixer
             block = comm.policy.block and not collective  # a collective posts under the lock
             thread = CommThread(finisher, comm.timeout, window, block=block)
         self.overlap = thread is not None  # the exchange runs on the communication thread
-        self.timing: Timing = (
-            make_timing(
-                opts, comm, self.schedule, self.layout, self.mixer, thread, collective, self.rule
-            )
-            if self.communicates
-            else _NoExchange()
+        ctx = TimingContext(
+            opts, comm, self.schedule, self.layout, self.mixer, thread, collective, self.rule
         )
+        self.timing: Timing = timing.build(ctx) if self.communicates else _NoExchange()
         self.wire_codecs = (self.codec, *self.timing.codecs)
         if self.factors:
             self.factors.bind(thread, lambda: self.step_count, lambda: self._counter.is_holding)
-        self._join = JoinAgreement(comm, join_period(opts.max_lag))
+        period = timing.agreement_period(opts.timing_args)
+        self._join = JoinAgreement(comm, join_period(period))
 
     @property
     def exchange_topology(self) -> str:
         """Where the transport keeps a schedule of its own (gossip-node's, over nodes),
         that one's topology; else the ranks'."""
-        return (self.mixer.schedule or self.schedule).topology.value
+        return (self.mixer.schedule or self.schedule).topology
 
     @property
     def bucket_count(self) -> int:  # type: ignore[override]
@@ -209,7 +203,7 @@ class BucketOptimizer(WrappedOptimizer):
     # -- membership changes (engine/run/membership.py) -----------------------------------
     @property
     def can_shrink(self) -> bool:
-        return self.factors is None and not self.options.max_lag
+        return self.factors is None and self.timing_spec.follows_shrink
 
     def abandon(self) -> None:
         """After a rank died: forget every exchange in flight (their communicator is
@@ -316,11 +310,11 @@ class BucketOptimizer(WrappedOptimizer):
         return [p for p in self.model.parameters() if p.requires_grad]
 
     def _agree_skip(self, scaler: Any, step: int) -> bool:
-        if self.options.max_lag or (self.mix is Mix.GRAD and self.options.staleness):
+        why = self.timing_spec.amp_refusal(self.options.timing_args, self.mix.value)
+        if why is not None:
             raise RuntimeError(
-                "a GradScaler needs max_lag=0, and staleness=0 with mix='grad' (every step "
-                "agrees on inf/NaN over all ranks, and a late gradient would be mixed at "
-                "another scale)"
+                f"a GradScaler cannot drive timing={self.options.timing!r} with "
+                f"mix={self.mix.value!r}: {why}"
             )
         self._amp = True
         return amp.agree_skip(self.comm, scaler, self, step)
@@ -342,7 +336,7 @@ class BucketOptimizer(WrappedOptimizer):
         self._start.run(self.comm, self._params(), self.optimizer, t, None)
         if self._amp:
             amp.agree(self.comm, False, t)
-        if self.options.max_lag:
+        if self.timing_spec.catches_up:
             self.timing.skip_(t, self.optimizer)
             self._advance()
             return
@@ -477,9 +471,9 @@ class BucketOptimizer(WrappedOptimizer):
             )
             for b in self.layout.buckets
         )
-        if self.pattern == "peer" and not self.options.max_lag:  # a lagged idle step sends
-            buckets *= self.schedule.active_share  # a weight-0 frame to itself: no wire
-        return factors + buckets
+        if self.pattern == "peer" and not self.timing_spec.sends_idle:  # idle steps send none
+            buckets *= self.schedule.active_share
+        return factors + buckets * self.timing_spec.send_share(self.options.timing_args)
 
     def lag_stats(self) -> dict[str, Any]:
         return self.timing.stats()

@@ -114,7 +114,7 @@ class ParameterServerOptimizer(WrappedOptimizer):
         if base.state:
             raise ValueError("--strategy ps needs an optimizer that has not stepped yet")
         super().__init__(base, model, comm, opts)
-        self.max_lag = opts.max_lag
+        self.max_lag = opts.slack  # the stale-synchronous slack
         self.push_codec = make_codec(opts.wire, opts.feedback)
         self.pull_codec = make_codec(opts.wire, feedback=False)  # pulls are deltas: see published
         self.wire_codecs = (self.push_codec, self.pull_codec)

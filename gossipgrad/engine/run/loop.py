@@ -155,6 +155,7 @@ class Run:
             "strategy": cfg.exchange.strategy,
             "mix": cfg.exchange.mix.value,
             "topology": self.opt.exchange_topology,
+            "timing": cfg.exchange.timing,
             "staleness": cfg.exchange.staleness,
         }
 
@@ -176,7 +177,7 @@ class Run:
                     "(%d per epoch), %.2f MB model in %d buckets, device %s",
                     self.comm.size,
                     self.cfg.exchange.strategy,
-                    self.opt.schedule.topology.value,
+                    self.opt.schedule.topology,
                     self.cfg.exchange.mix,
                     self.source.name,
                     step,

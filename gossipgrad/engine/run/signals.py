@@ -11,7 +11,8 @@ communicator of its own (so it never interleaves with gradient collectives). Eve
 the same answer at the same step, so all of them stop, and checkpoint, at that step.
 
 That allreduce is a barrier at every step. With ``--max-lag S`` ranks may be S steps apart,
-so :class:`PeriodicAgreement` runs it every :func:`agreement_period` steps instead, posted
+so :class:`PeriodicAgreement` runs it every ``period`` steps instead (the timing's
+:meth:`~gossipgrad.specs.TimingSpec.agreement_period`), posted
 at step m K and completed at step (m + 1) K (no rank waits unless another is more than K
 steps behind); every rank still learns the answer at the same step and stops there. A stop
 then takes effect within 2 K steps.
@@ -95,15 +96,6 @@ class StopSignals:
         for s, previous in self._previous.items():
             signal.signal(s, signal.SIG_IGN if self.received or self.stopped else previous)
         self._previous = {}
-
-
-def agreement_period(max_lag: int) -> int:
-    """Steps between stop agreements: 1 in lockstep (``--max-lag 0``), else 4 (S + 1).
-
-    >>> agreement_period(0), agreement_period(2)
-    (1, 12)
-    """
-    return 1 if max_lag == 0 else 4 * (max_lag + 1)
 
 
 class PeriodicAgreement:

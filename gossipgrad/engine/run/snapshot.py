@@ -94,7 +94,7 @@ def snapshot(
             "cycle_length": sched.cycle_length,
             "seed": sched.seed,
             "rotate": sched.rotate,
-            "topology": sched.topology.value,
+            "topology": sched.topology,
             "size": sched.size,
         },
         "rng": rng_state(),

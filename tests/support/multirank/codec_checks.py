@@ -250,7 +250,7 @@ def check_base2_exchange_is_exact_after_one_period(comm) -> None:
     picks base2 where the size is not a power of two. Dissemination does not get there."""
     require(comm.size > 1, "one rank has no peer")
     period = Schedule(comm.size, "base2").period
-    auto = Schedule(comm.size, "auto").topology.value
+    auto = Schedule(comm.size, "auto").topology
     assert auto == ("hypercube" if is_power_of_two(comm.size) else "base2"), auto
     for topology, overlap in (("base2", False), ("base2", True), ("dissemination", False)):
         model = torch.nn.Linear(7, 5).double()

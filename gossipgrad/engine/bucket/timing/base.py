@@ -9,12 +9,47 @@ lacks the feature, so an implementation overrides only what it does.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from gossipgrad.comm.base import Communicator
 from gossipgrad.engine.consensus import average_parameters_
+
+
+@dataclass(frozen=True)
+class TimingContext:
+    """What a timing spec builds its runtime timing from (the shell hands it over for each
+    communicator: at the start and after a membership change).
+
+    Attributes:
+        opts: the exchange options (``opts.timing_args``: the parsed ``NAME:ARG``).
+        comm: the communicator.
+        schedule: the partner schedule over ranks.
+        layout: the buckets (``values`` with the parameter mix, ``grads`` always).
+        mixer: one bucket's exchange (transport, codec, rule).
+        thread: the communication thread, or None (blocking, or a timing that polls itself).
+        collective: the exchange is a collective, posted in order by the caller.
+        rule: the mixing rule.
+    """
+
+    opts: Any
+    comm: Communicator
+    schedule: Any
+    layout: Any
+    mixer: Any
+    thread: Any
+    collective: bool
+    rule: Any
+
+    @property
+    def args(self) -> tuple[int, ...]:
+        return self.opts.timing_args
+
+    @property
+    def mix_params(self) -> bool:
+        return self.opts.mix == "param"
 
 
 class Timing:

@@ -64,15 +64,18 @@ from typing import Any
 
 import torch
 
+from gossipgrad.choices import ErrorFeedback, Sync, respell, spell
 from gossipgrad.comm.base import Communicator, Tag
-from gossipgrad.comm.codecs import Codec
+from gossipgrad.comm.codecs import Codec, make_codec
 from gossipgrad.comm.lagged import HEADER_BYTES, LagLink, Poller
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.engine.bucket.rules import Average
-from gossipgrad.engine.bucket.timing.base import Timing
+from gossipgrad.engine.bucket.timing.base import Timing, TimingContext
 from gossipgrad.engine.buckets import BucketLayout
 from gossipgrad.engine.consensus import average_parameters_
 from gossipgrad.options import Mix
+from gossipgrad.registry import TIMINGS, lossless
+from gossipgrad.specs import TimingSpec
 
 log = logging.getLogger(__name__)
 
@@ -367,3 +370,80 @@ class Lagged(Timing):
 
 def _smooth(average: float | None, sample: float) -> float:
     return sample if average is None else (1 - PACE_SMOOTHING) * average + PACE_SMOOTHING * sample
+
+
+class LagTiming(TimingSpec):
+    """``lag:S`` (``lag:S:1``: no frame is mixed before the step after it was sent)."""
+
+    name = "lag"
+    summary = "bounded lag: frames up to S steps behind, mixed as they arrive (push-sum)"
+    argument = "S"
+    deterministic = False
+    polls_itself = True
+    follows_shrink = False
+    carries_factors = False  # a lagged frame carries whole buckets
+    sends_idle = True  # an idle step sends a weight-0 frame to itself: no wire, still a frame
+    catches_up = True
+    collectives_ok = False
+
+    def parse(self, arg: str | None) -> tuple[int, ...]:
+        parts = (arg or "").split(":")
+        try:
+            lag, delay = int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+        except ValueError:
+            lag, delay = 0, -1
+        if lag < 1 or delay not in (0, 1) or len(parts) > 2:
+            raise ValueError(
+                f"{spell('--timing', f'lag:{arg}')}: lag takes S >= 1 steps (lag:2), or "
+                "lag:S:1 to mix no frame before the step after it was sent"
+            )
+        return (lag, delay) if delay else (lag,)
+
+    def aliases(self, args: tuple[int, ...]) -> dict[str, int]:
+        return {"max_lag": args[0], "staleness": args[1] if len(args) > 1 else 0}
+
+    def check(self, args: tuple[int, ...], opts: object) -> None:
+        spec = opts.spec  # type: ignore[attr-defined]
+        lag = spell("--timing", self.spelled(args))
+        if "max_lag" not in spec.uses:
+            why = respell(spec.refusals.get("max_lag", f"{spec.name} does not take it"))
+            raise ValueError(
+                f"{lag} does not apply to {spell('--strategy', spec.name)} ({why}); drop it"
+            )
+        feedback, wire = opts.error_feedback, opts.wire  # type: ignore[attr-defined]
+        if feedback is ErrorFeedback.OFF and not lossless(wire):
+            raise ValueError(
+                f"{spell('--error-feedback', 'off')} does not apply with {lag}: a lagged frame "
+                f"always carries the cast's remainder to the next (what keeps the sum over "
+                f"ranks exact); drop it"
+            )
+        if opts.sync is Sync.ADAPTIVE:  # type: ignore[attr-defined]
+            raise ValueError(
+                f"{spell('--sync', 'adaptive')} does not apply with {lag}: its estimate is a "
+                f"collective every {spell('--monitor-every')} steps, the barrier a lagged run "
+                f"avoids; pass {spell('--sync', 'off')}"
+            )
+
+    def amp_refusal(self, args: tuple[int, ...], mix: str) -> str | None:
+        return "every step agrees on inf/NaN over all ranks, which a lagged run does not wait for"
+
+    def agreement_period(self, args: tuple[int, ...]) -> int:
+        return 4 * (args[0] + 1)
+
+    def build(self, ctx: TimingContext) -> Lagged:
+        opts = ctx.opts
+        lag, delay = (*ctx.args, 0)[:2]
+        return Lagged(
+            ctx.comm,
+            ctx.schedule,
+            ctx.layout,
+            opts.mix,
+            lag,
+            delay,
+            poll=opts.overlap,
+            rule=ctx.rule,
+            codec=make_codec(opts.wire, feedback=False),  # lagged frames carry their remainder
+        )
+
+
+TIMINGS.register(LagTiming.name, LagTiming(), replace=True)

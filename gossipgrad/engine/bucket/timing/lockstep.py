@@ -13,8 +13,15 @@ from __future__ import annotations
 import torch
 
 from gossipgrad.engine.bucket.mixer import BucketMixer
-from gossipgrad.engine.bucket.timing.base import Timing
+from gossipgrad.engine.bucket.timing.base import Timing, TimingContext
 from gossipgrad.engine.commthread import CommThread
+from gossipgrad.registry import TIMINGS
+from gossipgrad.specs import TimingSpec
+
+PARAM_WINDOW = 2
+"""Parameter buckets on the wire at once (``CommThread`` window). Posted all at once they
+interleave on the connection and the first layer's bucket arrives last; in forward order
+two at a time, each arrives as early as the link allows."""
 
 
 class Lockstep(Timing):
@@ -94,3 +101,15 @@ class Lockstep(Timing):
         self._inflight.clear()
         self.reset_step()
         self.close(-1)
+
+
+class LockstepTiming(TimingSpec):
+    name = "lockstep"
+    summary = "every bucket posted at a step is mixed within that step (the default)"
+    forward_window = PARAM_WINDOW
+
+    def build(self, ctx: TimingContext) -> Lockstep:
+        return Lockstep(ctx.mixer, ctx.mix_params, ctx.thread, ctx.collective)
+
+
+TIMINGS.register(LockstepTiming.name, LockstepTiming(), replace=True)

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import torch
 
+from gossipgrad.choices import respell, spell
 from gossipgrad.comm.transport import Pending
 from gossipgrad.engine.bucket.mixer import BucketMixer
-from gossipgrad.engine.bucket.timing.base import Timing
+from gossipgrad.engine.bucket.timing.base import Timing, TimingContext
 from gossipgrad.engine.commthread import CommThread
+from gossipgrad.registry import TIMINGS
+from gossipgrad.specs import TimingSpec
 
 
 class Stale(Timing):
@@ -85,3 +88,32 @@ class Stale(Timing):
     def abandon(self) -> None:
         self._posted, self._done = [], set()
         self.close(-1)
+
+
+class StaleTiming(TimingSpec):
+    name = "stale"
+    summary = "the exchange posted at step t is applied at t + 1 as a correction (staleness 1)"
+    carries_factors = False  # applied as a correction of whole buckets
+
+    def aliases(self, args: tuple[int, ...]) -> dict[str, int]:
+        return {"staleness": 1}
+
+    def check(self, args: tuple[int, ...], opts: object) -> None:
+        spec = opts.spec  # type: ignore[attr-defined]
+        if "staleness" not in spec.uses:
+            why = respell(spec.refusals.get("staleness", f"{spec.name} does not take it"))
+            raise ValueError(
+                f"{spell('--timing', 'stale')} does not apply to "
+                f"{spell('--strategy', spec.name)} ({why}); drop it"
+            )
+
+    def amp_refusal(self, args: tuple[int, ...], mix: str) -> str | None:
+        if mix == "grad":
+            return "a late gradient would be mixed at another scale"
+        return None
+
+    def build(self, ctx: TimingContext) -> Stale:
+        return Stale(ctx.mixer, ctx.thread, ctx.collective)
+
+
+TIMINGS.register(StaleTiming.name, StaleTiming(), replace=True)

@@ -1,10 +1,4 @@
-"""The interfaces behind the registries (:mod:`gossipgrad.registry`): what a strategy and a
-device say about themselves. PURE: stdlib only.
-
-A new one is one module that subclasses a spec here and registers an instance::
-
-    STRATEGIES.register("mine", Mine())   # class Mine(StrategySpec)
-"""
+"""What a strategy says about itself (``STRATEGIES.register(name, spec)``). PURE."""
 
 from __future__ import annotations
 
@@ -35,6 +29,7 @@ class StrategySpec:
             ``--offload optimizer`` cannot wrap it.
         library: the exchange runs inside another library (Horovod, DDP), not through
             gossipgrad's communicator.
+        lag_is_slack: ``max_lag`` is this strategy's ``slack`` (ps: the older spelling).
         own_collective: its allreduce is its library's own ring (torch.distributed's gloo
             or NCCL), not the job's MPI: the planner prices it as a plain ring on the
             measured link, without the MPI allreduce's calibration factors.
@@ -51,6 +46,7 @@ class StrategySpec:
     wraps_optimizer_class: ClassVar[bool] = False
     library: ClassVar[bool] = False
     own_collective: ClassVar[bool] = False
+    lag_is_slack: ClassVar[bool] = False
     fixed_mix: ClassVar[Any] = None
     mix_reason: ClassVar[str] = ""
     refusals: ClassVar[dict[str, str]] = {}
@@ -115,8 +111,8 @@ class StrategySpec:
         return pattern_bytes(self.pattern, nbytes, size)
 
     def agreement_period(self, opts: Any) -> int:
-        """Steps between two stop agreements (1: every step)."""
-        return 1
+        """Steps between two stop agreements (1: every step): the timing's."""
+        return int(opts.timing_spec.agreement_period(opts.timing_args))
 
     def build(self, optimizer: Any, model: Any, comm: Any, opts: Any, *, stager: Any) -> Any:
         """The distributed optimizer for ``opts`` (collective: every rank calls it)."""
@@ -134,6 +130,8 @@ NEUTRAL = {
     "sync_every": 0,
     "max_lag": 0,
     "staleness": 0,
+    "timing": "lockstep",
+    "slack": 0,
     "monitor_every": 0,
 }
 """Values that switch a feature off: accepted by every strategy, also one without the
@@ -162,32 +160,3 @@ def pattern_bytes(pattern: str, nbytes: float, size: int) -> float:
     if pattern in ("ring", "server"):
         return 2.0 * (size - 1) / size * nbytes
     raise ValueError(f"unknown exchange pattern {pattern!r}; one of peer, node, ring, server, none")
-
-
-class DeviceSpec:
-    """A device that ``--device NAME[:ARG]`` names besides auto, cpu and cuda: one a plugin
-    registers in :data:`DEVICES` (the stand-in accelerator of ``gossipgrad.tools.devices``).
-
-    Class attributes:
-        name: the ``--device`` value before the colon.
-        summary: one line for ``--help``.
-        torch_device: where the model's tensors live (``"cpu"``).
-        real_activations: the model computes real activations (sufficient factors need
-            them: ``auto`` sends none without, ``on`` is refused).
-        measures: losses and accuracy mean something (False: no evaluation, none logged).
-    """
-
-    name: ClassVar[str] = ""
-    summary: ClassVar[str] = ""
-    torch_device: ClassVar[str] = "cpu"
-    real_activations: ClassVar[bool] = True
-    measures: ClassVar[bool] = True
-
-    def check(self, arg: str | None) -> None:
-        """ValueError (one line) when ``arg`` cannot be this device's argument."""
-
-    def attach(self, arg: str | None, cfg: Any, model: Any, in_shape: tuple[int, ...]) -> Any:
-        """Prepare ``model`` for this device (collective: no); the handle has
-        ``optimizer(opt)`` (wraps the local optimizer) and ``summary_fields(summary)``
-        (what the run's summary adds)."""
-        raise NotImplementedError(f"device {self.name!r} does not say how to attach itself")
