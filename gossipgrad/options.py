@@ -266,7 +266,7 @@ class ExchangeOptions(_Options):
     def rank_topology(self) -> str:
         """The topology of the schedule over ranks: ``topology``, except for a strategy
         that schedules nodes instead (gossip-node: its transport takes ``topology``)."""
-        return Topology.AUTO.value if self.spec.pattern == "node" else self.topology
+        return Topology.AUTO.value if self.spec.exchange_shape.own_schedule else self.topology
 
     @property
     def spec(self) -> StrategySpec:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from gossipgrad.choices import spell
 
 if TYPE_CHECKING:
-    from gossipgrad.specs import DeviceSpec, StrategySpec, TimingSpec, TopologySpec
+    from gossipgrad.specs import DeviceSpec, ShapeSpec, StrategySpec, TimingSpec, TopologySpec
 
 T = TypeVar("T")
 
@@ -137,6 +137,10 @@ CODECS: Registry[Any] = Registry("wire codec", "--wire")
 TOPOLOGIES: Registry[TopologySpec] = Registry("topology", "--topology")
 """Every ``--topology``: name -> :class:`~gossipgrad.specs.TopologySpec` (built-ins:
 ``gossipgrad/comm/topologies.py``)."""
+
+SHAPES: Registry[ShapeSpec] = Registry("exchange shape", "shape")
+"""Every exchange shape a strategy names: name -> :class:`~gossipgrad.specs.ShapeSpec`
+(built-ins: ``gossipgrad/shapes/``)."""
 
 TIMINGS: Registry[TimingSpec] = Registry("timing", "--timing")
 """Every ``--timing``: name -> :class:`~gossipgrad.specs.TimingSpec` (built-ins:

@@ -40,6 +40,16 @@ and a rank that got one step further started waiting later): 4 s missed ranks th
 there, under load."""
 
 
+def allreduce_bytes(nbytes: float, size: int) -> float:
+    """Bytes one rank sends to allreduce ``nbytes`` by a bandwidth-optimal ring:
+    ``2 (size - 1) / size`` of them (the count every allreduce in the byte totals uses).
+
+        >>> allreduce_bytes(100, 4), allreduce_bytes(100, 1)
+        (150.0, 0.0)
+    """
+    return 2.0 * (size - 1) / size * nbytes
+
+
 def probe_window(timeout: float) -> float:
     """Seconds to listen for the other ranks' probes: a tenth of the deadline, at least
     :data:`MIN_WINDOW_S` (ranks that arrived a little later time out a little later).

@@ -18,7 +18,7 @@ same on every rank (the engine agrees on it once). Only raw buffers travel
     >>> from gossipgrad.comm.local import run_ranks
     >>> def body(comm):
     ...     dy, x = torch.full((2, 3), float(comm.rank)), torch.ones(2, 4)
-    ...     t = FactorTransport(comm, "allgather")
+    ...     t = FactorTransport(comm, one_peer=False)
     ...     pending = t.start(torch.zeros(3, 4), [dy], [x], rows=2, index=0, step=0)
     ...     t.wait(pending)
     ...     dys, xs = t.unpack(pending)
@@ -62,12 +62,12 @@ class FactorPending(Pending):
 
 
 class FactorTransport:
-    """Moves Linear layers' factor blocks for one pattern over ``comm``.
+    """Moves Linear layers' factor blocks over ``comm``: to this step's peer, or all-gathered.
 
     Args:
         comm: the communicator (the engine gives factors a duplicate of its own, so their
             all-gathers are ordered apart from the buckets' allreduces).
-        pattern: ``"peer"`` or ``"allgather"``.
+        one_peer: to the peer (gossip), else an all-gather from every rank.
         schedule: the partner schedule (peer).
         stager: how device tensors reach MPI (default: direct).
         codec: the wire codec of the blocks (default: the identity); its error feedback
@@ -81,14 +81,12 @@ class FactorTransport:
     def __init__(
         self,
         comm: Communicator,
-        pattern: str,
+        one_peer: bool,
         schedule: Schedule | None = None,
         stager: Stager | None = None,
         codec: Codec | None = None,
     ) -> None:
-        if pattern not in ("peer", "allgather"):
-            raise ValueError(f"factor pattern must be peer or allgather, got {pattern!r}")
-        self.comm, self.pattern = comm, pattern
+        self.comm, self.one_peer = comm, one_peer
         self.schedule = schedule or Schedule(comm.size, "auto", 0, True)
         self.stager = stager or Stager(cuda_aware=False)
         self.codec = codec or Codec()
@@ -122,7 +120,7 @@ class FactorTransport:
         self.stager.ready(wire)
         out = self.stager.outgoing(wire, self._staged, index) if self.stager.staging(wire) else wire
         tag = Tag.FACTOR + index
-        if self.pattern == "peer":
+        if self.one_peer:
             peers = self.schedule.peers(self.comm.rank, step)
             if peers is None or peers.idle:
                 return FactorPending(grad, rows=rows)
@@ -160,7 +158,7 @@ class FactorTransport:
         grad, rows, block = pending.buf, pending.rows, pending.wire
         m, n = grad.shape
         recv = self.stager.incoming(pending.recv, grad)
-        senders = 1 if self.pattern == "peer" else self.comm.size
+        senders = 1 if self.one_peer else self.comm.size
         parts = recv.view(senders, -1)
         values = [self.codec.decode(parts[i], block, pending.key) for i in range(senders)]
         if self.codec.in_place:  # the identity: the received buffer is the blocks

@@ -127,7 +127,7 @@ class NodeTransport(Transport):
     CUDA-aware MPI (without one, :class:`~gossipgrad.engine.bucket.nodemix.NodeMix` stages the
     whole bucket through host memory first)."""
 
-    pattern = "node"
+    moves = True
 
     def __init__(
         self, comm: Communicator, layout: NodeLayout, seed: int = 0, rotate: bool = True,

@@ -38,7 +38,7 @@ class ShardTransport(Transport):
     stages to one peer never match each other's receives.
     """
 
-    pattern = "ring"
+    moves = True
 
     def __init__(self, comm: Communicator, stager: Stager | None = None) -> None:
         super().__init__(comm, stager)

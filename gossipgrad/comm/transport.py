@@ -58,9 +58,17 @@ class Pending:
 
 
 class Transport:
-    """No communication (``local``, and any strategy at one rank)."""
+    """No communication (``local``, and any strategy at one rank).
 
-    pattern = "none"
+    Attributes (what a mixer must know of how the wires move):
+        moves: it sends anything at all.
+        sums: the wires come back summed over ranks (an allreduce).
+        one_peer: one wire from this step's source, mixed with its weight.
+    """
+
+    moves = False
+    sums = False
+    one_peer = False
 
     def __init__(self, comm: Communicator, stager: Stager | None = None) -> None:
         self.comm = comm
@@ -92,7 +100,7 @@ class Transport:
 class PeerTransport(Transport):
     """Send to this step's ``dst``, receive from its ``src`` (one peer per step)."""
 
-    pattern = "peer"
+    moves = one_peer = True
 
     def __init__(
         self, comm: Communicator, schedule: Schedule, stager: Stager | None = None
@@ -167,7 +175,7 @@ class PeerTransport(Transport):
 class AllreduceTransport(Transport):
     """Sum the wires over all ranks with a non-blocking in-place allreduce."""
 
-    pattern = "ring"
+    moves = sums = True
 
     def __init__(self, comm: Communicator, stager: Stager | None = None) -> None:
         super().__init__(comm, stager)
@@ -188,18 +196,3 @@ class AllreduceTransport(Transport):
         super().wait(pending)
         if pending.requests:
             pending.recv = self.stager.incoming(pending.staged, pending.wire)
-
-
-def make_transport(
-    pattern: str, comm: Communicator, schedule: Schedule, stager: Stager | None = None
-) -> Transport:
-    """The transport of an exchange pattern: ``peer``, ``ring`` or ``none``. A strategy
-    whose transport needs more than the pattern (gossip-node's nodes) builds its own
-    (:meth:`gossipgrad.strategies.bucketed.BucketStrategy.transport`)."""
-    if pattern == "peer":
-        return PeerTransport(comm, schedule, stager)
-    if pattern == "ring":
-        return AllreduceTransport(comm, stager)
-    if pattern == "none":
-        return Transport(comm, stager)
-    raise ValueError(f"pattern {pattern!r} has no bucket transport; one of peer, ring, none")

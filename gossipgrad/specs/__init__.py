@@ -7,7 +7,8 @@ A new one is one module that subclasses a spec here and registers an instance::
 """
 
 from gossipgrad.specs.device import DeviceSpec
-from gossipgrad.specs.strategy import COMMON_FIELDS, NEUTRAL, StrategySpec, pattern_bytes
+from gossipgrad.specs.shape import ShapeSpec
+from gossipgrad.specs.strategy import COMMON_FIELDS, NEUTRAL, StrategySpec
 from gossipgrad.specs.timing import TimingSpec
 from gossipgrad.specs.topology import TopologySpec
 
@@ -15,8 +16,8 @@ __all__ = [
     "COMMON_FIELDS",
     "NEUTRAL",
     "DeviceSpec",
+    "ShapeSpec",
     "StrategySpec",
     "TimingSpec",
     "TopologySpec",
-    "pattern_bytes",
 ]

@@ -17,8 +17,8 @@ class StrategySpec:
         uses: the :class:`~gossipgrad.options.ExchangeOptions` fields it reads besides the
             common ones (:data:`COMMON_FIELDS`); any other field set away from its default
             is refused with one line (never silently ignored).
-        pattern: how a bucket's bytes move: ``"peer"`` (one send to one peer), ``"ring"``
-            (an allreduce), ``"server"`` (a push to an owner, a pull back), ``"none"``.
+        shape: the registered exchange shape its buckets move in (``peer``, ``ring``,
+            ``server``, ``node``, ``none``, or a plugin's: :data:`gossipgrad.registry.SHAPES`).
         collective: every rank joins every step's exchange, so no rank can run ahead.
         identical: the ranks' parameters stay bit-identical every step (``synchronize``
             checks instead of averaging).
@@ -38,7 +38,7 @@ class StrategySpec:
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     uses: ClassVar[frozenset[str]] = frozenset()
-    pattern: ClassVar[str] = "none"
+    shape: ClassVar[str] = "none"
     collective: ClassVar[bool] = False
     identical: ClassVar[bool] = False
     factor_pattern: ClassVar[str | None] = None
@@ -105,10 +105,17 @@ class StrategySpec:
         """Why these options cannot follow a membership change (None: they can)."""
         return None if self.shrink else f"strategy {self.name} cannot shrink its communicator"
 
+    @property
+    def exchange_shape(self) -> Any:
+        """The :class:`~gossipgrad.specs.ShapeSpec` that :attr:`shape` names."""
+        from gossipgrad.registry import SHAPES
+
+        return SHAPES.get(self.shape)
+
     def bytes_per_step(self, nbytes: float, size: int) -> float:
-        """Bytes one rank sends per step to exchange ``nbytes`` of buckets, as counted by
-        :func:`pattern_bytes` for :attr:`pattern`."""
-        return pattern_bytes(self.pattern, nbytes, size)
+        """Bytes one rank sends per step to exchange ``nbytes`` of buckets (its shape's
+        count)."""
+        return 0.0 if size == 1 else float(self.exchange_shape.bytes_per_step(nbytes, size))
 
     def agreement_period(self, opts: Any) -> int:
         """Steps between two stop agreements (1: every step): the timing's."""
@@ -136,27 +143,3 @@ NEUTRAL = {
 }
 """Values that switch a feature off: accepted by every strategy, also one without the
 feature (a launch may pass ``--sufficient-factors off`` to every contender)."""
-
-
-def pattern_bytes(pattern: str, nbytes: float, size: int) -> float:
-    """Bytes one rank sends per step for ``nbytes`` of buckets moved by ``pattern``.
-
-    A peer exchange sends the buckets once; a ring allreduce, and a push to each bucket's
-    owner with the parameters pulled back, send ``2 (size - 1) / size`` of them (a mean over
-    ranks for the server: an owner of more than 1/size sends more). A node-level gossip
-    (``node``) is counted as what a node's network interface carries per step, the buckets
-    once, as one rank's gossip; its ranks also move ``2 (r - 1) / r`` of them within the
-    node, which only its transport knows (``NodeTransport.bytes_per_step``).
-
-        >>> [pattern_bytes(p, 100, 4) for p in ("ring", "peer", "server", "node", "none")]
-        [150.0, 100.0, 150.0, 100.0, 0.0]
-    """
-    if size < 1:
-        raise ValueError(f"size must be >= 1, got {size}")
-    if size == 1 or pattern == "none":
-        return 0.0
-    if pattern in ("peer", "node"):
-        return float(nbytes)
-    if pattern in ("ring", "server"):
-        return 2.0 * (size - 1) / size * nbytes
-    raise ValueError(f"unknown exchange pattern {pattern!r}; one of peer, node, ring, server, none")

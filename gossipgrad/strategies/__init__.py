@@ -10,7 +10,7 @@ use, or name it in ``GOSSIPGRAD_PLUGINS`` for the command line.
     >>> from gossipgrad.registry import STRATEGIES
     >>> STRATEGIES.names()[:7]  # the built-in ones (plugins register after them)
     ('gossip', 'allreduce', 'allreduce-param', 'local', 'ps', 'horovod', 'ddp')
-    >>> STRATEGIES.get("gossip").pattern, STRATEGIES.get("allreduce").collective
+    >>> STRATEGIES.get("gossip").shape, STRATEGIES.get("allreduce").collective
     ('peer', True)
 """
 
@@ -30,6 +30,8 @@ from gossipgrad.specs import COMMON_FIELDS, StrategySpec
 from gossipgrad.strategies.bucketed import BucketStrategy
 
 # isort: off
+from gossipgrad import shapes  # noqa: F401, E402 - the exchange shapes the strategies name
+
 # registration, in the order --help lists them
 from gossipgrad.strategies import gossip  # noqa: F401, E402
 from gossipgrad.strategies import allreduce  # noqa: F401, E402

@@ -29,7 +29,7 @@ class Allreduce(BucketStrategy):
             "backward_passes_per_step",
         }
     )
-    pattern = "ring"
+    shape = "ring"
     collective = True
     identical = True
     factor_pattern = "allgather"

@@ -18,7 +18,7 @@ class AllreduceParam(BucketStrategy):
     uses = frozenset(
         {"timing", "staleness", "bucket_mb", "overlap", "wire", "backward_passes_per_step"}
     )
-    pattern = "ring"
+    shape = "ring"
     collective = True
     fixed_mix = Mix.PARAM
     mix_reason = "it averages parameters; for gradients use --strategy allreduce"

@@ -1,5 +1,5 @@
 """What the bucketed strategies share: their optimizer is the shell
-(:class:`gossipgrad.engine.bucket.shell.BucketOptimizer`) with the transport of their pattern.
+(:class:`gossipgrad.engine.bucket.shell.BucketOptimizer`) with the transport of their shape.
 Not a strategy itself; gossip, allreduce, allreduce-param and local subclass it, and so can
 a plugin whose exchange moves one bucket at a time."""
 
@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from gossipgrad.comm.transport import Transport, make_transport
+from gossipgrad.comm.transport import Transport
 from gossipgrad.engine.bucket.mixer import BucketMixer
 from gossipgrad.engine.bucket.shell import BucketOptimizer
 from gossipgrad.specs import StrategySpec
 
 
 class BucketStrategy(StrategySpec):
-    """Builds a :class:`BucketOptimizer` that moves buckets by :attr:`pattern`."""
+    """Builds a :class:`BucketOptimizer` that moves buckets in its :attr:`shape`."""
 
     shrink = True
 
@@ -24,16 +24,16 @@ class BucketStrategy(StrategySpec):
             model,
             comm,
             opts,
-            pattern=self.pattern,
+            shape=self.exchange_shape,
             stager=stager,
             mixers=self.mixer,
         )
 
     def transport(self, comm: Any, schedule: Any, stager: Any, topology: str) -> Transport:
         """How this strategy's buckets move on ``comm`` (built again after a shrink):
-        the transport of :attr:`pattern`. A strategy with a transport of its own
-        overrides this (collective where the transport needs the ranks to agree)."""
-        return make_transport(self.pattern, comm, schedule, stager)
+        its shape's transport (collective where the transport needs the ranks to agree,
+        as gossip-node's finding its nodes)."""
+        return self.exchange_shape.transport(comm, schedule, stager, topology)
 
     def mixer(
         self, comm: Any, schedule: Any, stager: Any, topology: str, codec: Any, rule: Any
@@ -44,8 +44,11 @@ class BucketStrategy(StrategySpec):
         return BucketMixer(self.transport(comm, schedule, stager, topology), codec, rule)
 
     def cannot_shrink(self, opts: Any) -> str | None:
-        if opts.max_lag:
-            return "a lagged exchange cannot follow a membership change yet (--max-lag 0)"
+        if not opts.timing_spec.follows_shrink:
+            return (
+                f"timing {opts.timing} cannot follow a membership change yet (--timing "
+                "lockstep or stale)"
+            )
         if opts.sufficient_factors.value == "on":
             return (
                 "sufficient factors cannot follow a membership change (--sufficient-factors "

@@ -32,7 +32,7 @@ class Gossip(BucketStrategy):
             "backward_passes_per_step",
         }
     )
-    pattern = "peer"
+    shape = "peer"
     factor_pattern = "peer"
 
     def check(self, opts: Any) -> None:

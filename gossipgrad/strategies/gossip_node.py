@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from gossipgrad.comm.nodes import NodeTransport, node_transport
 from gossipgrad.engine.bucket.mixer import BucketMixer
 from gossipgrad.engine.bucket.nodemix import NodeMix
 from gossipgrad.registry import STRATEGIES
@@ -24,7 +23,7 @@ class GossipNode(Gossip):
     )
     # gossip's options less those a lockstep exchange of whole buckets cannot take
     uses = Gossip.uses - {"max_lag", "rule", "sufficient_factors"}
-    pattern = "node"
+    shape = "node"
     factor_pattern = None
     shrink = False
     refusals = {
@@ -32,10 +31,6 @@ class GossipNode(Gossip):
         "rule": "it mixes with the schedule's weights (average)",
         "sufficient_factors": "it sends whole buckets; use --strategy gossip for factors",
     }
-
-    def transport(self, comm: Any, schedule: Any, stager: Any, topology: str) -> NodeTransport:
-        """Finds the nodes (collective) and gossips between them along ``topology``."""
-        return node_transport(comm, schedule, stager, topology)
 
     def mixer(
         self, comm: Any, schedule: Any, stager: Any, topology: str, codec: Any, rule: Any

@@ -29,7 +29,7 @@ class LibraryStrategy(StrategySpec):
 
     uses = frozenset({"bucket_mb", "wire"})
     wires: ClassVar[tuple[str, ...]] = ("fp32",)
-    pattern = "ring"
+    shape = "ring"
     collective = True
     identical = True
     library = True

@@ -13,7 +13,7 @@ class Local(BucketStrategy):
     name = "local"
     summary = "no communication (the lower bound); --sync-every K: local SGD"
     uses = frozenset({"timing", "sync_every", "backward_passes_per_step"})
-    pattern = "none"
+    shape = "none"
     fixed_mix = Mix.PARAM
     mix_reason = "it sends nothing, so nothing is mixed"
 

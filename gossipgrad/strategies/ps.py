@@ -18,7 +18,7 @@ class ParameterServer(StrategySpec):
         {"slack", "max_lag", "bucket_mb", "overlap", "sufficient_factors", "wire", "error_feedback"}
     )
     lag_is_slack = True
-    pattern = "server"
+    shape = "server"
     identical = True
     factor_pattern = "allgather"
     fixed_mix = Mix.GRAD

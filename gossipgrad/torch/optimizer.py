@@ -138,7 +138,7 @@ def DistributedOptimizer(  # noqa: N802 - Horovod's name
             "gossipgrad.DistributedOptimizer(optimizer, model, comm, strategy=...)"
         )
     opt = HorovodOptimizer(
-        optimizer, model, comm, opts, pattern=opts.spec.pattern, mixers=opts.spec.mixer
+        optimizer, model, comm, opts, shape=opts.spec.exchange_shape, mixers=opts.spec.mixer
     )
     opt.serial = next(_SERIAL)
     register(opt)

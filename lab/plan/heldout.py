@@ -52,7 +52,7 @@ from typing import Any
 from gossipgrad.tools.plan.calibrate import FACTOR_RANGE, fit_in_step, scale_profile
 from gossipgrad.tools.plan.formats import Profile
 from gossipgrad.tools.plan.host import HostShare
-from gossipgrad.tools.plan.model import CommModel, StepTime, parse_strategy, pattern_of, step_time
+from gossipgrad.tools.plan.model import CommModel, StepTime, parse_strategy, shape_of, step_time
 
 LOOPBACK = "loopback"
 """The link label of ranks on one host talking through shared memory."""
@@ -233,7 +233,7 @@ def transfer_exchange(
     ``rho = r`` on a memory (loopback) link, else 1. Gossip's duplex is folded into beta.
     Neither term falls below ``FACTOR_RANGE[0]`` times the transport."""
     s = parse_strategy(strategy)
-    if pattern_of(s) == "none":
+    if not shape_of(s).moves:
         return target
     if s not in cal.exchange_factor:
         raise ValueError(
@@ -243,7 +243,7 @@ def transfer_exchange(
     rho = r if memory_link else 1.0
     extra = (cal.exchange_factor[s] - 1.0) * r
     c0 = cal.link_model
-    gossip = pattern_of(s) == "peer"
+    gossip = shape_of(s).one_peer
     beta_t = target.beta_s_per_byte * (target.duplex if gossip else 1.0)
     beta_0 = c0.beta_s_per_byte * (c0.duplex if gossip else 1.0)
     lo = FACTOR_RANGE[0]

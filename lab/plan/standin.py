@@ -88,7 +88,7 @@ class Run:
     @property
     def kind(self) -> str:
         """What the host cost is fitted per: the strategy and, for a peer, its mix."""
-        peer = STRATEGIES.get(self.strategy).pattern == "peer"
+        peer = STRATEGIES.get(self.strategy).exchange_shape.one_peer
         return f"{self.strategy}/{self.mix}" if peer else self.strategy
 
     @property
@@ -228,13 +228,13 @@ def profile_for(
     )
     cap = max(1, round(run.bucket_mb * MIB))
     spec = STRATEGIES.get(run.strategy)
-    if spec.pattern == "server":
+    if spec.exchange_shape.incast:
         cap = ps_cap(prof.grad_bytes, run.size, cap) or cap
     window = spec.fusion_window_s() if cycles else None  # on the dilated clock
     undilated = None if window is None else window / run.dilate
     engine = prof.per_parameter and not spec.library and spec.fusion_window_s() is None
     merged = rebucket(prof.buckets, cap, undilated, registration=engine)
-    if spec.pattern == "server" and run.split:  # as the engine split them in that run
+    if spec.exchange_shape.incast and run.split:  # as the engine split them in that run
         merged = split_large(merged, cap)
     return prof.with_buckets(merged)
 

@@ -31,7 +31,9 @@ class AllreduceParamMoments(AllreduceParam):
     summary = "lab only: allreduce-param that also averages the optimizer state every step"
 
     def build(self, optimizer: Any, model: Any, comm: Any, opts: Any, *, stager: Any) -> Any:
-        return MomentsOptimizer(optimizer, model, comm, opts, pattern=self.pattern, stager=stager)
+        return MomentsOptimizer(
+            optimizer, model, comm, opts, shape=self.exchange_shape, stager=stager
+        )
 
 
 STRATEGIES.register(AllreduceParamMoments.name, AllreduceParamMoments(), replace=True)

@@ -63,7 +63,7 @@ def test_ps_bucket_cap_gives_at_least_size_buckets_for_small_parameters():
 
 def test_ps_is_not_a_library_strategy_and_counts_ring_bytes():
     ps = STRATEGIES.get("ps")
-    assert not ps.library and ps.pattern == "server"
+    assert not ps.library and ps.shape == "server"
     assert ps.bytes_per_step(800, 8) == 1400.0 and ps.bytes_per_step(800, 1) == 0.0
 
 

@@ -35,6 +35,7 @@ LAYERS = {
     "runtime": 5,  # the launch layer: MPI or a one-rank world, logging, abort
     "startup": 5,  # the launch layer: MPI start-up under a deadline, the start-up agreement
     "strategies": 4,  # one spec module per strategy: they build the engine's optimizers
+    "shapes": 4,  # one module per exchange shape: its transport, bytes, time and memory
     "engine": 3,
     "data": 2,
     "shuffle": 2,
@@ -245,3 +246,34 @@ def test_no_import_circle_through_inject_at_module_level():
 def test_the_check_sees_an_import_of_lab(tmp_path: Path):
     (tmp_path / "x.py").write_text("def f():\n    from lab.bench import stragglers\n")
     assert imported_modules(tmp_path / "x.py") == [(2, "lab.bench")]
+
+
+#: The built-in exchange shapes' names (gossipgrad/shapes/): only their registry keys.
+SHAPE_NAMES = {"peer", "ring", "server", "node", "none"}
+
+
+def shape_switches(root: Path = ROOT) -> list[str]:
+    """``file:line: expression`` of every comparison of a value with a built-in shape's
+    name (``x == "ring"``, ``p in ("peer", "node")``): a switch on an exchange shape, which
+    the shape's own attributes and methods replace."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if not isinstance(node, ast.Compare):
+                continue
+            strings = set()
+            for side in (node.left, *node.comparators):
+                items = side.elts if isinstance(side, ast.Tuple | ast.Set | ast.List) else [side]
+                strings |= {i.value for i in items if isinstance(i, ast.Constant)}
+            if SHAPE_NAMES & strings:
+                found.append(f"{path.relative_to(root)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_code_switches_on_an_exchange_shape():
+    assert shape_switches() == []
+
+
+def test_the_shape_check_sees_a_switch(tmp_path: Path):
+    (tmp_path / "x.py").write_text("def f(p):\n    return p in ('peer', 'node')\n")
+    assert shape_switches(tmp_path) == ["x.py:2: p in ('peer', 'node')"]

@@ -286,3 +286,18 @@ def test_plan_ps_whole_keeps_a_large_parameter_on_one_owner(tmp_path):
     whole, whole_out = ps("--ps-whole")
     assert whole > split
     assert "--ps-whole" in whole_out and "--ps-whole" not in out
+
+
+def test_plan_prices_a_plugin_strategy_by_its_own_shape(files):
+    """A plugin strategy (tests/support/plugins/toy_pairs.py) brings its exchange shape, and
+    the planner prices it with no change under gossipgrad/: at two ranks its pair exchange
+    is gossip's exchange (one bucket each way with one peer), so the predictions agree;
+    at four its bytes are gossip's too (every rank has its pair)."""
+    import toy_pairs  # registers the strategy and its shape
+
+    toy, report = blocking_step(files, toy_pairs.NAME, 2)
+    gossip, _ = blocking_step(files, "gossip", 2)
+    assert toy == pytest.approx(gossip) and toy > PROFILE.compute_s
+    assert f"| {toy_pairs.NAME} | 2 |" in report
+    res = invoke(*base(files), "--sizes", "4", "--strategies", f"{toy_pairs.NAME},allreduce")
+    assert res.exit_code == 0 and f"| {toy_pairs.NAME} | 4 |" in res.output, res.output

@@ -10,6 +10,11 @@ import random
 import pytest
 
 from gossipgrad.engine.ps import shards
+from gossipgrad.engine.ps.shards import assign_owners
+from gossipgrad.shapes.node import node_s
+from gossipgrad.shapes.peer import peer_s
+from gossipgrad.shapes.ring import ring_s, sharded_s
+from gossipgrad.shapes.server import server_loads, server_s, server_wire_bytes
 from gossipgrad.tools.plan.fabric import Fabric, shared_from_concurrent
 from gossipgrad.tools.plan.fluid import run
 from gossipgrad.tools.plan.formats import (
@@ -21,17 +26,7 @@ from gossipgrad.tools.plan.formats import (
     Profile,
 )
 from gossipgrad.tools.plan.model import CommModel, on_the_wire, step_time
-from gossipgrad.tools.plan.patterns import (
-    assign_owners,
-    node_s,
-    peer_s,
-    ring_s,
-    server_loads,
-    server_rounds,
-    server_s,
-    server_wire_bytes,
-    sharded_s,
-)
+from gossipgrad.tools.plan.patterns import server_rounds
 from gossipgrad.tools.plan.planner import plan
 
 A, B = 1e-5, 1e-9  # 10 us, 1 GB/s

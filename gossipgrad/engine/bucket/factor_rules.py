@@ -55,6 +55,12 @@ class Pattern(enum.StrEnum):
     PEER = "peer"  # to this step's peer, from its source (gossip)
     ALLGATHER = "allgather"  # every rank's to every rank (allreduce; a parameter server too)
 
+    @property
+    def matrix_shape(self) -> str:
+        """The exchange shape of a layer decided "matrix" (it goes as a bucket): to the
+        peer, or averaged by an allreduce (ps too: as many bytes as a push and a pull)."""
+        return "peer" if self is Pattern.PEER else "ring"
+
 
 def pattern(strategy: str) -> Pattern:
     """How ``strategy`` exchanges factors (its spec's ``factor_pattern``); ValueError for

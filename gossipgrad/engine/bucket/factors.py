@@ -46,13 +46,13 @@ from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.comm.factors import FactorPending, FactorTransport
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.comm.staging import Stager
-from gossipgrad.comm.transport import Pending, make_transport
+from gossipgrad.comm.transport import Pending
 from gossipgrad.engine.bucket.factor_capture import FactorLayer, eligible_layers
 from gossipgrad.engine.bucket.factor_rules import Form, Pattern, decide
 from gossipgrad.engine.bucket.mixer import BucketMixer
 from gossipgrad.engine.bucket.rules import Average, make_rule
 from gossipgrad.options import ExchangeOptions, SufficientFactors
-from gossipgrad.registry import STRATEGIES
+from gossipgrad.registry import SHAPES, STRATEGIES
 
 log = logging.getLogger(__name__)
 
@@ -105,13 +105,12 @@ class FactorPath:
         self.pattern = Pattern(opts.spec.factor_pattern)
         self.rule: Average = make_rule(opts.rule)
         self.transport = FactorTransport(
-            self.comm, self.pattern.value, schedule, stager, make_codec(opts.wire)
+            self.comm, self.pattern is Pattern.PEER, schedule, stager, make_codec(opts.wire)
         )
-        # a layer decided "matrix" goes as a bucket: to the peer, or averaged by allreduce
-        # (ps: as many bytes as a push and a pull, updated on every rank like the others)
-        matrix = "peer" if self.pattern is Pattern.PEER else "ring"
+        # a layer decided "matrix" goes as a bucket (updated on every rank like the others)
+        shape = SHAPES.get(self.pattern.matrix_shape)
         self.matrix = BucketMixer(
-            make_transport(matrix, self.comm, schedule, stager),
+            shape.transport(self.comm, schedule, stager, "auto"),
             make_codec(opts.wire, opts.feedback),
             self.rule,
         )
@@ -339,7 +338,7 @@ def finish_factors(transport: FactorTransport, rule: Average, pending: FactorPen
     if received is None:
         return
     dy, x = received
-    if transport.pattern == "peer":
+    if transport.one_peer:
         rule.mix_product_(pending.buf, dy, x, pending.weight, transport.unpack_sent(pending))
     else:
         rule.mean_product_(pending.buf, dy, x, transport.comm.size)
@@ -358,7 +357,8 @@ def exchange_factors_(
 ) -> None:
     """One layer's factors, exchanged by ``strategy``'s pattern and mixed into ``grad``
     (this rank's own gradient on entry), blocking: for checks and benchmarks."""
-    transport = FactorTransport(comm, STRATEGIES.get(strategy).factor_pattern, schedule)
+    one_peer = Pattern(STRATEGIES.get(strategy).factor_pattern) is Pattern.PEER
+    transport = FactorTransport(comm, one_peer, schedule)
     finish_factors(transport, Average(), transport.start(grad, dys, xs, rows, index, step))
 
 

@@ -4,7 +4,7 @@
     pending = mixer.start(bucket, index=0, step=t, tag=Tag.GRAD_BUCKET)
     mixer.finish(pending)          # the bucket now holds the mix, in place
 
-What ``finish`` leaves in the bucket, by the transport's pattern:
+What ``finish`` leaves in the bucket, by how the transport moves the wires:
 
 - ``peer``: the rule's mix of the bucket with what this step's ``src`` sent, with the
   schedule's weight (a lossy codec: ``own + w (peer - sent)``, which keeps the mean);
@@ -18,7 +18,7 @@ as :class:`~gossipgrad.engine.bucket.sharded.ShardedMean` does for a codec that 
 summed) and says what it sends (``bytes_per_step``) and along which schedule.
 
 The communication thread calls ``finish`` from its own thread (:mod:`.commthread`); every
-rank must post the same buckets in the same order for the ring pattern.
+rank must post the same buckets in the same order for an allreduce (a collective shape).
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ import torch
 from gossipgrad.comm.codecs import Codec, make_codec
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.comm.sharded import ShardTransport
-from gossipgrad.comm.transport import Pending, Transport, make_transport
+from gossipgrad.comm.transport import Pending, Transport
 from gossipgrad.engine.bucket.rules import Average, make_rule
 from gossipgrad.engine.bucket.sharded import ShardedMean
+from gossipgrad.registry import SHAPES
 
 
 class WholeMix(Protocol):
@@ -47,7 +48,7 @@ class WholeMix(Protocol):
 
     def bytes_per_step(self, nbytes: int, wire_nbytes: int) -> float | None:
         """Bytes this rank sends per step for a bucket of ``nbytes`` (``wire_nbytes``
-        encoded); None: as the transport's pattern counts them."""
+        encoded); None: as the strategy's shape counts them."""
 
 
 class BucketMixer:
@@ -69,7 +70,7 @@ class BucketMixer:
         self.comm = transport.comm
         self._wires: dict[int, torch.Tensor] = {}
         self.whole: WholeMix | None = whole
-        if whole is None and transport.pattern == "ring" and not codec.summable:
+        if whole is None and transport.sums and not codec.summable:
             self.whole = ShardedMean(ShardTransport(self.comm, transport.stager), codec, rule)
 
     @property
@@ -79,17 +80,13 @@ class BucketMixer:
 
     def bucket_bytes(self, nbytes: int, wire_nbytes: int) -> float | None:
         """Bytes this rank sends per step for one bucket, where the whole-bucket mix counts
-        them itself; None: the strategy's pattern counts them (:meth:`bytes_sent`)."""
+        them itself; None: the strategy's shape counts them (:meth:`bytes_sent`)."""
         return None if self.whole is None else self.whole.bytes_per_step(nbytes, wire_nbytes)
-
-    @property
-    def pattern(self) -> str:
-        return self.transport.pattern
 
     def start(self, buf: torch.Tensor, index: int, step: int, tag: int) -> Pending:
         """Encode ``buf`` and post its exchange (``buf`` is read, not written, until
         :meth:`finish`)."""
-        if self.transport.pattern == "none" or self.transport.idle(step):
+        if not self.transport.moves or self.transport.idle(step):
             return Pending(buf, key=index)  # nothing to send: nothing to encode either
         if self.whole is not None:
             return self.whole.start(buf, index, step, tag)
@@ -117,7 +114,7 @@ class BucketMixer:
         if pending.recv is None:
             return
         buf, key = pending.buf, pending.key
-        if self.transport.pattern == "ring":
+        if self.transport.sums:
             total = self.codec.decode(pending.recv, buf, key)
             if total.data_ptr() != buf.data_ptr():
                 buf.copy_(total)
@@ -128,24 +125,19 @@ class BucketMixer:
         sent = None if self.codec.lossless else self.codec.decode(pending.wire, buf, key)
         self.rule.mix_(buf, peer, pending.weight, sent)
 
-    def bytes_sent(self, like: torch.Tensor | tuple[int, int], pattern_bytes: Any) -> float:
-        """Bytes this rank sends per step for one bucket: the codec's wire bytes moved by
-        ``pattern_bytes(nbytes, size)`` (the strategy's accounting)."""
-        return pattern_bytes(self.codec.wire_nbytes(like), self.comm.size)
 
-
-def pattern_mixers(pattern: str) -> Callable[..., BucketMixer]:
+def shape_mixers(shape: Any) -> Callable[..., BucketMixer]:
     """What builds a strategy's mixer on a communicator, ``(comm, schedule, stager,
-    topology, codec, rule)``, for a transport :func:`make_transport` knows by ``pattern``."""
+    topology, codec, rule)``, from its exchange shape's transport."""
 
     def build(comm: Any, schedule: Any, stager: Any, topology: str, codec: Codec, rule: Any):
-        return BucketMixer(make_transport(pattern, comm, schedule, stager), codec, rule)
+        return BucketMixer(shape.transport(comm, schedule, stager, topology), codec, rule)
 
     return build
 
 
 def make_mixer(
-    pattern: str,
+    shape: str,
     comm: Any,
     schedule: Any,
     stager: Any = None,
@@ -153,11 +145,8 @@ def make_mixer(
     rule: str = "average",
     feedback: bool | None = None,
 ) -> BucketMixer:
-    """A bucket mixer for ``pattern`` (``peer``, ``ring``, ``none``) with the codec ``wire``
-    (error ``feedback`` on, off or its default) and the rule ``rule``: what a strategy's
-    optimizer builds, for benchmarks and checks."""
-    return BucketMixer(
-        make_transport(pattern, comm, schedule, stager),
-        make_codec(wire, feedback),
-        make_rule(rule),
-    )
+    """A bucket mixer for the registered exchange shape ``shape`` (``peer``, ``ring``,
+    ``none``, ...) with the codec ``wire`` (error ``feedback`` on, off or its default) and
+    the rule ``rule``: what a strategy's optimizer builds, for benchmarks and checks."""
+    transport = SHAPES.get(shape).transport(comm, schedule, stager, "auto")
+    return BucketMixer(transport, make_codec(wire, feedback), make_rule(rule))

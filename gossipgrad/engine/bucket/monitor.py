@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from gossipgrad.comm.base import Communicator
-from gossipgrad.comm.collectives import allreduce_
+from gossipgrad.comm.collectives import allreduce_, allreduce_bytes
 from gossipgrad.engine.bucket.sketch import (
     DEFAULT_BINS,
     CountSketch,
@@ -35,7 +35,6 @@ from gossipgrad.engine.bucket.sketch import (
 )
 from gossipgrad.engine.consensus import model_tensors
 from gossipgrad.options import ExchangeOptions
-from gossipgrad.specs import pattern_bytes
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +129,7 @@ class ConsensusMonitor:
         """Bytes one rank has sent for adaptive averages: syncs x the ring-allreduce volume
         of one global average, 2 (size - 1) / size x its float64 buffer (parameters and
         floating buffers), counted as ``bytes_sent_per_step`` counts allreduce."""
-        return self.syncs * pattern_bytes("ring", self.average_bytes, self.comm.size)
+        return self.syncs * allreduce_bytes(self.average_bytes, self.comm.size)
 
     def summary(self) -> dict[str, Any]:
         """The monitor's figures for the training summary (all but ``monitor_seconds`` are

@@ -63,7 +63,7 @@ from gossipgrad.engine.bucket.accumulate import (
 )
 from gossipgrad.engine.bucket.factors import Router, make_factor_path
 from gossipgrad.engine.bucket.join import JoinAgreement, join_period
-from gossipgrad.engine.bucket.mixer import BucketMixer, pattern_mixers
+from gossipgrad.engine.bucket.mixer import BucketMixer, shape_mixers
 from gossipgrad.engine.bucket.monitor import ConsensusMonitor
 from gossipgrad.engine.bucket.rules import make_rule
 from gossipgrad.engine.bucket.startcheck import StartCheck
@@ -87,13 +87,13 @@ class BucketOptimizer(WrappedOptimizer):
             ``mix="param"``, become views into flat buckets).
         comm: the communicator.
         options: the exchange (validated for its strategy).
-        pattern: how a bucket's wire moves: ``peer``, ``ring``, ``node`` or ``none``; the
-            strategy's spec says.
+        shape: how a bucket's wire moves, the strategy's exchange shape
+            (:class:`gossipgrad.specs.ShapeSpec`).
         stager: how device tensors reach MPI (default: direct on CPU).
         mixers: builds the bucket mixer, ``(comm, schedule, stager, topology, codec,
             rule)``, for the first communicator and again after a shrink; the strategy's
-            spec gives it (default: :func:`gossipgrad.engine.bucket.mixer.pattern_mixers` of
-            ``pattern``).
+            spec gives it (default: :func:`gossipgrad.engine.bucket.mixer.shape_mixers` of
+            ``shape``).
     """
 
     _step_supports_amp_scaling = True  # GradScaler.step calls step() on every rank (amp.py)
@@ -105,17 +105,17 @@ class BucketOptimizer(WrappedOptimizer):
         comm: Communicator,
         options: ExchangeOptions,
         *,
-        pattern: str,
+        shape: Any,
         stager: Stager | None = None,
         mixers: Callable[..., BucketMixer] | None = None,
     ) -> None:
         super().__init__(optimizer, model, comm, options)
         opts = options
-        self.mix, self.pattern = opts.mix, pattern
+        self.mix, self.shape = opts.mix, shape
         broadcast_parameters_(model, comm)
         verify_identical(model, comm)
         self._stager = stager
-        self._mixers = mixers or pattern_mixers(pattern)
+        self._mixers = mixers or shape_mixers(shape)
         self._start = StartCheck()
         self._amp = False  # a GradScaler drives the steps (every rank agrees each skip)
         self._exchanged = False  # this step's gradient exchange is complete
@@ -166,11 +166,11 @@ class BucketOptimizer(WrappedOptimizer):
         opts = self.options
         self.comm = comm
         self.schedule = Schedule(comm.size, opts.rank_topology, opts.seed, opts.rotate)
-        self.communicates = comm.size > 1 and self.pattern != "none"
+        self.communicates = comm.size > 1 and self.shape.moves
         self.mixer = self._mixers(
             comm, self.schedule, self._stager, opts.topology, self.codec, self.rule
         )
-        collective = self.pattern == "ring"  # posted in order, by the caller
+        collective = self.shape.collective  # posted in order, by the caller
         thread = None
         timing = self.timing_spec = opts.timing_spec
         if opts.overlap and self.communicates and not timing.polls_itself:
@@ -453,7 +453,7 @@ class BucketOptimizer(WrappedOptimizer):
 
     def bytes_sent_per_step(self) -> float:
         """Bytes a rank sends per step: every bucket's wire bytes moved by the strategy's
-        pattern, each message's header, and the factor path's; for one peer a step, the
+        shape, each message's header, and the factor path's; for one peer a step, the
         mean over a period of the schedule (base2 leaves some ranks idle at some steps)."""
         if not self.communicates:
             return 0.0
@@ -471,7 +471,7 @@ class BucketOptimizer(WrappedOptimizer):
             )
             for b in self.layout.buckets
         )
-        if self.pattern == "peer" and not self.timing_spec.sends_idle:  # idle steps send none
+        if self.shape.one_peer and not self.timing_spec.sends_idle:  # idle steps send none
             buckets *= self.schedule.active_share
         return factors + buckets * self.timing_spec.send_share(self.options.timing_args)
 

@@ -32,12 +32,11 @@ import numpy as np
 import torch
 
 from gossipgrad.comm.base import Communicator, ReduceOp
-from gossipgrad.comm.collectives import allreduce_
+from gossipgrad.comm.collectives import allreduce_, allreduce_bytes
 from gossipgrad.data.sources import open_source
 from gossipgrad.engine.step import train_step
 from gossipgrad.models import build_model, loss_fn
 from gossipgrad.options import DataOptions
-from gossipgrad.specs import pattern_bytes
 from gossipgrad.strategies import DistributedOptimizer, options_for
 from gossipgrad.tools.bench.common import CountingCommunicator, finite, link_info, median, rounded
 from gossipgrad.tools.bench.strategies import mean_over_ranks, takes_wire
@@ -121,7 +120,7 @@ def _posted(counter: CountingCommunicator, size: int) -> float:
     """Bytes handed to the communicator so far, an allreduce buffer counted as a ring sends
     it (2 (size - 1) / size of it), so that fp32's allreduce compares with a lossy codec's,
     which scatters and gathers encoded shards point to point."""
-    return counter.sent + counter.gathered + pattern_bytes("ring", counter.reduced, size)
+    return counter.sent + counter.gathered + allreduce_bytes(counter.reduced, size)
 
 
 def _row(

@@ -29,7 +29,7 @@ from typing import Any
 
 from gossipgrad.tools.plan.formats import Bucket, Profile
 from gossipgrad.tools.plan.host import fit_overlap, fit_stale
-from gossipgrad.tools.plan.model import CommModel, pattern_of
+from gossipgrad.tools.plan.model import CommModel, shape_of
 
 #: The range an exchange factor is clamped to: a blocking step measured no slower than the
 #: compute-only one (noise) must not make communication free, nor a stall make it 100x.
@@ -77,10 +77,10 @@ def scale_exchange(model: CommModel, strategy: str, factor: float) -> CommModel:
     allreduce and horovod: both ring factors, and a queued bucket's). Local is returned
     unchanged."""
     _positive("factor", factor)
-    pattern = pattern_of(strategy)
-    if pattern in ("peer", "node"):
+    scaled = shape_of(strategy).exchange_factor
+    if scaled == "gossip":
         return replace(model, gossip_factor=model.gossip_factor * factor)
-    if pattern == "none":
+    if scaled is None:
         return model
     queued = (model.queued_latency_factor, model.queued_bandwidth_factor)
     return replace(

@@ -6,30 +6,17 @@ Accounting (bytes), with ``P`` = ``param_bytes`` and ``G`` = bytes in gradient b
   grads, optimizer state and activations). Otherwise ``P`` (params) + ``G`` (grads, which
   live in the buckets) + ``optimizer_state_factor * P`` — activations are then *not*
   counted, and the estimate says so;
-- gossip: one receive buffer per bucket, ``G`` in all (gossip-node: the shards of it
-  from the node's other ranks and the partner node's, ``G`` too);
-- allreduce / horovod: one staging buffer the size of the largest bucket;
-- staleness 1: a send copy of every bucket, ``G``, so the next backward can write the grads;
-- ps, on its busiest owner (``S`` = the bytes it serves, ``s`` = ``max_lag``): master copies
-  ``S`` and their mean gradient ``S``; ``s + 2`` push slots per owned bucket ``b``, each
-  ``(2 + pool_b) n_b`` (the sum, its own push and the receive pool, :func:`push_pool`);
-  its optimizer state is ``optimizer_state_factor * S`` instead of ``* P`` (only owners
-  keep it; a measured peak of a local step keeps the whole model's, so it overstates);
-- a lossy wire codec (``wire_ratio`` < 1, ``r``; ``n`` ranks, ``m`` the largest bucket):
-  its byte buffers, kept per bucket: gossip a send and a receive wire, ``2 r G`` (instead
-  of the float32 receive buffers); allreduce every shard sent and received over two stages,
-  ``r G (3n - 2) / n``; ps a push and a pull wire per step in flight for each bucket served
-  elsewhere, ``2 (s + 1) r (G - S)``, and on its owner a wire per pool buffer and one for
-  its pull. Decoding scratch, grown to the largest bucket on whichever thread encodes:
-  gossip ``2 m``, ps ``m``, allreduce none (it decodes in place). With error feedback
-  (fp8's default) the residuals and the last decoding of every bucket, ``2 G``, and more
-  scratch (float32 and int32): gossip ``5 m``, allreduce ``3 m``, ps ``4 m``. The scratch
-  counts were read off the tensors two small runs held, and checked on other models and
-  sizes (tests/inprocess/test_codec_memory.py). gossip-node encodes only its exchange
-  between nodes, a ``1/k`` shard on ``k`` ranks a node: the node's other ranks' float32
-  copies of this rank's shard ``(k - 1) G / k``, the shard's send and receive wires
-  ``2 r G / k``, and gossip's residuals and scratch for the shards (``/ k``; one node
-  encodes nothing; ``ranks_per_node``: the planner's fabric);
+- the exchange's buffers: what the strategy's exchange shape says it holds
+  (``memory``, and ``codec_memory`` with a lossy wire codec: ``gossipgrad/shapes/``): gossip
+  a receive buffer per bucket, allreduce a staging buffer of the largest, staleness 1 a
+  send copy of every bucket, a lossy codec's wires, residuals and decoding scratch (counts
+  read off the tensors of small runs: tests/inprocess/test_codec_memory.py);
+- an ``incast`` shape (ps), on its busiest owner (``S`` = the bytes it serves, ``s`` = the
+  slack): master copies ``S`` and their mean gradient ``S``; ``s + 2`` push slots per owned
+  bucket ``b``, each ``(2 + pool_b) n_b`` (the sum, its own push and the receive pool,
+  :func:`~gossipgrad.engine.ps.shards.push_pool`); its optimizer state is
+  ``optimizer_state_factor * S`` instead of ``* P`` (only owners keep it; a measured peak
+  of a local step keeps the whole model's, so it overstates);
 - size 1 or local: no communication buffers.
 
     >>> from gossipgrad.tools.plan.formats import Bucket, Profile
@@ -42,9 +29,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gossipgrad.engine.ps.shards import assign_owners, push_pool
 from gossipgrad.tools.plan.formats import Profile
-from gossipgrad.tools.plan.model import pattern_of
-from gossipgrad.tools.plan.patterns import assign_owners, push_pool
+from gossipgrad.tools.plan.model import shape_of
 
 
 @dataclass(frozen=True)
@@ -101,7 +88,7 @@ def estimate_memory(
     ``ranks_per_node``: ranks behind one network interface (gossip-node's shards are a
     bucket's ``1 / ranks_per_node``).
     """
-    pattern = pattern_of(strategy)
+    shape = shape_of(strategy)
     if staleness not in (0, 1):
         raise ValueError(f"staleness must be 0 or 1, got {staleness!r}")
     if size < 1:
@@ -123,20 +110,16 @@ def estimate_memory(
             ("grads", grads),
             ("optimizer state", round(optimizer_state_factor * profile.param_bytes)),
         ]
-    lossy = wire_ratio < 1 and size > 1 and pattern != "none"
-    if size > 1 and pattern == "server":
+    moves = size > 1 and shape.moves
+    lossy = wire_ratio < 1 and moves
+    nbytes = [b.bytes for b in profile.buckets]
+    if moves and shape.incast:
         parts = _busiest_owner(parts, profile, size, staleness, optimizer_state_factor)
-    elif size > 1 and pattern != "none":
-        if pattern in ("peer", "node") and not lossy:  # a lossy codec's wires instead
-            parts.append(("receive buffers", grads))
-        elif not lossy:
-            parts.append(("allreduce staging", max(b.bytes for b in profile.buckets)))
-        if staleness == 1:
-            parts.append(("send copies", grads))
     if lossy:
-        parts += _codec_parts(
-            profile, pattern, size, staleness, wire_ratio, feedback, ranks_per_node
-        )
+        rpn = ranks_per_node
+        parts += shape.codec_memory(grads, nbytes, size, staleness, wire_ratio, feedback, rpn)
+    elif moves:
+        parts += shape.memory(grads, nbytes, size, staleness)
     return MemoryEstimate(tuple(parts), device_memory_bytes, profile.memory_bytes is not None)
 
 
@@ -164,55 +147,3 @@ def _busiest_owner(
     if profile.memory_bytes is None:  # only the owners keep optimizer state
         parts = [p for p in parts if p[0] != "optimizer state"]
     return parts + best
-
-
-def _codec_parts(
-    profile: Profile,
-    pattern: str,
-    size: int,
-    staleness: int,
-    ratio: float,
-    feedback: bool,
-    ranks_per_node: int = 1,
-) -> list[tuple[str, int]]:
-    """A lossy codec's buffers on one rank (the module's accounting)."""
-    grads = profile.grad_bytes
-    if pattern == "peer":
-        parts = [("wire buffers (send and receive)", round(2 * ratio * grads))]
-    elif pattern == "node":  # the node's other ranks' copies of this rank's shard (float32),
-        r = ranks_per_node  # and the shard's send and receive wires between nodes
-        parts = (
-            [("receive buffers (the node's shards)", round((r - 1) * grads / r))] if r > 1 else []
-        )
-        if r >= size:  # one node: nothing crosses a network interface, nothing is encoded
-            return parts
-        parts.append(("wire buffers (send and receive)", round(2 * ratio * grads / r)))
-    elif pattern == "ring":
-        shards = ratio * grads * (3 * size - 2) / size
-        parts = [("wire buffers (shards sent and received)", round(shards))]
-    else:
-        parts = [("wire buffers", _ps_wires(profile, size, staleness, ratio))]
-    share = ranks_per_node if pattern == "node" else 1  # what is encoded: the shard
-    if feedback:
-        parts.append(("error-feedback residuals and last decodings", round(2 * grads / share)))
-    # buckets of decoding scratch, by pattern: without feedback, with it
-    scratch = {"peer": (2, 5), "node": (2, 5), "ring": (0, 3), "server": (1, 4)}[pattern][feedback]
-    if scratch:
-        largest = max(b.bytes for b in profile.buckets)
-        parts.append(("codec scratch", round(scratch * largest / share)))
-    return parts
-
-
-def _ps_wires(profile: Profile, size: int, max_lag: int, ratio: float) -> int:
-    """A lossy codec's wires on ps's busiest owner: a push and a pull wire per step in
-    flight for every bucket another rank serves, a wire per pool buffer of every push slot
-    of its own buckets and one for each pull it sends."""
-    nbytes = [b.bytes for b in profile.buckets]
-    owners = assign_owners(nbytes, size)
-    most = 0
-    for r in range(size):
-        mine = [n for n, o in zip(nbytes, owners, strict=True) if o == r]
-        theirs = sum(nbytes) - sum(mine)
-        served = sum((max_lag + 2) * push_pool(n, size) * n + n for n in mine)
-        most = max(most, round(ratio * (2 * (max_lag + 1) * theirs + served)))
-    return most

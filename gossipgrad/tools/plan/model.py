@@ -37,21 +37,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from gossipgrad.registry import STRATEGIES
 from gossipgrad.tools.plan.fabric import Fabric, shared_from_concurrent
 from gossipgrad.tools.plan.fluid import Round, run
 from gossipgrad.tools.plan.formats import AllreduceFit, Bucket, NetworkFit, Profile
 from gossipgrad.tools.plan.host import HostShare
-from gossipgrad.tools.plan.patterns import (
-    node_s,
-    peer_s,
-    ring_s,
-    server_rounds,
-    server_s,
-    sharded_s,
-    split_parts,
-)
+from gossipgrad.tools.plan.patterns import server_rounds, split_parts
 
 MIB = 1 << 20
 
@@ -61,12 +54,11 @@ def parse_strategy(strategy: str) -> str:
     return STRATEGIES.get(strategy).name
 
 
-def pattern_of(strategy: str) -> str:
-    """How ``strategy`` moves a bucket (its spec's pattern): the model's cost follows it.
-    A peer exchange costs one send and receive; a ring allreduce and the library
-    strategies' allreduces cost a ring; a parameter server two rounds through its busiest
-    server (:mod:`gossipgrad.tools.plan.patterns`)."""
-    return STRATEGIES.get(strategy).pattern
+def shape_of(strategy: str) -> Any:
+    """How ``strategy`` moves a bucket: its exchange shape (:class:`gossipgrad.specs.ShapeSpec`),
+    which carries its own time and memory model (``gossipgrad/shapes/``): the model's cost
+    follows it, a plugin's shape as a built-in one."""
+    return STRATEGIES.get(strategy).exchange_shape
 
 
 def _check_size(size: int) -> None:
@@ -175,80 +167,44 @@ class CommModel:
     def bucket_s(self, strategy: str, nbytes: float, size: int) -> float:
         """Seconds to exchange one bucket of ``nbytes`` at ``size`` ranks (a parameter
         server's bucket as its share of evenly loaded servers: :meth:`bucket_costs` sees
-        the whole step)."""
-        pattern = pattern_of(strategy)
+        the whole step): the strategy's shape prices it on this link."""
         _check_size(size)
-        if size == 1 or pattern == "none":
-            return 0.0
-        host = self.host_s_per_byte * nbytes
-        a, b, f = self.alpha_s, self.beta_s_per_byte, self.fabric
-        if pattern == "peer":
-            return self.gossip_factor * peer_s(nbytes, size, a, b, self.duplex, f) + host
-        if pattern == "node":
-            # the codec's ratio given back to the node's own moves, which stay float32
-            node = node_s(nbytes, size, a, b, self.duplex, f, self.wire_ratio)
-            return self.gossip_factor * node + host
-        if pattern == "server":
-            even = 2 * (size - 1) / size * nbytes * max(b, f.shared_beta(size))
-            return 2 * a + even + host
-        latency, bandwidth = self.allreduce_latency_factor, self.allreduce_bandwidth_factor
         spec = STRATEGIES.get(strategy)
-        if spec.own_collective:  # not MPI's allreduce: no MPI factors
-            latency = bandwidth = 1.0
-        elif self.wire_ratio < 1 and not spec.library and f.per_node(size) > 1:
-            # gossipgrad's decoded allreduce: shards point to point through each node's NIC
-            return sharded_s(nbytes, size, a, b, self.duplex, f) + host
-        return ring_s(nbytes, size, a, b, f, latency, bandwidth) + host
+        if size == 1 or not spec.exchange_shape.moves:
+            return 0.0
+        return float(spec.exchange_shape.bucket_s(self, spec, nbytes, size))
 
     def queued_costs(
         self, strategy: str, nbytes: Sequence[int], size: int, mix: str = "grad"
     ) -> list[float] | None:
-        """Every bucket's cost when it is posted while the one ahead is still in flight:
-        the ring at the queued factors. None (a queued bucket costs what one alone does)
-        unless the strategy posts its MPI allreduces as the buckets fill (gossipgrad's own
-        allreduce of gradients: no window; a library keeps its own order, a parameter mix
-        at most two in flight) and netfit measured several in flight. ``mix`` counts only
+        """Every bucket's cost when it is posted while the one ahead is still in flight
+        (the shape's; the ring's at netfit's queued factors for gossipgrad's own allreduce of
+        gradients), or None: a queued bucket costs what one alone does. ``mix`` counts only
         for a strategy that has no mix of its own."""
         spec = STRATEGIES.get(strategy)
-        if spec.fixed_mix is not None:
-            mix = spec.fixed_mix.value
-        if (
-            self.queued_latency_factor is None
-            or self.queued_bandwidth_factor is None
-            or spec.pattern != "ring"
-            or spec.library
-            or spec.own_collective
-            or mix != "grad"
-            or size < 2
-            or (self.wire_ratio < 1 and self.fabric.per_node(size) > 1)  # shards, no ring
-        ):
-            return None
-        a, b, f = self.alpha_s, self.beta_s_per_byte, self.fabric
-        lat, bw = self.queued_latency_factor, self.queued_bandwidth_factor
-        return [ring_s(n, size, a, b, f, lat, bw) + self.host_s_per_byte * n for n in nbytes]
+        return spec.exchange_shape.queued_costs(self, spec, list(nbytes), size, mix)
 
     def bucket_costs(self, strategy: str, nbytes: Sequence[int], size: int) -> list[float]:
-        """Every bucket's cost in one step (a parameter server's from its busiest node:
-        :func:`gossipgrad.tools.plan.patterns.server_s`)."""
+        """Every bucket's cost in one step (a parameter server's from its busiest node)."""
         _check_size(size)
-        if pattern_of(strategy) != "server" or size == 1:
-            return [self.bucket_s(strategy, n, size) for n in nbytes]
-        wire = server_s(nbytes, size, self.alpha_s, self.beta_s_per_byte, self.fabric)
-        return [c + self.host_s_per_byte * n for c, n in zip(wire, nbytes, strict=True)]
+        spec = STRATEGIES.get(strategy)
+        if size == 1 or not spec.exchange_shape.moves:
+            return [0.0] * len(nbytes)
+        return list(spec.exchange_shape.step_costs(self, spec, list(nbytes), size))
 
 
 def on_the_wire(model: CommModel, ratio: float) -> CommModel:
     """``model`` for buckets that a wire codec sends as ``ratio`` bytes per byte (bf16 and
     fp16 0.5, fp8 0.252: the codec's ``wire_ratio``): every per-byte time of the links (the
     p2p fit's, the intra-node link's, the shared bottleneck's) times ``ratio``, so every
-    pattern's bucket costs the bytes it puts on the wire. Latency, the host's work per byte
+    shape's bucket costs the bytes it puts on the wire. Latency, the host's work per byte
     of bucket and compute are unchanged; the codec's own encode and decode time is not
     priced (a cast on a GPU; measure it with ``bench codecs``). Under a lossy codec
     gossipgrad's allreduce runs its own sharded mean over point-to-point sends (encodings
     cannot be summed); with one rank a node it moves a ring's bytes and is priced as the
     ring at the measured MPI allreduce factors, a proxy for what a ring's bytes achieve on
     these links (not a fit); with several, each node's NIC carries more than a ring's edge
-    and the shards are priced as they move (:func:`~gossipgrad.tools.plan.patterns.sharded_s`).
+    and the shards are priced as they move (:func:`~gossipgrad.shapes.ring.sharded_s`).
 
         >>> m = CommModel(1e-5, 1e-9)
         >>> half = on_the_wire(m, 0.5)
@@ -475,7 +431,7 @@ def step_time(
       step, ``T >= F+B+O`` for the compute; with ``T`` the max of both, every chain ends
       within ``F + B + S <= T + F + B`` of its step's start, i.e. before the next step's
       optimizer, so nobody waits.)
-    - a parameter server (pattern ``server``, :func:`_server_step`): each bucket's push
+    - a parameter server (an ``incast`` shape, :func:`_server_step`): each bucket's push
       leaves when it is ready and queues on its owner's link, the owner updates it once
       the push is in and its own ``step()`` has come (plus the host's work), and its pull
       queues on the owner's link outbound; forward waits for each bucket before the layers
@@ -513,12 +469,12 @@ def step_time(
         total = sum(costs) + sum(cost for _, cost in extra)
         step = max(f + b + o + c * min(total, f + b), total)
         return StepTime(step, profile.compute_s, o, total, f + end)
-    if mix == "param" and pattern_of(strategy) in ("peer", "node"):
+    if mix == "param" and shape_of(strategy).forward_wait:
         if not overlap:
             return StepTime(f + b + o + total, profile.compute_s, o, total, total)
         wait, busy, end = forward_wait(profile, costs)
         return StepTime(f + wait + c * busy + b + o, profile.compute_s, o, total, end)
-    if pattern_of(strategy) == "server" and size > 1:
+    if shape_of(strategy).incast and size > 1:
         step, end = _server_step(profile, model, size, extra, overlap)
     else:
         step, end, total = _backward_chain(profile, model, costs, extra, overlap, queued)
@@ -679,7 +635,7 @@ def _serial_step(
     """``step_time`` when the rank has no spare core: compute, then every bucket's exchange
     (plus, when overlapped, the per-step and per-bucket hand-off costs, and staleness 1's
     per-byte cost), then the optimizer."""
-    communicates = size > 1 and pattern_of(strategy) != "none"
+    communicates = size > 1 and shape_of(strategy).moves
     handoff = host.overlap_s + len(costs) * host.handoff_s if overlap and communicates else 0.0
     stale = profile.grad_bytes * host.stale_s_per_byte if staleness == 1 and communicates else 0.0
     stale = max(stale, -sum(costs))  # staleness 1 hides at most the whole exchange

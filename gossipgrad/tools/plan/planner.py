@@ -34,9 +34,9 @@ from gossipgrad.tools.plan.model import (
     bytes_sent,
     efficiency,
     parse_strategy,
-    pattern_of,
     rebucket,
     samples_per_s,
+    shape_of,
     split_large,
     step_time,
 )
@@ -179,8 +179,8 @@ def _for_config(
     extra: list[tuple[float, float]] = []
     sent = 0.0
     spec = STRATEGIES.get(strategy)
-    grads = pattern_of(strategy) not in ("peer", "node") or mix == "grad"
-    server = pattern_of(strategy) == "server"
+    grads = not shape_of(strategy).forward_wait or mix == "grad"
+    server = shape_of(strategy).incast
     if factors != "off" and staleness == 0 and grads and (factors == "on" or not server):
         profile, extra, sent = factor_transfers(profile, model, spec.name, size, factors)
     if server:
@@ -217,7 +217,7 @@ def recommend(
         raise ValueError(f"tie_tolerance must be >= 0, got {tie_tolerance}")
     by_size: dict[int, list[PlanRow]] = {}
     for r in rows:
-        if pattern_of(r.strategy) != "none" and r.memory_ok is not False:
+        if shape_of(r.strategy).moves and r.memory_ok is not False:
             by_size.setdefault(r.size, []).append(r)
     return {size: _pick(by_size[size], tie_tolerance) for size in sorted(by_size)}
 

@@ -22,7 +22,7 @@ from gossipgrad.tools.plan.calibrate import scale_exchange, scale_profile
 from gossipgrad.tools.plan.convergence import ConvergenceReport, read_lines, steps_to_target
 from gossipgrad.tools.plan.formats import NetworkFit, Profile
 from gossipgrad.tools.plan.host import HostShare
-from gossipgrad.tools.plan.model import CommModel, on_the_wire, pattern_of
+from gossipgrad.tools.plan.model import CommModel, on_the_wire, shape_of
 from gossipgrad.tools.plan.planner import (
     DEFAULT_BUCKET_MB,
     DEFAULT_STRATEGIES,
@@ -142,7 +142,7 @@ def plan_report(
         title += f"; wire {wire} ({model.wire_ratio:.3g}x the bytes)"
         if refused:
             title += f"; left out (not with {wire}): {', '.join(refused)}"
-    if not ps_split and any(pattern_of(s) == "server" for s in strategies):
+    if not ps_split and any(shape_of(s).incast for s in strategies):
         title += "; ps keeps every parameter on one owner (--ps-whole)"
     if png_path is not None:
         plot_png(rows, png_path, title=f"{profile.model}: predicted efficiency")
@@ -180,7 +180,7 @@ def strategies_taking(strategies: Iterable[str], wire: str) -> tuple[list[str], 
 
     kept, refused = [], {}
     for name in strategies:
-        why = None if pattern_of(name) == "none" else wire_refusal(name, wire)
+        why = None if not shape_of(name).moves else wire_refusal(name, wire)
         if why is None:
             kept.append(name)
         else:

@@ -1,8 +1,9 @@
-"""A toy bucketed strategy with an exchange of its own, registered from the tests alone (no
-change under gossipgrad/): ranks 2k and 2k+1 average each bucket, every step, and never
+"""A toy bucketed strategy with an exchange shape of its own, registered from the tests alone
+(no change under gossipgrad/): ranks 2k and 2k+1 average each bucket, every step, and never
 mix with another pair (a last odd rank keeps its own). It rides the bucket shell (hooks,
-overlap, timing) and brings only its mix, which also counts its own bytes: a bucket each
-step to the pair's other rank. Load it with ``import toy_pairs``."""
+overlap, timing) and brings its mix, which counts its own bytes (a bucket each step to the
+pair's other rank), and its shape, which the planner prices (``gossipgrad plan
+--strategies toy-pairs``). Load it with ``import toy_pairs``."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ import torch
 
 from gossipgrad.comm.base import WaitContext
 from gossipgrad.comm.buffers import host_array
-from gossipgrad.comm.transport import Pending
+from gossipgrad.comm.transport import Pending, Transport
 from gossipgrad.engine.bucket.mixer import BucketMixer
-from gossipgrad.registry import STRATEGIES
+from gossipgrad.registry import SHAPES, STRATEGIES
+from gossipgrad.specs import ShapeSpec
 from gossipgrad.strategies.bucketed import BucketStrategy
 
 NAME = "toy-pairs"
@@ -57,11 +59,40 @@ class PairMean:
         return 0.0 if self.peer is None else float(nbytes)
 
 
+class PairLink(Transport):
+    """The shell's handle on the pair's communicator; :class:`PairMean` moves the bytes."""
+
+    moves = True
+
+
+class PairShape(ShapeSpec):
+    """The pair exchange as the planner prices it: one send and one receive of the bucket
+    with the pair's other rank (a last odd rank sends nothing)."""
+
+    name = NAME
+    summary = "toy: one bucket to the pair's other rank and one back"
+    forward_wait = True
+    exchange_factor = "gossip"
+
+    def transport(self, comm: Any, schedule: Any, stager: Any, topology: str) -> PairLink:
+        return PairLink(comm, stager)
+
+    def bytes_per_step(self, nbytes: float, size: int) -> float:
+        return (size - size % 2) / size * nbytes
+
+    def bucket_s(self, link: Any, strategy: Any, nbytes: float, size: int) -> float:
+        wire = link.alpha_s + link.duplex * link.beta_s_per_byte * nbytes
+        return link.gossip_factor * wire + link.host_s_per_byte * nbytes
+
+    def memory(self, grads: int, buckets: list, size: int, staleness: int) -> list:
+        return [("pair receive buffers", grads)]
+
+
 class Pairs(BucketStrategy):
     name = NAME
     summary = "toy: each pair of ranks averages every bucket every step"
     uses = frozenset({"mix", "bucket_mb", "overlap"})
-    pattern = "ring"  # what the planner would price; the mix counts its own bytes
+    shape = NAME
     factor_pattern = None
     shrink = False
 
@@ -72,4 +103,5 @@ class Pairs(BucketStrategy):
         return BucketMixer(transport, codec, rule, whole=PairMean(comm))
 
 
+SHAPES.register(NAME, PairShape(), replace=True)
 STRATEGIES.register(NAME, Pairs(), replace=True)

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from gossipgrad.comm.collectives import allreduce_bytes
 from gossipgrad.engine.consensus import (
     average_parameters_,
     broadcast_parameters_,
@@ -18,7 +19,7 @@ from gossipgrad.engine.consensus import (
 )
 from gossipgrad.engine.protocol import WrappedOptimizer
 from gossipgrad.registry import STRATEGIES
-from gossipgrad.specs import StrategySpec, pattern_bytes
+from gossipgrad.specs import StrategySpec
 
 NAME = "toy-periodic"
 
@@ -49,14 +50,14 @@ class PeriodicAverage(WrappedOptimizer):
 
     def bytes_sent_per_step(self) -> float:
         nbytes = 8 * sum(t.numel() for t in model_tensors(self.model))  # averaged as float64
-        return pattern_bytes("ring", nbytes, self.comm.size) / self.every
+        return allreduce_bytes(nbytes, self.comm.size) / self.every
 
 
 class PeriodicAverageSpec(StrategySpec):
     name = NAME
     summary = "toy: local steps, one global average every --sync-every steps"
     uses = frozenset({"sync_every"})
-    pattern = "ring"
+    shape = "ring"
     shrink = False
 
     def build(self, optimizer: Any, model: Any, comm: Any, opts: Any, *, stager: Any) -> Any:
