@@ -1,4 +1,5 @@
-"""Shared option plumbing: environment variables, ``--config`` files, and the options
+"""The command line of the option table (:mod:`gossipgrad.options.table`): each option's
+click option made from its one declaration, ``--config`` files typed by it, and the options
 several commands share.
 
 Precedence: flag > ``GOSSIPGRAD_<OPTION>`` environment variable > ``--config`` file >
@@ -16,11 +17,69 @@ from typing import Any
 
 import click
 
-from gossipgrad.options import DEFAULT_BUCKET_MB, DEFAULT_TIMEOUT_S
+from gossipgrad.options import (
+    GROUPS,
+    ExchangeOptions,
+    Option,
+    RunOptions,
+    extras,
+    options_of,
+)
 
 
 def env_name(option: str) -> str:
     return "GOSSIPGRAD_" + option.lstrip("-").replace("-", "_").upper()
+
+
+def train_table() -> list[Option]:
+    """Every option of ``gossipgrad train``, in ``--help``'s order: the model (the
+    :class:`~gossipgrad.engine.run.config.TrainConfig`'s own fields), the groups, then what
+    plugins registered."""
+    from gossipgrad.engine.run.config import TrainConfig
+
+    out = options_of(TrainConfig, "model")
+    for name, group in GROUPS.items():
+        out += options_of(group, name)
+    return out + extras()
+
+
+def table_option(name: str) -> Option:
+    """The option ``name`` of the table (KeyError names it)."""
+    for o in train_table():
+        if o.name == name:
+            return o
+    raise KeyError(f"no option {name!r} in the table")
+
+
+def click_option(option: Option, **override: Any) -> Callable[[Any], Any]:
+    """The click option of ``option``: its flag and aliases, type or choices, default,
+    help and variable (``override``: click arguments a command sets differently)."""
+    flag, kind = option.flag_name, option.kind
+    decls = [flag, *option.aliases, option.name]
+    kw: dict[str, Any] = {"default": option.default, "help": option.text}
+    if kind is bool:
+        if not option.aliases:
+            decls = [f"{flag}/--no-{flag[2:]}", option.name]
+        else:
+            kw["is_flag"] = True
+    elif option.valid_choices() is not None:
+        kw["type"] = click.Choice(option.valid_choices())
+    else:
+        kw["type"] = kind if kind in (int, float) else str
+    if isinstance(option.default, tuple):  # a comma-separated list (--offload)
+        kw["default"] = ",".join(option.default) or "none"
+    kw["show_default"] = option.show_default or True
+    if option.metavar:
+        kw["metavar"] = option.metavar
+    kw.update(envvar=option.env, show_envvar=True)
+    kw.update(override)
+    return click.option(*decls, **kw)
+
+
+def table_options(options: list[Option]) -> Callable[[Any], Any]:
+    """One decorator with the click option of every option of ``options`` that belongs
+    on the command line, in order."""
+    return stacked(*(click_option(o) for o in options if o.cli))
 
 
 def load_config_file(ctx: click.Context, _param: click.Parameter, path: str | None) -> str | None:
@@ -51,12 +110,13 @@ def load_config_file(ctx: click.Context, _param: click.Parameter, path: str | No
     if not isinstance(data, dict):
         raise click.BadParameter(f"{path} must hold a table of options", param_hint="--config")
     params = {p.name: p for p in ctx.command.params}
+    table = {o.name: o for o in train_table()}
     defaults: dict[str, Any] = {}
     for key, value in data.items():
         name = str(key).replace("-", "_")
         if name not in params:
             raise click.BadParameter(f"{path}: unknown option {key!r}", param_hint="--config")
-        why = wrong_type(params[name], value)
+        why = table[name].value_error(value) if name in table else wrong_type(params[name], value)
         if why:
             raise click.BadParameter(f"{path}: {key!r} {why}", param_hint="--config")
         defaults[name] = value
@@ -135,20 +195,14 @@ def stacked(*decorators: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return apply
 
 
-# The options several benchmarks share, with the library's defaults.
-COMM_TIMEOUT = click.option(
-    "--comm-timeout",
-    type=click.FloatRange(0, min_open=True),
-    default=DEFAULT_TIMEOUT_S,
-    show_default=True,
-    help="Seconds any wait may take before the job aborts.",
-)
-BUCKET_MB = click.option(
-    "--bucket-mb",
-    type=click.FloatRange(0, min_open=True),
-    default=DEFAULT_BUCKET_MB,
-    show_default=True,
+# The options several benchmarks share: the training run's, from the table.
+POSITIVE = click.FloatRange(0, min_open=True)  # checked as the benchmark parses its flags
+COMM_TIMEOUT = click_option(options_of(RunOptions)[0], envvar=None, type=POSITIVE)
+BUCKET_MB = click_option(
+    next(o for o in options_of(ExchangeOptions) if o.name == "bucket_mb"),
     help="Largest bucket (MiB), as in training.",
+    envvar=None,
+    type=POSITIVE,
 )
 
 

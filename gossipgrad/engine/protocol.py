@@ -28,6 +28,7 @@ import torch
 from gossipgrad.comm.base import Communicator
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.engine.bucket.monitor import ConsensusMonitor
+from gossipgrad.engine.optim import is_adaptive
 
 STATE_KEY = "gossipgrad"
 """The key of a distributed optimizer's own state (step count, codec residuals) inside its
@@ -130,6 +131,8 @@ class WrappedOptimizer(torch.optim.Optimizer):
         if comm is not None:
             self.comm = comm
         if options is not None:
+            if hasattr(options, "bind"):  # the mix's default rule, for this optimizer
+                options = options.bind(is_adaptive(optimizer))
             self.options, self.strategy = options, options.strategy
             size = comm.size if comm is not None else 1
             self.schedule = Schedule(size, options.rank_topology, options.seed, options.rotate)

@@ -23,8 +23,7 @@ import torch
 
 from gossipgrad.comm.base import Communicator
 from gossipgrad.comm.staging import Stager
-from gossipgrad.engine.optim import is_adaptive
-from gossipgrad.options import ExchangeOptions, default_mix, exchange_options
+from gossipgrad.options import ExchangeOptions, exchange_options
 from gossipgrad.registry import STRATEGIES
 from gossipgrad.specs import COMMON_FIELDS, StrategySpec
 from gossipgrad.strategies.bucketed import BucketStrategy
@@ -60,10 +59,12 @@ def DistributedOptimizer(  # noqa: N802 - the class-like name users know (Horovo
     Keyword arguments override the options' fields (``strategy="allreduce"``,
     ``mix="grad"``, ``max_lag=2`` ...); the strategy's spec validates them and builds its
     optimizer, a ``torch.optim.Optimizer`` sharing ``optimizer``'s ``param_groups`` and
-    ``state`` (:class:`gossipgrad.engine.protocol.WrappedOptimizer`). Without ``options``
-    or ``mix``, gossip mixes gradients for an adaptive optimizer (Adam, AdamW ...) and
-    parameters otherwise (:func:`gossipgrad.options.default_mix`). Collective: every
-    rank calls it with the same options. See :mod:`gossipgrad.engine.bucket.shell` for a complete
+    ``state`` (:class:`gossipgrad.engine.protocol.WrappedOptimizer`). Without ``options``,
+    the ``GOSSIPGRAD_*`` variables that are set choose what no keyword does. Without
+    ``mix``, gossip mixes gradients for an adaptive optimizer (Adam, AdamW ...) and
+    parameters otherwise, whatever the entry point
+    (:meth:`gossipgrad.options.ExchangeOptions.bind`). Collective: every rank calls it
+    with the same options. See :mod:`gossipgrad.engine.bucket.shell` for a complete
     example.
     """
     if not (hasattr(optimizer, "step") and hasattr(optimizer, "param_groups")):
@@ -71,11 +72,6 @@ def DistributedOptimizer(  # noqa: N802 - the class-like name users know (Horovo
             "DistributedOptimizer(optimizer, model, comm, options=None, **overrides) takes a "
             f"torch optimizer first, got {optimizer!r}; pass the strategy as strategy=..."
         )
-    if options is None and "mix" not in overrides:  # the mix that suits the optimizer
-        mix = default_mix(
-            overrides.get("strategy", ExchangeOptions.strategy), is_adaptive(optimizer)
-        )
-        overrides = {**overrides, "mix": mix} if mix is not None else overrides
     opts = exchange_options(options, overrides)
     return opts.spec.build(optimizer, model, comm, opts, stager=stager)
 

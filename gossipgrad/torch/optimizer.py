@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,11 +28,9 @@ import torch
 
 from gossipgrad.engine.bucket.shell import BucketOptimizer
 from gossipgrad.engine.buckets import install_global_forward_waits
-from gossipgrad.engine.optim import is_adaptive
-from gossipgrad.options import default_mix, exchange_options
+from gossipgrad.options import ExchangeOptions, from_environment
 from gossipgrad.strategies.bucketed import BucketStrategy
 from gossipgrad.torch.compression import Compression, wire_of
-from gossipgrad.torch.config import FACE_DEFAULTS, exchange_from_env
 from gossipgrad.torch.ops import Op, check_process_set, global_process_set
 from gossipgrad.torch.state import communicator, register
 
@@ -126,11 +123,11 @@ def DistributedOptimizer(  # noqa: N802 - Horovod's name
     comm = communicator()
     if not (hasattr(optimizer, "step") and hasattr(optimizer, "param_groups")):
         raise TypeError(f"DistributedOptimizer takes a torch optimizer first, got {optimizer!r}")
-    fields = face_fields({**exchange_from_env(os.environ), **exchange}, is_adaptive(optimizer))
+    fields = {**from_environment(ExchangeOptions), **exchange}  # a keyword > its variable
     fields.update(face_arguments(fields, wire_of(compression), backward_passes_per_step))
     if model is None:
         model = _Parameters(named_list(optimizer, named_parameters))
-    opts = exchange_options(None, fields)
+    opts = ExchangeOptions(**fields)  # the mix: bound to the optimizer by the default rule
     if not isinstance(opts.spec, BucketStrategy):
         raise ValueError(
             f"gossipgrad.torch runs the bucket strategies (gossip, allreduce, "
@@ -168,21 +165,6 @@ def face_arguments(fields: dict[str, Any], wire: str, passes: int) -> dict[str, 
             )
         out[key] = value if value != default or given is None else given
     return out
-
-
-def face_fields(given: dict[str, Any], adaptive: bool) -> dict[str, Any]:
-    """``given`` over the face's defaults: gossip, mixing what suits the optimizer
-    (``options.default_mix``: gradients for Adam and its kin, else parameters).
-
-    >>> face_fields({}, adaptive=True), face_fields({"strategy": "allreduce"}, False)
-    ({'strategy': 'gossip', 'mix': <Mix.GRAD: 'grad'>}, {'strategy': 'allreduce'})
-    """
-    fields = {"strategy": FACE_DEFAULTS["strategy"], **given}
-    if "mix" not in given:
-        mix = default_mix(fields["strategy"], adaptive)
-        if mix is not None:
-            fields["mix"] = mix
-    return fields
 
 
 def refuse_unhonoured(op: Any, predivide: float, num_groups: int, groups: Any) -> None:

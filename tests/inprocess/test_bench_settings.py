@@ -23,7 +23,11 @@ def test_split_settings_reads_each_key_with_its_type():
     )
     assert split_settings("ps@block:max-lag=2") == ("ps@block", {"max_lag": 2})
     assert split_settings("allreduce") == ("allreduce", {})
-    with pytest.raises(ValueError, match="KEY=VALUE with KEY one of mix, bucket-mb"):
+    assert split_settings("gossip:timing=lag:2:wire=bf16") == (
+        "gossip",
+        {"timing": "lag:2", "wire": "bf16"},
+    )
+    with pytest.raises(ValueError, match="KEY=VALUE with KEY an exchange option"):
         split_settings("gossip:lr=3")
     with pytest.raises(ValueError, match="staleness='x' is not a value"):
         split_settings("gossip:staleness=x")

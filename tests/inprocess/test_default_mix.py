@@ -35,7 +35,9 @@ def test_the_library_mixes_what_suits_the_optimizer(optimizer, mix):
 
 def test_a_mix_or_options_named_by_the_caller_win():
     assert _mix(torch.optim.Adam, mix="param") is Mix.PARAM
-    assert _mix(torch.optim.Adam, options=ExchangeOptions()) is Mix.PARAM
+    assert _mix(torch.optim.Adam, options=ExchangeOptions(mix="param")) is Mix.PARAM
+    # options that name no mix take the one default rule, as without options
+    assert _mix(torch.optim.Adam, options=ExchangeOptions()) is Mix.GRAD
     assert _mix(torch.optim.Adam, strategy="allreduce-param") is Mix.PARAM
     assert _mix(torch.optim.SGD, strategy="allreduce") is Mix.GRAD
 

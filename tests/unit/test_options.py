@@ -73,8 +73,14 @@ def test_strings_become_enums_once_and_overrides_are_validated_again() -> None:
 
 
 def test_one_default_mix_everywhere_and_allreduce_means_gradient_averaging() -> None:
-    assert ExchangeOptions().mix is Mix.PARAM
+    """gossip's mix is left open by the options and bound by the optimizer, with one rule
+    whatever the entry point: grad under Adam and its kin, param otherwise."""
+    assert ExchangeOptions().mix is None
+    assert ExchangeOptions().bind(adaptive=False).mix is Mix.PARAM
+    assert ExchangeOptions().bind(adaptive=True).mix is Mix.GRAD
     assert TrainConfig().exchange.mix is Mix.PARAM
+    assert TrainConfig.from_flags(optimizer="adamw").exchange.mix is Mix.GRAD
+    assert TrainConfig.from_flags(optimizer="adamw", mix="param").exchange.mix is Mix.PARAM
     for name in ("allreduce", "horovod", "ddp", "ps"):
         assert ExchangeOptions(strategy=name).mix is Mix.GRAD, name
     assert ExchangeOptions(strategy="allreduce-param").mix is Mix.PARAM
@@ -114,8 +120,17 @@ def test_size_dependent_checks_need_the_size() -> None:
         cfg.check_size(6)
 
 
-def test_settings_are_documented_in_one_table() -> None:
-    assert table_markdown() in (ROOT / "docs" / "architecture.md").read_text()
+def test_options_and_settings_are_documented_from_their_tables() -> None:
+    """docs/options.md is what ``python scripts/options_table.py`` writes today."""
+    import subprocess
+    import sys
+
+    code = "import runpy; print(runpy.run_path('scripts/options_table.py')['page'](), end='')"
+    page = subprocess.run(  # a fresh interpreter: no toy a test registered lists itself
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    assert (ROOT / "docs" / "options.md").read_text() == page
+    assert table_markdown() in page
     assert Settings.from_env({}) == Settings()
 
 

@@ -46,7 +46,7 @@ def test_mixing_record_compares_the_topologies():
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     rows = {row["topology"]: row for row in data["topologies"]}
-    assert set(rows) == {"dissemination", "base2"}
+    assert {"dissemination", "base2"} <= set(rows) and "hypercube" not in rows
     assert rows["base2"]["steps_to_tol"] == rows["base2"]["exact_steps"] == 5
     assert rows["dissemination"]["exact_steps"] is None
     assert rows["dissemination"]["steps_to_tol"] > 5

@@ -110,7 +110,7 @@ class BucketOptimizer(WrappedOptimizer):
         mixers: Callable[..., BucketMixer] | None = None,
     ) -> None:
         super().__init__(optimizer, model, comm, options)
-        opts = options
+        opts = self.options  # bound: the mix's default rule applied
         self.mix, self.shape = opts.mix, shape
         broadcast_parameters_(model, comm)
         verify_identical(model, comm)

@@ -26,6 +26,7 @@ from typing import Any
 from gossipgrad.comm.schedule import resolve_topology
 from gossipgrad.models import IMAGENET_ARCHS, MODELS
 from gossipgrad.options import (
+    GROUPS,
     DataOptions,
     ExchangeOptions,
     Offload,
@@ -36,8 +37,9 @@ from gossipgrad.options import (
     ShuffleOptions,
     SufficientFactors,
     at_least,
-    default_mix,
+    extras,
     mix_follows_strategy,
+    opt,
     spell,
 )
 
@@ -64,15 +66,6 @@ def imagenet_defaults(batch_size: int) -> dict[str, float | int | bool]:
 #: ``--optimizer`` choices that scale steps per parameter (the default mix follows them).
 ADAPTIVE_CHOICES = frozenset({Optimizer.ADAM.value, Optimizer.ADAMW.value})
 
-#: The option groups of a TrainConfig, by attribute name.
-GROUPS: dict[str, type] = {
-    "optim": OptimOptions,
-    "exchange": ExchangeOptions,
-    "data": DataOptions,
-    "shuffle": ShuffleOptions,
-    "run": RunOptions,
-}
-
 #: Options that may differ between ranks (paths, logging): left out of the fingerprint.
 RANK_LOCAL = frozenset(
     {"metrics_out", "progress", "workers", "run_dir", "resume", "data", "device"}
@@ -88,9 +81,11 @@ class TrainConfig:
     option names with :meth:`from_flags`; :meth:`to_dict` gives them back.
     """
 
-    arch: str = "mlp"
-    hidden: int = 0
-    pretrained: bool = False
+    arch: str = opt("mlp", "Model.", aliases=("-a",), choices=lambda: list(MODELS))
+    hidden: int = opt(0, "Width of mlp/cnn (0 = default).")
+    pretrained: bool = opt(
+        False, "Start from torchvision's ImageNet weights of --arch (fetched by rank 0)."
+    )
     optim: OptimOptions = field(default_factory=OptimOptions)
     exchange: ExchangeOptions = field(default_factory=ExchangeOptions)
     data: DataOptions = field(default_factory=DataOptions)
@@ -109,6 +104,8 @@ class TrainConfig:
                 f"{spell('--pretrained', True)} loads torchvision's ImageNet weights: it needs "
                 f"{spell('--arch')} one of {', '.join(IMAGENET_ARCHS)}, not {self.arch!r}"
             )
+        adaptive = self.optim.optimizer.value in ADAPTIVE_CHOICES  # the mix's default rule
+        object.__setattr__(self, "exchange", self.exchange.bind(adaptive))
         spec = self.exchange.spec
         if self.run.on_failure is OnFailure.CONTINUE:
             why = spec.cannot_shrink(self.exchange)
@@ -141,18 +138,21 @@ class TrainConfig:
     def from_flags(cls, **flags: Any) -> TrainConfig:
         """Build from flat option names (``lr=0.1, strategy="gossip", ...``); unknown names
         raise ValueError. Missing ones take their defaults."""
-        known = {"arch", "hidden", "pretrained"} | {
-            f.name for g in GROUPS.values() for f in dataclasses.fields(g)
-        }
+        plugged = {o.name for o in extras()}  # plugins' options: the exchange's extras
+        known = (
+            {"arch", "hidden", "pretrained"}
+            | plugged
+            | {f.name for g in GROUPS.values() for f in dataclasses.fields(g) if f.name != "extras"}
+        )
         unknown = sorted(set(flags) - known)
         if unknown:
             raise ValueError(f"unknown option(s): {', '.join(unknown)}")
-        if flags.get("mix") is None:  # the mix that suits --optimizer (options.default_mix)
-            adaptive = flags.get("optimizer", "sgd") in ADAPTIVE_CHOICES
-            mix = default_mix(flags.get("strategy", ExchangeOptions.strategy), adaptive)
-            flags = {**flags, "mix": mix}
         top = {k: flags[k] for k in ("arch", "hidden", "pretrained") if k in flags}
-        return cls(**top, **{name: group(**group.pick(flags)) for name, group in GROUPS.items()})
+        groups = {name: group.pick(flags) for name, group in GROUPS.items()}
+        given = tuple(sorted((k, flags[k]) for k in plugged if k in flags))
+        if given:
+            groups["exchange"]["extras"] = given
+        return cls(**top, **{name: GROUPS[name](**kw) for name, kw in groups.items()})
 
     def replace(self, **flags: Any) -> TrainConfig:
         """A copy with some flat options changed (validated again; a new strategy takes
@@ -185,6 +185,7 @@ class TrainConfig:
         for name in GROUPS:
             for key, value in dataclasses.asdict(getattr(self, name)).items():
                 out[key] = value.value if hasattr(value, "value") else value
+        out.update(dict(out.pop("extras")))
         return out
 
     def fingerprint(self) -> int:

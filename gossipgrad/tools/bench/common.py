@@ -27,6 +27,7 @@ from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.engine.step import PHASES, train_step
 from gossipgrad.inject.straggler import Straggler
 from gossipgrad.models import logits
+from gossipgrad.options import ExchangeOptions, Option, options_of
 from gossipgrad.settings import settings
 from gossipgrad.strategies import DistributedOptimizer, options_for
 
@@ -300,35 +301,43 @@ def split_variant(name: str) -> tuple[str, bool | None]:
 
 #: What a contender's name may set for itself (``gossip:mix=grad:bucket-mb=4``): the
 #: option's spelling on the command line -> (its field, how the value is read).
-CONTENDER_SETTINGS: dict[str, tuple[str, Callable[[str], Any]]] = {
-    "mix": ("mix", str),
-    "bucket-mb": ("bucket_mb", float),
-    "staleness": ("staleness", int),
-    "max-lag": ("max_lag", int),
-    "wire": ("wire", str),
-}
+def contender_settings() -> dict[str, Option]:
+    """What a contender may set of its own: every exchange option of the table, by its flag
+    name (``bucket-mb``), read by the table's kind."""
+    return {o.flag_name[2:]: o for o in options_of(ExchangeOptions) if o.name != "strategy"}
 
 
 def split_settings(name: str) -> tuple[str, dict[str, Any]]:
     """``"gossip:mix=grad:bucket-mb=4"`` -> ``("gossip", {"mix": "grad", "bucket_mb": 4.0})``:
-    a contender with settings of its own beside the launch's (the rest are the launch's);
-    ValueError naming ``--strategies`` for an unknown key or a bad value.
+    a contender with settings of its own beside the launch's (the rest are the launch's):
+    any exchange option by its flag name (``timing=lag:2`` keeps its colon); ValueError
+    naming ``--strategies`` for an unknown key or a bad value.
 
     >>> split_settings("gossip@block:staleness=1"), split_settings("ddp")
     (('gossip@block', {'staleness': 1}), ('ddp', {}))
+    >>> split_settings("gossip:timing=lag:2:mix=grad")
+    ('gossip', {'timing': 'lag:2', 'mix': 'grad'})
     """
     base, *parts = name.split(":")
-    out: dict[str, Any] = {}
+    pairs: list[list[str]] = []
     for part in parts:
         key, sep, value = part.partition("=")
-        if not sep or key not in CONTENDER_SETTINGS:
+        if sep:
+            pairs.append([key, value])
+        elif pairs:  # a value's own colon (timing=lag:2)
+            pairs[-1][1] += ":" + part
+        else:
+            pairs.append([key, ""])
+    known = contender_settings()
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key not in known or not value:
             raise ValueError(
-                f"--strategies: {name!r}: a setting is KEY=VALUE with KEY one of "
-                f"{', '.join(CONTENDER_SETTINGS)}, e.g. gossip:mix=grad:bucket-mb=4"
+                f"--strategies: {name!r}: a setting is KEY=VALUE with KEY an exchange option "
+                f"({', '.join(known)}), e.g. gossip:mix=grad:bucket-mb=4"
             )
-        field, read = CONTENDER_SETTINGS[key]
         try:
-            out[field] = read(value)
+            out[known[key].name] = known[key].parse(value, key)
         except ValueError:
             raise ValueError(f"--strategies: {name!r}: {key}={value!r} is not a value") from None
     return base, out

@@ -1,25 +1,20 @@
-"""The frozen option objects that every layer takes (the choices: gossipgrad.choices). PURE.
+"""How a step's exchange runs: :class:`ExchangeOptions`, the table's largest group. PURE.
 
-A setting is parsed and validated here, once, where its option object is built, with a
-message that names the flag; below that it is typed. ``TrainConfig``
-(:mod:`gossipgrad.engine.run.config`) composes these objects; ``DistributedOptimizer``, the
-library adapters, ``tools/plan/`` and ``tools/bench/`` take the same ones.
-
-    >>> opts = ExchangeOptions(strategy="allreduce", bucket_mb=4)
-    >>> opts.strategy == Strategy.ALLREDUCE, opts.mix is Mix.GRAD
-    (True, True)
-    >>> ExchangeOptions(staleness=2)
-    Traceback (most recent call last):
-    ...
-    ValueError: staleness must be 0 or 1, got 2
-    >>> ExchangeOptions(strategy="ps", staleness=1)  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    ValueError: staleness=1 does not apply to strategy='ps' (its slack is slack S ...); drop it
+>>> opts = ExchangeOptions(strategy="allreduce", bucket_mb=4)
+>>> opts.strategy == Strategy.ALLREDUCE, opts.mix is Mix.GRAD
+(True, True)
+>>> ExchangeOptions(staleness=2)
+Traceback (most recent call last):
+...
+ValueError: staleness must be 0 or 1, got 2
+>>> ExchangeOptions(strategy="ps", staleness=1)  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+ValueError: staleness=1 does not apply to strategy='ps' (its slack is slack S ...); drop it
 """
 
-# Over 300 lines on purpose: every option object with its validation and the messages that name
-# the flags.
+# Over 300 lines on purpose: the exchange's options with their help, validation and the
+# messages that name the flags, and the default rule of the mix.
 
 from __future__ import annotations
 
@@ -27,14 +22,9 @@ import dataclasses
 from dataclasses import dataclass, fields
 from typing import Any
 
-from gossipgrad.choices import (  # noqa: F401 - re-exported: the usual import path
-    Device,
+from gossipgrad.choices import (
     ErrorFeedback,
     Mix,
-    Offload,
-    OnFailure,
-    Optimizer,
-    ShuffleMode,
     Strategy,
     SufficientFactors,
     Sync,
@@ -42,13 +32,13 @@ from gossipgrad.choices import (  # noqa: F401 - re-exported: the usual import p
     at_least,
     bucket_cap_bytes,
     choice,
-    parse_offload,
     respell,
     spell,
     spell_either,
 )
-from gossipgrad.registry import CODECS, DEVICES, RULES, STRATEGIES, TIMINGS, TOPOLOGIES
-from gossipgrad.specs import COMMON_FIELDS, NEUTRAL, DeviceSpec, StrategySpec
+from gossipgrad.options.table import OptionGroup, opt
+from gossipgrad.registry import CODECS, RULES, STRATEGIES, TIMINGS, TOPOLOGIES
+from gossipgrad.specs import COMMON_FIELDS, NEUTRAL, StrategySpec
 
 DEFAULT_BUCKET_MB = 25.0
 """Largest bucket in MiB (``--bucket-mb``): about what DDP and Horovod fuse by default."""
@@ -66,26 +56,9 @@ DEFAULT_WIRE = "fp32"
 DEFAULT_RULE = "average"
 """The mixing rule (``--rule``): ``(1 - w) x + w x_peer`` with the schedule's weight w."""
 
-DEFAULT_TIMEOUT_S = 120.0
-"""Seconds any wait may take before the job ends (``--comm-timeout``)."""
-
-
-class _Options:
-    """Frozen dataclass helpers: coerce a field in ``__post_init__``; build from a mapping
-    that may hold other options too."""
-
-    def _set(self, name: str, value: Any) -> None:
-        object.__setattr__(self, name, value)
-
-    @classmethod
-    def pick(cls, flags: dict[str, Any]) -> dict[str, Any]:
-        """The entries of ``flags`` that are this class's fields."""
-        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-        return {k: v for k, v in flags.items() if k in names}
-
 
 @dataclass(frozen=True)
-class ExchangeOptions(_Options):
+class ExchangeOptions(OptionGroup):
     """How a step's exchange runs: strategy, schedule, what is mixed, buckets, overlap, lag,
     wire codec and mixing rule.
 
@@ -130,26 +103,83 @@ class ExchangeOptions(_Options):
             steps old (0: every step waits for the newest).
     """
 
-    strategy: str = Strategy.GOSSIP.value
-    topology: str = Topology.AUTO.value
-    mix: Mix | None = None
-    timing: str = "lockstep"
-    staleness: int = 0
-    sync_every: int = 0
-    bucket_mb: float = DEFAULT_BUCKET_MB
-    overlap: bool = True
-    max_lag: int = 0
-    sync: Sync = Sync.AUTO
-    sync_threshold: float = DEFAULT_SYNC_THRESHOLD
-    monitor_every: int = DEFAULT_MONITOR_EVERY
-    seed: int = 0
-    rotate: bool = True
-    sufficient_factors: SufficientFactors = SufficientFactors.AUTO
-    wire: str = DEFAULT_WIRE
-    error_feedback: ErrorFeedback = ErrorFeedback.AUTO
-    rule: str = DEFAULT_RULE
-    backward_passes_per_step: int = 1
-    slack: int = 0
+    strategy: str = opt(
+        Strategy.GOSSIP.value,
+        lambda: (
+            "; ".join(f"{n}: {s.summary}" for n, s in STRATEGIES.items())
+            + " (a plugin adds one: GOSSIPGRAD_PLUGINS=module)."
+        ),
+        choices=STRATEGIES.names,
+    )
+    topology: str = opt(
+        Topology.AUTO.value,
+        lambda: "; ".join(f"{n}: {s.summary}" for n, s in TOPOLOGIES.items()) + ".",
+        choices=TOPOLOGIES.names,
+    )
+    mix: Mix | None = opt(
+        None,
+        "What gossip averages with its peer: grad (before the step) or param (after it); "
+        "allreduce always averages gradients, allreduce-param parameters.",
+        show_default="gossip: param under sgd, grad under adam and adamw",
+    )
+    timing: str = opt(
+        "lockstep",
+        lambda: (
+            "When a step's exchange is mixed in: "
+            + "; ".join(
+                f"{n}{':' + s.argument if s.argument else ''}: {s.summary}"
+                for n, s in TIMINGS.items()
+            )
+            + "."
+        ),
+        metavar="NAME[:ARG]",
+    )
+    staleness: int = opt(0, "Older spelling: --staleness 1 is --timing stale.")
+    sync_every: int = opt(0, "A global average every N steps (0: only before evaluation).")
+    bucket_mb: float = opt(DEFAULT_BUCKET_MB, "Largest bucket (MiB).")
+    overlap: bool = opt(True, "Exchange on the communication thread, behind compute.")
+    max_lag: int = opt(0, "Older spelling: --max-lag S is --timing lag:S (ps: --slack S).")
+    sync: Sync = opt(
+        Sync.AUTO,
+        "adaptive: also a global average when gossip's consensus distance exceeds "
+        "--sync-threshold; auto: adaptive with --mix grad, off with --mix param.",
+    )
+    sync_threshold: float = opt(
+        DEFAULT_SYNC_THRESHOLD,
+        "Consensus distance (mean ||x_i - mean||^2 / ||mean||^2) that triggers it.",
+    )
+    monitor_every: int = opt(
+        DEFAULT_MONITOR_EVERY, "Estimate gossip's consensus distance every N steps (0 = never)."
+    )
+    seed: int = opt(0, "The one seed: schedule rotation, data order and partition, shuffle.")
+    rotate: bool = opt(True, "Re-permute the schedule's numbering every cycle.")
+    sufficient_factors: SufficientFactors = opt(
+        SufficientFactors.AUTO,
+        "Send Linear layers' gradients as their factors (inputs, output gradients): auto "
+        "when fewer bytes; needs --mix grad and gossip or allreduce.",
+    )
+    wire: str = opt(
+        DEFAULT_WIRE,
+        "Wire codec of every bucket sent: fp32 (as the parameters are), bf16 or fp16 (half "
+        "the bytes), fp8 (a quarter; e4m3 with a scale per 512 values).",
+        choices=CODECS.names,
+    )
+    error_feedback: ErrorFeedback = opt(
+        ErrorFeedback.AUTO,
+        "Add each cast's remainder to the next send of the same bucket (auto: on for fp8).",
+    )
+    rule: str = opt(
+        DEFAULT_RULE,
+        lambda: (
+            f"Mixing rule NAME[:ARG] ({', '.join(RULES.names())}; average:W fixes the "
+            "peer's weight W, default the schedule's)."
+        ),
+    )
+    backward_passes_per_step: int = opt(
+        1, "Backward passes (gradient accumulation) before each step.", cli=False
+    )
+    slack: int = opt(0, "ps: compute on parameters up to N steps old (stale-synchronous).")
+    extras: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         spec = STRATEGIES.get(self.strategy)
@@ -237,8 +267,9 @@ class ExchangeOptions(_Options):
         return self.timing_spec.parse(self.timing.partition(":")[2] or None)
 
     def _resolve_mix(self, spec: StrategySpec) -> None:
-        """``mix=None``: the strategy's own. A strategy that fixes what it averages refuses
-        the other."""
+        """``mix=None``: the default rule. A strategy that fixes what it averages takes its
+        own (and refuses the other); one that mixes what suits the local optimizer leaves
+        it open until an optimizer binds it (:meth:`bind`)."""
         fixed = spec.fixed_mix
         mix = None if self.mix is None else choice(Mix, self.mix, "--mix")
         if fixed is not None and mix not in (None, fixed):
@@ -246,12 +277,35 @@ class ExchangeOptions(_Options):
                 f"{spell('--mix', mix)} does not apply to {spell('--strategy', spec.name)}: "
                 f"{respell(spec.mix_reason)}"
             )
-        self._set("mix", mix or fixed or Mix.PARAM)
+        follows = "mix" in spec.uses and fixed is None
+        self._set("mix", mix or fixed or (None if follows else Mix.PARAM))
+
+    def bind(self, adaptive: bool) -> ExchangeOptions:
+        """These options for a local optimizer that is ``adaptive`` (Adam and its kin) or
+        not: the one default rule of ``mix``, whatever the entry point (the command line,
+        ``DistributedOptimizer``, Horovod's face). A mix left open becomes ``grad`` under
+        an adaptive optimizer and ``param`` otherwise (measured: parameter mixing trailed
+        gradient-averaging allreduce with Adam, gradient mixing did not; with SGD the other
+        way round). Every distributed optimizer binds the options it is given.
+
+            >>> ExchangeOptions().bind(adaptive=True).mix, ExchangeOptions().bind(False).mix
+            (<Mix.GRAD: 'grad'>, <Mix.PARAM: 'param'>)
+            >>> ExchangeOptions(mix="param").bind(adaptive=True).mix
+            <Mix.PARAM: 'param'>
+        """
+        if self.mix is not None:
+            return self
+        return dataclasses.replace(self, mix=Mix.GRAD if adaptive else Mix.PARAM)
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """Plugins' options (:func:`gossipgrad.options.table.register`) by name."""
+        return dict(self.extras)
 
     def _refuse_unused(self, spec: StrategySpec) -> None:
         """A field the strategy does not read, set away from its default: one line."""
         for f in fields(self):
-            if f.name in COMMON_FIELDS or f.name in spec.uses or f.name == "mix":
+            if f.name in COMMON_FIELDS or f.name in spec.uses or f.name in ("mix", "extras"):
                 continue
             value = getattr(self, f.name)
             if value != f.default and value != NEUTRAL.get(f.name, f.default):
@@ -314,15 +368,20 @@ def _timing_of(legacy: dict[str, int]) -> tuple[Any, tuple[int, ...]]:
 
 
 def exchange_options(options: ExchangeOptions | None, overrides: dict[str, Any]) -> ExchangeOptions:
-    """``options`` (default: the defaults) with ``overrides`` applied, validated again.
+    """``options`` with ``overrides`` applied, validated again; without ``options``, the
+    defaults under the ``GOSSIPGRAD_*`` variables that are set (a keyword > its variable >
+    the default, as for the command line).
 
     >>> exchange_options(None, {"mix": "grad"}).mix
     <Mix.GRAD: 'grad'>
     """
-    base = options if options is not None else ExchangeOptions()
+    if options is None:
+        from gossipgrad.options import from_environment
+
+        return ExchangeOptions(**{**from_environment(ExchangeOptions), **overrides})
     if not overrides:
-        return base
-    return dataclasses.replace(base, **mix_follows_strategy(base, overrides))
+        return options
+    return dataclasses.replace(options, **mix_follows_strategy(options, overrides))
 
 
 def wire_refusal(strategy: str, wire: str) -> str | None:
@@ -339,209 +398,10 @@ def wire_refusal(strategy: str, wire: str) -> str | None:
     return None
 
 
-def default_mix(strategy: str, adaptive: bool) -> Mix | None:
-    """What a caller who names no mix gets, given whether the local optimizer is adaptive
-    (Adam and its kin): gossip mixes gradients for those and parameters otherwise; None
-    is the strategy's own. Measured: docs/validation/optimizers.md, one seed (parameter mixing
-    trailed gradient-averaging allreduce with Adam, gradient mixing did not; with SGD it
-    is the other way round).
-
-    >>> default_mix("gossip", True), default_mix("gossip", False), default_mix("ps", True)
-    (<Mix.GRAD: 'grad'>, None, None)
-    """
-    if "mix" not in STRATEGIES.get(strategy).uses:
-        return None
-    return Mix.GRAD if adaptive else None
-
-
 def mix_follows_strategy(base: ExchangeOptions, overrides: dict[str, Any]) -> dict[str, Any]:
     """``overrides``, plus ``mix=None`` where they change the strategy and ``base.mix`` was
-    only its old strategy's own (so the new strategy picks its own)."""
+    only its old strategy's own (so the new strategy's rule applies)."""
     if "strategy" not in overrides or "mix" in overrides:
         return overrides
     own = base.spec.fixed_mix or Mix.PARAM
-    return {**overrides, "mix": None} if base.mix is own else overrides
-
-
-@dataclass(frozen=True)
-class DataOptions(_Options):
-    """What each rank reads: built-in tensors, an ImageFolder, or generated images.
-
-    ``data`` (an ImageFolder root) overrides ``dataset``; ``synthetic`` overrides both.
-    """
-
-    dataset: str = "digits"
-    data: str | None = None
-    synthetic: bool = False
-    image_size: int = 224
-    num_classes: int = 0
-    batch_size: int = 32
-    partition: str = "iid"
-    workers: int = 2
-    skip_corrupt: bool = False
-
-    DATASETS = ("digits", "templates", "synthetic")
-
-    def __post_init__(self) -> None:
-        if self.data is None and self.dataset not in self.DATASETS:
-            raise ValueError(
-                f"unknown dataset {self.dataset!r} ({spell('--dataset')}); choose one of: "
-                f"{', '.join(self.DATASETS)}, or pass --data DIR for an "
-                "ImageFolder"
-            )
-        at_least(self.batch_size, 0, "--batch-size", strict=True)
-        at_least(self.image_size, 16, "--image-size")
-        at_least(self.num_classes, 0, "--num-classes")
-        at_least(self.workers, 0, "--workers")
-        parse_partition(self.partition)
-
-
-@dataclass(frozen=True)
-class ShuffleOptions(_Options):
-    """The background sample shuffle (docs/shuffle.md): a round every ``shuffle_every``
-    steps swaps ``shuffle_samples`` samples with a rotating partner."""
-
-    shuffle: bool = True
-    shuffle_every: int = 2
-    shuffle_samples: int = 8
-
-    def __post_init__(self) -> None:
-        at_least(self.shuffle_every, 0, "--shuffle-every", strict=True)
-        at_least(self.shuffle_samples, 0, "--shuffle-samples", strict=True)
-
-
-def parse_device(value: Any, arg: str | None = None) -> tuple[str, str | None]:
-    """``--device``: ``(name, argument)``: ``auto``, ``cpu`` or ``cuda`` (no argument), or a
-    registered device's ``NAME[:ARG]`` (:data:`gossipgrad.registry.DEVICES`; its spec checks
-    the argument). ``arg`` is the argument given apart (a config round trip:
-    ``device="standin", device_arg="resnet50"``); it must agree with ``value``'s.
-
-        >>> parse_device("cpu"), parse_device(Device.AUTO)
-        (('cpu', None), ('auto', None))
-    """
-    text = str(getattr(value, "value", value))
-    head, sep, tail = text.partition(":")
-    if head in {d.value for d in Device}:
-        if sep or arg:
-            raise ValueError(f"{spell('--device', text)} takes no argument; drop it")
-        return head, None
-    if head not in DEVICES:
-        builtin = ", ".join(d.value for d in Device)
-        plugins = ", ".join(f"{n}:ARG" for n in DEVICES.names())
-        raise ValueError(
-            f"unknown device {head!r} ({spell('--device')}); choose one of: {builtin}"
-            + (f", {plugins}" if plugins else "")
-        )
-    named = tail if sep else arg
-    if sep and arg and arg != tail:
-        raise ValueError(f"{spell('--device', text)} and device_arg={arg!r} disagree; give one")
-    DEVICES.get(head).check(named)
-    return head, named
-
-
-def parse_partition(kind: str) -> tuple[str, float | None]:
-    """``--partition``: ``"iid"`` -> ("iid", None); ``"dirichlet:0.5"`` -> ("dirichlet", 0.5).
-
-    >>> parse_partition("dirichlet:0.1")
-    ('dirichlet', 0.1)
-    """
-    name, _, arg = kind.strip().partition(":")
-    if name in ("iid", "sorted") and not arg:
-        return name, None
-    if name == "dirichlet":
-        try:
-            alpha = float(arg)
-        except ValueError:
-            alpha = float("nan")
-        if not (alpha > 0 and alpha != float("inf")):
-            raise ValueError(
-                f"{spell('--partition', kind)}: dirichlet needs a positive concentration, "
-                "e.g. dirichlet:0.5"
-            )
-        return name, alpha
-    raise ValueError(
-        f"{spell('--partition', kind)} is not known; choose iid, sorted or dirichlet:ALPHA "
-        "(e.g. dirichlet:0.5)"
-    )
-
-
-@dataclass(frozen=True)
-class OptimOptions(_Options):
-    """The local optimizer (SGD with momentum, optionally Nesterov's; Adam; AdamW) and its
-    learning-rate schedule: linear warm-up over ``warmup_epochs``, then cosine decay to
-    zero at the last step."""
-
-    lr: float = 0.1
-    momentum: float = 0.9
-    optimizer: Optimizer = Optimizer.SGD
-    nesterov: bool = False
-    weight_decay: float = 0.0
-    epochs: int = 20
-    max_steps: int = 0
-    warmup_epochs: float = 0.0
-    scale_lr: bool = False
-
-    def __post_init__(self) -> None:
-        self._set("optimizer", choice(Optimizer, self.optimizer, "--optimizer"))
-        at_least(self.lr, 0, "--lr", strict=True)
-        at_least(self.epochs, 0, "--epochs", strict=True)
-        if self.nesterov and (self.optimizer is not Optimizer.SGD or not self.momentum):
-            raise ValueError(
-                f"{spell('--nesterov', True)} needs {spell('--optimizer', 'sgd')} with "
-                f"{spell('--momentum')} > 0"
-            )
-        for name in ("momentum", "weight_decay", "max_steps", "warmup_epochs"):
-            at_least(getattr(self, name), 0, "--" + name.replace("_", "-"))
-
-
-@dataclass(frozen=True)
-class RunOptions(_Options):
-    """Everything around the steps: deadlines, evaluation, logging, checkpoints, device, and
-    what is offloaded to host memory (``offload``: names of :class:`Offload`, see
-    :func:`parse_offload`)."""
-
-    comm_timeout: float = DEFAULT_TIMEOUT_S
-    eval_every: int = 1
-    print_freq: int = 10
-    metrics_out: str | None = None
-    progress: bool = True
-    run_dir: str | None = None
-    checkpoint_every: int = 0
-    resume: str | None = None
-    evaluate: bool = False
-    device: str = Device.AUTO.value
-    on_failure: OnFailure = OnFailure.ABORT
-    offload: tuple[str, ...] = ()
-    device_arg: str | None = None  # the ARG of --device NAME:ARG (a plugin's device)
-    dilate: float = 1.0  # a simulated device's compute x this (links stood for this slower)
-
-    def __post_init__(self) -> None:
-        device, arg = parse_device(self.device, self.device_arg)
-        self._set("device", device)
-        self._set("device_arg", arg)
-        at_least(self.dilate, 0, "--dilate", strict=True)
-        if self.dilate != 1.0 and self.device_spec is None:
-            raise ValueError(
-                f"{spell('--dilate', self.dilate)} slows a simulated device's compute only: it "
-                f"needs {spell('--device', 'standin:PROFILE')} (or drop it)"
-            )
-        self._set("on_failure", choice(OnFailure, self.on_failure, "--on-failure"))
-        self._set("offload", parse_offload(self.offload))
-        at_least(self.comm_timeout, 0, "--comm-timeout", strict=True)
-        at_least(self.eval_every, 0, "--eval-every", strict=True)
-        at_least(self.print_freq, 0, "--print-freq", strict=True)
-        at_least(self.checkpoint_every, 0, "--checkpoint-every")
-        if self.checkpoint_every and not self.run_dir:
-            raise ValueError(
-                f"{spell('--checkpoint-every')} needs {spell('--run-dir')} (where checkpoints go)"
-            )
-        if self.resume == "auto" and not self.run_dir:
-            raise ValueError(
-                f"{spell('--resume', 'auto')} needs {spell('--run-dir')} (where to look for "
-                "checkpoints)"
-            )
-
-    @property
-    def device_spec(self) -> DeviceSpec | None:
-        """The registered device ``device`` names (None: auto, cpu or cuda)."""
-        return None if self.device in {d.value for d in Device} else DEVICES.get(self.device)
+    return {**overrides, "mix": None} if base.mix in (None, own) else overrides
