@@ -301,9 +301,12 @@ def mix_follows_strategy(base: ExchangeOptions, overrides: dict[str, Any]) -> di
 
 @dataclass(frozen=True)
 class DataOptions(_Options):
-    """What each rank reads: built-in tensors, an ImageFolder, or generated images.
+    """What each rank reads: built-in tensors, text, an ImageFolder, or generated images.
 
     ``data`` (an ImageFolder root) overrides ``dataset``; ``synthetic`` overrides both.
+    ``dataset="text"`` is the embedded corpus, ``"text:PATH"`` a file or folder of text
+    (``gossipgrad.data.text``), cut into samples of ``context`` byte tokens (0: gpt's
+    default).
     """
 
     dataset: str = "digits"
@@ -315,21 +318,40 @@ class DataOptions(_Options):
     partition: str = "iid"
     workers: int = 2
     skip_corrupt: bool = False
+    context: int = 0
 
-    DATASETS = ("digits", "templates", "synthetic")
+    DATASETS = ("digits", "templates", "synthetic", "text")
 
     def __post_init__(self) -> None:
-        if self.data is None and self.dataset not in self.DATASETS:
+        known = self.dataset in self.DATASETS or self.dataset.startswith("text:")
+        if self.data is None and not known:
             raise ValueError(
                 f"unknown dataset {self.dataset!r} ({spell('--dataset')}); choose one of: "
-                f"{', '.join(self.DATASETS)}, or pass --data DIR for an "
-                "ImageFolder"
+                f"{', '.join(self.DATASETS)}, text:PATH (a file or folder of text), or pass "
+                "--data DIR for an ImageFolder"
             )
+        if self.dataset == "text:":
+            raise ValueError(f"{spell('--dataset', 'text:')} needs a path: text:PATH")
+        at_least(self.context, 0, "--context")
         at_least(self.batch_size, 0, "--batch-size", strict=True)
         at_least(self.image_size, 16, "--image-size")
         at_least(self.num_classes, 0, "--num-classes")
         at_least(self.workers, 0, "--workers")
         parse_partition(self.partition)
+
+
+@dataclass(frozen=True)
+class ModelOptions(_Options):
+    """The shape of a sequence model (``-a gpt``; ``gossipgrad.gpt``): transformer blocks
+    and attention heads, 0 for the model's default. Its width is ``--hidden``, its context
+    the data's ``--context``."""
+
+    layers: int = 0
+    heads: int = 0
+
+    def __post_init__(self) -> None:
+        at_least(self.layers, 0, "--layers")
+        at_least(self.heads, 0, "--heads")
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@
 
 Every option can also come from ``GOSSIPGRAD_<OPTION>`` or a ``--config`` file; precedence is
 flag > environment > file > default (``gossipgrad.engine.run.config``). ImageNet models
-(resnet18, resnet50, googlenet) default to the ImageNet recipe of ``imagenet_defaults``.
+(resnet18, resnet50, googlenet) default to the ImageNet recipe of ``imagenet_defaults``, gpt
+to ``gpt_defaults``.
 """
 
 # Over 300 lines on purpose: train's option declarations (every flag with its help and
@@ -22,13 +23,13 @@ from typing import Any
 
 import click
 
-from gossipgrad import runtime, startup
+from gossipgrad import gpt, runtime, startup
 from gossipgrad.cli.options import env_name, load_config_file
 from gossipgrad.engine.run import trainer
-from gossipgrad.engine.run.config import TrainConfig, imagenet_defaults
+from gossipgrad.engine.run.config import TrainConfig, arch_defaults
 from gossipgrad.engine.run.membership import check_support, leads
 from gossipgrad.engine.run.metrics import to_json
-from gossipgrad.models import IMAGENET_ARCHS, MODELS
+from gossipgrad.models import MODELS
 from gossipgrad.options import (
     ErrorFeedback,
     Mix,
@@ -95,7 +96,9 @@ OPTIONS = [
     _opt(
         "--dataset",
         default=D.dataset,
-        help="Built-in dataset: digits, templates (generated) or synthetic.",
+        show_default=f"{D.dataset}; gpt text",
+        help="Built-in dataset: digits, templates (generated), synthetic, text (the embedded "
+        "corpus: CPython's standard library sources), or text:PATH (a file or folder of text).",
     ),
     _opt(
         "--data",
@@ -110,7 +113,12 @@ OPTIONS = [
         is_flag=True,
         help="Generated 3 x image-size x image-size images (throughput runs; images/s).",
     ),
-    _opt("--hidden", type=int, default=D.hidden, help="Width of mlp/cnn (0 = default)."),
+    _opt("--hidden", type=int, default=D.hidden, help="Width of mlp/cnn/gpt (0 = default)."),
+    _opt("--layers", type=int, default=D.layers, help=f"gpt: blocks (0 = {gpt.LAYERS})."),
+    _opt("--heads", type=int, default=D.heads, help=f"gpt: attention heads (0 = {gpt.HEADS})."),
+    _opt(
+        "--context", type=int, default=D.context, help=f"gpt: tokens a sample (0 = {gpt.CONTEXT})."
+    ),
     _opt(
         "--image-size",
         type=int,
@@ -137,7 +145,7 @@ OPTIONS = [
         "lr",
         type=float,
         default=D.lr,
-        show_default=f"{D.lr}; ImageNet models 0.1*b/256",
+        show_default=f"{D.lr}; ImageNet models 0.1*b/256; gpt 1e-3",
         help="Learning rate for one rank's batch.",
     ),
     _opt(
@@ -157,6 +165,7 @@ OPTIONS = [
         "--optimizer",
         type=_choices(Optimizer),
         default=D.optimizer,
+        show_default=f"{D.optimizer}; gpt adamw",
         help="Local torch optimizer: sgd (--momentum, --nesterov), adam or adamw.",
     ),
     _opt("--momentum", type=float, default=D.momentum),
@@ -372,11 +381,10 @@ def _apply(options: list[Callable]) -> Callable:
 
 
 def resolve_defaults(ctx: click.Context, flags: dict[str, Any]) -> dict[str, Any]:
-    """``flags`` with the ImageNet recipe for options that took the built-in default."""
-    if flags.get("arch") not in IMAGENET_ARCHS:
-        return flags
+    """``flags`` with the model's recipe (ImageNet's, gpt's) for options that took the
+    built-in default."""
     out = dict(flags)
-    for name, value in imagenet_defaults(flags["batch_size"]).items():
+    for name, value in arch_defaults(flags["arch"], flags["batch_size"]).items():
         if ctx.get_parameter_source(name) is click.core.ParameterSource.DEFAULT:
             out[name] = value
     return out

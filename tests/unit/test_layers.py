@@ -46,6 +46,7 @@ LAYERS = {
     "registry": 1,  # the seams' name -> object maps: lower layers find what higher ones registered
     "settings": 1,
     "models": 1,
+    "gpt": 1,  # the GPT of the model registry (models.py imports it)
 }
 #: The package's entry points, above every layer.
 ENTRY = {"__init__", "__main__"}
