@@ -25,14 +25,14 @@ from gossipgrad.models import logits
 
 def perplexity(loss: float | None) -> float | None:
     """``exp(loss)``: the mean loss per token in nats as a perplexity (inf past the float
-    range, None for None).
+    range; NaN stays NaN, None stays None).
 
     >>> perplexity(0.0), round(perplexity(math.log(256)), 6), perplexity(1e4)
     (1.0, 256.0, inf)
     """
     if loss is None:
         return None
-    return math.exp(loss) if loss < 709.0 else math.inf
+    return math.inf if loss > 709.0 else math.exp(loss)
 
 
 class Classification:
