@@ -34,7 +34,7 @@ from gossipgrad.engine.run.membership import Membership
 from gossipgrad.engine.run.metrics import MetricsWriter, Progress, Throughput
 from gossipgrad.engine.run.signals import PeriodicAgreement, StopSignals, signal_name
 from gossipgrad.engine.run.summary import run_summary
-from gossipgrad.engine.run.tasks import task_of
+from gossipgrad.engine.run.tasks import Classification, task_of
 from gossipgrad.engine.step import train_step
 from gossipgrad.inject.faults import KillSwitch
 from gossipgrad.inject.straggler import Straggler
@@ -75,15 +75,9 @@ def checkpoint_bytes(model: torch.nn.Module) -> int:
     return state + momentum + 2**16
 
 
-NO_ACCURACY = {
-    "top1": None,
-    "top5": None,
-    "test_accuracy": None,
-    "test_loss": None,
-    "val_images": 0,
-}
+NO_ACCURACY = Classification().unmeasured()
 """What a classifier's evaluation on a device that measures nothing reports (a stand-in's
-outputs are zeros); any task's: ``Task.unmeasured()``."""
+outputs are zeros); any task's: ``unmeasured()`` of its task."""
 
 
 class Run:
