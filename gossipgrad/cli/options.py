@@ -37,7 +37,7 @@ def train_table() -> list[Option]:
     plugins registered."""
     from gossipgrad.engine.run.config import TrainConfig
 
-    out = options_of(TrainConfig, "model")
+    out = options_of(TrainConfig, "arch")
     for name, group in GROUPS.items():
         out += options_of(group, name)
     return out + extras()

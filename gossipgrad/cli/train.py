@@ -8,7 +8,7 @@
 Every option is declared once, in the option table (:mod:`gossipgrad.options`), and can also
 come from ``GOSSIPGRAD_<OPTION>`` or a ``--config`` file; precedence is flag > environment >
 file > default. ImageNet models (resnet18, resnet50, googlenet, vgg16) default to the
-ImageNet recipe of ``imagenet_defaults``.
+ImageNet recipe of ``imagenet_defaults``, gpt to ``gpt_defaults``.
 """
 
 from __future__ import annotations
@@ -22,10 +22,9 @@ import click
 from gossipgrad import runtime, startup
 from gossipgrad.cli.options import click_option, load_config_file, train_table
 from gossipgrad.engine.run import trainer
-from gossipgrad.engine.run.config import TrainConfig, imagenet_defaults
+from gossipgrad.engine.run.config import TrainConfig, arch_defaults
 from gossipgrad.engine.run.membership import check_support, leads
 from gossipgrad.engine.run.metrics import to_json
-from gossipgrad.models import IMAGENET_ARCHS
 from gossipgrad.settings import table_text
 
 log = logging.getLogger("gossipgrad")
@@ -101,11 +100,10 @@ def _apply(options: list[Callable]) -> Callable:
 
 
 def resolve_defaults(ctx: click.Context, flags: dict[str, Any]) -> dict[str, Any]:
-    """``flags`` with the ImageNet recipe for options that took the built-in default."""
-    if flags.get("arch") not in IMAGENET_ARCHS:
-        return flags
+    """``flags`` with the model's recipe (ImageNet's, gpt's) for options that took the
+    built-in default."""
     out = dict(flags)
-    for name, value in imagenet_defaults(flags["batch_size"]).items():
+    for name, value in arch_defaults(flags["arch"], flags["batch_size"]).items():
         if ctx.get_parameter_source(name) is click.core.ParameterSource.DEFAULT:
             out[name] = value
     return out

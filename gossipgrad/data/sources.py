@@ -5,9 +5,10 @@
     for x, y in source.train_batches(epoch, start=0): ...
     for x, y in source.eval_batches(): ...        # this rank's share of validation
 
-Kinds: the embedded tensor datasets (digits, synthetic 8x8), an ImageFolder (``data``, see
-``gossipgrad.data.images``), and generated ImageNet-shaped images (``synthetic=True``, for
-throughput runs). Every kind makes batch k of an epoch a pure function of
+Kinds: the embedded tensor datasets (digits, synthetic 8x8), byte-level text for language
+models (``dataset="text"`` or ``"text:PATH"``, see ``gossipgrad.data.text``), an ImageFolder
+(``data``, see ``gossipgrad.data.images``), and generated ImageNet-shaped images
+(``synthetic=True``, for throughput runs). Every kind makes batch k of an epoch a pure function of
 (seed, rank, epoch, k), so a run resumed mid-epoch continues with the same batches.
 """
 
@@ -19,10 +20,12 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from gossipgrad import gpt
 from gossipgrad.data.images import ImageFolderSource
 from gossipgrad.data.loader import ShardLoader, strided_indices
 from gossipgrad.data.partition import partition
-from gossipgrad.data.tensors import load_tensor_data
+from gossipgrad.data.tensors import TensorData, load_tensor_data
+from gossipgrad.data.text import digest, is_text, read_files, text_data
 from gossipgrad.options import DataOptions
 from gossipgrad.shuffle import ShardStore
 
@@ -32,7 +35,9 @@ IMAGENET_CLASSES = 1000
 
 
 class DataSource(Protocol):
-    """This rank's data. ``skipped`` counts unreadable samples dropped so far."""
+    """This rank's data. ``skipped`` counts unreadable samples dropped so far. A source
+    whose ``task`` attribute is ``"lm"`` yields token sequences (``x`` and its next tokens
+    ``y``, both ``[batch, time]``); without one it is classification."""
 
     name: str
     classes: int
@@ -60,8 +65,9 @@ class TensorSource:
         rank: int,
         size: int,
         partition_kind: str = "iid",
+        data: TensorData | None = None,
     ) -> None:
-        data = load_tensor_data(name)
+        data = data if data is not None else load_tensor_data(name)
         self.name, self.classes, self.in_shape = data.name, data.classes, data.in_shape
         ids = partition(data.train_y.numpy(), size, partition_kind, seed)[rank]
         self.store = ShardStore.of_tensors(ids, data.train_y[ids], data.train_x[ids])
@@ -84,6 +90,50 @@ class TensorSource:
         for i in range(0, len(self.share), 512):
             idx = self.share[i : i + 512]
             yield self.test_x[idx], self.test_y[idx]
+
+
+class TextSource(TensorSource):
+    """Byte-level text (:mod:`gossipgrad.data.text`): windows of ``context + 1`` bytes in
+    the shard store (the background shuffle swaps whole windows), each batch split into
+    the tokens and their successors. ``in_shape`` is ``(context,)``, ``classes`` 256."""
+
+    task = "lm"
+    EVAL_BATCH = 64  # windows per validation batch
+
+    def __init__(
+        self,
+        dataset: str,
+        context: int,
+        batch_size: int,
+        seed: int,
+        rank: int,
+        size: int,
+        partition_kind: str = "iid",
+    ) -> None:
+        files = read_files(dataset)
+        data = text_data(files, context, dataset)
+        super().__init__(dataset, batch_size, seed, rank, size, partition_kind, data)
+        self.in_shape = (context,)
+        self.facts.update(
+            {
+                "text files": len(files),
+                "text bytes": sum(len(b) for _, b in files),
+                "text sha256": digest(files),
+            }
+        )
+
+    @staticmethod
+    def _split(windows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        w = windows.long()
+        return w[:, :-1], w[:, 1:]
+
+    def train_batches(self, epoch: int, start: int = 0) -> Iterator[tuple[torch.Tensor, ...]]:
+        for windows, _ in super().train_batches(epoch, start):
+            yield self._split(windows)
+
+    def eval_batches(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        for i in range(0, len(self.share), self.EVAL_BATCH):
+            yield self._split(self.test_x[self.share[i : i + self.EVAL_BATCH]])
 
 
 class SyntheticImages:
@@ -131,12 +181,13 @@ def open_source(
     pin_memory: bool = False,
     read_timeout: float | None = None,
 ) -> DataSource:
-    """The source the options select: ``synthetic`` > ``data`` (ImageFolder) > ``dataset``.
+    """The source the options select: ``synthetic`` > ``data`` (ImageFolder) > ``dataset``
+    (text, or an in-memory tensor dataset).
 
-    ``num_classes`` sets the class count of synthetic images (0: 1000, as ImageNet-1k).
-    ``read_timeout``: the seconds one ImageFolder sample may take to read (None: no limit).
-    Raises ValueError naming the path or value for unusable input. A source's ``facts``
-    (a dict) are what every rank must have found alike (compared at start-up).
+        ``num_classes`` sets the class count of synthetic images (0: 1000, as ImageNet-1k).
+        ``read_timeout``: the seconds one ImageFolder sample may take to read (None: no limit).
+        Raises ValueError naming the path or value for unusable input. A source's ``facts``
+        (a dict) are what every rank must have found alike (compared at start-up).
     """
     o = options
     if o.synthetic:
@@ -156,6 +207,9 @@ def open_source(
             pin_memory,
             read_timeout,
         )
+    elif is_text(o.dataset):
+        context = o.context or gpt.CONTEXT
+        source = TextSource(o.dataset, context, o.batch_size, seed, rank, size, o.partition)
     else:
         source = TensorSource(o.dataset, o.batch_size, seed, rank, size, o.partition)
     if o.num_classes and o.num_classes != source.classes:

@@ -62,6 +62,7 @@ from gossipgrad.options.table import (  # noqa: F401
 from gossipgrad.options.training import (  # noqa: F401
     DEFAULT_TIMEOUT_S,
     DataOptions,
+    ModelOptions,
     OptimOptions,
     RunOptions,
     ShuffleOptions,
@@ -73,6 +74,7 @@ GROUPS: dict[str, type] = {
     "optim": OptimOptions,
     "exchange": ExchangeOptions,
     "data": DataOptions,
+    "model": ModelOptions,
     "shuffle": ShuffleOptions,
     "run": RunOptions,
 }

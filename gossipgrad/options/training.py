@@ -34,12 +34,20 @@ DEFAULT_TIMEOUT_S = 120.0
 
 @dataclass(frozen=True)
 class DataOptions(OptionGroup):
-    """What each rank reads: built-in tensors, an ImageFolder, or generated images.
+    """What each rank reads: built-in tensors, text, an ImageFolder, or generated images.
 
     ``data`` (an ImageFolder root) overrides ``dataset``; ``synthetic`` overrides both.
+    ``dataset="text"`` is the embedded corpus, ``"text:PATH"`` a file or folder of text
+    (``gossipgrad.data.text``), cut into samples of ``context`` byte tokens (0: gpt's
+    default).
     """
 
-    dataset: str = opt("digits", "Built-in dataset: digits, templates (generated) or synthetic.")
+    dataset: str = opt(
+        "digits",
+        "Built-in dataset: digits, templates (generated), synthetic, text (the embedded "
+        "corpus: CPython's standard library sources), or text:PATH (a file or folder of text).",
+        show_default="digits; gpt text",
+    )
     data: str | None = opt(
         None, "ImageFolder root holding train/ and val/ (overrides --dataset).", metavar="DIR"
     )
@@ -65,21 +73,40 @@ class DataOptions(OptionGroup):
     skip_corrupt: bool = opt(
         False, "Skip and count unreadable images instead of stopping at the first."
     )
+    context: int = opt(0, "gpt: byte tokens a sample (0 = the model's default).")
 
-    DATASETS = ("digits", "templates", "synthetic")
+    DATASETS = ("digits", "templates", "synthetic", "text")
 
     def __post_init__(self) -> None:
-        if self.data is None and self.dataset not in self.DATASETS:
+        known = self.dataset in self.DATASETS or self.dataset.startswith("text:")
+        if self.data is None and not known:
             raise ValueError(
                 f"unknown dataset {self.dataset!r} ({spell('--dataset')}); choose one of: "
-                f"{', '.join(self.DATASETS)}, or pass --data DIR for an "
-                "ImageFolder"
+                f"{', '.join(self.DATASETS)}, text:PATH (a file or folder of text), or pass "
+                "--data DIR for an ImageFolder"
             )
+        if self.dataset == "text:":
+            raise ValueError(f"{spell('--dataset', 'text:')} needs a path: text:PATH")
+        at_least(self.context, 0, "--context")
         at_least(self.batch_size, 0, "--batch-size", strict=True)
         at_least(self.image_size, 16, "--image-size")
         at_least(self.num_classes, 0, "--num-classes")
         at_least(self.workers, 0, "--workers")
         parse_partition(self.partition)
+
+
+@dataclass(frozen=True)
+class ModelOptions(OptionGroup):
+    """The shape of a sequence model (``-a gpt``; ``gossipgrad.gpt``): transformer blocks
+    and attention heads, 0 for the model's default. Its width is ``--hidden``, its context
+    the data's ``--context``."""
+
+    layers: int = opt(0, "gpt: transformer blocks (0 = the model's default).")
+    heads: int = opt(0, "gpt: attention heads (0 = the model's default).")
+
+    def __post_init__(self) -> None:
+        at_least(self.layers, 0, "--layers")
+        at_least(self.heads, 0, "--heads")
 
 
 @dataclass(frozen=True)
@@ -161,11 +188,13 @@ class OptimOptions(OptionGroup):
         0.1,
         "Learning rate for one rank's batch.",
         aliases=("--learning-rate",),
-        show_default="0.1; ImageNet models 0.1*b/256",
+        show_default="0.1; ImageNet models 0.1*b/256; gpt 1e-3",
     )
     momentum: float = opt(0.9, "SGD's momentum.")
     optimizer: Optimizer = opt(
-        Optimizer.SGD, "Local torch optimizer: sgd (--momentum, --nesterov), adam or adamw."
+        Optimizer.SGD,
+        "Local torch optimizer: sgd (--momentum, --nesterov), adam or adamw.",
+        show_default="sgd; gpt adamw",
     )
     nesterov: bool = opt(False, "Nesterov momentum (sgd).")
     weight_decay: float = opt(

@@ -1,7 +1,7 @@
 """The layering of docs/architecture.md, checked on the source: imports point down only.
 
     tools > cli > torch > runtime, startup > strategies > engine > data, shuffle, comm,
-    inject > options, choices, registry, settings, models
+    inject > options, choices, registry, settings, models, gpt
 
 The tools (``gossipgrad/tools/``: planner, benchmarks, measurement, the stand-in device and
 their commands) import the runtime; the runtime never imports a tool, and ``import
@@ -47,6 +47,7 @@ LAYERS = {
     "registry": 1,  # the seams' name -> object maps: lower layers find what higher ones registered
     "settings": 1,
     "models": 1,
+    "gpt": 1,  # the GPT of the model registry (models.py imports it)
 }
 #: The package's entry points, above every layer.
 ENTRY = {"__init__", "__main__"}

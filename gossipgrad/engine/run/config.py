@@ -3,8 +3,9 @@
 Precedence, documented once: command-line flag > ``GOSSIPGRAD_<OPTION>`` environment
 variable > ``--config`` file (TOML or YAML) > the defaults of the option objects. For the
 ImageNet models (:data:`gossipgrad.models.IMAGENET_ARCHS`) the defaults of the options in
-:func:`imagenet_defaults` are the ImageNet recipe instead; an option given by flag,
-environment or file still wins.
+:func:`imagenet_defaults` are the ImageNet recipe instead, for gpt those of
+:func:`gpt_defaults` (:func:`arch_defaults`); an option given by flag, environment or file
+still wins.
 
     >>> cfg = TrainConfig.from_flags(strategy="allreduce", lr=0.05, batch_size=64)
     >>> cfg.exchange.strategy, cfg.optim.lr, cfg.data.batch_size
@@ -24,11 +25,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gossipgrad.comm.schedule import resolve_topology
-from gossipgrad.models import IMAGENET_ARCHS, MODELS
+from gossipgrad.data.text import is_text
+from gossipgrad.gpt import check_shape
+from gossipgrad.models import IMAGENET_ARCHS, MODELS, SEQUENCE_MODELS
 from gossipgrad.options import (
     GROUPS,
     DataOptions,
     ExchangeOptions,
+    ModelOptions,
     Offload,
     OnFailure,
     Optimizer,
@@ -63,6 +67,22 @@ def imagenet_defaults(batch_size: int) -> dict[str, float | int | bool]:
     }
 
 
+def gpt_defaults(batch_size: int) -> dict[str, float | int | bool | str]:
+    """A small GPT's recipe (as nanoGPT's character-level one): AdamW at lr 1e-3 without
+    weight decay, on the embedded text corpus (``--dataset text``)."""
+    return {"dataset": "text", "optimizer": "adamw", "lr": 1e-3, "weight_decay": 0.0}
+
+
+def arch_defaults(arch: str, batch_size: int) -> dict[str, float | int | bool | str]:
+    """The defaults ``arch`` trains with instead of the option objects' (an option given by
+    flag, environment or file still wins): the ImageNet recipe, the GPT's, or none."""
+    if arch in IMAGENET_ARCHS:
+        return imagenet_defaults(batch_size)
+    if arch in SEQUENCE_MODELS:
+        return gpt_defaults(batch_size)
+    return {}
+
+
 #: ``--optimizer`` choices that scale steps per parameter (the default mix follows them).
 ADAPTIVE_CHOICES = frozenset({Optimizer.ADAM.value, Optimizer.ADAMW.value})
 
@@ -82,13 +102,14 @@ class TrainConfig:
     """
 
     arch: str = opt("mlp", "Model.", aliases=("-a",), choices=lambda: list(MODELS))
-    hidden: int = opt(0, "Width of mlp/cnn (0 = default).")
+    hidden: int = opt(0, "Width of mlp/cnn/gpt (0 = the model's default).")
     pretrained: bool = opt(
         False, "Start from torchvision's ImageNet weights of --arch (fetched by rank 0)."
     )
     optim: OptimOptions = field(default_factory=OptimOptions)
     exchange: ExchangeOptions = field(default_factory=ExchangeOptions)
     data: DataOptions = field(default_factory=DataOptions)
+    model: ModelOptions = field(default_factory=ModelOptions)
     shuffle: ShuffleOptions = field(default_factory=ShuffleOptions)
     run: RunOptions = field(default_factory=RunOptions)
 
@@ -106,6 +127,7 @@ class TrainConfig:
             )
         adaptive = self.optim.optimizer.value in ADAPTIVE_CHOICES  # the mix's default rule
         object.__setattr__(self, "exchange", self.exchange.bind(adaptive))
+        self._check_sequences()
         spec = self.exchange.spec
         if self.run.on_failure is OnFailure.CONTINUE:
             why = spec.cannot_shrink(self.exchange)
@@ -126,6 +148,31 @@ class TrainConfig:
                 f"{spell('--strategy', spec.name)}: it wraps the optimizer's class itself; "
                 "drop one of them"
             )
+
+    def _check_sequences(self) -> None:
+        """A sequence model trains on text and text needs one; its shape must build."""
+        sequence, text = self.arch in SEQUENCE_MODELS, is_text(self.data.dataset)
+        if sequence and not (text and self.data.data is None and not self.data.synthetic):
+            raise ValueError(
+                f"{spell('--arch', self.arch)} trains on text: pass "
+                f"{spell('--dataset', 'text')} (the embedded corpus) or "
+                f"{spell('--dataset', 'text:PATH')}, without --data or --synthetic"
+            )
+        if text and not sequence and self.data.data is None:
+            raise ValueError(
+                f"{spell('--dataset', self.data.dataset)} is byte-level text: it needs a "
+                f"sequence model, {spell('--arch', SEQUENCE_MODELS[0])}"
+            )
+        shaped = {"--layers": self.model.layers, "--heads": self.model.heads}
+        shaped["--context"] = self.data.context
+        for flag, value in shaped.items():
+            if value and not sequence:
+                raise ValueError(
+                    f"{spell(flag, value)} shapes a sequence model "
+                    f"({', '.join(SEQUENCE_MODELS)}), not {spell('--arch', self.arch)}; drop it"
+                )
+        if sequence:
+            check_shape(self.hidden, self.model.layers, self.model.heads, self.data.context)
 
     def _no_factors_unless_asked(self) -> None:
         """``--sufficient-factors auto`` resolves to off (written once, here: where ranks

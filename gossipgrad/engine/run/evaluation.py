@@ -1,4 +1,4 @@
-"""Validation of the consensus model: top-1/top-5 accuracy and loss, summed over ranks.
+"""Validation of the consensus model: what its data's task measures, summed over ranks.
 
 Each rank scores its own share of the validation set (``DataSource.eval_batches``); counts,
 not rates, are allreduced, so uneven shares weigh correctly. The caller globally averages
@@ -14,7 +14,7 @@ import torch
 from gossipgrad.comm.base import Communicator, ReduceOp
 from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.data.sources import DataSource
-from gossipgrad.models import logits
+from gossipgrad.engine.run.tasks import Task, task_of
 
 
 @torch.no_grad()
@@ -23,38 +23,22 @@ def evaluate(
     source: DataSource,
     comm: Communicator,
     device: torch.device | str = "cpu",
+    task: Task | None = None,
 ) -> dict[str, float]:
-    """``top1``, ``top5`` (fractions), ``test_loss`` and ``val_images`` over all ranks.
-
-    ``test_accuracy`` repeats ``top1`` for the planner's convergence records. With fewer
-    than five classes, top-5 is top-``classes`` (always 1.0).
-    """
+    """The fields of ``task`` (default: the source's, :func:`~.tasks.task_of`) over all
+    ranks: for a classifier ``top1``, ``top5`` (fractions), ``test_accuracy`` (= top1),
+    ``test_loss`` and ``val_images``; for a language model ``test_loss`` (per token),
+    ``test_perplexity`` and ``val_tokens``."""
+    task = task or task_of(source)
+    totals = np.zeros(task.eval_width, dtype=np.float64)
     model.eval()
-    totals = np.zeros(4, dtype=np.float64)  # top-1 correct, top-5 correct, loss sum, count
     try:
         for x, y in source.eval_batches():
             if len(y) == 0:
                 continue
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            out = logits(model(x))
-            k = min(5, out.shape[1])
-            top = out.topk(k, dim=1).indices
-            hit = top == y[:, None]
-            totals += [
-                float(hit[:, 0].sum()),
-                float(hit.any(dim=1).sum()),
-                float(torch.nn.functional.cross_entropy(out, y, reduction="sum")),
-                len(y),
-            ]
+            totals += task.eval_sums(model(x), y)
     finally:
         model.train()
     allreduce_(comm, totals, ReduceOp.SUM, what="evaluation")
-    top1, top5, loss, count = (float(v) for v in totals)
-    n = max(1.0, count)
-    return {
-        "top1": top1 / n,
-        "top5": top5 / n,
-        "test_accuracy": top1 / n,
-        "test_loss": loss / n,
-        "val_images": int(count),
-    }
+    return task.eval_fields(totals)

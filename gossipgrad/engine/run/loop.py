@@ -34,10 +34,11 @@ from gossipgrad.engine.run.membership import Membership
 from gossipgrad.engine.run.metrics import MetricsWriter, Progress, Throughput
 from gossipgrad.engine.run.signals import PeriodicAgreement, StopSignals, signal_name
 from gossipgrad.engine.run.summary import run_summary
+from gossipgrad.engine.run.tasks import Classification, task_of
 from gossipgrad.engine.step import train_step
 from gossipgrad.inject.faults import KillSwitch
 from gossipgrad.inject.straggler import Straggler
-from gossipgrad.models import logits, loss_fn
+from gossipgrad.models import loss_fn
 from gossipgrad.options import Offload, OptimOptions
 from gossipgrad.shuffle import ShuffleWorker
 
@@ -74,15 +75,9 @@ def checkpoint_bytes(model: torch.nn.Module) -> int:
     return state + momentum + 2**16
 
 
-NO_ACCURACY = {
-    "top1": None,
-    "top5": None,
-    "test_accuracy": None,
-    "test_loss": None,
-    "val_images": 0,
-}
-"""What an evaluation on a device that measures nothing reports (a stand-in's outputs are
-zeros)."""
+NO_ACCURACY = Classification().unmeasured()
+"""What a classifier's evaluation on a device that measures nothing reports (a stand-in's
+outputs are zeros); any task's: ``unmeasured()`` of its task."""
 
 
 class Run:
@@ -104,6 +99,7 @@ class Run:
     ) -> None:
         self.cfg, self.comm, self.model, self.opt, self.source = cfg, comm, model, opt, source
         self.device, self.base_lr = device, base_lr
+        self.task = task_of(source)  # what the loop, the evaluation and the summary measure
         self.states, self.rank_states = states, rank_states
         self.shuffle = shuffle
         self.spe = source.steps_per_epoch
@@ -142,6 +138,7 @@ class Run:
         the schedule and the strategy."""
         cfg = self.cfg
         model = {"arch": cfg.arch, "hidden": cfg.hidden, "classes": self.source.classes}
+        model.update((k, v) for k, v in vars(cfg.model).items() if v)  # gpt's set shape
         if cfg.run.evaluate:
             return model
         return {
@@ -267,7 +264,7 @@ class Run:
 
     def epochs(self, start: int, step: int, stop: StopSignals) -> dict[str, Any]:
         cfg, progress = self.cfg, self.progress
-        window = {"loss": 0.0, "correct": 0.0, "n": 0, "t": time.perf_counter()}
+        window = {"loss": 0.0, "correct": 0.0, "n": 0, "samples": 0, "t": time.perf_counter()}
         for epoch in range(self.first_epoch(step), cfg.optim.epochs):
             begin = max(0, step - epoch * self.spe)
             batches = self.source.train_batches(epoch, begin) if begin < self.spe else ()
@@ -316,9 +313,10 @@ class Run:
         elif done.loss is not None:
             value = float(done.loss.detach())
             guards.note_loss(self.agreement.signals, value, step)
-            window["loss"] += value * len(y)
-            window["correct"] += float((logits(done.output).argmax(1) == y).sum())
-            window["n"] += len(y)
+            window["loss"] += value * y.numel()  # the loss is a mean over targets
+            window["correct"] += self.task.hits(done.output, y)
+            window["n"] += y.numel()
+            window["samples"] += len(y)
         self.comm_s += done.seconds["optimizer"]
         self.record_factors(step)
         if self.shuffle is not None:
@@ -340,26 +338,27 @@ class Run:
 
     def log_window(self, window: dict, step: int, epoch: int) -> None:
         now = time.perf_counter()
+        samples_per_s = window["samples"] * self.comm.size / max(1e-9, now - window["t"])
+        scores = self.task.train_fields(window["loss"], window["correct"], window["n"])
+        if not self.measures:  # a simulated device's losses carry no meaning
+            scores = {**dict.fromkeys(scores), "simulated": True}
         rec = {
             "event": "log",
             "step": step,
             "epoch": epoch,
-            "loss": window["loss"] / max(1, window["n"]),
-            "train_accuracy": window["correct"] / max(1, window["n"]),
-            "samples_per_s": window["n"] * self.comm.size / max(1e-9, now - window["t"]),
+            **scores,
+            "samples_per_s": samples_per_s,
+            **self.task.rate_fields(samples_per_s, self.comm.size),
             "lr": self.opt.param_groups[0]["lr"],
             "comm_seconds": self.comm_s,
             **monitor_log_fields(self.opt),
         }
-        if not self.measures:  # a simulated device's losses carry no meaning
-            rec.update(loss=None, train_accuracy=None, simulated=True)
-        window.update(loss=0.0, correct=0.0, n=0, t=now)
+        window.update(loss=0.0, correct=0.0, n=0, samples=0, t=now)
         self.metrics.write(rec)
         self.progress.update(
             0,
             loss="-" if rec["loss"] is None else f"{rec['loss']:.3f}",
-            acc="-" if rec["train_accuracy"] is None else f"{rec['train_accuracy']:.3f}",
-            img_s=f"{rec['samples_per_s']:.0f}",
+            **self.task.postfix(rec),
         )
 
     def evaluate(self, step: int) -> None:
@@ -374,9 +373,9 @@ class Run:
                 "epoch": step / self.spe,
                 "consensus_distance": distance,
                 **(
-                    evaluate(self.model, self.source, self.comm, self.device)
+                    evaluate(self.model, self.source, self.comm, self.device, self.task)
                     if self.measures
-                    else NO_ACCURACY
+                    else self.task.unmeasured()
                 ),
             }
         self.eval_s += time.perf_counter() - t0
@@ -384,9 +383,8 @@ class Run:
         line = (
             f"step {step}: simulated device, not evaluated (its outputs carry no meaning)"
             if not self.measures
-            else f"step {step} (epoch {step / self.spe:.2f}): top1 {100 * self.last['top1']:.2f}% "
-            f"top5 {100 * self.last['top5']:.2f}% loss {self.last['test_loss']:.4f} "
-            f"on {self.last['val_images']} val images, consensus_distance {distance:.3g}"
+            else f"step {step} (epoch {step / self.spe:.2f}): {self.task.describe(self.last)}, "
+            f"consensus_distance {distance:.3g}"
         )
         if self.progress is not None:
             self.progress.write(line)
@@ -499,10 +497,12 @@ class Run:
         if self.comm.rank == 0 and summary["monitor_calls"]:
             log.info("consensus: %s", describe_monitor(summary))
         if self.comm.rank == 0 and ips:
+            rate = ips * self.task.per_sample
             log.info(
-                "throughput: %.1f images/s (%.1f per rank) over %d timed steps",
-                ips,
-                ips / self.comm.size,
+                "throughput: %.1f %s/s (%.1f per rank) over %d timed steps",
+                rate,
+                self.task.unit,
+                rate / self.comm.size,
                 self.speed.steps,
             )
         return summary

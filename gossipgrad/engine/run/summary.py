@@ -59,10 +59,7 @@ def run_summary(run: Any, start: int, step: int, stopped: str | None) -> dict[st
     ex = cfg.exchange
     return {
         "event": "summary",
-        "top1": last.get("top1"),
-        "top5": last.get("top5"),
-        "test_accuracy": last.get("test_accuracy"),
-        "test_loss": last.get("test_loss"),
+        **run.task.summary_fields(last, ips, comm.size),  # what the data's task measures
         "steps": step,
         "start_step": start,
         "size": comm.size,

@@ -92,7 +92,8 @@ def _build_and_run(
     rank_states: dict,
     source: DataSource,
 ) -> dict[str, Any]:
-    model = build_model(cfg.arch, source.in_shape, source.classes, cfg.hidden)
+    shape = (cfg.hidden, cfg.model.layers, cfg.model.heads)
+    model = build_model(cfg.arch, source.in_shape, source.classes, *shape)
     if cfg.pretrained and comm.rank == 0:  # the optimizer broadcasts rank 0's parameters
         load_pretrained_(model, cfg.arch)
     model = model.to(device)

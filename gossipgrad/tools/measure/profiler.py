@@ -50,6 +50,7 @@ from gossipgrad.engine.buckets import BucketLayout
 from gossipgrad.engine.offload import ActivationOffload, Offloads, offloading
 from gossipgrad.models import (
     MODELS,
+    SEQUENCE_MODELS,
     SMALL_MODELS,
     build_model,
     default_classes,
@@ -359,8 +360,12 @@ class ArchRun:
         torch.manual_seed(self.seed)
         model = build_model(self.arch, shape, classes, self.hidden).to(dev)
         g = torch.Generator().manual_seed(self.seed)
-        x = torch.randn(self.batch_size, *shape, generator=g).to(dev)
-        y = torch.randint(0, classes, (self.batch_size,), generator=g).to(dev)
+        if self.arch in SEQUENCE_MODELS:  # token ids in, and one target per position
+            x = torch.randint(0, classes, (self.batch_size, *shape), generator=g).to(dev)
+            y = torch.randint(0, classes, (self.batch_size, *shape), generator=g).to(dev)
+        else:
+            x = torch.randn(self.batch_size, *shape, generator=g).to(dev)
+            y = torch.randint(0, classes, (self.batch_size,), generator=g).to(dev)
         return RandomBatch(model, x, y, tuple(shape), classes, dev)
 
     def label(self, shape: tuple[int, ...]) -> str:

@@ -1,0 +1,1 @@
+gossipgrad train -a gpt -b 16 --max-steps 200 -p 20 --no-progress --metrics-out lab/records/llm/gpt-1.jsonl

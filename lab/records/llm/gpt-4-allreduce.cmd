@@ -1,0 +1,1 @@
+.venv/bin/mpiexec -n 4 gossipgrad train -a gpt -b 16 --max-steps 200 -p 20 --no-progress --metrics-out lab/records/llm/gpt-4-allreduce.jsonl --strategy allreduce
