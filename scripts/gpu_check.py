@@ -292,7 +292,7 @@ def worker_throughput(arch: str, batch: int, steps: int, device: str = "cuda") -
 
     from gossipgrad.comm.local import LocalWorld
     from gossipgrad.models import build_model
-    from gossipgrad.strategies import DistributedOptimizer
+    from gossipgrad.strategies import build_optimizer
 
     dev = torch.device(device)
     torch.manual_seed(0)
@@ -310,7 +310,7 @@ def worker_throughput(arch: str, batch: int, steps: int, device: str = "cuda") -
         opt: Any = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
         if mode == "engine":
             comm = LocalWorld(1).communicators()[0]
-            opt = DistributedOptimizer(opt, model, comm, strategy="local")
+            opt = build_optimizer(opt, model, comm, strategy="local")
         sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
         for i in range(3 + steps):
             if i == 3:

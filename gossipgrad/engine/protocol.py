@@ -261,3 +261,10 @@ class WrappedOptimizer(torch.optim.Optimizer):
         check = getattr(self, "_start", None)
         if check is not None:  # the next step checks that every rank loaded the same
             check.arm(after_load=True)
+
+
+def handle(opt: Any) -> Any:
+    """The engine's optimizer behind ``opt`` (the library's
+    :class:`gossipgrad.DistributedOptimizer`, or already an engine optimizer): its exchange,
+    buckets, schedule and protocol, for the engine, the tools and the tests."""
+    return getattr(opt, "_engine", opt)

@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from gossipgrad.engine.protocol import DistributedOptimizerProtocol as DistributedOptimizer
+from gossipgrad.engine.protocol import handle
 
 PHASES = ("forward", "backward", "optimizer", "total")
 
@@ -59,6 +60,7 @@ def train_step(
     ``batch`` is the number of samples (default ``len(y)``); an empty batch computes
     nothing but still exchanges. Collective: every rank calls it at every step.
     """
+    opt = handle(opt)  # the library's face: the engine's optimizer behind it
     skip = opt.behind()
     t0 = time.perf_counter()
     opt.zero_grad()

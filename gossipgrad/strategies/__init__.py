@@ -19,11 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import torch
-
-from gossipgrad.comm.base import Communicator
-from gossipgrad.comm.staging import Stager
-from gossipgrad.options import ExchangeOptions, exchange_options
+from gossipgrad.options import ExchangeOptions
 from gossipgrad.registry import STRATEGIES
 from gossipgrad.specs import COMMON_FIELDS, StrategySpec
 from gossipgrad.strategies.bucketed import BucketStrategy
@@ -42,38 +38,21 @@ from gossipgrad.strategies import ddp  # noqa: F401, E402
 from gossipgrad.strategies import gossip_node  # noqa: F401, E402
 # isort: on
 
-__all__ = ["BucketStrategy", "DistributedOptimizer", "StrategySpec", "STRATEGIES", "options_for"]
+from gossipgrad.strategies.face import (  # noqa: E402
+    DistributedOptimizer,
+    build_optimizer,
+    handle,
+)
 
-
-def DistributedOptimizer(  # noqa: N802 - the class-like name users know (Horovod's too)
-    optimizer: torch.optim.Optimizer,
-    model: torch.nn.Module,
-    comm: Communicator,
-    options: ExchangeOptions | None = None,
-    *,
-    stager: Stager | None = None,
-    **overrides: Any,
-) -> Any:
-    """Wrap ``optimizer`` so that each ``step()`` also exchanges, by ``options.strategy``.
-
-    Keyword arguments override the options' fields (``strategy="allreduce"``,
-    ``mix="grad"``, ``max_lag=2`` ...); the strategy's spec validates them and builds its
-    optimizer, a ``torch.optim.Optimizer`` sharing ``optimizer``'s ``param_groups`` and
-    ``state`` (:class:`gossipgrad.engine.protocol.WrappedOptimizer`). Without ``options``,
-    the ``GOSSIPGRAD_*`` variables that are set choose what no keyword does. Without
-    ``mix``, gossip mixes gradients for an adaptive optimizer (Adam, AdamW ...) and
-    parameters otherwise, whatever the entry point
-    (:meth:`gossipgrad.options.ExchangeOptions.bind`). Collective: every rank calls it
-    with the same options. See :mod:`gossipgrad.engine.bucket.shell` for a complete
-    example.
-    """
-    if not (hasattr(optimizer, "step") and hasattr(optimizer, "param_groups")):
-        raise TypeError(
-            "DistributedOptimizer(optimizer, model, comm, options=None, **overrides) takes a "
-            f"torch optimizer first, got {optimizer!r}; pass the strategy as strategy=..."
-        )
-    opts = exchange_options(options, overrides)
-    return opts.spec.build(optimizer, model, comm, opts, stager=stager)
+__all__ = [
+    "BucketStrategy",
+    "DistributedOptimizer",
+    "StrategySpec",
+    "STRATEGIES",
+    "build_optimizer",
+    "handle",
+    "options_for",
+]
 
 
 def options_for(

@@ -17,7 +17,7 @@ from gossipgrad.comm.base import ReduceOp
 from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.engine.step import train_step
 from gossipgrad.models import build_model, default_classes, input_shape
-from gossipgrad.strategies import DistributedOptimizer, options_for
+from gossipgrad.strategies import build_optimizer, options_for
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def run_config(
         monitor_every=0,
         sufficient_factors="off",
     )  # the model prices buckets only
-    opt = DistributedOptimizer(
+    opt = build_optimizer(
         torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), model, comm, opts
     )
     loss_fn = torch.nn.CrossEntropyLoss()

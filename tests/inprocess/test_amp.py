@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from gossipgrad.comm.local import run_ranks
-from gossipgrad.strategies import DistributedOptimizer
+from gossipgrad.strategies import build_optimizer
 
 BAD_RANK, BAD_STEP, STEPS = 1, 2, 5
 
@@ -20,7 +20,7 @@ def _scaled_run(comm, unscale_first: bool, **options):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
     sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    opt = DistributedOptimizer(sgd, model, comm, **options)
+    opt = build_optimizer(sgd, model, comm, **options)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10, growth_interval=1)
     g = torch.Generator().manual_seed(comm.rank)
     scales, moved = [], []

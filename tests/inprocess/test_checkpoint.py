@@ -15,7 +15,7 @@ from gossipgrad.comm.local import LocalWorld, run_ranks
 from gossipgrad.engine.run import checkpoint as ckpt
 from gossipgrad.engine.run import snapshot as snap
 from gossipgrad.engine.run.signals import StopSignals
-from gossipgrad.strategies import DistributedOptimizer
+from gossipgrad.strategies import DistributedOptimizer, build_optimizer
 
 torch.set_num_threads(1)
 
@@ -36,7 +36,7 @@ class Counter:
 def trained(comm: Any, seed: int) -> tuple[torch.nn.Module, DistributedOptimizer]:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
-    opt = DistributedOptimizer(
+    opt = build_optimizer(
         torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), model, comm, overlap=False
     )
     g = torch.Generator().manual_seed(seed + comm.rank)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from gossipgrad.comm.local import run_ranks
-from gossipgrad.strategies import DistributedOptimizer
+from gossipgrad.strategies import build_optimizer
 
 from multirank import codec_checks
 from multirank.checks import NotApplicable
@@ -44,7 +44,7 @@ def _resumed(comm, options: dict, keep_residuals: bool) -> tuple[torch.Tensor, t
 
     def build(model):
         sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-        return DistributedOptimizer(sgd, model, comm, bucket_mb=0.0005, sync="off", **options)
+        return build_optimizer(sgd, model, comm, bucket_mb=0.0005, sync="off", **options)
 
     flat = lambda m: torch.cat([p.detach().reshape(-1) for p in m.parameters()])  # noqa: E731
     model = codec_checks._small_model()
@@ -92,7 +92,7 @@ def test_a_lossy_codec_is_a_rank_state_of_every_strategy():
         states = {}
         for strategy, extra in (("gossip", {}), ("allreduce", {}), ("ps", {})):
             model = codec_checks._small_model()
-            opt = DistributedOptimizer(
+            opt = build_optimizer(
                 torch.optim.SGD(model.parameters(), lr=0.1),
                 model,
                 comm,

@@ -9,14 +9,14 @@ import torch
 from gossipgrad.comm.local import LocalWorld
 from gossipgrad.engine.run.config import TrainConfig
 from gossipgrad.options import ExchangeOptions, Mix
-from gossipgrad.strategies import DistributedOptimizer
+from gossipgrad.strategies import DistributedOptimizer, handle
 
 
 def _mix(optimizer: type, **kw) -> Mix:
     model = torch.nn.Linear(3, 2)
     comm = LocalWorld(1).communicators()[0]
     with DistributedOptimizer(optimizer(model.parameters(), lr=0.01), model, comm, **kw) as opt:
-        return opt.mix
+        return handle(opt).mix
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import torch
 from gossipgrad.comm.local import run_ranks
 from gossipgrad.engine.bucket.factor_capture import eligible_layers
 from gossipgrad.engine.buckets import BucketLayout
-from gossipgrad.strategies import DistributedOptimizer
+from gossipgrad.strategies import DistributedOptimizer, build_optimizer
 
 from multirank import factor_checks
 
@@ -77,7 +77,7 @@ def test_eligible_layers_are_plain_linear_with_a_weight_of_their_own():
 def test_options_without_factors_keep_every_gradient_in_buckets(kw, reason, caplog):
     def body(comm):
         model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
-        opt = DistributedOptimizer(_sgd(model), model, comm, **kw)
+        opt = build_optimizer(_sgd(model), model, comm, **kw)
         try:
             return opt.factors, len(opt.layout.buckets[0].params)
         finally:
@@ -110,7 +110,7 @@ def test_gradient_accumulation_with_overlap_is_refused(bias):
 
     def body(comm):
         model = torch.nn.Sequential(torch.nn.Linear(4, 8, bias), torch.nn.Linear(8, 2, bias))
-        opt = DistributedOptimizer(_sgd(model), model, comm, mix="grad", sufficient_factors="on")
+        opt = build_optimizer(_sgd(model), model, comm, mix="grad", sufficient_factors="on")
         try:
             opt.zero_grad()
             model(torch.ones(2, 4)).sum().backward()
@@ -132,7 +132,7 @@ def test_gradient_accumulation_with_overlap_is_refused(bias):
 def test_more_rows_than_agreed_is_an_error_naming_the_layer():
     def body(comm):
         model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
-        opt = DistributedOptimizer(
+        opt = build_optimizer(
             _sgd(model), model, comm, mix="grad", overlap=False, sufficient_factors="on"
         )
         try:
@@ -154,7 +154,7 @@ def test_more_rows_than_agreed_is_an_error_naming_the_layer():
 def test_decision_table_is_logged_once_per_layer_and_returned(caplog):
     def body(comm):
         model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Linear(64, 2))
-        opt = DistributedOptimizer(_sgd(model), model, comm, mix="grad", strategy="allreduce")
+        opt = build_optimizer(_sgd(model), model, comm, mix="grad", strategy="allreduce")
         try:
             assert opt.factor_table is None  # decided at the first step
             opt.zero_grad()
@@ -207,7 +207,7 @@ def test_a_layer_called_with_a_keyword_input_is_captured_too():
         with torch.no_grad():
             for p in model.parameters():
                 p.copy_(torch.randn(p.shape, generator=init))
-        opt = DistributedOptimizer(
+        opt = build_optimizer(
             _sgd(model), model, comm, mix="grad", overlap=False, sufficient_factors=factors
         )
         gen = torch.Generator().manual_seed(comm.rank)

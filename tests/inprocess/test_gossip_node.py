@@ -9,6 +9,7 @@ import torch
 from gossipgrad.comm.local import run_ranks
 from gossipgrad.comm.nodes import RANKS_PER_NODE_ENV, NodeLayout, blocks, node_layout
 from gossipgrad.options import ExchangeOptions
+from gossipgrad.strategies import build_optimizer
 
 
 def test_nodes_of_unequal_size_are_refused_with_what_to_do():
@@ -56,11 +57,10 @@ def test_the_topology_schedules_the_nodes(monkeypatch):
     """--topology applies to the nodes: a hypercube of 3 nodes is refused naming them, and
     6 ranks (no power of two) as 2 nodes of 3 take it, and the run reports the nodes'
     topology (the ranks' own schedule, never used to pick partners, is base2)."""
-    from gossipgrad.strategies import DistributedOptimizer
 
     def build(comm, topology):
         model = torch.nn.Linear(2, 2)
-        opt = DistributedOptimizer(
+        opt = build_optimizer(
             torch.optim.SGD(model.parameters(), lr=0.1), model, comm,
             strategy="gossip-node", topology=topology,
         )  # fmt: skip

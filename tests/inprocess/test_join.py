@@ -10,7 +10,7 @@ import torch
 
 from gossipgrad.comm.local import run_ranks
 from gossipgrad.engine.bucket.join import JOIN_PERIOD, JoinAgreement
-from gossipgrad.strategies import DistributedOptimizer
+from gossipgrad.strategies import build_optimizer
 
 STRATEGIES = [
     dict(strategy="gossip", mix="grad"),
@@ -25,7 +25,7 @@ def _model_and_opt(comm, **options):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
     sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    return model, DistributedOptimizer(sgd, model, comm, **options)
+    return model, build_optimizer(sgd, model, comm, **options)
 
 
 def _steps(model, opt, comm, n: int, seed: int = 0) -> None:

@@ -24,6 +24,7 @@ from gossipgrad.engine.run.membership import check_support, leads
 from gossipgrad.engine.run.metrics import MetricsWriter
 from gossipgrad.settings import Settings, settings
 from gossipgrad.shuffle import ShuffleError
+from gossipgrad.strategies import build_optimizer
 
 # --- the thread world ------------------------------------------------------------------
 
@@ -148,11 +149,10 @@ def test_the_lowest_surviving_launch_rank_prints_the_summary():
 def test_rejoin_puts_the_optimizer_on_the_survivors_at_the_agreed_step():
     """The schedule is for the new size (base2 for 3 under auto) and its position is
     the agreed step on every survivor, whatever step each had reached."""
-    from gossipgrad.strategies import DistributedOptimizer
 
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 2)
-    opt = DistributedOptimizer(
+    opt = build_optimizer(
         torch.optim.SGD(model.parameters(), lr=0.1), model, LocalWorld(1).communicators()[0]
     )
     opt.step_count = 23

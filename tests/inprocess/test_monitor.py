@@ -25,7 +25,9 @@ def test_auto_is_adaptive_for_gradient_mixing_only():
     assert not ExchangeOptions(mix="grad", strategy="allreduce").adaptive
     assert ExchangeOptions(mix="param", sync="adaptive").adaptive
     assert not ExchangeOptions(mix="grad", sync="off").adaptive
-    assert ExchangeOptions().sync is Sync.AUTO and ExchangeOptions().mix.value == "param"
+    assert (
+        ExchangeOptions().sync is Sync.AUTO and ExchangeOptions().bind(False).mix.value == "param"
+    )
 
 
 @pytest.mark.parametrize(

@@ -28,9 +28,9 @@ from gossipgrad.options import DataOptions, ExchangeOptions, OptimOptions, RunOp
 torch.set_num_threads(1)
 
 FLOAT_FLAGS = sorted(
-    p.opts[-1]
+    max(p.opts, key=len)  # the long spelling
     for p in train.params
-    if isinstance(p.type, click.types.FloatParamType) and p.opts[-1].startswith("--")
+    if isinstance(p.type, click.types.FloatParamType) and max(p.opts, key=len).startswith("--")
 )
 
 

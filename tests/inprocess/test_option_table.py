@@ -14,11 +14,11 @@ import pytest
 import torch
 import toy_option  # registers --toy-knob (tests/support/plugins, on sys.path: conftest)
 
-import gossipgrad
 from gossipgrad.cli.options import train_table
 from gossipgrad.comm.local import run_ranks
 from gossipgrad.engine.run.config import TrainConfig
 from gossipgrad.options import ExchangeOptions, Mix, from_environment, markdown
+from gossipgrad.strategies import build_optimizer
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGINS = str(REPO / "tests" / "support" / "plugins")
@@ -52,7 +52,7 @@ def test_the_variables_steer_both_library_faces(monkeypatch):
     def options(comm, **kw):
         model = torch.nn.Linear(2, 2)
         sgd = torch.optim.SGD(model.parameters(), lr=0.1)
-        opt = gossipgrad.DistributedOptimizer(sgd, model, comm, **kw)
+        opt = build_optimizer(sgd, model, comm, **kw)
         opt.close()
         return opt.options
 

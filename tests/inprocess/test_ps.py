@@ -18,7 +18,7 @@ from gossipgrad.engine.ps.optimizer import ParameterServerOptimizer
 from gossipgrad.engine.run.config import TrainConfig
 from gossipgrad.options import ExchangeOptions
 from gossipgrad.registry import STRATEGIES
-from gossipgrad.strategies import DistributedOptimizer
+from gossipgrad.strategies import DistributedOptimizer, build_optimizer, handle
 
 from multirank import ps_checks
 
@@ -138,7 +138,7 @@ def test_library_entry_points_build_the_parameter_server(build):
     )
     ref = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
     try:
-        assert isinstance(opt, ParameterServerOptimizer) and opt.module_for_forward is model
+        assert isinstance(handle(opt), ParameterServerOptimizer) and opt.module_for_forward is model
         gen = torch.Generator().manual_seed(0)
         for _ in range(4):  # one rank serves everything: exactly plain SGD
             x, y = torch.randn(16, 4, generator=gen), torch.randint(0, 2, (16,), generator=gen)
@@ -152,7 +152,7 @@ def test_library_entry_points_build_the_parameter_server(build):
                 g["lr"] *= 0.5
         for p, q in zip(model.parameters(), reference.parameters(), strict=True):
             assert torch.equal(p, q)
-        assert opt.consensus_distance() == 0.0 and opt.bytes_sent_per_step() == 0.0
+        assert opt.consensus_distance() == 0.0 and opt.stats["bytes_sent_per_step"] == 0.0
     finally:
         opt.close()
 
@@ -181,7 +181,7 @@ def test_a_silent_rank_is_named_with_its_tag():
             torch.nn.ReLU(),
             torch.nn.Linear(32, 4),
         )
-        opt = DistributedOptimizer(
+        opt = build_optimizer(
             torch.optim.SGD(model.parameters(), lr=0.1), model, comm, strategy="ps", bucket_mb=0.001
         )
         if comm.rank == 1:

@@ -21,6 +21,7 @@ from gossipgrad.engine.run.evaluation import evaluate
 from gossipgrad.engine.step import train_step
 from gossipgrad.models import build_model, loss_fn
 from gossipgrad.options import DataOptions
+from gossipgrad.strategies import build_optimizer
 
 
 def test_the_toys_live_outside_the_package():
@@ -39,7 +40,7 @@ def _digits_job(comm, epochs: int = 6, **options):
     torch.manual_seed(0)
     model = build_model("mlp", source.in_shape, source.classes, 0)
     sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    opt = gossipgrad.DistributedOptimizer(sgd, model, comm, **options)
+    opt = build_optimizer(sgd, model, comm, **options)
     try:
         for epoch in range(epochs):
             for x, y in source.train_batches(epoch):
@@ -75,9 +76,7 @@ def test_a_toy_rule_mixes_with_its_weight_and_keeps_the_mean():
         with torch.no_grad():
             model.weight.fill_(0.0)
         sgd = torch.optim.SGD(model.parameters(), lr=0.0)
-        opt = gossipgrad.DistributedOptimizer(
-            sgd, model, comm, rule=toy_rule.NAME, overlap=False, rotate=False
-        )
+        opt = build_optimizer(sgd, model, comm, rule=toy_rule.NAME, overlap=False, rotate=False)
         with torch.no_grad():
             model.weight.fill_(float(comm.rank))  # after the start-up broadcast
         opt.allow_different_start()
@@ -112,7 +111,7 @@ def _bits(comm, **options) -> torch.Tensor:
         for p in model.parameters():
             p.copy_(torch.randn(p.shape, generator=init) * 0.3)
     sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    opt = gossipgrad.DistributedOptimizer(sgd, model, comm, bucket_mb=0.0005, seed=3, **options)
+    opt = build_optimizer(sgd, model, comm, bucket_mb=0.0005, seed=3, **options)
     gen = torch.Generator().manual_seed(100 + comm.rank)
     try:
         for _ in range(6):
@@ -134,7 +133,7 @@ def test_a_toy_bucket_strategy_brings_its_own_mix_and_byte_count(options):
     def body(comm):
         bits = _bits(comm, strategy=toy_pairs.NAME, **options)
         model = torch.nn.Linear(6, 3)
-        opt = gossipgrad.DistributedOptimizer(
+        opt = build_optimizer(
             torch.optim.SGD(model.parameters(), lr=0.1), model, comm, strategy=toy_pairs.NAME
         )
         try:

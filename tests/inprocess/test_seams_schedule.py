@@ -17,6 +17,7 @@ from test_seams import _digits_job
 import gossipgrad
 from gossipgrad.comm.local import run_ranks
 from gossipgrad.comm.schedule import Schedule, check_schedule
+from gossipgrad.strategies import build_optimizer
 
 
 def test_the_toys_live_outside_the_package():
@@ -42,7 +43,7 @@ def test_a_toy_topology_mixes_with_the_previous_rank():
     def body(comm):
         model = torch.nn.Linear(1, 1, bias=False)
         sgd = torch.optim.SGD(model.parameters(), lr=0.0)
-        opt = gossipgrad.DistributedOptimizer(
+        opt = build_optimizer(
             sgd, model, comm, topology=toy_ring.NAME, rotate=False, overlap=False, mix="param"
         )
         with torch.no_grad():
@@ -93,9 +94,7 @@ def test_between_exchanges_the_ranks_drift_and_an_exchange_step_mixes():
         torch.manual_seed(0)
         model = torch.nn.Linear(4, 2)
         sgd = torch.optim.SGD(model.parameters(), lr=0.1)
-        opt = gossipgrad.DistributedOptimizer(
-            sgd, model, comm, timing=f"{toy_every.NAME}:2", mix="param"
-        )
+        opt = build_optimizer(sgd, model, comm, timing=f"{toy_every.NAME}:2", mix="param")
         gen = torch.Generator().manual_seed(comm.rank)
         seen = []
         try:

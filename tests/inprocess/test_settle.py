@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gossipgrad.comm.local import run_ranks
-from gossipgrad.strategies import DistributedOptimizer
+from gossipgrad.strategies import build_optimizer
 
 
 def _train(comm, between: str, steps: int = 5, **exchange) -> torch.Tensor:
@@ -15,7 +15,7 @@ def _train(comm, between: str, steps: int = 5, **exchange) -> torch.Tensor:
     with torch.no_grad():
         model.weight.copy_(torch.arange(4.0).reshape(1, 4) / 10)
         model.bias.zero_()
-    opt = DistributedOptimizer(
+    opt = build_optimizer(
         torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), model, comm, **exchange
     )
     gen = torch.Generator().manual_seed(comm.rank)
@@ -65,7 +65,7 @@ def _lagged(comm, settles: int, **exchange) -> list[torch.Tensor]:
     """Three steps under a bounded lag, then ``settles`` settles and a drain; the
     parameters after the steps, after the settles and after the drain."""
     model = torch.nn.Linear(4, 1)
-    opt = DistributedOptimizer(
+    opt = build_optimizer(
         torch.optim.SGD(model.parameters(), lr=0.1), model, comm, max_lag=2, staleness=1, **exchange
     )
     gen = torch.Generator().manual_seed(comm.rank)

@@ -18,7 +18,7 @@ import gossipgrad.tools.devices
 from gossipgrad.comm.local import run_ranks
 from gossipgrad.engine.buckets import install_forward_waits
 from gossipgrad.models import build_model, loss_fn
-from gossipgrad.strategies import DistributedOptimizer
+from gossipgrad.strategies import build_optimizer
 from gossipgrad.tools.devices import Standin, StandinProfile
 from gossipgrad.tools.devices.clock import BLOCKED_S, DeviceClock, VirtualClock, host_waited
 from lab.devices.published import nominal_profile, ready_times
@@ -250,7 +250,7 @@ def test_gossip_trains_on_stand_in_ranks_of_the_thread_world(cnn_profile):
     def rank(comm):  # noqa: ANN001, ANN202
         model = _cnn()
         handle = Standin(model, cnn_profile, clock=DeviceClock())
-        opt = DistributedOptimizer(
+        opt = build_optimizer(
             handle.optimizer(torch.optim.SGD(model.parameters(), lr=0.1)),
             model,
             comm,

@@ -14,14 +14,14 @@ import torch
 
 from gossipgrad.comm.local import run_ranks
 from gossipgrad.engine.consensus import broadcast_parameters_
-from gossipgrad.strategies import DistributedOptimizer
+from gossipgrad.strategies import build_optimizer
 
 
 def _build(comm, **options):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
     sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    return model, DistributedOptimizer(sgd, model, comm, **options)
+    return model, build_optimizer(sgd, model, comm, **options)
 
 
 def _checkpoint() -> dict:

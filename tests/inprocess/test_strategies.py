@@ -22,7 +22,7 @@ from gossipgrad.comm.rendezvous import (
 from gossipgrad.engine.protocol import WrappedOptimizer
 from gossipgrad.engine.run.config import TrainConfig
 from gossipgrad.options import ExchangeOptions
-from gossipgrad.strategies import DistributedOptimizer
+from gossipgrad.strategies import DistributedOptimizer, build_optimizer
 
 from launch import gossipgrad
 
@@ -38,7 +38,7 @@ def _sgd(model):
 @pytest.mark.parametrize("strategy", ["gossip", "allreduce", "allreduce-param", "local"])
 def test_factory_builds_a_torch_optimizer_for_bucket_strategies(strategy):
     model = torch.nn.Linear(4, 2)
-    opt = DistributedOptimizer(_sgd(model), model, _one_rank(), strategy=strategy)
+    opt = build_optimizer(_sgd(model), model, _one_rank(), strategy=strategy)
     try:
         assert isinstance(opt, WrappedOptimizer) and isinstance(opt, torch.optim.Optimizer)
         assert opt.strategy == strategy and opt.module_for_forward is model
@@ -67,7 +67,7 @@ def test_ddp_adapter_on_one_rank_wraps_the_model_and_steps():
     reference.load_state_dict(model.state_dict())
     ref_opt = _sgd(reference)
     before = os.environ.get("GLOO_SOCKET_IFNAME")
-    opt = DistributedOptimizer(_sgd(model), model, _one_rank(), strategy="ddp", bucket_mb=1)
+    opt = build_optimizer(_sgd(model), model, _one_rank(), strategy="ddp", bucket_mb=1)
     assert os.environ.get("GLOO_SOCKET_IFNAME") == before  # loopback only while creating
     try:
         assert isinstance(opt.module_for_forward, DistributedDataParallel)
@@ -225,7 +225,7 @@ def test_rank_zero_address_reaches_every_rank_and_threads_share_a_host():
 def test_ddp_registers_its_own_compression_hook(wire, hook):
     model = torch.nn.Linear(3, 2)
     sgd = torch.optim.SGD(model.parameters(), lr=0.1)
-    opt = DistributedOptimizer(sgd, model, _one_rank(), strategy="ddp", wire=wire)
+    opt = build_optimizer(sgd, model, _one_rank(), strategy="ddp", wire=wire)
     try:
         assert opt.ddp._get_ddp_logging_data().get("comm_hook") == hook
     finally:

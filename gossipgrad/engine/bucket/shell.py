@@ -3,21 +3,7 @@ whose exchange is one bucket at a time (gossip, allreduce, allreduce-param, loca
 plugin built the same way). What varies is handed in: the transport (who the bytes go to),
 the wire codec, the mixing rule and the timing (:mod:`gossipgrad.engine.bucket.timing`).
 
-Complete example (run as ``mpiexec -n 4 python example.py``, or plainly for one rank)::
-
-    import torch
-    import gossipgrad
-
-    comm = gossipgrad.init()
-    model = torch.nn.Linear(8, 2)
-    opt = gossipgrad.DistributedOptimizer(
-        torch.optim.SGD(model.parameters(), lr=0.1), model, comm)  # gossip, mix="param"
-    for _ in range(10):
-        x, y = torch.randn(16, 8), torch.randint(0, 2, (16,))
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-    opt.synchronize()  # global average: one consensus model on every rank
+Users reach it through ``gossipgrad.DistributedOptimizer`` (:mod:`gossipgrad.strategies.face`).
 
 A step: ``zero_grad`` zeroes the gradient buckets (``p.grad`` are views into them); with
 ``mix="grad"`` ``step()`` exchanges the gradient buckets (posted from backward hooks as

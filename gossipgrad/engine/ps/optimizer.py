@@ -1,11 +1,11 @@
 """``--strategy ps``: a sharded parameter server colocated with the workers, with a
 stale-synchronous slack (GeePS; Cui et al. 2016).
 
-    mpiexec -n 4 gossipgrad train --strategy ps                 # synchronous (max-lag 0)
-    mpiexec -n 8 gossipgrad train --strategy ps --max-lag 2     # up to 2 steps stale
+    mpiexec -n 4 gossipgrad train --strategy ps                 # synchronous (slack 0)
+    mpiexec -n 8 gossipgrad train --strategy ps --slack 2       # up to 2 steps stale
 
     opt = gossipgrad.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model,
-                                          comm, strategy="ps", max_lag=0)
+                                          comm, strategy="ps", slack=0)
     # ... the usual zero_grad / forward / backward / opt.step() loop
 
 Every rank is a worker and serves the buckets it owns (:mod:`gossipgrad.engine.ps.shards`:

@@ -37,7 +37,7 @@ from gossipgrad.data.sources import open_source
 from gossipgrad.engine.step import train_step
 from gossipgrad.models import build_model, loss_fn
 from gossipgrad.options import DataOptions
-from gossipgrad.strategies import DistributedOptimizer, options_for
+from gossipgrad.strategies import build_optimizer, options_for
 from gossipgrad.tools.bench.common import CountingCommunicator, finite, link_info, median, rounded
 from gossipgrad.tools.bench.strategies import mean_over_ranks, takes_wire
 
@@ -136,7 +136,7 @@ def _row(
     model = build_model(arch, source.in_shape, source.classes, 0)
     sgd = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     opts = options_for(strategy, wire=wire, sync="off", monitor_every=0, sufficient_factors="off")
-    opt = DistributedOptimizer(sgd, model, counter, opts)
+    opt = build_optimizer(sgd, model, counter, opts)
     clock = CodecClock()
     for codec in codecs_of(opt):
         clock.watch(codec)

@@ -29,7 +29,7 @@ from gossipgrad.inject.straggler import Straggler
 from gossipgrad.models import logits
 from gossipgrad.options import ExchangeOptions, Option, options_of
 from gossipgrad.settings import settings
-from gossipgrad.strategies import DistributedOptimizer, options_for
+from gossipgrad.strategies import build_optimizer, options_for
 
 
 def max_over_ranks(comm: Communicator, values: list[float]) -> list[float]:
@@ -151,7 +151,7 @@ class Trainer:
         sgd = torch.optim.SGD(self.model.parameters(), lr=1e-3)
         # Timing benchmarks time the exchange alone: no consensus monitor, no adaptive average.
         opts = options_for(strategy, **{"sync": "off", "monitor_every": 0, **kw})
-        self.opt = DistributedOptimizer(
+        self.opt = build_optimizer(
             self.device.optimizer(sgd) if self.device else sgd, self.model, comm, opts
         )
         self.x = torch.empty(0)

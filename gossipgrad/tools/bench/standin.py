@@ -40,7 +40,7 @@ from gossipgrad.comm.base import Communicator
 from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.models import build_model, loss_fn
 from gossipgrad.runtime import host_share
-from gossipgrad.strategies import DistributedOptimizer, options_for
+from gossipgrad.strategies import build_optimizer, options_for
 from gossipgrad.tools.bench.common import finite, link_info, max_over_ranks, median, rounded
 from gossipgrad.tools.devices import Standin, StandinProfile
 from gossipgrad.tools.devices.dilation import Dilation
@@ -101,7 +101,7 @@ class _Run:
         self.model, self.device = models.build()
         sgd = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
         opts = options_for(strategy, **{"sync": "off", "monitor_every": 0, **kw})
-        self.opt = DistributedOptimizer(self.device.optimizer(sgd), self.model, comm, opts)
+        self.opt = build_optimizer(self.device.optimizer(sgd), self.model, comm, opts)
         p = models.profile
         g = torch.Generator().manual_seed(comm.rank)
         self.x = torch.randn(batch, *models.sample_shape, generator=g)

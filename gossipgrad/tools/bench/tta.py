@@ -61,7 +61,7 @@ from gossipgrad.engine.run.trainer import make_shuffle
 from gossipgrad.engine.step import train_step
 from gossipgrad.inject.straggler import Straggler
 from gossipgrad.models import build_model, loss_fn
-from gossipgrad.strategies import DistributedOptimizer, options_for
+from gossipgrad.strategies import build_optimizer, options_for
 from gossipgrad.tools.bench.common import (
     CountingCommunicator,
     link_info,
@@ -143,7 +143,7 @@ class Contender:
         kw = strategy_kwargs(self.strategy, ex.mix.value, ex.bucket_mb, ex.overlap, own=own)
         self.counter = CountingCommunicator(comm, block)
         opts = options_for(self.strategy, ex, **kw)
-        self.opt = DistributedOptimizer(sgd, self.model, self.counter, opts)
+        self.opt = build_optimizer(sgd, self.model, self.counter, opts)
         self.shuffle = None
         try:
             self.shuffle = make_shuffle(cfg, self.source, comm)

@@ -25,7 +25,7 @@ from gossipgrad.engine.bucket.mixer import BucketMixer, make_mixer
 from gossipgrad.engine.bucket.nodemix import NodeMix
 from gossipgrad.engine.bucket.rules import make_rule
 from gossipgrad.engine.consensus import average_parameters_, consensus_distance
-from gossipgrad.strategies import DistributedOptimizer
+from gossipgrad.strategies import build_optimizer
 
 
 class NotApplicable(Exception):  # noqa: N818 - a verdict, not an error
@@ -120,7 +120,7 @@ def _train(
             p.copy_(torch.randn(p.shape, generator=init) * 0.3)
     if strategy == "allreduce" and mix == "param":  # the allreduce that averages parameters
         strategy = "allreduce-param"
-    opt = DistributedOptimizer(
+    opt = build_optimizer(
         torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
         model,
         comm,
@@ -232,7 +232,7 @@ def check_mixing_keeps_the_mean_of_sgd(comm) -> None:
     spread_alone = spread(alone(ys[comm.rank]))
     for mix, staleness in (("grad", 0), ("param", 0), ("grad", 1), ("param", 1)):
         model = copy.deepcopy(initial)
-        opt = DistributedOptimizer(
+        opt = build_optimizer(
             torch.optim.SGD(model.parameters(), lr=lr),
             model,
             comm,

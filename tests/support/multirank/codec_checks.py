@@ -26,7 +26,7 @@ from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.comm.schedule import Schedule, is_power_of_two
 from gossipgrad.engine.bucket.mixer import make_mixer
 from gossipgrad.engine.consensus import consensus_distance
-from gossipgrad.strategies import DistributedOptimizer
+from gossipgrad.strategies import build_optimizer
 from gossipgrad.tools.bench.common import CountingCommunicator
 
 from multirank.checks import _least_squares_sgd, require
@@ -69,7 +69,7 @@ def check_lossy_mixing_keeps_the_mean_of_sgd(comm) -> None:
     ]
     for wire, mix, staleness, overlap, topology in settings:
         model = copy.deepcopy(initial)
-        opt = DistributedOptimizer(
+        opt = build_optimizer(
             torch.optim.SGD(model.parameters(), lr=lr),
             model,
             comm,
@@ -142,7 +142,7 @@ def check_lossy_synchronize_gives_one_model(comm) -> None:
     the exact mean of what the ranks held (the global average sends no codec)."""
     for wire, mix in (("bf16", "param"), ("fp8", "param"), ("fp16", "grad")):
         model = _small_model()
-        opt = DistributedOptimizer(
+        opt = build_optimizer(
             torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
             model,
             comm,
@@ -213,7 +213,7 @@ def check_lossy_allreduce_and_ps_train_identical_ranks(comm) -> None:
 
     def run(**options) -> torch.Tensor:
         model = _small_model()
-        opt = DistributedOptimizer(
+        opt = build_optimizer(
             torch.optim.SGD(model.parameters(), lr=0.1), model, comm, bucket_mb=0.0005, **options
         )
         gen = torch.Generator().manual_seed(comm.rank)
@@ -254,7 +254,7 @@ def check_base2_exchange_is_exact_after_one_period(comm) -> None:
     assert auto == ("hypercube" if is_power_of_two(comm.size) else "base2"), auto
     for topology, overlap in (("base2", False), ("base2", True), ("dissemination", False)):
         model = torch.nn.Linear(7, 5).double()
-        opt = DistributedOptimizer(
+        opt = build_optimizer(
             torch.optim.SGD(model.parameters(), lr=0.0),
             model,
             comm,
@@ -299,7 +299,7 @@ def check_bytes_counted_over_a_period(comm) -> None:
         for topology in ("base2", "dissemination"):
             counter = CountingCommunicator(comm)
             model = _small_model()
-            opt = DistributedOptimizer(
+            opt = build_optimizer(
                 torch.optim.SGD(model.parameters(), lr=0.1),
                 model,
                 counter,

@@ -15,7 +15,7 @@ from gossipgrad.comm.base import ReduceOp
 from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.engine.bucket.factors import exchange_factors_
-from gossipgrad.strategies import DistributedOptimizer
+from gossipgrad.strategies import build_optimizer
 from gossipgrad.tools.bench.common import CountingCommunicator
 
 RTOL = 1e-5
@@ -108,7 +108,7 @@ def train(
     the next forward are the ones recorded."""
     model = _model()
     mix = {} if strategy == "ps" else {"mix": "grad"}
-    opt = DistributedOptimizer(
+    opt = build_optimizer(
         torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3),
         model,
         comm,

@@ -19,7 +19,7 @@ from gossipgrad.comm.base import ReduceOp
 from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.engine.bucket.timing.lagged import Lagged, skip_threshold
-from gossipgrad.strategies import DistributedOptimizer
+from gossipgrad.strategies import build_optimizer
 
 LR = 0.125
 STEPS = 24
@@ -44,7 +44,7 @@ def _lagged(
     comm, mix: str, max_lag: int, staleness: int = 0, overlap: bool = True, wire: str = "fp32"
 ):
     model = TwoTensors()
-    opt = DistributedOptimizer(
+    opt = build_optimizer(
         torch.optim.SGD(model.parameters(), lr=LR),
         model,
         comm,

@@ -14,7 +14,7 @@ from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.engine.bucket.monitor import ConsensusMonitor
 from gossipgrad.engine.consensus import agree, consensus_distance
 from gossipgrad.options import ExchangeOptions
-from gossipgrad.strategies import DistributedOptimizer
+from gossipgrad.strategies import DistributedOptimizer, build_optimizer
 
 
 def _model(seed: int = 0) -> torch.nn.Module:
@@ -80,7 +80,7 @@ def _drifts(comm) -> bool:
 def _train(comm, **options) -> DistributedOptimizer:
     """Six steps of gradient mixing on rank-dependent data (drift), lr 0.5."""
     model = _model()
-    opt = DistributedOptimizer(
+    opt = build_optimizer(
         torch.optim.SGD(model.parameters(), lr=0.5), model, comm, mix="grad", **options
     )
     gen = torch.Generator().manual_seed(comm.rank)

@@ -16,7 +16,7 @@ from gossipgrad.comm.base import ReduceOp
 from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.engine.offload import HostOffloadOptimizer
 from gossipgrad.engine.ps.optimizer import ParameterServerOptimizer
-from gossipgrad.strategies import DistributedOptimizer
+from gossipgrad.strategies import build_optimizer
 from gossipgrad.tools.bench.common import CountingCommunicator
 
 
@@ -53,7 +53,7 @@ def _run(
     parameter clocks seen by each forward, the final parameters and the state to resume."""
     model = _model(width)
     sgd = opt_cls(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
-    opt = DistributedOptimizer(
+    opt = build_optimizer(
         HostOffloadOptimizer(sgd) if offload else sgd,
         model,
         comm,
