@@ -1,5 +1,6 @@
-"""The seams' registries: strategies, mixing rules, wire codecs, devices and commands, found
-by name (the interfaces of the specs: :mod:`gossipgrad.specs`). PURE.
+"""The seams' registries: strategies, shapes, timings, topologies, mixing rules, wire codecs,
+devices and commands, found by name (the interfaces of what they hold: :mod:`gossipgrad.specs`,
+which imports this module, never the reverse). PURE.
 
 Each kind of variation has one home (docs/architecture.md, "Seams"); this module holds only
 the name -> object maps and the strategy spec's interface, so that option validation at the
@@ -27,12 +28,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from gossipgrad.choices import spell
-
-if TYPE_CHECKING:
-    from gossipgrad.specs import DeviceSpec, ShapeSpec, StrategySpec, TimingSpec, TopologySpec
 
 T = TypeVar("T")
 
@@ -125,7 +123,7 @@ def load_entry_points() -> list[str]:
         return names
 
 
-STRATEGIES: Registry[StrategySpec] = Registry("strategy", "--strategy")
+STRATEGIES: Registry[Any] = Registry("strategy", "--strategy")
 """Every ``--strategy``: name -> :class:`StrategySpec`."""
 
 RULES: Registry[Any] = Registry("mixing rule", "--rule")
@@ -134,19 +132,19 @@ RULES: Registry[Any] = Registry("mixing rule", "--rule")
 CODECS: Registry[Any] = Registry("wire codec", "--wire")
 """Every ``--wire``: name -> a factory ``() -> Codec``."""
 
-TOPOLOGIES: Registry[TopologySpec] = Registry("topology", "--topology")
+TOPOLOGIES: Registry[Any] = Registry("topology", "--topology")
 """Every ``--topology``: name -> :class:`~gossipgrad.specs.TopologySpec` (built-ins:
 ``gossipgrad/comm/topologies.py``)."""
 
-SHAPES: Registry[ShapeSpec] = Registry("exchange shape", "shape")
+SHAPES: Registry[Any] = Registry("exchange shape", "shape")
 """Every exchange shape a strategy names: name -> :class:`~gossipgrad.specs.ShapeSpec`
 (built-ins: ``gossipgrad/shapes/``)."""
 
-TIMINGS: Registry[TimingSpec] = Registry("timing", "--timing")
+TIMINGS: Registry[Any] = Registry("timing", "--timing")
 """Every ``--timing``: name -> :class:`~gossipgrad.specs.TimingSpec` (built-ins:
 ``gossipgrad/engine/bucket/timing/``)."""
 
-DEVICES: Registry[DeviceSpec] = Registry("device", "--device")
+DEVICES: Registry[Any] = Registry("device", "--device")
 """Every ``--device NAME[:ARG]`` besides auto, cpu and cuda: name -> :class:`DeviceSpec`."""
 
 COMMANDS: Registry[str] = Registry("command", "gossipgrad COMMAND")
@@ -159,6 +157,6 @@ def lossless(wire: str) -> bool:
     return bool(CODECS.get(wire)().lossless)
 
 
-def strategy(name: Any) -> StrategySpec:
+def strategy(name: Any) -> Any:
     """The spec of ``--strategy name`` (ValueError listing the choices)."""
     return STRATEGIES.get(name)

@@ -18,9 +18,9 @@ from typing import Any
 
 from gossipgrad.comm.nodes import node_transport
 from gossipgrad.registry import SHAPES
-from gossipgrad.shapes.common import placed
+from gossipgrad.shapes.common import placed, send_copies
 from gossipgrad.shapes.peer import one_peer_codec_memory
-from gossipgrad.specs import ShapeSpec
+from gossipgrad.specs import ExchangeLoad, ShapeSpec
 
 
 def node_s(
@@ -64,31 +64,20 @@ class Node(ShapeSpec):
         node = node_s(nbytes, size, a, b, link.duplex, f, link.wire_ratio)
         return link.gossip_factor * node + link.host_s_per_byte * nbytes
 
-    def memory(
-        self, grads: int, buckets: list[int], size: int, staleness: int
-    ) -> list[tuple[str, int]]:
-        parts = [("receive buffers", grads)]
-        return parts + [("send copies", grads)] if staleness == 1 else parts
-
-    def codec_memory(
-        self,
-        grads: int,
-        buckets: list[int],
-        size: int,
-        staleness: int,
-        ratio: float,
-        feedback: bool,
-        ranks_per_node: int,
-    ) -> list[tuple[str, int]]:
-        """The node's float32 copies of this rank's shard, and the shard's codec buffers
-        between nodes (one node: nothing is encoded)."""
-        r = ranks_per_node
-        parts = [("send copies", grads)] if staleness == 1 else []
+    def memory(self, load: ExchangeLoad) -> list[tuple[str, int]]:
+        """Without a lossy codec as gossip; with one, the node's float32 copies of this
+        rank's shard and the shard's codec buffers between nodes (one node: nothing is
+        encoded)."""
+        stale = send_copies(load.grads, load.staleness)
+        if not load.lossy:
+            return [("receive buffers", load.grads), *stale]
+        r = load.ranks_per_node
+        parts = [*stale]
         if r > 1:
-            parts.append(("receive buffers (the node's shards)", round((r - 1) * grads / r)))
-        if r >= size:
+            parts.append(("receive buffers (the node's shards)", round((r - 1) * load.grads / r)))
+        if r >= load.size:
             return parts
-        return parts + one_peer_codec_memory(grads, max(buckets), ratio, feedback, share=r)
+        return parts + one_peer_codec_memory(load, share=r)
 
 
 SHAPES.register(Node.name, Node(), replace=True)

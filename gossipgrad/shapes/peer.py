@@ -17,7 +17,7 @@ from typing import Any
 from gossipgrad.comm.transport import PeerTransport
 from gossipgrad.registry import SHAPES
 from gossipgrad.shapes.common import intra, send_copies
-from gossipgrad.specs import ShapeSpec
+from gossipgrad.specs import ExchangeLoad, ShapeSpec
 
 
 def peer_s(n: float, size: int, alpha: float, beta: float, duplex: float, fabric: Any) -> float:
@@ -30,16 +30,15 @@ def peer_s(n: float, size: int, alpha: float, beta: float, duplex: float, fabric
     return alpha + n * max(duplex * beta * fabric.peer_streams(size), fabric.shared_beta(size))
 
 
-def one_peer_codec_memory(
-    grads: int, largest: int, ratio: float, feedback: bool, share: int = 1
-) -> list[tuple[str, int]]:
+def one_peer_codec_memory(load: ExchangeLoad, share: int = 1) -> list[tuple[str, int]]:
     """A lossy codec's buffers for a one-peer exchange of ``1 / share`` of the buckets:
     send and receive wires, error-feedback residuals and last decodings, and buckets of
     decoding scratch (2 without feedback, 5 with)."""
-    parts = [("wire buffers (send and receive)", round(2 * ratio * grads / share))]
-    if feedback:
-        parts.append(("error-feedback residuals and last decodings", round(2 * grads / share)))
-    parts.append(("codec scratch", round((5 if feedback else 2) * largest / share)))
+    grads = load.grads / share
+    parts = [("wire buffers (send and receive)", round(2 * load.ratio * grads))]
+    if load.feedback:
+        parts.append(("error-feedback residuals and last decodings", round(2 * grads)))
+    parts.append(("codec scratch", round((5 if load.feedback else 2) * load.largest / share)))
     return parts
 
 
@@ -61,25 +60,11 @@ class Peer(ShapeSpec):
         cost = link.gossip_factor * peer_s(nbytes, size, a, b, link.duplex, f)
         return cost + link.host_s_per_byte * nbytes
 
-    def memory(
-        self, grads: int, buckets: list[int], size: int, staleness: int
-    ) -> list[tuple[str, int]]:
-        return [("receive buffers", grads), *send_copies(grads, staleness)]
-
-    def codec_memory(
-        self,
-        grads: int,
-        buckets: list[int],
-        size: int,
-        staleness: int,
-        ratio: float,
-        feedback: bool,
-        ranks_per_node: int,
-    ) -> list[tuple[str, int]]:
-        return [
-            *send_copies(grads, staleness),
-            *one_peer_codec_memory(grads, max(buckets), ratio, feedback),
-        ]
+    def memory(self, load: ExchangeLoad) -> list[tuple[str, int]]:
+        stale = send_copies(load.grads, load.staleness)
+        if not load.lossy:
+            return [("receive buffers", load.grads), *stale]
+        return [*stale, *one_peer_codec_memory(load)]
 
 
 SHAPES.register(Peer.name, Peer(), replace=True)

@@ -28,7 +28,7 @@ from gossipgrad.comm.collectives import allreduce_bytes
 from gossipgrad.comm.transport import AllreduceTransport
 from gossipgrad.registry import SHAPES
 from gossipgrad.shapes.common import placed, send_copies
-from gossipgrad.specs import ShapeSpec
+from gossipgrad.specs import ExchangeLoad, ShapeSpec
 
 
 def ring_s(
@@ -122,27 +122,15 @@ class Ring(ShapeSpec):
         lat, bw = link.queued_latency_factor, link.queued_bandwidth_factor
         return [ring_s(n, size, a, b, f, lat, bw) + link.host_s_per_byte * n for n in nbytes]
 
-    def memory(
-        self, grads: int, buckets: list[int], size: int, staleness: int
-    ) -> list[tuple[str, int]]:
-        return [("allreduce staging", max(buckets)), *send_copies(grads, staleness)]
-
-    def codec_memory(
-        self,
-        grads: int,
-        buckets: list[int],
-        size: int,
-        staleness: int,
-        ratio: float,
-        feedback: bool,
-        ranks_per_node: int,
-    ) -> list[tuple[str, int]]:
-        shards = ratio * grads * (3 * size - 2) / size
-        parts = [*send_copies(grads, staleness)]
-        parts.append(("wire buffers (shards sent and received)", round(shards)))
-        if feedback:
-            parts.append(("error-feedback residuals and last decodings", round(2 * grads)))
-            parts.append(("codec scratch", round(3 * max(buckets))))
+    def memory(self, load: ExchangeLoad) -> list[tuple[str, int]]:
+        stale = send_copies(load.grads, load.staleness)
+        if not load.lossy:
+            return [("allreduce staging", load.largest), *stale]
+        shards = load.ratio * load.grads * (3 * load.size - 2) / load.size
+        parts = [*stale, ("wire buffers (shards sent and received)", round(shards))]
+        if load.feedback:
+            parts.append(("error-feedback residuals and last decodings", round(2 * load.grads)))
+            parts.append(("codec scratch", round(3 * load.largest)))
         return parts
 
 

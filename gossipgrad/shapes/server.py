@@ -26,7 +26,7 @@ from gossipgrad.comm.collectives import allreduce_bytes
 from gossipgrad.engine.ps.shards import assign_owners, push_pool
 from gossipgrad.registry import SHAPES
 from gossipgrad.shapes.common import intra
-from gossipgrad.specs import ShapeSpec
+from gossipgrad.specs import ExchangeLoad, ShapeSpec
 
 
 def server_loads(nbytes: Sequence[int], size: int) -> tuple[list[int], list[int]]:
@@ -118,20 +118,16 @@ class Server(ShapeSpec):
         wire = server_s(nbytes, size, link.alpha_s, link.beta_s_per_byte, link.fabric)
         return [c + link.host_s_per_byte * n for c, n in zip(wire, nbytes, strict=True)]
 
-    def codec_memory(
-        self,
-        grads: int,
-        buckets: list[int],
-        size: int,
-        staleness: int,
-        ratio: float,
-        feedback: bool,
-        ranks_per_node: int,
-    ) -> list[tuple[str, int]]:
-        parts = [("wire buffers", owner_wires(buckets, size, staleness, ratio))]
-        if feedback:
-            parts.append(("error-feedback residuals and last decodings", round(2 * grads)))
-        parts.append(("codec scratch", round((4 if feedback else 1) * max(buckets))))
+    def memory(self, load: ExchangeLoad) -> list[tuple[str, int]]:
+        """A lossy codec's wires on the busiest owner (its served buffers: the planner's
+        busiest-owner accounting, as for every ``incast`` shape)."""
+        if not load.lossy:
+            return []
+        wires = owner_wires(load.buckets, load.size, load.staleness, load.ratio)
+        parts = [("wire buffers", wires)]
+        if load.feedback:
+            parts.append(("error-feedback residuals and last decodings", round(2 * load.grads)))
+        parts.append(("codec scratch", round((4 if load.feedback else 1) * load.largest)))
         return parts
 
 

@@ -7,7 +7,7 @@ A new one is one module that subclasses a spec here and registers an instance::
 """
 
 from gossipgrad.specs.device import DeviceSpec
-from gossipgrad.specs.shape import ShapeSpec
+from gossipgrad.specs.shape import ExchangeLoad, ShapeSpec
 from gossipgrad.specs.strategy import COMMON_FIELDS, NEUTRAL, StrategySpec
 from gossipgrad.specs.timing import TimingSpec
 from gossipgrad.specs.topology import TopologySpec
@@ -16,6 +16,7 @@ __all__ = [
     "COMMON_FIELDS",
     "NEUTRAL",
     "DeviceSpec",
+    "ExchangeLoad",
     "ShapeSpec",
     "StrategySpec",
     "TimingSpec",

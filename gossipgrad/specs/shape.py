@@ -13,6 +13,7 @@ The time model is written against a *link*: the planner's network model
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 
@@ -74,26 +75,39 @@ class ShapeSpec:
         """Each bucket's cost when posted while the one ahead is in flight; None: as alone."""
         return None
 
-    def memory(
-        self, grads: int, buckets: list[int], size: int, staleness: int
-    ) -> list[tuple[str, int]]:
-        """Buffers one rank holds for the exchange of ``buckets`` (bytes each; ``grads``
-        bytes of gradients in all) beyond parameters, gradients and optimizer state,
-        without a lossy codec: ``(what, bytes)``. ``staleness``: 1 for a stale exchange
-        (an owner's slack where the shape has owners)."""
+    def memory(self, load: ExchangeLoad) -> list[tuple[str, int]]:
+        """Buffers one rank holds for the exchange of ``load`` beyond parameters, gradients
+        and optimizer state: ``(what, bytes)`` (a lossy codec's wires, residuals and
+        scratch where ``load.lossy``)."""
         return []
 
-    def codec_memory(
-        self,
-        grads: int,
-        buckets: list[int],
-        size: int,
-        staleness: int,
-        ratio: float,
-        feedback: bool,
-        ranks_per_node: int,
-    ) -> list[tuple[str, int]]:
-        """The same with a lossy codec of ``ratio`` wire bytes per byte (``feedback``: it
-        keeps error-feedback residuals; ``ranks_per_node``: ranks behind one network
-        interface)."""
-        return []
+
+@dataclass(frozen=True)
+class ExchangeLoad:
+    """What a step exchanges, as a shape's memory model reads it.
+
+    Attributes:
+        grads: bytes of gradients in all buckets.
+        buckets: each bucket's bytes.
+        size: ranks.
+        staleness: 1 for a stale exchange (an owner's slack where the shape has owners).
+        ratio: wire bytes per byte of a lossy codec (1.0: none).
+        feedback: the codec keeps error-feedback residuals.
+        ranks_per_node: ranks behind one network interface.
+    """
+
+    grads: int
+    buckets: tuple[int, ...]
+    size: int
+    staleness: int = 0
+    ratio: float = 1.0
+    feedback: bool = False
+    ranks_per_node: int = 1
+
+    @property
+    def lossy(self) -> bool:
+        return self.ratio < 1
+
+    @property
+    def largest(self) -> int:
+        return max(self.buckets)

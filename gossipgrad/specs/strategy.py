@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from gossipgrad.choices import spell
+from gossipgrad.registry import SHAPES
 
 
 class StrategySpec:
@@ -108,8 +109,6 @@ class StrategySpec:
     @property
     def exchange_shape(self) -> Any:
         """The :class:`~gossipgrad.specs.ShapeSpec` that :attr:`shape` names."""
-        from gossipgrad.registry import SHAPES
-
         return SHAPES.get(self.shape)
 
     def bytes_per_step(self, nbytes: float, size: int) -> float:

@@ -81,23 +81,15 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._optimizer_load_state_dict_post_hooks: dict = {}
 
     # -- torch's -----------------------------------------------------------------------
-    @property
-    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
-        """The wrapped optimizer's groups (read between ``backward()`` and ``step()``,
-        they hold the exchanged gradients, as DDP's do after its backward)."""
-        return self._engine.param_groups
-
-    @param_groups.setter
-    def param_groups(self, groups: list[dict[str, Any]]) -> None:
-        self._engine.param_groups = groups
-
-    @property
-    def state(self) -> Any:  # type: ignore[override]
-        return self._engine.state
-
-    @state.setter
-    def state(self, value: Any) -> None:
-        self._engine.state = value
+    # param_groups and state are the engine's (read between backward() and step(), the
+    # groups hold the exchanged gradients, as DDP's do after its backward).
+    param_groups = property(
+        lambda self: self._engine.param_groups,
+        lambda self, groups: setattr(self._engine, "param_groups", groups),
+    )
+    state = property(
+        lambda self: self._engine.state, lambda self, s: setattr(self._engine, "state", s)
+    )
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         self._engine.add_param_group(param_group)
@@ -189,12 +181,13 @@ def build_optimizer(
     optimizer: torch.optim.Optimizer,
     model: torch.nn.Module,
     comm: Communicator,
-    options: ExchangeOptions | None = None,
-    *,
-    stager: Stager | None = None,
-    **overrides: Any,
+    *args: Any,
+    **kw: Any,
 ) -> Any:
-    """The engine's optimizer that :class:`DistributedOptimizer` wraps, built the same way
-    (options, keywords, variables): what the benchmarks and tools drive directly."""
-    opts = exchange_options(options, overrides)
+    """The engine's optimizer that :class:`DistributedOptimizer` wraps, built from the same
+    arguments (``options``, ``stager=``, keywords, variables): what the benchmarks and tools
+    drive directly."""
+    options = args[0] if args else kw.pop("options", None)
+    stager = kw.pop("stager", None)
+    opts = exchange_options(options, kw)
     return opts.spec.build(optimizer, model, comm, opts, stager=stager)

@@ -6,8 +6,8 @@ Accounting (bytes), with ``P`` = ``param_bytes`` and ``G`` = bytes in gradient b
   grads, optimizer state and activations). Otherwise ``P`` (params) + ``G`` (grads, which
   live in the buckets) + ``optimizer_state_factor * P`` — activations are then *not*
   counted, and the estimate says so;
-- the exchange's buffers: what the strategy's exchange shape says it holds
-  (``memory``, and ``codec_memory`` with a lossy wire codec: ``gossipgrad/shapes/``): gossip
+- the exchange's buffers: what the strategy's exchange shape says it holds (its
+  ``memory`` of an ``ExchangeLoad``, a lossy codec included: ``gossipgrad/shapes/``): gossip
   a receive buffer per bucket, allreduce a staging buffer of the largest, staleness 1 a
   send copy of every bucket, a lossy codec's wires, residuals and decoding scratch (counts
   read off the tensors of small runs: tests/inprocess/test_codec_memory.py);
@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gossipgrad.engine.ps.shards import assign_owners, push_pool
+from gossipgrad.specs import ExchangeLoad
 from gossipgrad.tools.plan.formats import Profile
 from gossipgrad.tools.plan.model import shape_of
 
@@ -115,11 +116,10 @@ def estimate_memory(
     nbytes = [b.bytes for b in profile.buckets]
     if moves and shape.incast:
         parts = _busiest_owner(parts, profile, size, staleness, optimizer_state_factor)
-    if lossy:
-        rpn = ranks_per_node
-        parts += shape.codec_memory(grads, nbytes, size, staleness, wire_ratio, feedback, rpn)
-    elif moves:
-        parts += shape.memory(grads, nbytes, size, staleness)
+    if moves:
+        ratio = wire_ratio if lossy else 1.0
+        load = ExchangeLoad(grads, tuple(nbytes), size, staleness, ratio, feedback, ranks_per_node)
+        parts += shape.memory(load)
     return MemoryEstimate(tuple(parts), device_memory_bytes, profile.memory_bytes is not None)
 
 

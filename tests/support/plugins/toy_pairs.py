@@ -84,8 +84,8 @@ class PairShape(ShapeSpec):
         wire = link.alpha_s + link.duplex * link.beta_s_per_byte * nbytes
         return link.gossip_factor * wire + link.host_s_per_byte * nbytes
 
-    def memory(self, grads: int, buckets: list, size: int, staleness: int) -> list:
-        return [("pair receive buffers", grads)]
+    def memory(self, load: Any) -> list:
+        return [("pair receive buffers", load.grads)]
 
 
 class Pairs(BucketStrategy):
