@@ -24,6 +24,7 @@ from gossipgrad.cli.output import write_output
 from gossipgrad.registry import CODECS
 from gossipgrad.tools.measure.refit import load_document, stale_fit
 from gossipgrad.tools.plan.model import parse_strategy
+from gossipgrad.tools.plan.options import PlanOptions
 from gossipgrad.tools.plan.report import plan_report
 
 
@@ -328,7 +329,7 @@ def plan(
     predict steps to --target-accuracy and recommend by time to accuracy."""
     _warn_stale_network(network_path)
     try:
-        text = plan_report(
+        options = PlanOptions(
             profile_path,
             network_path,
             sizes=sizes,
@@ -360,6 +361,7 @@ def plan(
             ps_split=ps_split,
             steps_at_size=steps_at_size,
         )
+        text = plan_report(options)
     except (ValueError, OSError, ImportError) as exc:
         raise click.ClickException(str(exc)) from exc
     write_output(text, out)

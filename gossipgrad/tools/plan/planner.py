@@ -18,9 +18,10 @@ staleness 1 may need more steps to reach the same accuracy; pass measured metric
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gossipgrad.registry import STRATEGIES
 from gossipgrad.tools.plan.convergence import ConvergenceReport, render_convergence
@@ -40,10 +41,15 @@ from gossipgrad.tools.plan.model import (
     split_large,
     step_time,
 )
+from gossipgrad.tools.plan.options import (  # noqa: F401 - re-exported
+    DEFAULT_BUCKET_MB,
+    DEFAULT_STRATEGIES,
+    DEFAULT_TIE_TOLERANCE,
+    PlanOptions,
+    plan_options,
+)
 from gossipgrad.tools.plan.patterns import ps_cap
 
-DEFAULT_BUCKET_MB: tuple[float, ...] = (1, 4, 25, 100)
-DEFAULT_STRATEGIES: tuple[str, ...] = ("gossip", "allreduce")
 DISCLAIMER = (
     "These are throughput predictions only. Time to accuracy also depends on convergence: "
     "gossip (and staleness 1) may need more steps to reach the same accuracy than allreduce, "
@@ -51,7 +57,6 @@ DISCLAIMER = (
     "(--metrics) give a steps-to-target fit and a time-to-accuracy prediction below."
 )
 _REL_TIE = 1e-9
-DEFAULT_TIE_TOLERANCE = 0.01
 
 
 @dataclass(frozen=True)
@@ -77,31 +82,27 @@ class PlanRow:
 def plan(
     profile: Profile,
     model: CommModel,
+    options: PlanOptions | None = None,
     *,
-    sizes: Iterable[int],
-    strategies: Iterable[str] = DEFAULT_STRATEGIES,
-    bucket_mb: Iterable[float] = DEFAULT_BUCKET_MB,
-    staleness: Iterable[int] = (0, 1),
-    overlap: bool = True,
-    device_memory_bytes: int | None = None,
-    optimizer_state_factor: float = 1.0,
     host: HostShare | None = None,
-    mix: str = "grad",
-    sufficient_factors: str = "off",
-    ps_split: bool = True,
     wire_feedback: bool = False,
+    **fields: Any,
 ) -> list[PlanRow]:
-    """Predict every combination; rows are ordered by size, strategy, bucket, staleness.
-    ``host``: cores and ranks per host (None: every rank has a spare core for its
-    communication thread; see ``step_time``). ``mix``: what a peer strategy (gossip)
-    mixes; ``sufficient_factors`` (off, auto, on): the profile's Linear layers
-    (``profile.linear``) go as factors where the runtime would send them (staleness 0,
-    gradients mixed; a parameter server only with ``on``). ``ps_split``: a parameter server
-    splits a parameter larger than a server's share across owners, as the engine does with
-    an optimizer that updates each element on its own (SGD, Adam, ...); False prices it on
-    one owner, as the engine runs it with any other optimizer (LARS, LAMB, Shampoo).
-    ``wire_feedback``: the wire codec (``model.wire_ratio``) keeps error-feedback residuals,
-    which the memory check counts."""
+    """Predict every combination of ``options``' grid (sizes x strategies x bucket caps x
+    staleness; or its fields as keywords, the paths left out); rows are ordered by size,
+    strategy, bucket, staleness. ``host``: cores and ranks per host (None: every rank has a
+    spare core for its communication thread; see ``step_time``). ``options.mix``: what a
+    peer strategy mixes; ``options.sufficient_factors`` (off, auto, on): the profile's
+    Linear layers (``profile.linear``) go as factors where the runtime would send them
+    (staleness 0, gradients mixed; a parameter server only with ``on``); ``ps_split``: a
+    parameter server splits a parameter larger than a server's share across owners.
+    ``wire_feedback``: the wire codec (``model.wire_ratio``) keeps error-feedback
+    residuals, which the memory check counts."""
+    o = plan_options(options, {"profile_path": "", "network_path": "", **fields})
+    strategies, bucket_mb, staleness = o.strategies, o.bucket_mb, o.staleness
+    sizes, overlap, mix = o.sizes, o.overlap, o.mix
+    sufficient_factors, ps_split = o.sufficient_factors, o.ps_split
+    device_memory_bytes, optimizer_state_factor = o.device_memory_bytes, o.optimizer_state_factor
     strategies = [parse_strategy(s) for s in strategies]
     caps = [_cap_bytes(mb) for mb in bucket_mb]
     stalenesses = list(staleness)

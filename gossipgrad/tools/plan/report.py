@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from gossipgrad.registry import CODECS
 from gossipgrad.tools.plan.calibrate import scale_exchange, scale_profile
@@ -23,10 +24,8 @@ from gossipgrad.tools.plan.convergence import ConvergenceReport, read_lines, ste
 from gossipgrad.tools.plan.formats import NetworkFit, Profile
 from gossipgrad.tools.plan.host import HostShare
 from gossipgrad.tools.plan.model import CommModel, on_the_wire, shape_of
+from gossipgrad.tools.plan.options import PlanOptions, plan_options
 from gossipgrad.tools.plan.planner import (
-    DEFAULT_BUCKET_MB,
-    DEFAULT_STRATEGIES,
-    DEFAULT_TIE_TOLERANCE,
     PlanRow,
     plan,
     plot_png,
@@ -38,76 +37,25 @@ from gossipgrad.tools.plan.tta import read_step_times, render_tta, tta_rows, tta
 
 # Over 60 lines on purpose: reads the inputs, plans, and writes every output format from one set
 # of results.
-def plan_report(
-    profile_path: str | Path,
-    network_path: str | Path,
-    *,
-    sizes: Iterable[int],
-    strategies: Iterable[str] = DEFAULT_STRATEGIES,
-    bucket_mb: Iterable[float] = DEFAULT_BUCKET_MB,
-    staleness: Iterable[int] = (0, 1),
-    overlap: bool = True,
-    duplex: float = 1.0,
-    calibrate_allreduce: bool = False,
-    device_memory_bytes: int | None = None,
-    optimizer_state_factor: float = 1.0,
-    metrics_path: str | Path | Sequence[str | Path] | None = None,
-    target_accuracy: float | None = None,
-    png_path: str | Path | None = None,
-    all_rows: bool = False,
-    tie_tolerance: float = DEFAULT_TIE_TOLERANCE,
-    host_cores: int | None = None,
-    ranks_per_host: int | None = None,
-    handoff_s: float | None = None,
-    stale_s_per_byte: float | None = None,
-    overlap_s: float | None = None,
-    compute_factor: float = 1.0,
-    exchange_factor: Mapping[str, float] | None = None,
-    mix: str = "grad",
-    sufficient_factors: str = "off",
-    fabric: Mapping[str, object] | None = None,
-    interference: float = 0.0,
-    step_times: Sequence[str | Path] | None = None,
-    wire: str = "fp32",
-    ps_split: bool = True,
-    steps_at_size: bool = False,
-) -> str:
-    """Load the profile and network fit, predict every configuration, and return the
-    markdown report; also writes a PNG when ``png_path`` is given. ``metrics_path`` (one
-    file or several) and ``target_accuracy`` go together: measured steps to that accuracy
-    per strategy and size, and the predicted time to it (:mod:`gossipgrad.tools.plan.tta`).
-    ``host_cores``, ``ranks_per_host``, ``handoff_s``, ``stale_s_per_byte``, ``overlap_s``
-    override the network file's ``host`` record field by field (see ``resolve_host``).
-    ``compute_factor`` and ``exchange_factor`` (strategy -> factor) are the in-step
-    calibration (:mod:`gossipgrad.tools.plan.calibrate`; ``lab plan-validate``'s ``calibration``).
-    ``mix``, ``sufficient_factors``: what gossip mixes, whether Linear layers go as factors.
-    ``fabric``: fields of :class:`~gossipgrad.tools.plan.fabric.Fabric` for the cluster planned
-    (ranks per node, intra-node link, hierarchical), over what the network file measured;
-    ``interference``: compute seconds added per second of communication beside it.
-    ``step_times``: ``bench strategies`` records whose measured step times replace the
-    planner's in the time-to-accuracy table (:func:`~gossipgrad.tools.plan.tta.read_step_times`).
-    ``wire``: the wire codec every bucket goes through (:func:`codec_on_the_wire`,
-    :func:`~gossipgrad.tools.plan.model.on_the_wire`). ``ps_split``: a parameter server splits a
-    parameter larger than a server's share across owners (an elementwise optimizer's; False:
-    on one owner, as with any other optimizer). ``steps_at_size``: the time to accuracy
-    takes the steps measured at a planned size where the metrics hold runs there (pilot
-    runs of other seeds) instead of the fit from smaller sizes."""
-    if (metrics_path is None) != (target_accuracy is None):
-        raise ValueError(
-            "metrics_path and target_accuracy must be given together "
-            "(--metrics FILE --target-accuracy X)"
-        )
-    if steps_at_size and metrics_path is None:
-        raise ValueError(
-            "--steps-at-size reads steps from --metrics: give --metrics FILE (runs at the "
-            "planned size) and --target-accuracy X"
-        )
-    strategies = list(strategies)
-    profile = scale_profile(Profile.load(profile_path), compute_factor)
-    network = NetworkFit.load(network_path)
-    model = CommModel.from_network(network, duplex=duplex, calibrate_allreduce=calibrate_allreduce)
+def plan_report(options: PlanOptions | str | Path | None = None, *args: Any, **fields: Any) -> str:
+    """Load the profile and network fit, predict every configuration of ``options``
+    (:class:`~gossipgrad.tools.plan.options.PlanOptions`; or its fields, the two paths first,
+    as keywords), and return the markdown report; also writes a PNG when ``png_path`` is
+    given, and the time to accuracy with ``metrics_path`` and ``target_accuracy``
+    (:mod:`gossipgrad.tools.plan.tta`)."""
+    if not isinstance(options, PlanOptions | None):  # the paths given positionally
+        options = PlanOptions(options, *args, **fields)
+        fields = {}
+    o = plan_options(options, fields)
+    strategies = list(o.strategies)
+    wire, exchange_factor, compute_factor = o.wire, o.exchange_factor, o.compute_factor
+    profile = scale_profile(Profile.load(o.profile_path), compute_factor)
+    network = NetworkFit.load(o.network_path)
+    model = CommModel.from_network(
+        network, duplex=o.duplex, calibrate_allreduce=o.calibrate_allreduce
+    )
     model = replace(
-        model, fabric=replace(model.fabric, **dict(fabric or {})), interference=interference
+        model, fabric=replace(model.fabric, **dict(o.fabric or {})), interference=o.interference
     )
     for strategy, factor in (exchange_factor or {}).items():
         model = scale_exchange(model, strategy, factor)
@@ -116,43 +64,29 @@ def plan_report(
         model = codec_on_the_wire(model, wire)
         strategies, refused = strategies_taking(strategies, wire)
     host = resolve_host(
-        network.host, host_cores, ranks_per_host, handoff_s, stale_s_per_byte, overlap_s
+        network.host, o.host_cores, o.ranks_per_host, o.handoff_s, o.stale_s_per_byte, o.overlap_s
     )
-    rows = plan(
-        profile,
-        model,
-        sizes=sizes,
-        strategies=strategies,
-        bucket_mb=bucket_mb,
-        staleness=staleness,
-        overlap=overlap,
-        device_memory_bytes=device_memory_bytes,
-        optimizer_state_factor=optimizer_state_factor,
-        host=host,
-        mix=mix,
-        sufficient_factors=sufficient_factors,
-        ps_split=ps_split,
-        wire_feedback=bool(getattr(CODECS.get(wire), "feedback_default", False)),
-    )
+    feedback = bool(getattr(CODECS.get(wire), "feedback_default", False))
+    rows = plan(profile, model, o.replace(strategies=strategies), host=host, wire_feedback=feedback)
     convergence, tta = metrics_sections(
-        rows, metrics_path, target_accuracy, step_times, at_size=steps_at_size
+        rows, o.metrics_path, o.target_accuracy, o.step_times, at_size=o.steps_at_size
     )
     title = report_title(profile, network, host, compute_factor, exchange_factor)
     if wire != "fp32":
         title += f"; wire {wire} ({model.wire_ratio:.3g}x the bytes)"
         if refused:
             title += f"; left out (not with {wire}): {', '.join(refused)}"
-    if not ps_split and any(shape_of(s).incast for s in strategies):
+    if not o.ps_split and any(shape_of(s).incast for s in strategies):
         title += "; ps keeps every parameter on one owner (--ps-whole)"
-    if png_path is not None:
-        plot_png(rows, png_path, title=f"{profile.model}: predicted efficiency")
+    if o.png_path is not None:
+        plot_png(rows, o.png_path, title=f"{profile.model}: predicted efficiency")
     return (
         render_markdown(
             rows,
             title=title,
             convergence=convergence,
-            all_rows=all_rows,
-            tie_tolerance=tie_tolerance,
+            all_rows=o.all_rows,
+            tie_tolerance=o.tie_tolerance,
         )
         + tta
     )
