@@ -54,7 +54,7 @@ def import_horovod() -> Any:
     return hvd
 
 
-class HorovodOptimizer(LibraryOptimizer):
+class HorovodLibraryOptimizer(LibraryOptimizer):
     """``hvd.DistributedOptimizer`` with DistributedOptimizer's interface.
 
     ``.optimizer`` is Horovod's wrapper (a new optimizer over the same parameter groups;
@@ -191,7 +191,7 @@ class Horovod(LibraryStrategy):
     wires = ("fp32", "fp16")  # hvd.Compression.none, hvd.Compression.fp16
 
     def build(self, optimizer: Any, model: Any, comm: Any, opts: Any, *, stager: Any) -> Any:
-        return HorovodOptimizer(optimizer, model, comm, opts)
+        return HorovodLibraryOptimizer(optimizer, model, comm, opts)
 
     def fusion_window_s(self) -> float | None:
         """Horovod's cycle: ``HOROVOD_CYCLE_TIME`` (ms) where set, else 5 ms (the larger of

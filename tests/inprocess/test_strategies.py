@@ -255,7 +255,7 @@ def test_horovod_gets_its_fp16_compression(monkeypatch, wire, name):
     monkeypatch.setenv("HOROVOD_FUSION_THRESHOLD", "1")
     model = torch.nn.Linear(3, 2)
     options = ExchangeOptions(strategy="horovod", wire=wire)
-    horovod.HorovodOptimizer(
+    horovod.HorovodLibraryOptimizer(
         torch.optim.SGD(model.parameters(), lr=0.1), model, _one_rank(), options
     )
     assert fake.compression is getattr(fake.Compression, name)
