@@ -278,7 +278,7 @@ def wire_refusal(strategy: str, wire: str) -> str | None:
 def default_mix(strategy: str, adaptive: bool) -> Mix | None:
     """What a caller who names no mix gets, given whether the local optimizer is adaptive
     (Adam and its kin): gossip mixes gradients for those and parameters otherwise; None
-    is the strategy's own. Measured: docs/validation/optimizers.md, one seed (parameter mixing
+    is the strategy's own. Measured: lab/records/optimizers.md, one seed (parameter mixing
     trailed gradient-averaging allreduce with Adam, gradient mixing did not; with SGD it
     is the other way round).
 

@@ -40,7 +40,7 @@ AUTO_PICKS_EXACT: Final = True
 """Whether ``auto`` resolves to :func:`best_exact_topology` (base2 for sizes that are not a
 power of two) instead of dissemination: the engine mixes with ``Peers.weight`` and sends
 nothing on an idle step, so base2 gives the exact mean after one period in training too
-(powers of two get the hypercube either way). docs/validation/schedules.md has the
+(powers of two get the hypercube either way). lab/records/schedules.md has the
 digits runs at 6 and 7 ranks that checked it against dissemination."""
 
 

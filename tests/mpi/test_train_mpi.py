@@ -85,7 +85,7 @@ def test_gossip_matches_allreduce_at_eight_ranks_and_sends_constant_bytes(traine
 
 @pytest.mark.timeout(660)
 def test_shuffle_brings_a_label_sorted_start_within_a_point_of_iid_at_eight_ranks(trained):
-    """The README's non-IID claim, with every default (shuffle on): a start where each rank
+    """docs/benchmarks.md's non-IID claim, with every default (shuffle on): a start where each rank
     holds ~1 label ends within 1 point of the IID start (with --no-shuffle it does not:
     the bound catches a shuffle that moves nothing)."""
     iid = trained(8, "gossip", "--partition", "iid")

@@ -297,7 +297,7 @@ class Checkpointer:
         problem = None if error is None else f"could not write {what}: {self._cause(error)}"
         # An allreduce first, then the messages only if a write failed: a rank that died
         # meanwhile (ULFM) must fail an allreduce: an all-gather failed that way left Open
-        # MPI 5.0's MPI_Finalize spinning on the survivors (docs/validation/failure.md).
+        # MPI 5.0's MPI_Finalize spinning on the survivors (lab/records/failure.md).
         flag = np.array([problem is not None], dtype=np.int64)
         if not allreduce_(self.comm, flag, ReduceOp.MAX, what="checkpoint write")[0]:
             return nbytes
