@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -168,7 +169,7 @@ def _mpi_world(timeout: float, env: Settings) -> tuple[Communicator, int, int, b
     per_node = node_size()
     # Ranks bound one per core each see one core: the node's are their union. Ranks get here
     # at different times (imports): the start-up deadline, not a tiny --comm-timeout.
-    start = max(timeout, startup.START_TIMEOUT_S)
+    start = max(timeout, startup.start_timeout_s())
     together = node_cores(MpiCommunicator(timeout=start, delay_s=0.0))
     comm = MpiCommunicator(
         timeout=timeout, policy=wait_policy(together, per_node, env), delayer=DelayedPoster
@@ -315,7 +316,7 @@ def end_job(comm: Communicator) -> NoReturn:
     reporter = getattr(exc, "reporter", None)  # an AgreedError, or an error made like one
     if reporter is not None:
         abort_job(comm, str(exc), getattr(exc, "code", 1), quiet=comm.rank != reporter)
-    timeout = cause_of(exc, CommTimeout)
+    timeout = cause_of(exc, CommTimeout) or _library_deadline(comm, exc)
     if timeout is not None:  # who is stuck: probe the others, the lowest rank heard reports
         message, reporter = report(comm, timeout)
         abort_job(comm, message, quiet=comm.rank != reporter)
@@ -323,6 +324,27 @@ def end_job(comm: Communicator) -> NoReturn:
         abort_job(comm, rank_message(comm, exc))
     log.exception("rank %d: unexpected error", comm.rank)  # a bug: say where
     abort_job(comm, f"rank {comm.rank}: aborting the job after an unexpected error")
+
+
+def _library_deadline(comm: Communicator, exc: BaseException | None) -> CommTimeout | None:
+    """A collective of torch.distributed that failed (``--strategy ddp``: gloo's "Timed out
+    waiting 5000ms", a peer's closed connection) as a deadline of ours, so that the report
+    probes the ranks and names the one that stopped; None for any other error. DDP's
+    reducer raises gloo's failures as plain RuntimeErrors: they are known by their text."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return None
+    failed = cause_of(exc, getattr(dist, "DistError", ()))
+    if failed is None and isinstance(exc, RuntimeError) and _LIBRARY_FAILURES.search(str(exc)):
+        failed = exc
+    if failed is None:
+        return None
+    said = " ".join(str(failed).split())  # gloo's message spans lines
+    return CommTimeout(f"rank {comm.rank}: torch.distributed: {said}; is every rank alive?")
+
+
+#: How torch.distributed's backends word a collective that a rank never joined.
+_LIBRARY_FAILURES = re.compile(r"gloo/transport/|collective operation timeout|NCCL communicator")
 
 
 def local_rank(comm: Communicator) -> int:

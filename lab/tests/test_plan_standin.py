@@ -177,6 +177,10 @@ def test_refit_networks_reads_the_shaped_rate_off_the_recorded_times(tmp_path):
         load_networks([bare], refit=True)
 
 
+# CPU-bound, no MPI: about two minutes of one core (13 scorings); the limit guards against a
+# hang, it measures nothing, so it leaves room for a host whose cores other jobs share
+# (load ~10 made the default 300 s too short; at load ~25 it took 19 minutes).
+@pytest.mark.timeout(2400)
 def test_the_rescore_script_scores_every_stored_launch_held_out(tmp_path):
     """``lab/standin_rescore.sh`` on the committed launches: every 8-rank GoogLeNet and
     ResNet-50 contender row (and the 2- and 4-rank rows at 2500mbit), every launch after the

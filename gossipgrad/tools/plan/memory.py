@@ -149,11 +149,8 @@ def _busiest_owner(
     parts: list[tuple[str, int]], profile: Profile, size: int, max_lag: int, state: float
 ) -> list[tuple[str, int]]:
     """``parts`` with the server's buffers of the rank that needs the most of them."""
-    nbytes = [b.bytes for b in profile.buckets]
-    owners = assign_owners(nbytes, size)
     best: list[tuple[str, int]] = []
-    for r in range(size):
-        mine = [n for n, o in zip(nbytes, owners, strict=True) if o == r]
+    for mine in _owned(profile, size) or [[]]:  # a rank that owns nothing needs nothing
         served = sum(mine)
         slots = (max_lag + 2) * sum((2 + push_pool(n, size)) * n for n in mine)
         extra = [("served masters and mean gradients", 2 * served), ("push slots", slots)]
@@ -203,16 +200,27 @@ def _codec_parts(
     return parts
 
 
+def _owned(profile: Profile, size: int) -> list[list[int]]:
+    """The bucket sizes each owning rank of ps serves (ranks that own none left out), in
+    one pass over the buckets, not one per rank."""
+    nbytes = [b.bytes for b in profile.buckets]
+    mine: dict[int, list[int]] = {}
+    for n, o in zip(nbytes, assign_owners(nbytes, size), strict=True):
+        mine.setdefault(o, []).append(n)
+    return [mine[r] for r in sorted(mine)]
+
+
 def _ps_wires(profile: Profile, size: int, max_lag: int, ratio: float) -> int:
     """A lossy codec's wires on ps's busiest owner: a push and a pull wire per step in
     flight for every bucket another rank serves, a wire per pool buffer of every push slot
     of its own buckets and one for each pull it sends."""
-    nbytes = [b.bytes for b in profile.buckets]
-    owners = assign_owners(nbytes, size)
+    total = sum(b.bytes for b in profile.buckets)
+    owned = _owned(profile, size)
+    if len(owned) < size:
+        owned.append([])  # a rank that owns nothing sends every push and pull wire
     most = 0
-    for r in range(size):
-        mine = [n for n, o in zip(nbytes, owners, strict=True) if o == r]
-        theirs = sum(nbytes) - sum(mine)
+    for mine in owned:
+        theirs = total - sum(mine)
         served = sum((max_lag + 2) * push_pool(n, size) * n + n for n in mine)
         most = max(most, round(ratio * (2 * (max_lag + 1) * theirs + served)))
     return most

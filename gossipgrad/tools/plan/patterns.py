@@ -102,14 +102,15 @@ def server_wire_bytes(nbytes: Sequence[int], size: int, fabric: Fabric) -> int:
     if fabric.nodes(size) == 1:
         return max(server_loads(nbytes, size)[0])
     ranks = [min(size, (m + 1) * r) - m * r for m in range(fabric.nodes(size))]
-    out = [0] * len(ranks)
+    homed = [0] * len(ranks)  # bytes of the buckets each node's ranks own
     for nb, o in zip(nbytes, owners, strict=True):
-        home = o // r
-        out[home] += (size - ranks[home]) * nb  # pulls to every rank off the owner's node
-        for node in range(len(out)):
-            if node != home:  # pushes of the ranks of ``node`` to the owner
-                out[node] += ranks[node] * nb
-    return max(out)
+        homed[o // r] += nb
+    total = sum(nbytes)
+    # a node sends the pulls of what it owns to every rank off it, and its ranks' pushes of
+    # everything else to the owners
+    return max(
+        (size - ranks[m]) * homed[m] + ranks[m] * (total - homed[m]) for m in range(len(ranks))
+    )
 
 
 def _intra(fabric: Fabric, alpha: float, beta: float) -> tuple[float, float]:
