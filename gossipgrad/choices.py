@@ -259,11 +259,26 @@ def finite(value: float, flag: str) -> None:
         raise ValueError(f"{spell(flag)} must be a finite number, got {value!r}")
 
 
+MIN_BUCKET_BYTES = 256
+"""The smallest bucket cap (``--bucket-mb`` 1/4096): every bucket, or every part of a
+parameter a parameter server splits, is a message a step; at one byte each a model took
+seconds a step."""
+
+
 def bucket_cap_bytes(bucket_mb: float) -> int:
-    """``--bucket-mb`` (MiB, > 0) in bytes.
+    """``--bucket-mb`` (MiB, at least :data:`MIN_BUCKET_BYTES`) in bytes.
 
     >>> bucket_cap_bytes(0.25)
     262144
+    >>> bucket_cap_bytes(1e-6)
+    Traceback (most recent call last):
+    ...
+    ValueError: bucket_mb must be >= 0.000244 (256 bytes: ...), got 1e-06
     """
     at_least(bucket_mb, 0, "--bucket-mb", strict=True)
+    if bucket_mb * 2**20 < MIN_BUCKET_BYTES:
+        raise ValueError(
+            f"{spell('--bucket-mb')} must be >= {MIN_BUCKET_BYTES / 2**20:.3g} "
+            f"({MIN_BUCKET_BYTES} bytes: each bucket is a message a step), got {bucket_mb:g}"
+        )
     return int(bucket_mb * 2**20)

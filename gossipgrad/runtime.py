@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -68,10 +69,21 @@ def launch_rank(environ: Any = None) -> int:
 
 
 def init(
-    timeout: float = DEFAULT_TIMEOUT_S, verbose: bool = False, torch_distributed: bool = False
+    timeout: float = DEFAULT_TIMEOUT_S,
+    verbose: bool = False,
+    torch_distributed: bool = False,
+    configure: bool = False,
 ) -> Communicator:
-    """Return this process's communicator, fitted to its share of the node (torch threads,
-    wait policy: :func:`wait_policy`), and configure logging with a rank prefix.
+    """Return this process's communicator, with its waits fitted to its share of the node
+    (:func:`wait_policy`).
+
+    ``configure``: also fit the process as ``gossipgrad train`` does: torch's intra-op
+    threads to this rank's share of the node's cores (:func:`torch_threads`;
+    ``GOSSIPGRAD_THREADS``/``OMP_NUM_THREADS`` override) and gossipgrad's log to stderr with
+    a rank prefix, rank 0 at INFO and the others at WARNING (:func:`setup_logging`). Off by
+    default: a library leaves torch's threads and the application's logging as they are.
+    ``verbose``: gossipgrad's log at DEBUG on every rank, with the prefix (it configures
+    logging, with or without ``configure``).
 
     ``torch_distributed``: also bring up torch.distributed's default process group (gloo)
     on the same ranks, and set ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and
@@ -91,25 +103,22 @@ def init(
 
         world = startup.started() or startup.start_mpi(timeout)
         try:
-            comm, per_node, together = _mpi_world(timeout, env, verbose)
+            comm, per_node, together, multiple = _mpi_world(timeout, env)
         except Exception:  # noqa: BLE001 - after MPI_Init: end every rank, not this one
             end_job(world)
     else:
         from gossipgrad.comm.local import LocalWorld
 
-        per_node, together = 1, cores
+        per_node, together, multiple = 1, cores, True
         comm = LocalWorld(1, timeout=timeout).communicators()[0]
-        setup_logging(0, 1, verbose)
-    import torch
+    if configure or verbose:
+        setup_logging(comm.rank, comm.size, verbose)
+    if configure:
+        import torch
 
-    torch.set_num_threads(torch_threads(cores, per_node, env))
-    if comm.rank == 0 and comm.policy.spin_s == 0.0 and env.wait_spin_s is None:
-        log.info(
-            "%d ranks share %d cores: waits yield the CPU instead of spinning "
-            "(GOSSIPGRAD_WAIT_SPIN_S overrides)",
-            per_node,
-            together,
-        )
+        torch.set_num_threads(torch_threads(cores, per_node, env))
+    if comm.rank == 0:  # once per job, not once per rank
+        _note_start(comm, multiple, per_node, together, env)
     if torch_distributed:
         start_torch_distributed(comm)
     return comm
@@ -132,8 +141,27 @@ def start_torch_distributed(comm: Communicator) -> None:
         os.environ.setdefault(name, str(value))
 
 
-def _mpi_world(timeout: float, env: Settings, verbose: bool) -> tuple[Communicator, int, int]:
-    """(the world fitted to the node, ranks on this node, cores they share). Collective."""
+def _note_start(
+    comm: Communicator, multiple: bool, per_node: int, together: int, env: Settings
+) -> None:
+    """Rank 0 says how MPI calls and waits will behave where that is not the usual."""
+    if not multiple:
+        log.warning(
+            "MPI granted less than MPI_THREAD_MULTIPLE: MPI calls from the "
+            "communication and shuffle threads are serialised behind one lock"
+        )
+    if comm.policy.spin_s == 0.0 and env.wait_spin_s is None:
+        log.info(
+            "%d ranks share %d cores: waits yield the CPU instead of spinning "
+            "(GOSSIPGRAD_WAIT_SPIN_S overrides)",
+            per_node,
+            together,
+        )
+
+
+def _mpi_world(timeout: float, env: Settings) -> tuple[Communicator, int, int, bool]:
+    """(the world fitted to the node, ranks on this node, cores they share, whether MPI
+    granted ``MPI_THREAD_MULTIPLE``). Collective."""
     from gossipgrad import startup
     from gossipgrad.comm.mpi import MpiCommunicator, node_size, thread_multiple
     from gossipgrad.inject.delay import DelayedPoster
@@ -141,18 +169,12 @@ def _mpi_world(timeout: float, env: Settings, verbose: bool) -> tuple[Communicat
     per_node = node_size()
     # Ranks bound one per core each see one core: the node's are their union. Ranks get here
     # at different times (imports): the start-up deadline, not a tiny --comm-timeout.
-    start = max(timeout, startup.START_TIMEOUT_S)
+    start = max(timeout, startup.start_timeout_s())
     together = node_cores(MpiCommunicator(timeout=start, delay_s=0.0))
     comm = MpiCommunicator(
         timeout=timeout, policy=wait_policy(together, per_node, env), delayer=DelayedPoster
     )
-    setup_logging(comm.rank, comm.size, verbose)
-    if not thread_multiple() and comm.rank == 0:  # once per job, not once per rank
-        log.warning(
-            "MPI granted less than MPI_THREAD_MULTIPLE: MPI calls from the "
-            "communication and shuffle threads are serialised behind one lock"
-        )
-    return comm, per_node, together
+    return comm, per_node, together, thread_multiple()
 
 
 def torch_threads(cores: int, per_node: int, env: Settings) -> int:
@@ -294,7 +316,7 @@ def end_job(comm: Communicator) -> NoReturn:
     reporter = getattr(exc, "reporter", None)  # an AgreedError, or an error made like one
     if reporter is not None:
         abort_job(comm, str(exc), getattr(exc, "code", 1), quiet=comm.rank != reporter)
-    timeout = cause_of(exc, CommTimeout)
+    timeout = cause_of(exc, CommTimeout) or _library_deadline(comm, exc)
     if timeout is not None:  # who is stuck: probe the others, the lowest rank heard reports
         message, reporter = report(comm, timeout)
         abort_job(comm, message, quiet=comm.rank != reporter)
@@ -302,6 +324,27 @@ def end_job(comm: Communicator) -> NoReturn:
         abort_job(comm, rank_message(comm, exc))
     log.exception("rank %d: unexpected error", comm.rank)  # a bug: say where
     abort_job(comm, f"rank {comm.rank}: aborting the job after an unexpected error")
+
+
+def _library_deadline(comm: Communicator, exc: BaseException | None) -> CommTimeout | None:
+    """A collective of torch.distributed that failed (``--strategy ddp``: gloo's "Timed out
+    waiting 5000ms", a peer's closed connection) as a deadline of ours, so that the report
+    probes the ranks and names the one that stopped; None for any other error. DDP's
+    reducer raises gloo's failures as plain RuntimeErrors: they are known by their text."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return None
+    failed = cause_of(exc, getattr(dist, "DistError", ()))
+    if failed is None and isinstance(exc, RuntimeError) and _LIBRARY_FAILURES.search(str(exc)):
+        failed = exc
+    if failed is None:
+        return None
+    said = " ".join(str(failed).split())  # gloo's message spans lines
+    return CommTimeout(f"rank {comm.rank}: torch.distributed: {said}; is every rank alive?")
+
+
+#: How torch.distributed's backends word a collective that a rank never joined.
+_LIBRARY_FAILURES = re.compile(r"gloo/transport/|collective operation timeout|NCCL communicator")
 
 
 def local_rank(comm: Communicator) -> int:

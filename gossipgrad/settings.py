@@ -53,6 +53,14 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _deadline(text: str) -> float:
+    """a number of seconds > 0"""
+    value = float(text)
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError
+    return value
+
+
 def _level(text: str) -> str:
     """single, funneled, serialized or multiple"""
     value = text.strip().lower()
@@ -101,7 +109,7 @@ def _text(text: str) -> str:
 _kills.__doc__ = "RANK:STEP[:WHERE] (WHERE: " + ", ".join(KILL_POINTS) + ")"
 _KINDS: dict[str, Callable[[str], Any]] = {
     f.__name__.lstrip("_"): f
-    for f in (_flag, _count, _seconds, _level, _comm_wait, _slow, _kills, _text)
+    for f in (_flag, _count, _seconds, _deadline, _level, _comm_wait, _slow, _kills, _text)
 }
 """How a variable's text is parsed, by the ``kind`` its table row names; each parser's
 docstring says what a valid value looks like (for the error)."""
@@ -159,6 +167,7 @@ class Settings:
     emu_rate: str | None = None
     emu_netns: str | None = None
     plugins: str | None = None
+    start_timeout_s: float | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

@@ -13,7 +13,8 @@ with its code; a clean exit on some ranks only leaves them waiting in ``MPI_Fina
   with its status (2 for a usage error), so every rank reaches ``MPI_Finalize``;
 - ``MPI_Init`` runs under a deadline (:class:`InitWatchdog`): a rank that never starts MPI
   (not gossipgrad at all, killed, a node without the package) ends the others within
-  ``max(--comm-timeout, START_TIMEOUT_S)`` with a message saying so;
+  ``max(--comm-timeout, START_TIMEOUT_S)`` (60 s, or ``GOSSIPGRAD_START_TIMEOUT_S``) with a
+  message saying so;
 - Ctrl-C (SIGINT, which mpiexec forwards to every rank) ends the job at once with status
   130 and one line (:func:`interrupts_end_the_job`), instead of a KeyboardInterrupt that
   leaves other ranks waiting for their deadline.
@@ -47,7 +48,8 @@ LAUNCHER_VARS = (
 
 START_TIMEOUT_S = 60.0
 """The shortest deadline of the start-up steps (MPI_Init, the start-up agreements), whatever
-``--comm-timeout`` says: ranks reach them at different times (imports, data scans)."""
+``--comm-timeout`` says: ranks reach them at different times (imports, data scans).
+``GOSSIPGRAD_START_TIMEOUT_S`` replaces it (:func:`start_timeout_s`)."""
 
 INTERRUPTED = 130
 """Exit status after Ctrl-C (128 + SIGINT), as a shell reports it."""
@@ -65,6 +67,18 @@ def under_launcher() -> bool:
     if forced in {"0", "false", "no", "off"}:
         return False
     return any(v in os.environ for v in LAUNCHER_VARS)
+
+
+def start_timeout_s() -> float:
+    """The start-up steps' shortest deadline: ``GOSSIPGRAD_START_TIMEOUT_S`` (tests wait a
+    few seconds, not a minute), else :data:`START_TIMEOUT_S`. Read from the environment
+    directly, as :func:`under_launcher` is: a junk value keeps the default here, so the rank
+    still meets the others, and the settings' check reports it there."""
+    try:
+        value = float(os.environ.get("GOSSIPGRAD_START_TIMEOUT_S", "").strip())
+    except ValueError:
+        return START_TIMEOUT_S
+    return value if 0 < value < float("inf") else START_TIMEOUT_S
 
 
 def _rank_hint() -> str:
@@ -116,7 +130,7 @@ def start_mpi(
     largest status (``SystemExit``, so every rank reaches ``MPI_Finalize``). ``kw`` go to
     ``MpiCommunicator``."""
     global _world
-    deadline = max(timeout, START_TIMEOUT_S)
+    deadline = max(timeout, start_timeout_s())
     note = (
         f"rank {_rank_hint()}: MPI did not start within {deadline:g} s: a rank of this job "
         "ended before starting MPI or never started (its error is above, if it printed "
@@ -160,7 +174,7 @@ def fail(text: str, usage: str = "", code: int = 2) -> NoReturn:
         if not under_launcher():
             sys.stderr.write(usage + text + "\n")
             raise SystemExit(code)
-        start_mpi(START_TIMEOUT_S, error=text, usage=usage, code=code)
+        start_mpi(start_timeout_s(), error=text, usage=usage, code=code)
         raise SystemExit(code)  # not reached: start_mpi exits when a rank failed
     sys.stderr.write(f"rank {world.rank}: {text}\n")
     sys.stderr.flush()

@@ -16,6 +16,7 @@ and ``gossipgrad bench exchange|overlap|strategies|tta|shuffle``) stays in ``gos
 Layout: ``tools/plan/`` (pure: held-out prediction, scoring metrics, synthetic profiles),
 ``tools/bench/`` (collective functions that run a study and return its record), ``cli/`` (the
 click commands), ``studies/`` (the former ``scripts/`` drivers, one ``main(argv)`` each),
-``tests/`` (run by the main test command: ``setup.cfg`` testpaths). ``lab`` imports
+``tests/`` (run by the main test command: ``setup.cfg`` testpaths), ``records/`` (every
+launch record and its raw data, behind docs/benchmarks.md's figures). ``lab`` imports
 ``gossipgrad``; ``gossipgrad`` never imports ``lab`` (``tests/unit/test_layers.py``).
 """

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # gossip-node's statistical efficiency and time to accuracy beside gossip and allreduce at
-# the same size, several seeds (docs/validation/gossip-node.md, "Steps and time to
+# the same size, several seeds (lab/records/gossip-node.md, "Steps and time to
 # accuracy"). Real training (digits MLP), an evaluation every step.
 #
 #   bash lab/gossip_node_tta.sh [OUTDIR]        # default gossip-node-tta/

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bucket size on the stand-in cluster (issue 22: "defaults chosen on this CPU-bound host may
 # be wrong for clusters: choose them on the stand-in"), and why Horovod hides its wire time
-# there (docs/validation/standin-heldout.md, "Bucket size on the stand-in cluster"; the
+# there (lab/records/standin-heldout.md, "Bucket size on the stand-in cluster"; the
 # planner's scoring of this launch is the command printed there).
 #
 #   bash lab/standin_buckets.sh [OUTDIR]        # default standin-buckets/; root

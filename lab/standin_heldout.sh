@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The planner held out on the stand-in cluster (issue 22; docs/validation/standin-heldout.md):
+# The planner held out on the stand-in cluster (issue 22; lab/records/standin-heldout.md):
 # every launch, in order, on a quiet machine (no other jobs: check `uptime` first).
 #
 #   bash lab/standin_heldout.sh [OUTDIR]        # default standin-heldout/
@@ -48,7 +48,7 @@ for f in "$OUT"/run-*.json; do args+=(--standin-runs "$f"); done
 for f in "$OUT"/net-*.json; do args+=(--networks "$f"); done
 if ! ls "$OUT"/run-*-2-1gbit.json "$OUT"/run-*-4-1gbit.json > /dev/null 2>&1; then
     # not launched here (SIZES=8): calibrate on the stored GoogLeNet launches, as the docs do
-    H=docs/validation/data/standin-heldout
+    H=lab/records/data/standin-heldout
     for n in 2 4; do
         args+=(--standin-runs "$H/run-googlenet-$n-1gbit.json" --networks "$H/net-$n-1gbit.json")
     done

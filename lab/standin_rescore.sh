@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Score every stored stand-in launch again with today's planner (issue 22;
-# docs/validation/standin-heldout.md): no MPI, no launch, a few seconds.
+# lab/records/standin-heldout.md): no MPI, no launch, a few seconds.
 #
 #   bash lab/standin_rescore.sh [OUTDIR]        # default standin-rescore/
 #
@@ -14,7 +14,7 @@
 # launch (never calibrated on; vgg16-ps-*: ps before and after splitting large parameters). The netfit documents are refitted from the times they
 # recorded (--refit-networks).
 source "$(dirname "$0")/study.sh" standin-rescore "$@"
-D=docs/validation/data
+D=lab/records/data
 H=$D/standin-heldout
 R=$D/standin-resnet50
 cal=(--calibrate-sizes 2,4 --calibrate-rate 1gbit --refit-networks)

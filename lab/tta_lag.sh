@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What a bounded lag costs in steps: steps to a target with and without --max-lag, each mix,
-# at several sizes and seeds, on the host under mpiexec (docs/validation/tta.md, "A bounded
+# at several sizes and seeds, on the host under mpiexec (lab/records/tta.md, "A bounded
 # lag, settled"). Real training (digits MLP), an evaluation every step; bench tta settles
 # each step's frames (delivered, mixed by the next steps), so the lag's late frames act.
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Time to accuracy as steps x step time, validated against a direct measurement (issue 22,
-# item 4; docs/validation/tta.md, "Steps x step time"). On a quiet machine, as root.
+# item 4; lab/records/tta.md, "Steps x step time"). On a quiet machine, as root.
 #
 #   bash lab/tta_product.sh [OUTDIR]        # default tta-product/
 #
@@ -14,7 +14,7 @@
 # seeds, space-separated) the full launch is scored a second time with the steps at 8 ranks
 # taken from those launches (their mean) x this launch's short step: score-steps-from.json.
 # The mean over several seeds' launches, scored as one: `python -m lab tta-product DIR1 DIR2
-# ... --steps-from OTHER ...` (docs/validation/tta.md, "The mean of three fresh seeds").
+# ... --steps-from OTHER ...` (lab/records/tta.md, "The mean of three fresh seeds").
 # Environment: RATE (1gbit), TARGET (0.95), STEPS (200), SHORT (24), CONTENDERS
 # (gossip,allreduce,ps,gossip:max-lag=2,ddp), SEED (0), STEPS_FROM (none).
 source "$(dirname "$0")/study.sh" tta-product "$@"

@@ -34,7 +34,7 @@ survives the switch. MPICH is forced off shared memory and onto TCP over eth0 (s
     UCX_RNDV_SCHEME=get_zcopy    the receiver pulls large messages; UCX's default rendezvous
                                  over TCP can fall to half duplex on a loaded host
                                  (`lab/studies/mpi_probe.py duplex` measures both schemes;
-                                 docs/validation/benchmarks.md has the record)
+                                 lab/records/benchmarks.md has the record)
 
 Every namespace is removed on exit, error, SIGINT/SIGTERM/SIGHUP (try/finally, signal
 handlers and atexit); `cleanup` removes those left by runs whose process is gone (a SIGKILL).

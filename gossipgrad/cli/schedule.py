@@ -29,7 +29,7 @@ from gossipgrad.registry import TOPOLOGIES
     "--mixing",
     is_flag=True,
     help="Print one JSON record instead: steps of pure mixing each topology needs to reach "
-    "--tol at this size (docs/validation/schedules.md).",
+    "--tol at this size (lab/records/schedules.md).",
 )
 @click.option("--tol", type=click.FloatRange(min=0, min_open=True), default=1e-6, show_default=True)
 @click.option("--dim", type=click.IntRange(1), default=16, show_default=True, help="--mixing.")

@@ -132,7 +132,7 @@ def train(ctx: click.Context, verbose: bool, data_dir: str | None, **flags: Any)
         cfg = TrainConfig.from_flags(**resolve_defaults(ctx, flags))
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
-    comm = runtime.init(cfg.run.comm_timeout, verbose)
+    comm = runtime.init(cfg.run.comm_timeout, verbose, configure=True)
     if comm.size == 1:  # several ranks: the trainer's start-up agreement checks these
         try:
             cfg.check_size(comm.size)

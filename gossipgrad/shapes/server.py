@@ -50,14 +50,15 @@ def server_wire_bytes(nbytes: Sequence[int], size: int, fabric: Any) -> int:
     if fabric.nodes(size) == 1:
         return max(server_loads(nbytes, size)[0])
     ranks = [min(size, (m + 1) * r) - m * r for m in range(fabric.nodes(size))]
-    out = [0] * len(ranks)
+    homed = [0] * len(ranks)  # bytes of the buckets each node's ranks own
     for nb, o in zip(nbytes, owners, strict=True):
-        home = o // r
-        out[home] += (size - ranks[home]) * nb  # pulls to every rank off the owner's node
-        for node in range(len(out)):
-            if node != home:  # pushes of the ranks of ``node`` to the owner
-                out[node] += ranks[node] * nb
-    return max(out)
+        homed[o // r] += nb
+    total = sum(nbytes)
+    # a node sends the pulls of what it owns to every rank off it, and its ranks' pushes of
+    # everything else to the owners
+    return max(
+        (size - ranks[m]) * homed[m] + ranks[m] * (total - homed[m]) for m in range(len(ranks))
+    )
 
 
 def server_s(
@@ -76,17 +77,26 @@ def server_s(
     return [2 * a + wire * nb / total for nb in nbytes]
 
 
+def owned(nbytes: Sequence[int], size: int) -> list[list[int]]:
+    """The bucket sizes each owning rank serves (ranks that own none left out), in one pass
+    over the buckets, not one per rank."""
+    mine: dict[int, list[int]] = {}
+    for n, o in zip(nbytes, assign_owners(nbytes, size), strict=True):
+        mine.setdefault(o, []).append(n)
+    return [mine[r] for r in sorted(mine)]
+
+
 def owner_wires(nbytes: Sequence[int], size: int, slack: int, ratio: float) -> int:
     """A lossy codec's wires on the busiest owner: a push and a pull wire per step in flight
     for every bucket another rank serves, a wire per pool buffer of every push slot of its
     own buckets and one for each pull it sends (``slack``: the stale-synchronous slack)."""
-    owners = assign_owners(nbytes, size)
+    total, owners = sum(nbytes), owned(nbytes, size)
+    if len(owners) < size:
+        owners.append([])  # a rank that owns nothing sends every push and pull wire
     most = 0
-    for r in range(size):
-        mine = [n for n, o in zip(nbytes, owners, strict=True) if o == r]
-        theirs = sum(nbytes) - sum(mine)
+    for mine in owners:
         served = sum((slack + 2) * push_pool(n, size) * n + n for n in mine)
-        most = max(most, round(ratio * (2 * (slack + 1) * theirs + served)))
+        most = max(most, round(ratio * (2 * (slack + 1) * (total - sum(mine)) + served)))
     return most
 
 

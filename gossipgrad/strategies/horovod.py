@@ -198,7 +198,7 @@ class Horovod(LibraryStrategy):
         the defaults Horovod's releases have used, 1 and 5 ms: fewer, larger fused buffers).
         On the stand-in cluster it fused gradients as they became ready: its step equalled
         gossipgrad's allreduce at 1 MiB buckets, not at its 25 MiB fusion threshold
-        (docs/validation/standin.md, "Bucket size on the stand-in cluster")."""
+        (lab/records/standin.md, "Bucket size on the stand-in cluster")."""
         raw = os.environ.get("HOROVOD_CYCLE_TIME", "")
         try:
             ms = float(raw) if raw else CYCLE_MS_DEFAULT

@@ -109,7 +109,7 @@ def _standin(
     if not any(r.size in cal and r.rate == rate for r in rows):
         raise click.UsageError(
             f"no --standin-runs launch at sizes {sizes} on {rate} to calibrate on: add them "
-            "(the stored ones: docs/validation/data/standin-heldout/run-googlenet-{2,4}-1gbit.json"
+            "(the stored ones: lab/records/data/standin-heldout/run-googlenet-{2,4}-1gbit.json"
             " with their net-{2,4}-1gbit.json)"
         )
     report = score(rows, profiles, nets, cal, rate)

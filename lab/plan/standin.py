@@ -212,13 +212,29 @@ class StandinCalibration:
         }
 
 
+_LAID_OUT: dict[tuple, tuple[StandinProfile, Profile]] = {}
+"""``profile_for``'s results: the calibration's grid search prices each run thousands of
+times with the same layout (what made a rescore take minutes)."""
+
+
 def profile_for(
     run: Run, profiles: Mapping[str, StandinProfile], factor: float, cycles: bool = True
 ) -> Profile:
     """The stand-in profile of ``run`` at its bucket cap (a parameter server's capped at
     1/size of the model; a library that fuses per cycle, by its cycle unless ``cycles`` is
     False), its times x ``factor``."""
-    prof = profiles[run.profile].planner
+    base = profiles[run.profile]
+    key = (id(base), run.bucket_mb, run.strategy, run.size, run.dilate, run.split, factor, cycles)
+    known = _LAID_OUT.get(key)
+    if known is not None and known[0] is base:  # the same profile object, not a reused id
+        return known[1]
+    laid_out = _lay_out(run, base, factor, cycles)
+    _LAID_OUT[key] = (base, laid_out)
+    return laid_out
+
+
+def _lay_out(run: Run, base: StandinProfile, factor: float, cycles: bool) -> Profile:
+    prof = base.planner
     prof = replace(
         prof,
         forward_s=prof.forward_s * factor,

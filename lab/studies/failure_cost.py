@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--comm-timeout", type=float, default=60.0)
     args = ap.parse_args(argv)
     modes = args.modes.split(",")
-    comm = runtime.init(args.comm_timeout)
+    comm = runtime.init(args.comm_timeout, configure=True)
     runs = []
     for rep in range(args.reps):
         for mode in modes if rep % 2 == 0 else modes[::-1]:  # ABBA: no order effect

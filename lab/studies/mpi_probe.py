@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Transport probes: duplex rate and how polling drives progress (docs/validation/benchmarks.md).
+"""Transport probes: duplex rate and how polling drives progress (lab/records/benchmarks.md).
 
     python scripts/emucluster.py run -n 2 --rate 1gbit -- python -m lab mpi-probe duplex
     python scripts/emucluster.py run -n 2 --rate 1gbit -- python -m lab mpi-probe poll

@@ -1,5 +1,5 @@
 """``python -m lab soak`` (lab/studies/soak.py): the summary of its samples, and a short soak
-under mpiexec (fields; the 20,000-step figure is recorded in docs/validation/stragglers.md)."""
+under mpiexec (fields; the 20,000-step figure is recorded in lab/records/stragglers.md)."""
 
 from __future__ import annotations
 

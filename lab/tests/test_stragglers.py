@@ -1,5 +1,5 @@
 """``python -m lab stragglers``: flags, and a tiny run under mpiexec (fields and counts;
-no timing thresholds: the figures are the study's, docs/validation/stragglers.md)."""
+no timing thresholds: the figures are the study's, lab/records/stragglers.md)."""
 
 from __future__ import annotations
 

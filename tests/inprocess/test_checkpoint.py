@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 from pathlib import Path
@@ -135,6 +136,32 @@ def test_a_failed_write_on_one_rank_fails_all_and_keeps_the_previous(tmp_path: P
     assert "Is a directory; earlier checkpoints in" in errors[0]
     assert not list(tmp_path.glob("*.tmp"))
     assert ckpt.find_latest(str(tmp_path)) == str(tmp_path / "ckpt-000000004.pt")
+
+
+def test_a_first_checkpoint_that_fails_leaves_no_part_and_claims_no_earlier(
+    tmp_path: Path,
+) -> None:
+    """The disk fills up while rank 0 writes the first main file, after every rank wrote
+    its part: the parts go too (a part without its main file is no checkpoint), and the
+    message says that none was kept, not that earlier checkpoints were."""
+
+    def full(tmp: str) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", tmp)
+
+    def body(comm: Any) -> str:
+        saver = ckpt.Checkpointer(str(tmp_path), comm)
+        if comm.rank == 0:
+            saver.before_rename = full  # rank 0's hook runs on the main file only
+        head = {"format": ckpt.FORMAT, "version": ckpt.VERSION}
+        with pytest.raises(OSError) as err:
+            saver.save(4, {**head, "step": 4}, {"s": Counter(comm.rank)})
+        return str(err.value)
+
+    errors = run_ranks(2, body, timeout=60)
+    assert errors[0] == errors[1]  # one message, every rank
+    assert "could not write checkpoint" in errors[0] and "No space left on device" in errors[0]
+    assert "(this was its first)" in errors[0] and "earlier" not in errors[0], errors[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 def test_stop_is_agreed_when_only_one_rank_was_signalled() -> None:

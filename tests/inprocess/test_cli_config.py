@@ -33,7 +33,7 @@ def resolved(monkeypatch: pytest.MonkeyPatch):
         return {"event": "summary"}
 
     monkeypatch.setattr(trainer, "train", fake_train)
-    monkeypatch.setattr(runtime, "init", lambda *_a: LocalWorld(1).communicators()[0])
+    monkeypatch.setattr(runtime, "init", lambda *_a, **_kw: LocalWorld(1).communicators()[0])
 
     def run(args: list[str], env: dict[str, str] | None = None) -> SimpleNamespace:
         result = CliRunner().invoke(main, ["train", *args], env=env or {})

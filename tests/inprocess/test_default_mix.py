@@ -1,4 +1,4 @@
-"""The mix a caller who names none gets follows the optimizer (docs/validation/
+"""The mix a caller who names none gets follows the optimizer (lab/records/
 optimizers.md): gradients for Adam and its kin, parameters for SGD."""
 
 from __future__ import annotations

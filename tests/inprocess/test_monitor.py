@@ -3,6 +3,8 @@ same checks under mpiexec: tests/mpi/test_monitor_mpi.py)."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from gossipgrad.comm.local import run_ranks
@@ -10,6 +12,7 @@ from gossipgrad.engine.run.config import TrainConfig
 from gossipgrad.options import ExchangeOptions, Sync
 
 from multirank import monitor_checks
+from multirank.monitor_checks import _train
 
 
 @pytest.mark.timeout(120)
@@ -52,3 +55,22 @@ def test_bad_sync_options_name_the_flag(flags, message, cli_names):
 def test_sync_off_without_a_monitor_is_allowed():
     opts = TrainConfig.from_flags(mix="grad", sync="off", monitor_every=0).exchange
     assert not opts.adaptive and not opts.monitors
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("sync, level", [("auto", logging.DEBUG), ("adaptive", logging.INFO)])
+def test_adaptive_averages_are_news_at_info_only_to_a_caller_who_asked(sync, level, caplog):
+    """``auto`` (the default with gradient mixing) averages without a line at INFO: the
+    summary counts the averages, ``-v`` shows each; ``sync="adaptive"`` logs each at INFO."""
+
+    def body(comm):
+        opt = _train(comm, sync=sync, sync_threshold=1e-7, monitor_every=2)
+        steps = opt.monitor.sync_steps
+        opt.close()
+        return steps
+
+    with caplog.at_level(logging.DEBUG, logger="gossipgrad.engine.bucket.monitor"):
+        steps = run_ranks(4, body, timeout=90)[0]
+    lines = [r for r in caplog.records if "global average (sync" in r.getMessage()]
+    assert steps == [2, 4, 6] and len(lines) == 3, (steps, [r.getMessage() for r in lines])
+    assert {r.levelno for r in lines} == {level}

@@ -176,6 +176,37 @@ def test_ranks_per_node_counts_the_busiest_node():
     assert netfit.ranks_per_node([1, 2, 3]) == 1
 
 
+def _flat_then(linear_from: int):
+    """A ping-pong factory whose sweeps before number ``linear_from`` (0-based, per rank)
+    take the same time at every size, as descheduled reps on a loaded host can make them
+    look, and grow with size from then on."""
+    made: dict[int, int] = {}
+
+    def factory(comm, *_args):
+        k = made[comm.rank] = made.get(comm.rank, -1) + 1
+        flat = fake(1e-3, 0.0, (0,))(comm)
+        return flat if k < linear_from else fake(ALPHA, BETA, (0,))(comm)
+
+    return factory
+
+
+def test_an_unfittable_ping_pong_is_measured_again_before_netfit_gives_up(monkeypatch):
+    for name in ("exchange", "allreduce", "concurrent", "allreduce_in_flight"):
+        monkeypatch.setattr(sweeps, name, fake(ALPHA, BETA, (0, 1)))
+    monkeypatch.setattr(sweeps, "pingpong", _flat_then(1))
+
+    def body(comm):
+        return netfit.measure_network(comm, max_bytes=1 << 20, reps=2)
+
+    first, second = run_ranks(2, body)
+    assert first.network == second.network
+    assert first.network.p2p.beta_s_per_byte == pytest.approx(BETA, rel=1e-6)  # the 2nd sweep
+
+    monkeypatch.setattr(sweeps, "pingpong", _flat_then(netfit.PINGPONG_SWEEPS))
+    with pytest.raises(ValueError, match=f"{netfit.PINGPONG_SWEEPS} sweeps: fitted beta"):
+        run_ranks(2, body)
+
+
 def test_a_link_too_slow_for_two_sizes_is_a_clear_error():
     def body(comm):
         return netfit.measure_network(comm, max_bytes=1 << 16, reps=1, max_message_s=1e-12)

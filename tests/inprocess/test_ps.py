@@ -108,6 +108,10 @@ def test_ps_takes_its_slack_and_max_lag_as_its_older_spelling():
             ["--strategy", "horovod", "--offload", "optimizer"],
             "--offload optimizer is not available with --strategy horovod",
         ),
+        (  # the issue's new user: every parameter cut into 1-byte parts, 1 image/s
+            ["--strategy", "ps", "--bucket-mb", "0.000001"],
+            "--bucket-mb must be >= 0.000244 (256 bytes: each bucket is a message a step)",
+        ),
     ],
 )
 def test_cli_refuses_bad_combinations_in_one_line(args, message):
@@ -167,6 +171,21 @@ def test_an_optimizer_with_state_is_refused():
 
 
 @pytest.mark.timeout(60)
+def test_a_split_into_too_many_parts_is_refused_saying_what_to_use():
+    """Above the floor, a large parameter can still make more parts than a step carries
+    well: an 8 MiB weight at the smallest bucket would be 32,768 messages a step."""
+    model = torch.nn.Linear(2048, 1024, bias=False)  # 8 MiB
+    comm = LocalWorld(1).communicators()[0]
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError) as err:
+        DistributedOptimizer(sgd, model, comm, strategy="ps", bucket_mb=2**-12)  # 256 bytes
+    message = str(err.value)
+    assert "would split the parameters into 32,768 parts" in message, message
+    assert "at most 16,384: use bucket_mb 0.000" in message, message
+    need = float(message.rsplit("use bucket_mb ", 1)[1].split()[0])
+    DistributedOptimizer(sgd, model, comm, strategy="ps", bucket_mb=need).close()  # enough
+
+
 def test_a_silent_rank_is_named_with_its_tag():
     """Rank 1 builds the optimizer and then never steps: rank 0 fails within the deadline,
     naming rank 1 and a ps tag, instead of hanging. (Two ranks: with more, a rank may

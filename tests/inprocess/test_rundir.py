@@ -50,6 +50,30 @@ def test_a_second_job_is_refused_naming_the_holder(tmp_path: Path):
         os.waitpid(pid, 0)
 
 
+def test_a_live_owner_is_refused_where_the_file_system_does_not_share_its_lock(tmp_path: Path):
+    """A job on this host whose flock this process does not see (a network or overlay mount
+    that keeps locks per client): the lock file names a live process, so the directory is
+    said to be in use, not taken over (and not "holds checkpoints of an earlier run")."""
+    import socket
+    import subprocess
+
+    (tmp_path / "ckpt-000000005.pt").write_bytes(b"x")  # what that job wrote so far
+    live = subprocess.Popen(["sleep", "60"])
+    try:
+        owner = {"host": socket.gethostname(), "pid": live.pid, "job": None, "since": 0}
+        (tmp_path / LOCK_NAME).write_text(json.dumps(owner))  # written, not flocked
+        with pytest.raises(ValueError) as err:
+            RunDirLock.acquire(str(tmp_path))
+        message = str(err.value)
+        assert f"is in use by another job (pid {live.pid} on host" in message, message
+        assert "delete" in message and LOCK_NAME in message, message  # if it has ended
+    finally:
+        live.kill()
+        live.wait()
+    lock = RunDirLock.acquire(str(tmp_path))  # its owner ended: taken over
+    lock.release()
+
+
 def test_the_lock_of_a_killed_job_is_taken_over(tmp_path: Path, caplog):
     pid = _hold_in_child(tmp_path)
     os.kill(pid, signal.SIGKILL)  # no chance to release it

@@ -2,7 +2,7 @@
 
 Timing here is loose on purpose (2 shared cores): the exact comparisons run on a
 :class:`VirtualClock`, whose time only the stand-in's operations move; the tight numbers
-are the benchmark's (``gossipgrad bench standin``, docs/validation/standin.md).
+are the benchmark's (``gossipgrad bench standin``, lab/records/standin.md).
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ def test_a_lossy_wire_trains_digits_under_mpiexec(tmp_path, fp32_run, name, flag
         assert summary["top1"] >= fp32["top1"] - 0.01, (summary, fp32)
         assert summary["consensus_distance"] < 1e-2, summary
     else:
-        # Under --max-lag a rank that is behind skips its step (README, "--max-lag"): which
+        # Under --max-lag a rank that is behind skips its step (docs/train.md, "Stragglers"): which
         # and how many depends on the machine's load, not on the codec; three fp32 runs on an
         # idle 2-core host ended at 0.76 to 0.79. Within 6 points of fp32 unless this run
         # skipped more of its samples, and clearly trained in any case.

@@ -18,7 +18,7 @@ from launch import REPO, mpiexec, run
 
 ORIGINAL = Path(REPO) / "tests" / "support" / "examples" / "ddp_imagenet.py"
 
-#: The port, as (line of the original, what it becomes); README shows the same diff.
+#: The port, as (line of the original, what it becomes); docs/guide.md shows the same diff.
 PORT = [
     ("import torch.distributed as dist", ["import gossipgrad", "import torch.distributed as dist"]),
     (

@@ -145,7 +145,9 @@ def test_a_disk_that_fills_up_keeps_the_earlier_checkpoints_and_no_partial_file(
         args = [*QUICK, "--hidden", "64", "--epochs", "30", "--run-dir", str(run)]
         proc = launch.start_gossipgrad(2, args)
         deadline = time.monotonic() + 120
-        while not list(run.glob("ckpt-*[0-9].pt")):
+        # a main file (ckpt-N.pt), not a rank's part (ckpt-N.rank0.pt): a part alone is no
+        # checkpoint yet, and filling the disk then is the first checkpoint's case
+        while not [p for p in run.glob("ckpt-*.pt") if re.fullmatch(r"ckpt-\d+\.pt", p.name)]:
             assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
             time.sleep(0.05)
         with contextlib.suppress(OSError), open(mnt / "filler", "wb") as f:
@@ -158,6 +160,8 @@ def test_a_disk_that_fills_up_keeps_the_earlier_checkpoints_and_no_partial_file(
         left = sorted(p.name for p in run.iterdir())
         assert any(re.fullmatch(r"ckpt-\d+\.pt", n) for n in left), left
         assert not [n for n in left if n.endswith(".tmp")], left
+        parts = [re.fullmatch(r"(ckpt-\d+)\.rank\d+\.pt", n) for n in left]
+        assert all(f"{m.group(1)}.pt" in left for m in parts if m), left  # no orphan part
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 

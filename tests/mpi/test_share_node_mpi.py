@@ -17,7 +17,7 @@ PROBE = """
 import os, torch
 from gossipgrad import runtime
 from gossipgrad.comm.mpi import node_local_rank, node_size
-comm = runtime.init()
+comm = runtime.init(configure=True)
 print(f"rank={comm.rank} node={node_size()} local={node_local_rank()} "
       f"threads={torch.get_num_threads()} spin={comm.policy.spin_s}", flush=True)
 """

@@ -15,8 +15,6 @@ import sys
 
 import pytest
 
-from gossipgrad.engine.run.signals import AGREEMENT_GRACE_S
-
 from launch import (
     HAVE_HOROVOD,
     gossipgrad,
@@ -130,28 +128,21 @@ def test_ddp_on_two_ranks_takes_horovods_steps(trained):
 def test_a_stopped_rank_ends_the_library_strategies_within_the_deadline(tmp_path, strategy):
     """Rank 2 stops (SIGSTOP) mid-training: a deadline fires on the others (Horovod: our
     poll of its handles; DDP: the process group timeout; or the shuffle's own wait) and the
-    job ends non-zero on every rank instead of hanging."""
+    job ends non-zero on every rank instead of hanging, with a message naming rank 2."""
     code, err, elapsed = signal_rank_in_training(
         tmp_path, signal.SIGSTOP, 5, ["--strategy", strategy], wait_s=60
     )
     assert code != 0
     assert elapsed <= stopped_rank_bound_s(5), elapsed
-    # Which deadline fires first is a race: the library's, the background shuffle's, the
-    # per-step stop-signal agreement's (an allreduce(max) on our own communicator, which
-    # waits AGREEMENT_GRACE_S beyond the deadline), or, when rank 2 stops at the end of an
-    # epoch (every 11 steps here), the evaluation's allreduce(sum) of its counts. Our own
-    # collectives name the ranks that did not arrive (rank 2, maybe with others stuck
-    # behind it).
-    agreement_s = 5 + int(AGREEMENT_GRACE_S)
-    assert re.search(
-        r"allreduce of \S+ did not complete for 5 s|Timed out waiting 5000ms"
-        rf"|allreduce\(\w+\) did not complete for {agreement_s} s"
-        rf"|did not complete for ({agreement_s}|5) s; ranks? [\d, ]*\b2\b"
-        r"|allreduce\(sum\) did not complete for 5 s"
-        r"|peer 2 (sent|received) nothing for 5 s"
-        r"|rank 2 answers no probe",  # the lowest rank heard reports (comm.collectives.report)
-        err,
-    ), err[-3000:]
+    # Which deadline fires first is a race: the library's (Horovod's handles, gloo's
+    # "Timed out waiting 5000ms"), the background shuffle's, the per-step stop-signal
+    # agreement's or the evaluation's allreduce. Whichever it is, the ranks probe each other
+    # and the report names the rank that answers no probe (comm.collectives.report: a
+    # point-to-point wait's peer may be a bystander), or the collective names the ranks that
+    # did not arrive (rank 2, maybe with others stuck behind it).
+    two = r"(rank 2|ranks [\d, ]*\b2\b[\d, ]*)"
+    assert re.search(rf"{two} (did not arrive|answers? no probe)", err), err[-3000:]
+    assert re.search(r"(is rank 2|are ranks [\d, ]*\b2\b[\d, ]*) alive\?", err), err[-3000:]
 
 
 FORGOT_THE_WRAPPER = """

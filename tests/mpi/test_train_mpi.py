@@ -85,7 +85,7 @@ def test_gossip_matches_allreduce_at_eight_ranks_and_sends_constant_bytes(traine
 
 @pytest.mark.timeout(660)
 def test_shuffle_brings_a_label_sorted_start_within_a_point_of_iid_at_eight_ranks(trained):
-    """The README's non-IID claim, with every default (shuffle on): a start where each rank
+    """docs/benchmarks.md's non-IID claim, with every default (shuffle on): a start where each rank
     holds ~1 label ends within 1 point of the IID start (with --no-shuffle it does not:
     the bound catches a shuffle that moves nothing)."""
     iid = trained(8, "gossip", "--partition", "iid")
@@ -114,13 +114,16 @@ def test_hung_rank_ends_every_rank_with_a_message_naming_the_peer(tmp_path):
 
 
 @pytest.mark.timeout(150)
-def test_killed_rank_ends_every_rank_non_zero(tmp_path):
+def test_killed_rank_ends_every_rank_non_zero(tmp_path, monkeypatch):
     """SIGKILL on rank 2: the job ends on every rank, non-zero, within the deadline.
 
     Hydra notices the dead rank and kills the others itself (even with
     -disable-auto-cleanup), sooner than gossipgrad's deadline; its message names the
     killed process. The deadline path is covered by the SIGSTOP test above.
     """
+    # a survivor's crash says so itself ("Fatal Python error: Segmentation fault"), even
+    # where Hydra reports only the first bad termination (rank 2's)
+    monkeypatch.setenv("PYTHONFAULTHANDLER", "1")
     code, err, elapsed = signal_rank_in_training(
         tmp_path, signal.SIGKILL, 5, launcher_flags=["-disable-auto-cleanup"]
     )
@@ -128,15 +131,18 @@ def test_killed_rank_ends_every_rank_non_zero(tmp_path):
     # Hydra usually ends the job first (a few seconds); when it does not, the peers' deadline
     # does, as for a stopped rank: the same documented bound holds (docs/guarantees.md).
     assert elapsed <= stopped_rank_bound_s(5), elapsed
-    # Hydra's report varies (killed by signal 9, a peer's failed process_vm_readv, or a
-    # survivor's crash while MPICH tears down around the dead rank, reported as "TERMINATED
-    # WITH THE EXIT STRING: Segmentation fault"): what matters is that the job ended,
-    # non-zero, with a report of the bad termination.
+    # Hydra's report varies (killed by signal 9, a peer's failed process_vm_readv, or the
+    # survivors' deadline naming rank 2): the job ends, non-zero, with a report of the bad
+    # termination. A survivor that crashes on its way out (a segmentation fault while MPICH
+    # tears down around the dead rank) is a failure of its own, not a report of this one.
     reports = (
         "BAD TERMINATION",
         "Killed (signal 9)",
+        "rank 2 did not arrive",
+        "rank 2 answers no probe",
         "peer 2",
         "process_vm_readv failed",
-        "TERMINATED WITH THE EXIT STRING",
     )
     assert any(m in err for m in reports), err[-3000:]
+    crashes = re.findall(r"EXIT STRING: (?!Killed \(signal 9\)).*|Segmentation fault.*", err)
+    assert not crashes and code not in (11, 139, -11), (code, crashes, err[-3000:])

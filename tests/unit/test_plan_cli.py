@@ -78,6 +78,17 @@ def test_plan_prints_to_stdout_with_every_row(files):
         (["--sizes", "2", "--strategies", "ring"], 1, "unknown strategy"),
         (["--sizes", "2", "--staleness", "2"], 1, "staleness must be 0 or 1"),
         (["--sizes", "2", "--bucket-mb", "0"], 1, "bucket_mb values must be finite numbers > 0"),
+        # the new user: millions of 1-byte parts, no answer within a minute
+        (
+            ["--sizes", "8", "--strategies", "ps", "--bucket-mb", "0.000001"],
+            1,
+            "--bucket-mb must be >= 0.000244 (256 bytes: each bucket is a message a step)",
+        ),
+        (  # the toy's 4 MiB over 100,000 servers: every part a message; answered at once
+            ["--sizes", "100000", "--strategies", "gossip,ps"],
+            1,
+            "ps at 100000 ranks would split the parameters into",
+        ),
         (["--sizes", "2", "--duplex", "3"], 2, "--duplex"),
         (["--sizes", "2", "--target-accuracy", "0.9"], 1, "must be given together"),
         (["--sizes", "2", "--calibrate-allreduce"], 1, "network has no 'allreduce' fit"),

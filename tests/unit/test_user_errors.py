@@ -63,6 +63,20 @@ def test_a_junk_runtime_variable_is_one_line_naming_it(monkeypatch, var: str):
     one_error(result, f"{var}=", "expected")
 
 
+def test_a_start_up_deadline_of_zero_is_refused_and_junk_waits_the_default(monkeypatch):
+    """GOSSIPGRAD_START_TIMEOUT_S must be > 0 (one line naming it); before MPI starts a junk
+    value keeps 60 s, so the rank still meets the others to report it."""
+    from gossipgrad.startup import START_TIMEOUT_S, start_timeout_s
+
+    monkeypatch.setenv("GOSSIPGRAD_START_TIMEOUT_S", "0")
+    one_error(CliRunner().invoke(main, ["train", "--no-progress"]), "seconds > 0")
+    assert start_timeout_s() == START_TIMEOUT_S == 60
+    monkeypatch.setenv("GOSSIPGRAD_START_TIMEOUT_S", "junk")
+    assert start_timeout_s() == START_TIMEOUT_S
+    monkeypatch.setenv("GOSSIPGRAD_START_TIMEOUT_S", "4.5")
+    assert start_timeout_s() == 4.5
+
+
 class Evil:
     def __reduce__(self):
         return (os.system, ("echo pwned",))

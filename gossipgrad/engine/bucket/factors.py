@@ -256,7 +256,7 @@ class FactorPath:
 
     # -- the decision ----------------------------------------------------------------
     def _decide(self) -> None:
-        """Agree on each layer's rows (MAX over ranks) and decide its form; rank 0 logs."""
+        """Agree on each layer's rows (MAX over ranks) and decide its form; rank 0 logs it."""
         assert self.layers is self.all_layers, "decided once, before any layer is released"
         rows = np.array([layer.rows_captured() for layer in self.layers], dtype=np.int64)
         allreduce_(self.comm, rows, ReduceOp.MAX)
@@ -272,8 +272,10 @@ class FactorPath:
                 w.element_size(),
             )
         if self.comm.rank == 0:
+            # INFO for a caller who asked for factors; auto's per-layer choice is DEBUG (-v)
+            level = logging.INFO if self.mode is SufficientFactors.ON else logging.DEBUG
             for line in self.describe():
-                log.info("%s", line)
+                log.log(level, "%s", line)
 
     def describe(self) -> list[str]:
         """The decision table as text, one line per layer (rank 0 logs it)."""

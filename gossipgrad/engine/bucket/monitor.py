@@ -34,7 +34,7 @@ from gossipgrad.engine.bucket.sketch import (
     sketch_message,
 )
 from gossipgrad.engine.consensus import model_tensors
-from gossipgrad.options import ExchangeOptions
+from gossipgrad.options import ExchangeOptions, Sync
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,7 @@ class ConsensusMonitor:
     ) -> None:
         self.comm, self.every = comm, options.monitor_every if options.monitors else 0
         self.adaptive, self.threshold = options.adaptive, options.sync_threshold
+        self.asked = options.sync is Sync.ADAPTIVE
         self._params = list(model.parameters())
         self._synchronize, self._before_read = synchronize, before_read
         # A global average reduces parameters and floating buffers as float64.
@@ -110,7 +111,10 @@ class ConsensusMonitor:
         self.syncs += 1
         self.sync_steps.append(step)
         if self.comm.rank == 0:
-            log.info(
+            # INFO for a caller who asked for adaptive averaging; auto's averages are DEBUG
+            # (-v): they are counted in the summary (syncs, sync_steps) either way
+            log.log(
+                logging.INFO if self.asked else logging.DEBUG,
                 "step %d: consensus distance %.3g > threshold %.3g: global average (sync %d)",
                 step,
                 distance,

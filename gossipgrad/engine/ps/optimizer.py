@@ -68,7 +68,12 @@ from gossipgrad.engine.offload import HostOffloadOptimizer
 from gossipgrad.engine.optim import rebuild, updates_elementwise
 from gossipgrad.engine.protocol import STATE_KEY, WrappedOptimizer
 from gossipgrad.engine.ps.server import DensePush, ShardServer, hyperparameters
-from gossipgrad.engine.ps.shards import assign_owners, bytes_sent_by_rank, ps_bucket_cap
+from gossipgrad.engine.ps.shards import (
+    assign_owners,
+    bytes_sent_by_rank,
+    check_parts,
+    ps_bucket_cap,
+)
 from gossipgrad.engine.ps.worker import ShardWorker
 from gossipgrad.options import ExchangeOptions
 
@@ -196,6 +201,9 @@ class ParameterServerOptimizer(WrappedOptimizer):
         )
         cap = ps_bucket_cap(nbytes, self.comm.size, self.options.bucket_cap_bytes)
         split = updates_elementwise(self.optimizer)
+        if split:
+            sizes = [p.numel() * p.element_size() for p in params if id(p) not in local]
+            check_parts(sizes, cap, self.comm.size, nbytes)
         self.layout = BucketLayout(params, cap, exclude=local, split=split)
         whole = max((b.nbytes for b in self.layout.buckets), default=0)
         if not split and whole > cap and self.comm.rank == 0:

@@ -14,9 +14,20 @@ same assignment without a message (the trainer's start-up check compares the lay
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 
-__all__ = ["PUSH_POOL_BYTES", "assign_owners", "bytes_sent_by_rank", "ps_bucket_cap", "push_pool"]
+from gossipgrad.choices import spell
+
+__all__ = [
+    "MAX_PARTS",
+    "PUSH_POOL_BYTES",
+    "assign_owners",
+    "bytes_sent_by_rank",
+    "check_parts",
+    "ps_bucket_cap",
+    "push_pool",
+]
 
 
 def assign_owners(nbytes: Sequence[int], size: int) -> list[int]:
@@ -29,12 +40,14 @@ def assign_owners(nbytes: Sequence[int], size: int) -> list[int]:
     """
     if size < 1:
         raise ValueError(f"size must be >= 1, got {size}")
-    load = [0] * size
+    # a heap of (load, rank): its top is the least loaded rank, the lower one on ties, in
+    # O(log size) a bucket (the planner prices thousands of ranks and buckets)
+    ranks = [(0, r) for r in range(size)]  # sorted: a heap already
     owners = [0] * len(nbytes)
     for b in sorted(range(len(nbytes)), key=lambda i: (-nbytes[i], i)):
-        r = min(range(size), key=lambda k: (load[k], k))
+        load, r = ranks[0]
         owners[b] = r
-        load[r] += nbytes[b]
+        heapq.heapreplace(ranks, (load + nbytes[b], r))
     return owners
 
 
@@ -65,6 +78,39 @@ def ps_bucket_cap(model_bytes: int, size: int, cap_bytes: int) -> int:
             f"need size, model_bytes and cap_bytes >= 1, got {size}, {model_bytes}, {cap_bytes}"
         )
     return max(1, min(cap_bytes, -(-model_bytes // size)))
+
+
+MAX_PARTS = 16_384
+"""The most parts a parameter server splits its large parameters into: each part is a
+message a step, pushed and pulled (and a row the planner prices); past this many, a step
+is mostly messages."""
+
+
+def check_parts(nbytes: Sequence[int], cap_bytes: int, size: int, model_bytes: int) -> None:
+    """ValueError unless splitting each bucket of ``nbytes`` larger than ``cap_bytes``
+    (:func:`ps_bucket_cap`'s, at ``size`` ranks) into parts of at most the cap makes at
+    most :data:`MAX_PARTS` parts; the message says what to change.
+
+        >>> check_parts([1000, 10], 100, 2, 1010)  # 10 parts: fine
+        >>> try:
+        ...     check_parts([10**9], 1, 2, 10**9)
+        ... except ValueError as err:
+        ...     print(str(err)[:59])
+        ps at 2 ranks would split the parameters into 1,000,000,000
+    """
+    large = [n for n in nbytes if n > cap_bytes]
+    parts = sum(-(-n // cap_bytes) for n in large)
+    if parts <= MAX_PARTS:
+        return
+    said = (
+        f"ps at {size} ranks would split the parameters into {parts:,} parts of at most "
+        f"{cap_bytes:,} bytes (each a message a step); at most {MAX_PARTS:,}"
+    )
+    share = -(-model_bytes // size)
+    if cap_bytes >= share:  # the server's share sets the parts: more ranks, more parts
+        raise ValueError(f"{said}: a rank serves {share:,} bytes of this model; use fewer ranks")
+    need = -(-sum(large) // max(1, MAX_PARTS - len(large))) / 2**20
+    raise ValueError(f"{said}: use {spell('--bucket-mb')} {need:.3g} or more")
 
 
 def bytes_sent_by_rank(nbytes: Sequence[int], owners: Sequence[int], size: int) -> list[int]:

@@ -262,23 +262,30 @@ class Checkpointer:
         """Write ``state`` (rank 0's is used) as step ``step``'s checkpoint; returns its path.
 
         Raises OSError on every rank if any rank failed to write; the previous checkpoint
-        is then untouched.
+        is then untouched, and this step's per-rank files are removed (a part without its
+        main file is no checkpoint).
         """
         t0 = time.perf_counter()
         path = checkpoint_path(self.run_dir, step)
         nbytes = 0
-        if rank_states:
-            state = {**state, "rank_states": sorted(rank_states)}
-            mine = {k: cpu(v.state_dict()) for k, v in rank_states.items()}
-            hook = self.before_rename if self.comm.rank else None  # rank 0's: the main file
+        try:
+            if rank_states:
+                state = {**state, "rank_states": sorted(rank_states)}
+                mine = {k: cpu(v.state_dict()) for k, v in rank_states.items()}
+                hook = self.before_rename if self.comm.rank else None  # rank 0's: the main file
+                nbytes += self._all_ok(
+                    lambda: write_atomic(mine, rank_path(path, self.comm.rank), hook),
+                    f"its part of checkpoint {path}",
+                )
             nbytes += self._all_ok(
-                lambda: write_atomic(mine, rank_path(path, self.comm.rank), hook),
-                f"its part of checkpoint {path}",
+                lambda: write_atomic(state, path, self.before_rename) if self.comm.rank == 0 else 0,
+                f"checkpoint {path}",
             )
-        nbytes += self._all_ok(
-            lambda: write_atomic(state, path, self.before_rename) if self.comm.rank == 0 else 0,
-            f"checkpoint {path}",
-        )
+        except OSError:
+            if not os.path.exists(path):  # else an earlier write of this step's, complete
+                with contextlib.suppress(OSError):
+                    os.remove(rank_path(path, self.comm.rank))
+            raise
         if self.comm.rank == 0:
             self._prune(step)
         self.last_step, self.last_bytes = step, nbytes
@@ -297,18 +304,28 @@ class Checkpointer:
         problem = None if error is None else f"could not write {what}: {self._cause(error)}"
         # An allreduce first, then the messages only if a write failed: a rank that died
         # meanwhile (ULFM) must fail an allreduce: an all-gather failed that way left Open
-        # MPI 5.0's MPI_Finalize spinning on the survivors (docs/validation/failure.md).
+        # MPI 5.0's MPI_Finalize spinning on the survivors (lab/records/failure.md).
         flag = np.array([problem is not None], dtype=np.int64)
         if not allreduce_(self.comm, flag, ReduceOp.MAX, what="checkpoint write")[0]:
             return nbytes
         try:
             check_settings(self.comm, [], problem, what="checkpoint write")
         except AgreedError as agreed:
-            failure = OSError(f"{agreed}; earlier checkpoints in {self.run_dir} are kept")
+            failure = OSError(f"{agreed}; {self._what_is_kept()}")
             failure.errno = error.errno if error is not None else None
             failure.reporter = agreed.reporter  # type: ignore[attr-defined]
             raise failure from error
         return nbytes
+
+    def _what_is_kept(self) -> str:
+        """What a failed write leaves the user: the earlier checkpoints, or none yet."""
+        try:
+            earlier = any(_MAIN.match(e) for e in os.listdir(self.run_dir))
+        except OSError:
+            earlier = False
+        if earlier:
+            return f"earlier checkpoints in {self.run_dir} are kept"
+        return f"no checkpoint of this run is in {self.run_dir} yet (this was its first)"
 
     def _cause(self, error: OSError) -> str:
         if isinstance(error, FileNotFoundError) and not os.path.isdir(self.run_dir):

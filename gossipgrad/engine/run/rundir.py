@@ -78,16 +78,15 @@ class RunDirLock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = _read(fd) or previous
-                raise ValueError(
-                    f"--run-dir {run_dir} is in use by another job ({describe(holder)}): "
-                    "two jobs in one run directory delete each other's checkpoints; wait "
-                    "for it to end, or use another --run-dir"
-                ) from None
+                raise _in_use(run_dir, _read(fd) or previous) from None
             except OSError as exc:
                 if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
                     raise
                 _without_flock(run_dir, previous)
+            if _alive_here(previous):
+                # flock granted, yet its owner runs on this host: a file system whose locks
+                # do not reach every process (a network or overlay mount): it is in use
+                raise _in_use(run_dir, previous, os.path.join(run_dir, LOCK_NAME))
             if previous.get("pid") and previous.get("pid") != os.getpid():
                 log.info(
                     "--run-dir %s: took over the lock of a job that ended (%s)",
@@ -123,18 +122,32 @@ def _write(fd: int, owner: dict[str, Any]) -> None:
     os.fsync(fd)
 
 
+def _in_use(run_dir: str, holder: dict[str, Any], lock_file: str = "") -> ValueError:
+    """The refusal of a run directory that another job is using."""
+    stale = f" (if that job has ended, delete {lock_file})" if lock_file else ""
+    return ValueError(
+        f"--run-dir {run_dir} is in use by another job ({describe(holder)}){stale}: two "
+        "jobs in one run directory delete each other's checkpoints; wait for it to end, or "
+        "use another --run-dir"
+    )
+
+
+def _alive_here(owner: dict[str, Any]) -> bool:
+    """Whether ``owner`` (a lock file's) is another process, alive, on this host."""
+    pid = owner.get("pid")
+    here = owner.get("host") == socket.gethostname()
+    return bool(pid) and pid != os.getpid() and here and _alive(int(pid))
+
+
 def _without_flock(run_dir: str, previous: dict[str, Any]) -> None:
-    """No ``flock`` here: refuse a lock whose owner may still run."""
+    """No ``flock`` here: refuse a lock whose owner may still run (on this host: alive; on
+    another: who knows)."""
     if not previous.get("pid"):
         return
     here = previous.get("host") == socket.gethostname()
-    if here and not _alive(int(previous["pid"])):
+    if here and not _alive_here(previous):
         return
-    where = "" if here else " (on another host: if that job has ended, delete the lock file)"
-    raise ValueError(
-        f"--run-dir {run_dir} is in use by another job ({describe(previous)}){where}; wait "
-        f"for it to end, or use another --run-dir ({os.path.join(run_dir, LOCK_NAME)})"
-    )
+    raise _in_use(run_dir, previous, os.path.join(run_dir, LOCK_NAME))
 
 
 def preflight(run_dir: str, resume: str | None, evaluate: bool) -> None:

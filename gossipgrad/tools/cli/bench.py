@@ -385,7 +385,7 @@ def codecs(
 @click.option("--hidden", type=int, default=0, show_default=True)
 def shuffle(steps: int, reps: int, samples: int, every: int, arch: str, hidden: int) -> None:
     """Step time with the sample shuffle on vs off (JSON on rank 0)."""
-    comm = init()
+    comm = init(configure=True)
     logging.getLogger("gossipgrad").setLevel(logging.WARNING)
     base = TrainConfig.from_flags(
         arch=arch,

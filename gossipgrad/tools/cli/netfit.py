@@ -140,7 +140,7 @@ def netfit(
         return _refit(refit, out)
     if not launched_by_mpi():
         raise click.UsageError("netfit needs >= 2 ranks: mpiexec -n 2 gossipgrad netfit")
-    comm = init(comm_timeout, verbose)
+    comm = init(comm_timeout, verbose, configure=True)
     if comm.size < 2:
         raise click.UsageError(
             f"netfit needs >= 2 ranks, got {comm.size}: mpiexec -n 2 gossipgrad netfit"

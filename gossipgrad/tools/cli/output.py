@@ -18,7 +18,7 @@ def run_bench(comm_timeout: float, body: Callable[[Any], dict[str, Any]]) -> Non
     from gossipgrad.tools.bench.common import emit
 
     torch.set_num_threads(1)
-    comm = init(comm_timeout)
+    comm = init(comm_timeout, configure=True)
     try:
         record = call_or_abort(comm, body)
     except ValueError as exc:

@@ -1,7 +1,7 @@
 """In-step calibration: scale the profile and the exchange model to what a training step
 measures on this host, from runs taken *before* (and apart from) the ones being predicted.
 
-Two measured gaps motivate it (docs/validation/planner.md, "Contention term"): the
+Two measured gaps motivate it (lab/records/planner.md, "Contention term"): the
 profile's ``F + B + O`` runs faster than the compute-only training loop (hooks, the bucket
 views, the other ranks computing on the same cores), and a blocking exchange inside a step
 costs more than the ping-pong fit says (the average's arithmetic, polling, the peer's

@@ -15,7 +15,7 @@ if that message is small (at most ``LATENCY_BYTES``: its time is then mostly lat
 to every size instead, however weighted, lets the small messages set the bandwidth: behind a
 token-bucket shaper (the emulated cluster's ``tc tbf``), or an eager protocol with its own
 buffers, they pass faster than the link sustains, and a line through them overstates the
-bandwidth (docs/validation/netfit.md). The planner prices buckets of megabytes, so the
+bandwidth (lab/records/netfit.md). The planner prices buckets of megabytes, so the
 bandwidth is the constant that matters. With
 every size inside the span (a short sweep), ``alpha`` is the median residual of all of them.
 ``r2`` is the ordinary coefficient of determination of the returned line on the raw points.

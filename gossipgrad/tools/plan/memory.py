@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gossipgrad.engine.ps.shards import assign_owners, push_pool
+from gossipgrad.engine.ps.shards import push_pool
+from gossipgrad.shapes.server import owned
 from gossipgrad.specs import ExchangeLoad
 from gossipgrad.tools.plan.formats import Profile
 from gossipgrad.tools.plan.model import shape_of
@@ -132,11 +133,9 @@ def _busiest_owner(
     parts: list[tuple[str, int]], profile: Profile, size: int, max_lag: int, state: float
 ) -> list[tuple[str, int]]:
     """``parts`` with the server's buffers of the rank that needs the most of them."""
-    nbytes = [b.bytes for b in profile.buckets]
-    owners = assign_owners(nbytes, size)
     best: list[tuple[str, int]] = []
-    for r in range(size):
-        mine = [n for n, o in zip(nbytes, owners, strict=True) if o == r]
+    # a rank that owns nothing needs nothing
+    for mine in owned([b.bytes for b in profile.buckets], size) or [[]]:
         served = sum(mine)
         slots = (max_lag + 2) * sum((2 + push_pool(n, size)) * n for n in mine)
         extra = [("served masters and mean gradients", 2 * served), ("push slots", slots)]

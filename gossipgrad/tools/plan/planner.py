@@ -1,6 +1,7 @@
 """Planner: enumerate strategy x bucket size x staleness x size, predict, recommend.
 
     >>> from gossipgrad.tools.plan.formats import Bucket, Profile
+    >>> from gossipgrad.tools.plan.model import MIB
     >>> p = Profile("m", 32, "gpu", 0.1, 0.2, 0.01, 4 * MIB, (Bucket(0, 4 * MIB, 0.2),))
     >>> rows = plan(p, CommModel(2e-6, 1 / 12e9), sizes=[1, 64])
     >>> best = recommend(rows)[64]
@@ -23,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gossipgrad.choices import bucket_cap_bytes
+from gossipgrad.engine.ps.shards import check_parts
 from gossipgrad.registry import STRATEGIES
 from gossipgrad.tools.plan.convergence import ConvergenceReport, render_convergence
 from gossipgrad.tools.plan.factors import factor_transfers
@@ -30,7 +33,6 @@ from gossipgrad.tools.plan.formats import Profile
 from gossipgrad.tools.plan.host import HostShare
 from gossipgrad.tools.plan.memory import estimate_memory
 from gossipgrad.tools.plan.model import (
-    MIB,
     CommModel,
     bytes_sent,
     efficiency,
@@ -190,6 +192,7 @@ def _for_config(
     engine = profile.per_parameter and not spec.library and window is None
     merged = rebucket(profile.buckets, cap, window, registration=engine)
     if server and ps_split:  # a parameter above a server's share is split (elementwise)
+        check_parts([b.bytes for b in merged], cap, size, profile.grad_bytes)
         merged = split_large(merged, cap)
     return profile.with_buckets(merged), extra, sent
 
@@ -202,7 +205,7 @@ def _cap_bytes(mb: float) -> tuple[float, int]:
         or not math.isfinite(mb)
     ):
         raise ValueError(f"bucket_mb values must be finite numbers > 0, got {mb!r}")
-    return float(mb), max(1, round(mb * MIB))
+    return float(mb), max(1, bucket_cap_bytes(mb))  # the runtime's floor: what it would run
 
 
 def recommend(
