@@ -143,9 +143,17 @@ def _mpi_world(timeout: float, env: Settings, verbose: bool) -> tuple[Communicat
     # at different times (imports): the start-up deadline, not a tiny --comm-timeout.
     start = max(timeout, startup.START_TIMEOUT_S)
     together = node_cores(MpiCommunicator(timeout=start, delay_s=0.0))
+    joined = startup.joined()  # a replacement: the training ranks cannot count with it
+    if joined is not None:  # now; assume they all share its node (no spinning waits)
+        per_node = joined.size
     comm = MpiCommunicator(
-        timeout=timeout, policy=wait_policy(together, per_node, env), delayer=DelayedPoster
+        joined.mpi4py_comm if joined is not None else None,
+        timeout=timeout,
+        policy=wait_policy(together, per_node, env),
+        delayer=DelayedPoster,
     )
+    if joined is not None:
+        comm.welcome = joined.welcome
     setup_logging(comm.rank, comm.size, verbose)
     if not thread_multiple() and comm.rank == 0:  # once per job, not once per rank
         log.warning(
