@@ -26,6 +26,7 @@ up on at the deadline, after which this process refuses further spawns (``SpawnR
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -79,6 +80,34 @@ _FAILURES = frozenset(
     if MPI.get_vendor()[0] == "Open MPI"
     else ()
 )
+
+
+FINALIZE_TIMEOUT_S = 30
+"""Seconds ``MPI_Finalize`` may take under ULFM before SIGALRM ends the process: Open MPI
+5.0's finalize was seen never to return after a rank died during a respawn (the job's work
+is done by then; mpiexec reports the signal)."""
+
+
+def _finalize_within_deadline() -> None:
+    """At exit, before mpi4py's own: MPI_Finalize under an alarm (it holds the GIL, so no
+    Python thread could time it out; SIGALRM's default action ends the process)."""
+    if not MPI.Is_initialized() or MPI.Is_finalized():
+        return
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.alarm(FINALIZE_TIMEOUT_S)
+    MPI.Finalize()
+    signal.alarm(0)
+
+
+def _ulfm_on() -> bool:
+    try:
+        return bool(_FAILURES) and settings().ompi_ft
+    except ValueError:  # a junk variable: the CLI reports it
+        return False
+
+
+if _ulfm_on():
+    atexit.register(_finalize_within_deadline)  # after mpi4py's, so it runs first
 
 
 def thread_multiple() -> bool:
@@ -386,6 +415,8 @@ class MpiCommunicator:
             ok = 1
         except MPI.Exception as exc:  # not a failure class: MPI could not start them
             inter, ok, why = None, 0, exc.Get_error_string()
+        except CommTimeout as exc:
+            inter, ok, why = None, 0, str(exc)
         flag = np.array([ok], dtype=np.int64)
         with self.failures(WaitContext("spawn agreement")), self.lock:
             req = self._comm.Iallreduce(MPI.IN_PLACE, flag, op=MPI.MIN)
@@ -394,9 +425,12 @@ class MpiCommunicator:
             reason = why if not ok else "it failed on another rank"
             raise SpawnRefused(f"rank {self.rank}: MPI_Comm_spawn of {len(keys)}: {reason}")
         inter.Set_errhandler(MPI.ERRORS_RETURN)
-        merged = _within_deadline(
-            lambda: inter.Merge(high=False), "merge", self, (self._comm, inter)
-        )
+        try:
+            merged = _within_deadline(
+                lambda: inter.Merge(high=False), "merge", self, (self._comm, inter)
+            )
+        except CommTimeout as exc:  # the replacements never came: go on without them
+            raise SpawnRefused(f"the replacements did not join: {exc}") from None
         merged.Set_errhandler(MPI.ERRORS_RETURN)
         words = np.array([len(keys), *keys, *np.asarray(header, dtype=np.int64)], np.int64)
         _bcast_words(merged, words, self.timeout)
@@ -430,6 +464,10 @@ class MpiCommunicator:
         os._exit(code)  # Abort should not return; never let this rank carry on
 
 
+SPAWN_TIMEOUT_S = 120.0
+"""The shortest deadline of a spawn and merge, whatever ``--comm-timeout`` says: a replacement
+starts Python and imports torch before it can answer (seconds, more on a loaded node)."""
+
 _STUCK: list[str] = []  # what a respawn left stuck inside MPI (no spawn after that)
 _WATCH_S = 0.05  # how often a spawn or merge checks for a dead rank
 
@@ -449,9 +487,9 @@ def _dead_in(comms: Sequence[Any]) -> bool:
 
 def _within_deadline(call: Callable[[], Any], what: str, owner: Any, watch: Sequence[Any]) -> Any:
     """``call()`` (a blocking spawn, merge or split) on a helper thread, watched: a rank of
-    ``watch`` found dead revokes them and raises PeerFailed; past ``owner.timeout`` it raises
-    CommTimeout. Either way a call still inside MPI is left behind, and noted in
-    :data:`_STUCK` so that no later spawn is tried."""
+    ``watch`` found dead revokes them and raises PeerFailed; past ``owner.timeout`` (at least
+    :data:`SPAWN_TIMEOUT_S`) it raises CommTimeout. Either way a call still inside MPI is
+    left behind, and noted in :data:`_STUCK` so that no later spawn is tried."""
     done: dict[str, Any] = {}
 
     def run() -> None:
@@ -462,7 +500,8 @@ def _within_deadline(call: Callable[[], Any], what: str, owner: Any, watch: Sequ
 
     helper = threading.Thread(target=run, name=f"gossipgrad-{what}", daemon=True)
     helper.start()
-    deadline = time.monotonic() + owner.timeout
+    limit = max(owner.timeout, SPAWN_TIMEOUT_S)
+    deadline = time.monotonic() + limit
     while helper.is_alive():
         helper.join(_WATCH_S)
         if helper.is_alive() and _dead_in(watch):
@@ -475,7 +514,7 @@ def _within_deadline(call: Callable[[], Any], what: str, owner: Any, watch: Sequ
                 raise PeerFailed(f"rank {owner.rank}: a rank died during the {what}")
         if helper.is_alive() and time.monotonic() > deadline:
             _STUCK.append(what)
-            raise CommTimeout(WaitContext(what).describe(owner.rank, owner.timeout))
+            raise CommTimeout(WaitContext(what).describe(owner.rank, limit))
     if "error" in done:
         exc = done["error"]
         if isinstance(exc, MPI.Exception) and exc.Get_error_class() in _FAILURES:

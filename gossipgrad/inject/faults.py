@@ -10,8 +10,9 @@ killer would) at step STEP, at one of these points:
 - ``checkpoint``: in the checkpoint of STEP, while writing this rank's file (rank 0's: the
   main file): it dies with half of the file written to its ``.tmp`` name.
 
-- ``respawn``: in a respawn resuming at step STEP (``--on-failure respawn``), on a survivor,
-  once the replacements have joined and before they have their state.
+- ``respawn``: in the first respawn resuming at step STEP or later (``--on-failure
+  respawn``), on a survivor, once the replacements have joined and before they have their
+  state.
 
 Several kills are separated by commas (``2:40,5:200``). RANK is the rank at launch, also after
 survivors were renumbered, and a replacement's (it takes the launch rank of the one it
@@ -46,6 +47,8 @@ class KillSwitch:
         }
 
     def armed(self, where: str, step: int) -> bool:
+        if where == "respawn":  # where a respawn resumes is the survivors' agreement
+            return any(w == where and s <= step for s, w in self.points)
         return (step, where) in self.points
 
     def at(self, where: str, step: int, comm: Communicator) -> None:

@@ -89,7 +89,7 @@ def test_a_replacement_skips_the_kills_its_launch_rank_already_met():
     env = Settings.from_env({"GOSSIPGRAD_INJECT_KILL": "2:16,2:30,1:16:respawn"})
     assert KillSwitch(2, env).points == {(16, "step"), (30, "step")}
     assert KillSwitch(2, env, after=16).points == {(30, "step")}
-    assert KillSwitch(1, env).armed("respawn", 16)
+    assert KillSwitch(1, env).armed("respawn", 17) and not KillSwitch(1, env).armed("respawn", 15)
 
 
 def test_the_summary_is_printed_by_the_lowest_launch_rank_alive_replaced_ones_included():

@@ -233,13 +233,14 @@ class Run:
             self.membership.start(self)
             try:
                 step = self.membership.join(self, stop, comm)
-            except Exception as exc:
-                if failure_of(exc) is None:
-                    raise
+            except Exception as exc:  # noqa: BLE001 - a replacement never aborts the job
+                why = "a rank died before it joined" if failure_of(exc) else "it could not join"
                 log.warning(
-                    "launch rank %d's replacement: a rank died before it joined (%s); it "
-                    "ends, and the survivors start another or go on without it",
+                    "launch rank %d's replacement: %s (%s: %s); it ends, and the survivors "
+                    "start another or go on without it",
                     comm.rank,
+                    why,
+                    type(exc).__name__,
                     exc,
                 )
                 comm.die()  # type: ignore[attr-defined]  # as a crash: ULFM tolerates it
