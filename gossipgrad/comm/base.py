@@ -317,12 +317,13 @@ class Growable(Shrinkable, Protocol):
         :class:`PeerFailed` on each of them (ULFM's ``MPI_Comm_agree``)."""
         ...
 
-    def grow(self, keys: Sequence[int], key: int, header: Any) -> Communicator:
+    def grow(self, keys: Sequence[int], key: int, header: Any, started: int = 0) -> Communicator:
         """Collective over this communicator's ranks: start ``len(keys)`` replacements (this
         process's command line; the thread world: the body of its ranks), hand them ``keys``
         and ``header`` (int64), and return the communicator of all, ranked by key (this
         rank's ``key``, the i-th replacement's ``keys[i]``). A replacement finds ``header``
-        as its communicator's ``welcome``. :class:`SpawnRefused` when none can start."""
+        as its communicator's ``welcome``. ``started``: processes the job started so far
+        (a dead one's slot stays taken). :class:`SpawnRefused` when none can start."""
         ...
 
 

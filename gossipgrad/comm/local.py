@@ -381,9 +381,10 @@ class LocalCommunicator:
         """The AND of every rank's ``flag`` (failures are seen alike by every rank here)."""
         return int(allreduce_(self, np.array([flag], dtype=np.int64), ReduceOp.MIN)[0])
 
-    def grow(self, keys: Any, key: int, header: Any) -> LocalCommunicator:
+    def grow(self, keys: Any, key: int, header: Any, started: int = 0) -> LocalCommunicator:
         """Start ``len(keys)`` replacement thread-ranks running the world's ``body``; the
-        communicator of all, ranked by key (:class:`~gossipgrad.comm.base.Growable`)."""
+        communicator of all, ranked by key (:class:`~gossipgrad.comm.base.Growable`). The
+        world counts what it started itself (``slots``)."""
         world, keys = self.world, [int(k) for k in keys]
         every = np.full(self.size, -1, dtype=np.int64)
         every[self.rank] = key

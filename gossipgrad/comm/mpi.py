@@ -397,13 +397,23 @@ class MpiCommunicator:
         MpiRequest(self, req, ctx, buf).wait(self.timeout)
         return int(buf[0])
 
-    def grow(self, keys: Sequence[int], key: int, header: Any) -> MpiCommunicator:
+    def grow(self, keys: Sequence[int], key: int, header: Any, started: int = 0) -> MpiCommunicator:
         """Collective over the survivors: spawn ``len(keys)`` replacements running this
         process's command line, merge, send them ``keys`` and ``header`` (int64) and return
         the communicator of all, ranked by key (see :class:`~gossipgrad.comm.base.Growable`).
-        SpawnRefused when MPI could not start them (no free slot) on any rank."""
+        SpawnRefused when MPI could not start them (no free slot) on any rank, or without
+        trying when the allocation's slots (``MPI_UNIVERSE_SIZE``) are all taken by the
+        ``started`` processes (a failed spawn makes Open MPI's mpiexec exit non-zero at the
+        end). A launch that oversubscribed (more processes than slots) is always tried."""
         if _STUCK:
             raise SpawnRefused(f"rank {self.rank}: an earlier respawn is still stuck inside MPI")
+        full = _slots_taken(started, len(keys))
+        taken = np.array([1 if full else 0], dtype=np.int64)
+        with self.failures(WaitContext("slot check")), self.lock:
+            req = self._comm.Iallreduce(MPI.IN_PLACE, taken, op=MPI.MAX)
+        MpiRequest(self, req, WaitContext("slot check"), taken).wait(self.timeout)
+        if taken[0]:
+            raise SpawnRefused(full or f"rank {self.rank}: another rank found no free slot")
         argv, why = list(sys.orig_argv[1:]), ""
         try:
             inter = _within_deadline(
@@ -470,6 +480,22 @@ starts Python and imports torch before it can answer (seconds, more on a loaded 
 
 _STUCK: list[str] = []  # what a respawn left stuck inside MPI (no spawn after that)
 _WATCH_S = 0.05  # how often a spawn or merge checks for a dead rank
+
+
+def _slots_taken(started: int, more: int) -> str:
+    """Why ``more`` processes cannot start beside ``started`` ones, or "" when they can (or
+    the launch oversubscribed: slots are not counted then)."""
+    try:
+        universe = MPI.COMM_WORLD.Get_attr(MPI.UNIVERSE_SIZE)
+    except (MPI.Exception, NotImplementedError):
+        return ""
+    if not universe or not started or universe < started or started + more <= universe:
+        return ""
+    return (
+        f"the allocation's {universe} slots are taken ({started} processes started, a dead "
+        "one's slot included); reserve spares (more slots than -n ranks: a host file, "
+        "Slurm tasks, or --oversubscribe)"
+    )
 
 
 def _dead_in(comms: Sequence[Any]) -> bool:

@@ -145,6 +145,13 @@ def main(argv: list[str] | None = None) -> None:
         "--on-failure", dest="mode", choices=["continue", "respawn"], default="continue"
     )
     ap.add_argument("--comm-timeout", type=float, default=60.0)
+    ap.add_argument(
+        "--train-flag",
+        action="append",
+        default=[],
+        help="one more `gossipgrad train` argument for every run (repeat; e.g. "
+        "--train-flag=--arch --train-flag=resnet50)",
+    )
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per launch")
     ap.add_argument(
         "--workdir",
@@ -162,7 +169,13 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if not os.path.exists(os.path.join(VENV, "mpiexec")):
         sys.exit(f"no Open MPI venv in {VENV}: run bash scripts/test.sh (it builds .venv-ompi)")
-    flags = ["--epochs", str(args.epochs), "--comm-timeout", str(args.comm_timeout)]
+    flags = [
+        "--epochs",
+        str(args.epochs),
+        "--comm-timeout",
+        str(args.comm_timeout),
+        *args.train_flag,
+    ]
     kills = args.kills or ["3:52", "2:27,6:77"]
     with tempfile.TemporaryDirectory() as tmp:
         workdir = args.workdir or tmp
@@ -202,6 +215,7 @@ def main(argv: list[str] | None = None) -> None:
                 "ranks": args.ranks,
                 "on_failure": args.mode,
                 "epochs": args.epochs,
+                "train_flags": args.train_flag,
                 "comm_timeout": args.comm_timeout,
                 "kill_to_training_budget_s": budget,
                 "runs": runs,

@@ -22,12 +22,12 @@ from gossipgrad.settings import Settings
 
 
 def test_the_header_goes_through_int64_words_and_back():
-    h = Header(step=17, closed=0, saved=-1, reached=18, generation=2, replaced=(1, 3))
+    h = Header(step=17, closed=0, saved=-1, reached=18, generation=2, started=5, replaced=(1, 3))
     words = h.words()
-    assert words.dtype == np.int64 and words.tolist() == [17, 0, -1, 18, 2, 1, 3]
+    assert words.dtype == np.int64 and words.tolist() == [17, 0, -1, 18, 2, 5, 1, 3]
     assert Header.of(words) == h
     with pytest.raises(ValueError, match="fields and ranks"):
-        Header.of(words[:5])  # no replaced rank: not a respawn's header
+        Header.of(words[:6])  # no replaced rank: not a respawn's header
 
 
 def test_the_donor_is_the_dead_ranks_last_partner_when_it_lives():

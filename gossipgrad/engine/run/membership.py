@@ -98,6 +98,7 @@ class Membership:
     ) -> None:
         self.launch: tuple[int, ...] = tuple(range(comm.size))  # rank -> launch rank
         self.size, self.me = comm.size, comm.rank  # at launch: this process's launch rank
+        self.started = comm.size  # processes the job started (a dead one's slot stays taken)
         self.make_shuffle = make_shuffle
         self.respawn = respawn  # grow back (off for good once a respawn could not start)
         self.generation = 0  # respawns so far
@@ -214,10 +215,15 @@ class Membership:
         """Survivors: start a replacement for every launch rank not alive, settle with them
         (:func:`respawn.settle`) and return the step everyone resumes from."""
         replaced = tuple(r for r in range(self.size) if r not in self.launch)
-        header = respawn.Header(*marks, generation=self.generation + 1, replaced=replaced)
+        header = respawn.Header(
+            *marks, generation=self.generation + 1, started=self.started, replaced=replaced
+        )
         self._base = (new, self.launch)
         t0 = time.perf_counter()
-        grown: Communicator = new.grow(replaced, self.me, header.words())  # type: ignore[attr-defined]
+        grown: Communicator = new.grow(  # type: ignore[attr-defined]
+            replaced, self.me, header.words(), started=self.started
+        )
+        self.started += len(replaced)
         self._grown = grown
         spawned = time.perf_counter() - t0
         run.faults.at("respawn", header.step, grown)  # failure tests: a death in a respawn
@@ -228,6 +234,7 @@ class Membership:
         """A replacement (built on a mirror of ``comm``): settle with the survivors and
         return the step to go on from. Collective with their :meth:`_grow`."""
         header = respawn.Header.of(comm.welcome)  # type: ignore[attr-defined]
+        self.started = header.started + len(header.replaced)
         self.launch = tuple(range(comm.size))
         self._grown = comm
         run.quiesce()  # what the mirror's build started (threads) stops here

@@ -45,20 +45,22 @@ from gossipgrad.comm.statewire import recv_state, send_state
 log = logging.getLogger(__name__)
 
 #: The fields of the survivors' header, in order (int64 each), then the replaced ranks.
-FIELDS = ("step", "closed", "saved", "reached", "generation")
+FIELDS = ("step", "closed", "saved", "reached", "generation", "started")
 
 
 @dataclass(frozen=True)
 class Header:
     """What the survivors tell their replacements when they merge: the agreed step to resume
     from, the last epoch closed, the last checkpoint's step, the furthest step any survivor
-    reached, which respawn this is, and the launch ranks being replaced."""
+    reached, which respawn this is, how many processes the job had started before it, and
+    the launch ranks being replaced."""
 
     step: int
     closed: int
     saved: int
     reached: int
     generation: int
+    started: int
     replaced: tuple[int, ...]
 
     def words(self) -> np.ndarray:
