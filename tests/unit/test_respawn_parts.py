@@ -110,6 +110,8 @@ def test_respawn_is_refused_where_it_cannot_work():
     for flags, why in [
         ({"strategy": "ddp"}, "strategy ddp cannot"),
         ({"strategy": "horovod"}, "strategy horovod cannot"),
+        ({"strategy": "ps"}, "strategy ps cannot"),
+        ({"strategy": "gossip-node"}, "its nodes are fixed at start-up"),
         ({"max_lag": 2}, "a lagged exchange cannot follow a membership change"),
     ]:
         with pytest.raises(ValueError, match=f"on_failure='respawn' cannot work: {why}"):
