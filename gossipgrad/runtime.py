@@ -153,7 +153,7 @@ def _mpi_world(timeout: float, env: Settings, verbose: bool) -> tuple[Communicat
         delayer=DelayedPoster,
     )
     if joined is not None:
-        comm.welcome = joined.welcome
+        comm.welcome, comm.joined_at = joined.welcome, joined.joined_at
     setup_logging(comm.rank, comm.size, verbose)
     if not thread_multiple() and comm.rank == 0:  # once per job, not once per rank
         log.warning(

@@ -417,6 +417,7 @@ class LocalCommunicator:
         for member in new:
             child = LocalCommunicator(world, members.index(member), ctx, members)
             child.welcome = np.asarray(header, dtype=np.int64).copy()
+            child.joined_at = time.time()
             thread = threading.Thread(
                 target=world.body, args=(child,), name=f"rank{child.rank}+", daemon=True
             )

@@ -599,6 +599,7 @@ def join_parent(timeout: float = DEFAULT_TIMEOUT_S, **kw: Any) -> MpiCommunicato
     full.Set_errhandler(MPI.ERRORS_RETURN)
     out = MpiCommunicator(full, timeout, **kw)
     out.welcome = header.copy()
+    out.joined_at = time.time()  # the replacement's build starts here (a record's share)
     return out
 
 

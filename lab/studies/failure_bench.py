@@ -30,7 +30,15 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VENV = os.path.join(REPO, ".venv-ompi", "bin")
-RESPAWN_FIELDS = ("replaced", "spawn_seconds", "from", "bytes", "samples_seen_twice")
+RESPAWN_FIELDS = (
+    "replaced",
+    "spawn_seconds",
+    "build_seconds",
+    "settle_seconds",
+    "from",
+    "bytes",
+    "samples_seen_twice",
+)
 KILLED = re.compile(r"launch rank (\d+) dies at step (\d+) \((\w+)\), time ([\d.]+)")
 
 

@@ -238,8 +238,9 @@ class Membership:
         self.launch = tuple(range(comm.size))
         self._grown = comm
         run.quiesce()  # what the mirror's build started (threads) stops here
+        built = time.time() - getattr(comm, "joined_at", time.time())
         done = respawn.settle(run, self, stop, comm, header, header.step)
-        return self._grown_back(run, comm, header, done, None, 0.0)
+        return self._grown_back(run, comm, header, {**done, "build_seconds": built}, None, 0.0)
 
     def _grown_back(
         self,

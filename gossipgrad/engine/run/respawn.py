@@ -229,9 +229,12 @@ def records(
 ) -> list[dict[str, Any]]:
     """Collective: one failure record per replaced rank (identical on every rank), and the
     line rank 0 logs. ``since``: seconds since this rank detected the failure (0 on a
-    replacement), ``spawned``: seconds its spawn took (0 on a replacement)."""
-    seconds, spawn_s, resumed_at = allreduce_(
-        comm, np.array([since, spawned, time.time()]), ReduceOp.MAX, what="respawn: record"
+    replacement), ``spawned``: seconds its spawn took (0 on a replacement); ``done`` holds
+    the replacement's ``build_seconds`` (from joining to settling; 0 elsewhere) and this
+    rank's ``settle_seconds``."""
+    mine = [since, spawned, done.get("build_seconds", 0.0), done["settle_seconds"], time.time()]
+    seconds, spawn_s, build_s, settle_s, resumed_at = allreduce_(
+        comm, np.array(mine), ReduceOp.MAX, what="respawn: record"
     )
     h = header
     out = [
@@ -249,6 +252,8 @@ def records(
             "samples_read_again": done["samples_read_again"],
             "seconds": round(float(seconds), 3),
             "spawn_seconds": round(float(spawn_s), 3),
+            "build_seconds": round(float(build_s), 3),
+            "settle_seconds": round(float(settle_s), 3),
             "resumed_at": round(float(resumed_at), 3),
         }
         for moved in done["moved"]
@@ -258,7 +263,8 @@ def records(
         log.warning(
             "launch rank%s %s died; replaced (respawn %d), state from rank%s %s (%.1f MB); "
             "back at size %d at step %d (%d redone, %d samples seen twice, %d read again, "
-            "%d lost), training again %.2f s after the failure was detected (spawn %.2f s)",
+            "%d lost), training again %.2f s after the failure was detected (spawn %.2f s, "
+            "the replacement's build %.2f s, state and samples %.2f s)",
             "s" if many else "",
             ", ".join(map(str, h.replaced)),
             h.generation,
@@ -273,5 +279,7 @@ def records(
             lost,
             seconds,
             spawn_s,
+            build_s,
+            settle_s,
         )
     return out
