@@ -84,6 +84,7 @@ class OnFailure(enum.StrEnum):
 
     ABORT = "abort"  # end the job on every rank with a non-zero code
     CONTINUE = "continue"  # revoke, shrink, agree, continue (needs an MPI with ULFM)
+    RESPAWN = "respawn"  # as continue, then replacements take the dead ranks' places
 
 
 class Optimizer(enum.StrEnum):

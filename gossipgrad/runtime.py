@@ -171,9 +171,17 @@ def _mpi_world(timeout: float, env: Settings) -> tuple[Communicator, int, int, b
     # at different times (imports): the start-up deadline, not a tiny --comm-timeout.
     start = max(timeout, startup.start_timeout_s())
     together = node_cores(MpiCommunicator(timeout=start, delay_s=0.0))
+    joined = startup.joined()  # a replacement: the training ranks cannot count with it
+    if joined is not None:  # now; assume they all share its node (no spinning waits)
+        per_node = joined.size
     comm = MpiCommunicator(
-        timeout=timeout, policy=wait_policy(together, per_node, env), delayer=DelayedPoster
+        joined.mpi4py_comm if joined is not None else None,
+        timeout=timeout,
+        policy=wait_policy(together, per_node, env),
+        delayer=DelayedPoster,
     )
+    if joined is not None:
+        comm.welcome, comm.joined_at = joined.welcome, joined.joined_at
     return comm, per_node, together, thread_multiple()
 
 

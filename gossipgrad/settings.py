@@ -86,7 +86,7 @@ def _slow(text: str) -> tuple[int, float]:
     return pair
 
 
-KILL_POINTS = ("step", "shuffle", "eval", "checkpoint")
+KILL_POINTS = ("step", "shuffle", "eval", "checkpoint", "respawn")
 """Where ``GOSSIPGRAD_INJECT_KILL`` may kill a rank (see ``gossipgrad.inject.faults``)."""
 
 

@@ -55,6 +55,7 @@ INTERRUPTED = 130
 """Exit status after Ctrl-C (128 + SIGINT), as a shell reports it."""
 
 _world: Any = None  # this process's MPI world once the start-up agreement passed
+_joined: Any = None  # a replacement's communicator with the survivors (--on-failure respawn)
 
 
 def under_launcher() -> bool:
@@ -157,12 +158,23 @@ def start_mpi(
             sys.stderr.flush()
         raise SystemExit(exc.code) from None
     _world = comm
+    if error is None:  # a replacement merges with the survivors at once: they wait for it
+        from gossipgrad.comm.mpi import join_parent
+
+        global _joined
+        _joined = join_parent(deadline, delay_s=0.0)
     return comm
 
 
 def started() -> Any:
     """This process's MPI world once the start-up agreement passed, else None."""
     return _world
+
+
+def joined() -> Any:
+    """In a replacement that survivors spawned (``--on-failure respawn``), the job's
+    communicator it joined them on (``welcome``: their header); else None."""
+    return _joined
 
 
 def fail(text: str, usage: str = "", code: int = 2) -> NoReturn:

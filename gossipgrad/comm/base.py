@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -93,6 +93,8 @@ class Tag(enum.IntEnum):
     ARRIVAL_PROBE = 4
     SHUFFLE_META = 10
     SHUFFLE_DATA = 11
+    RESPAWN_META = 12  # a replacement's state: its layout (JSON) and sizes
+    RESPAWN_DATA = 13  # a replacement's state: the tensors' bytes
     GRAD_BUCKET = 1000
     PARAM_BUCKET = 100_000
     PS_PUSH = 200_000
@@ -114,6 +116,12 @@ class CommError(RuntimeError):
 
 class CommTimeout(CommError):
     """A wait passed its deadline. The message names rank, peer, step and tag."""
+
+
+class SpawnRefused(CommError):
+    """No replacement could be started after a failure: the allocation has no free slot, the
+    launcher cannot spawn, or an earlier respawn is still stuck inside MPI. The survivors go
+    on without one (``--on-failure respawn`` falls back to ``continue``)."""
 
 
 class PeerFailed(CommError):
@@ -200,8 +208,8 @@ class WaitContext:
             )
             what = f"{who} died ({during})"
         return (
-            f"{where}: {what}; --on-failure continue (under mpiexec --with-ft ulfm) "
-            "keeps the survivors training"
+            f"{where}: {what}; --on-failure continue or respawn (under mpiexec --with-ft "
+            "ulfm) keeps the survivors training"
         )
 
 
@@ -296,6 +304,26 @@ class Shrinkable(Protocol):
 
     def die(self) -> None:
         """End this rank at once, as a crash would (failure tests)."""
+        ...
+
+
+@runtime_checkable
+class Growable(Shrinkable, Protocol):
+    """A shrunk communicator that can take replacements for its dead ranks (MPI with ULFM
+    and ``MPI_Comm_spawn``, the thread world)."""
+
+    def agree(self, flag: int) -> int:
+        """Collective: the AND of every live rank's ``flag``, the same on each of them, or
+        :class:`PeerFailed` on each of them (ULFM's ``MPI_Comm_agree``)."""
+        ...
+
+    def grow(self, keys: Sequence[int], key: int, header: Any, started: int = 0) -> Communicator:
+        """Collective over this communicator's ranks: start ``len(keys)`` replacements (this
+        process's command line; the thread world: the body of its ranks), hand them ``keys``
+        and ``header`` (int64), and return the communicator of all, ranked by key (this
+        rank's ``key``, the i-th replacement's ``keys[i]``). A replacement finds ``header``
+        as its communicator's ``welcome``. ``started``: processes the job started so far
+        (a dead one's slot stays taken). :class:`SpawnRefused` when none can start."""
         ...
 
 

@@ -8,7 +8,10 @@ Rank death, as ULFM has it (:class:`~gossipgrad.comm.base.Shrinkable`): ``comm.d
 the rank dead and raises :class:`RankKilled` in it (every later call of that rank raises it
 too); a wait on a dead peer, or a collective with one, raises ``PeerFailed`` at once and
 revokes the communicator's family (it and its duplicates), waking every other waiter with
-``PeerFailed(revoked=True)``; ``shrink()`` gives the survivors a communicator of their own.
+``PeerFailed(revoked=True)``; ``shrink()`` gives the survivors a communicator of their own,
+and ``grow()`` starts replacement thread-ranks running the body :func:`run_ranks` runs
+(``MPI_Comm_spawn`` of the same command line), each handed the job's communicator with the
+survivors' header as ``welcome``.
 
 Example::
 
@@ -34,7 +37,14 @@ from typing import Any
 import numpy as np
 
 from gossipgrad.comm import base
-from gossipgrad.comm.base import CommError, PeerFailed, ReduceOp, WaitContext, check_gather
+from gossipgrad.comm.base import (
+    CommError,
+    PeerFailed,
+    ReduceOp,
+    SpawnRefused,
+    WaitContext,
+    check_gather,
+)
 from gossipgrad.comm.buffers import host_array
 from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.options import DEFAULT_TIMEOUT_S
@@ -53,10 +63,16 @@ class RankKilled(BaseException):
 class LocalWorld:
     """State shared by the ranks of one in-process world. Ranks here are world ranks."""
 
-    def __init__(self, size: int, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(
+        self, size: int, timeout: float = DEFAULT_TIMEOUT_S, slots: int | None = None
+    ) -> None:
         if size < 1:
             raise ValueError(f"size must be >= 1, got {size}")
         self.size = size
+        self.slots = slots  # ranks a world may ever start, dead ones included (None: any)
+        self.body: Callable[[LocalCommunicator], None] | None = None  # what a replacement runs
+        self.grown: dict[tuple, Any] = {}  # ctx -> (members, ctx) grown from it, or why not
+        self.threads: list[threading.Thread] = []  # every rank's, replacements' included
         self.timeout = timeout
         self.cond = threading.Condition()
         self.mail: dict[tuple, deque[np.ndarray]] = defaultdict(deque)
@@ -361,6 +377,54 @@ class LocalCommunicator:
             parent_ranks=tuple(self.members.index(m) for m in members),
         )
 
+    def agree(self, flag: int) -> int:
+        """The AND of every rank's ``flag`` (failures are seen alike by every rank here)."""
+        return int(allreduce_(self, np.array([flag], dtype=np.int64), ReduceOp.MIN)[0])
+
+    def grow(self, keys: Any, key: int, header: Any, started: int = 0) -> LocalCommunicator:
+        """Start ``len(keys)`` replacement thread-ranks running the world's ``body``; the
+        communicator of all, ranked by key (:class:`~gossipgrad.comm.base.Growable`). The
+        world counts what it started itself (``slots``)."""
+        world, keys = self.world, [int(k) for k in keys]
+        every = np.full(self.size, -1, dtype=np.int64)
+        every[self.rank] = key
+        allreduce_(self, every, ReduceOp.MAX)  # every survivor's key, as the merge learns
+        with world.cond:
+            if self.ctx not in world.grown:  # the first survivor here starts them
+                world.grown[self.ctx] = self._start_replacements(keys, every, header)
+            grown = world.grown[self.ctx]
+        if isinstance(grown, str):  # every survivor gets the first one's answer
+            raise SpawnRefused(f"rank {self.rank}: cannot start {len(keys)} replacements: {grown}")
+        members, ctx = grown
+        return LocalCommunicator(world, members.index(self.members[self.rank]), ctx, members)
+
+    def _start_replacements(
+        self, keys: list[int], every: np.ndarray, header: Any
+    ) -> tuple[tuple[int, ...], tuple] | str:
+        """Under the world lock: the new members in key order and their context, the
+        replacements' threads started; or why none can start."""
+        world = self.world
+        if world.body is None:
+            return "this world has no body to run"
+        if world.slots is not None and world.size + len(keys) > world.slots:
+            return f"no free slot ({world.size} of {world.slots} started)"
+        new = list(range(world.size, world.size + len(keys)))
+        world.size += len(keys)
+        owner = dict(zip(every.tolist(), self.members, strict=True))
+        owner.update(zip(keys, new, strict=True))
+        members = tuple(owner[k] for k in sorted(owner))
+        ctx = (*self.family, "grown", len(world.grown))
+        for member in new:
+            child = LocalCommunicator(world, members.index(member), ctx, members)
+            child.welcome = np.asarray(header, dtype=np.int64).copy()
+            child.joined_at = time.time()
+            thread = threading.Thread(
+                target=world.body, args=(child,), name=f"rank{child.rank}+", daemon=True
+            )
+            world.threads.append(thread)
+            thread.start()
+        return members, ctx
+
     def die(self) -> None:
         self.world.kill(self.members[self.rank])
         raise RankKilled(f"rank {self.rank} died (injected)")
@@ -376,41 +440,57 @@ def run_ranks(
     *args: Any,
     timeout: float = 60.0,
     comm_timeout: float | None = None,
+    slots: int | None = None,
 ) -> list[Any]:
     """Run ``fn(comm, *args)`` on ``size`` thread-ranks; return results in rank order.
+
+    A replacement that a ``grow()`` started runs ``fn`` too; its result takes the place of
+    the dead rank's. ``slots`` caps the live ranks a ``grow()`` may reach (a full
+    allocation: it raises SpawnRefused).
 
     If a rank raises, every other rank's pending wait is woken with an error and the first
     exception is re-raised here. If the ranks do not finish within ``timeout`` seconds a
     TimeoutError names the ranks still running. A rank that died (``comm.die()``) returns
     None and fails no one.
     """
-    world = LocalWorld(size, timeout=comm_timeout if comm_timeout is not None else timeout)
+    world = LocalWorld(
+        size, timeout=comm_timeout if comm_timeout is not None else timeout, slots=slots
+    )
     results: list[Any] = [None] * size
+    replaced: dict[int, Any] = {}  # launch rank -> its last replacement's result
     errors: list[tuple[int, BaseException]] = []
 
     def body(comm: LocalCommunicator) -> None:
+        out = results if getattr(comm, "welcome", None) is None else replaced
         try:
-            results[comm.rank] = fn(comm, *args)
+            out[comm.rank] = fn(comm, *args)
         except RankKilled:
-            results[comm.rank] = None
+            out[comm.rank] = None
         except BaseException as exc:  # noqa: BLE001 - reported to the caller below
             errors.append((comm.rank, exc))
             world.fail(f"rank {comm.rank} failed: {exc}")
 
-    threads = [
-        threading.Thread(target=body, args=(c,), name=f"rank{c.rank}", daemon=True)
-        for c in world.communicators()
-    ]
-    for t in threads:
+    world.body = body
+    with world.cond:
+        for c in world.communicators():
+            world.threads.append(
+                threading.Thread(target=body, args=(c,), name=f"rank{c.rank}", daemon=True)
+            )
+    for t in list(world.threads):
         t.start()
     deadline = time.monotonic() + timeout
-    for t in threads:
-        t.join(max(0.0, deadline - time.monotonic()))
-    stuck = [i for i, t in enumerate(threads) if t.is_alive()]
+    joined = 0
+    while joined < len(world.threads):  # replacements join the list as they start
+        world.threads[joined].join(max(0.0, deadline - time.monotonic()))
+        joined += 1
+    stuck = [t.name for t in world.threads if t.is_alive()]
     if stuck:
         world.fail(f"ranks {stuck} exceeded the {timeout:g} s test deadline")
         raise TimeoutError(f"ranks {stuck} still running after {timeout:g} s")
     if errors:
         first = min(errors, key=lambda e: 0 if not isinstance(e[1], CommError) else 1)
         raise first[1]
+    for rank, result in replaced.items():
+        if result is not None:
+            results[rank] = result
     return results

@@ -13,7 +13,12 @@ Failures (ULFM, Open MPI under ``mpiexec --with-ft ulfm``): an operation that MP
 ``MPI_ERR_PROC_FAILED`` or ``MPI_ERR_REVOKED`` raises :class:`PeerFailed` after revoking the
 communicator and every one duplicated from the same one (its *family*: the stop agreement's
 and the shuffle's), so every survivor, whatever it waits on, learns of the death at once.
-:meth:`MpiCommunicator.shrink` then gives the survivors' communicator.
+:meth:`MpiCommunicator.shrink` then gives the survivors' communicator, and
+:meth:`MpiCommunicator.grow` starts replacements (``MPI_Comm_spawn`` of this process's
+command line), merges them in and restores the rank order; a replacement finds its place
+with :func:`join_parent`. Open MPI's spawn and merge have no deadline and may never return
+when a rank dies inside them: they run on a helper thread, watched for failures and given
+up on at the deadline, after which this process refuses further spawns (``SpawnRefused``).
 """
 
 # Over 300 lines on purpose: a whole Communicator over mpi4py, ULFM error handling included; the
@@ -21,12 +26,15 @@ and the shuffle's), so every survivor, whatever it waits on, learns of the death
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
 import signal
+import sys
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import mpi4py
@@ -39,6 +47,7 @@ from gossipgrad.comm.base import (
     Poster,
     ReduceOp,
     Request,
+    SpawnRefused,
     WaitContext,
     WaitPolicy,
     check_gather,
@@ -71,6 +80,39 @@ _FAILURES = frozenset(
     if MPI.get_vendor()[0] == "Open MPI"
     else ()
 )
+
+
+FINALIZE_TIMEOUT_S = 120
+"""Seconds ``MPI_Finalize`` may take under ULFM before SIGALRM ends the process: Open MPI
+5.0's finalize was seen never to return after a rank died during a respawn (the job's work
+is done by then; mpiexec reports the signal). It waits for every connected process to
+reach it, so the deadline leaves room for the slowest rank of a loaded node."""
+
+
+def _finalize_within_deadline() -> None:
+    """At exit, before mpi4py's own: MPI_Finalize under an alarm (it holds the GIL, so no
+    Python thread could time it out; SIGALRM's default action ends the process). A slow
+    one is logged."""
+    if not MPI.Is_initialized() or MPI.Is_finalized():
+        return
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.alarm(FINALIZE_TIMEOUT_S)
+    t0 = time.monotonic()
+    MPI.Finalize()
+    signal.alarm(0)
+    if time.monotonic() - t0 > 10:
+        sys.stderr.write(f"MPI_Finalize took {time.monotonic() - t0:.0f} s\n")
+
+
+def _ulfm_on() -> bool:
+    try:
+        return bool(_FAILURES) and settings().ompi_ft
+    except ValueError:  # a junk variable: the CLI reports it
+        return False
+
+
+if _ulfm_on():
+    atexit.register(_finalize_within_deadline)  # after mpi4py's, so it runs first
 
 
 def thread_multiple() -> bool:
@@ -349,6 +391,71 @@ class MpiCommunicator:
             raise done["error"]
         return done["comm"]
 
+    def agree(self, flag: int) -> int:
+        """ULFM's agreement (``MPI_Comm_iagree``): the AND of every live rank's ``flag``,
+        the same on all of them; PeerFailed on all of them if a rank died, so no rank
+        commits to something another gives up."""
+        buf = np.array([flag], dtype=np.int32)
+        ctx = WaitContext("agreement")
+        with self.failures(ctx), self.lock:
+            req = self._comm.Iagree(buf)
+        MpiRequest(self, req, ctx, buf).wait(self.timeout)
+        return int(buf[0])
+
+    def grow(self, keys: Sequence[int], key: int, header: Any, started: int = 0) -> MpiCommunicator:
+        """Collective over the survivors: spawn ``len(keys)`` replacements running this
+        process's command line, merge, send them ``keys`` and ``header`` (int64) and return
+        the communicator of all, ranked by key (see :class:`~gossipgrad.comm.base.Growable`).
+        SpawnRefused when MPI could not start them (no free slot) on any rank, or without
+        trying when the allocation's slots (``MPI_UNIVERSE_SIZE``) are all taken by the
+        ``started`` processes (a failed spawn makes Open MPI's mpiexec exit non-zero at the
+        end). A launch that oversubscribed (more processes than slots) is always tried."""
+        if _STUCK:
+            raise SpawnRefused(f"rank {self.rank}: an earlier respawn is still stuck inside MPI")
+        full = _slots_taken(started, len(keys))
+        taken = np.array([1 if full else 0], dtype=np.int64)
+        with self.failures(WaitContext("slot check")), self.lock:
+            req = self._comm.Iallreduce(MPI.IN_PLACE, taken, op=MPI.MAX)
+        MpiRequest(self, req, WaitContext("slot check"), taken).wait(self.timeout)
+        if taken[0]:
+            raise SpawnRefused(full or f"rank {self.rank}: another rank found no free slot")
+        argv, why = list(sys.orig_argv[1:]), ""
+        try:
+            inter = _within_deadline(
+                lambda: self._comm.Spawn(sys.executable, argv, maxprocs=len(keys), root=0),
+                "spawn",
+                self,
+                (self._comm,),
+            )
+            ok = 1
+        except MPI.Exception as exc:  # not a failure class: MPI could not start them
+            inter, ok, why = None, 0, exc.Get_error_string()
+        except CommTimeout as exc:
+            inter, ok, why = None, 0, str(exc)
+        flag = np.array([ok], dtype=np.int64)
+        with self.failures(WaitContext("spawn agreement")), self.lock:
+            req = self._comm.Iallreduce(MPI.IN_PLACE, flag, op=MPI.MIN)
+        MpiRequest(self, req, WaitContext("spawn agreement"), flag).wait(self.timeout)
+        if not flag[0]:
+            reason = why if not ok else "it failed on another rank"
+            raise SpawnRefused(f"rank {self.rank}: MPI_Comm_spawn of {len(keys)}: {reason}")
+        inter.Set_errhandler(MPI.ERRORS_RETURN)
+        try:
+            merged = _within_deadline(
+                lambda: inter.Merge(high=False), "merge", self, (self._comm, inter)
+            )
+        except CommTimeout as exc:  # the replacements never came: go on without them
+            raise SpawnRefused(f"the replacements did not join: {exc}") from None
+        merged.Set_errhandler(MPI.ERRORS_RETURN)
+        words = np.array([len(keys), *keys, *np.asarray(header, dtype=np.int64)], np.int64)
+        _bcast_words(merged, words, self.timeout)
+        return self._split_by(merged, key)
+
+    def _split_by(self, merged: Any, key: int) -> MpiCommunicator:
+        full = _within_deadline(lambda: merged.Split(0, key), "split", self, (merged,))
+        full.Set_errhandler(MPI.ERRORS_RETURN)
+        return MpiCommunicator(full, self.timeout, self.policy, self.delay_s, _poster=self._poster)
+
     def die(self) -> None:
         """SIGKILL this process (the failure tests' rank death)."""
         os.kill(os.getpid(), signal.SIGKILL)
@@ -370,6 +477,130 @@ class MpiCommunicator:
     def abort(self, code: int = 1) -> None:
         MPI.COMM_WORLD.Abort(code)
         os._exit(code)  # Abort should not return; never let this rank carry on
+
+
+SPAWN_TIMEOUT_S = 120.0
+"""The shortest deadline of a spawn and merge, whatever ``--comm-timeout`` says: a replacement
+starts Python and imports torch before it can answer (seconds, more on a loaded node)."""
+
+_STUCK: list[str] = []  # what a respawn left stuck inside MPI (no spawn after that)
+_WATCH_S = 0.05  # how often a spawn or merge checks for a dead rank
+
+
+def _slots_taken(started: int, more: int) -> str:
+    """Why ``more`` processes cannot start beside ``started`` ones, or "" when they can (or
+    the launch oversubscribed: slots are not counted then)."""
+    try:
+        universe = MPI.COMM_WORLD.Get_attr(MPI.UNIVERSE_SIZE)
+    except (MPI.Exception, NotImplementedError):
+        return ""
+    if not universe or not started or universe < started or started + more <= universe:
+        return ""
+    return (
+        f"the allocation's {universe} slots are taken ({started} processes started, a dead "
+        "one's slot included); reserve spares (more slots than -n ranks: a host file, "
+        "Slurm tasks, or --oversubscribe)"
+    )
+
+
+def _dead_in(comms: Sequence[Any]) -> bool:
+    for comm in comms:
+        try:
+            group = comm.Get_failed()
+            n = group.Get_size()
+            group.Free()
+        except (MPI.Exception, NotImplementedError):
+            continue
+        if n:
+            return True
+    return False
+
+
+def _within_deadline(call: Callable[[], Any], what: str, owner: Any, watch: Sequence[Any]) -> Any:
+    """``call()`` (a blocking spawn, merge or split) on a helper thread, watched: a rank of
+    ``watch`` found dead revokes them and raises PeerFailed; past ``owner.timeout`` (at least
+    :data:`SPAWN_TIMEOUT_S`) it raises CommTimeout. Either way a call still inside MPI is
+    left behind, and noted in :data:`_STUCK` so that no later spawn is tried."""
+    done: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            done["out"] = call()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+            done["error"] = exc
+
+    helper = threading.Thread(target=run, name=f"gossipgrad-{what}", daemon=True)
+    helper.start()
+    limit = max(owner.timeout, SPAWN_TIMEOUT_S)
+    deadline = time.monotonic() + limit
+    while helper.is_alive():
+        helper.join(_WATCH_S)
+        if helper.is_alive() and _dead_in(watch):
+            for comm in watch:
+                with contextlib.suppress(MPI.Exception, NotImplementedError):
+                    comm.Revoke()
+            helper.join(1.0)
+            if helper.is_alive():
+                _STUCK.append(what)
+                raise PeerFailed(f"rank {owner.rank}: a rank died during the {what}")
+        if helper.is_alive() and time.monotonic() > deadline:
+            _STUCK.append(what)
+            raise CommTimeout(WaitContext(what).describe(owner.rank, limit))
+    if "error" in done:
+        exc = done["error"]
+        if isinstance(exc, MPI.Exception) and exc.Get_error_class() in _FAILURES:
+            raise PeerFailed(f"rank {owner.rank}: a rank died during the {what}") from None
+        raise exc
+    return done["out"]
+
+
+def _ibcast(comm: Any, buf: np.ndarray, timeout: float) -> None:
+    req = comm.Ibcast(buf, root=0)
+    deadline = time.monotonic() + timeout
+    try:
+        while not req.Test():
+            if time.monotonic() > deadline:
+                raise CommTimeout(WaitContext("respawn header").describe(comm.Get_rank(), timeout))
+            time.sleep(1e-3)
+    except MPI.Exception as exc:
+        if exc.Get_error_class() not in _FAILURES:
+            raise
+        raise PeerFailed(f"rank {comm.Get_rank()}: a rank died during the respawn") from None
+
+
+def _bcast_words(comm: Any, words: np.ndarray, timeout: float) -> np.ndarray:
+    """Broadcast int64 ``words`` from rank 0 of ``comm`` (an mpi4py communicator) to ranks
+    that know nothing of their length: the length first, then the words."""
+    n = np.array([len(words)], dtype=np.int64)
+    _ibcast(comm, n, timeout)
+    if comm.Get_rank() != 0:
+        words = np.zeros(int(n[0]), dtype=np.int64)
+    _ibcast(comm, words, timeout)
+    return words
+
+
+def join_parent(timeout: float = DEFAULT_TIMEOUT_S, **kw: Any) -> MpiCommunicator | None:
+    """In a replacement that :meth:`MpiCommunicator.grow` spawned: merge with the survivors
+    and take this process's place; return the job's communicator (at the launch size, ranks
+    by key) with ``welcome`` (the survivors' header) set. None in a process nobody spawned.
+    ``kw`` go to ``MpiCommunicator``."""
+    parent = MPI.Comm.Get_parent()
+    if parent == MPI.COMM_NULL:
+        return None
+    parent.Set_errhandler(MPI.ERRORS_RETURN)
+    me = MpiCommunicator(MPI.COMM_WORLD, timeout, delay_s=0.0)
+    merged = _within_deadline(lambda: parent.Merge(high=True), "merge", me, (parent,))
+    merged.Set_errhandler(MPI.ERRORS_RETURN)
+    words = _bcast_words(merged, np.zeros(0, dtype=np.int64), timeout)
+    count = int(words[0])
+    keys, header = words[1 : 1 + count], words[1 + count :]
+    key = int(keys[merged.Get_rank() - (merged.Get_size() - count)])
+    full = _within_deadline(lambda: merged.Split(0, key), "split", me, (merged,))
+    full.Set_errhandler(MPI.ERRORS_RETURN)
+    out = MpiCommunicator(full, timeout, **kw)
+    out.welcome = header.copy()
+    out.joined_at = time.time()  # the replacement's build starts here (a record's share)
+    return out
 
 
 def raw_sendrecv_seconds(
@@ -421,6 +652,7 @@ def node_local_rank() -> int:
 
 __all__ = [
     "MpiCommunicator",
+    "join_parent",
     "MpiRequest",
     "cuda_aware",
     "thread_multiple",

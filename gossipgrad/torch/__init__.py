@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from gossipgrad import runtime
+from gossipgrad.torch import elastic
 from gossipgrad.torch.compression import Compression
 from gossipgrad.torch.ops import (
     Op,
@@ -151,6 +152,7 @@ __all__ = [
     "broadcast_object",
     "broadcast_optimizer_state",
     "broadcast_parameters",
+    "elastic",
     "global_process_set",
     "init",
     "is_initialized",

@@ -1,21 +1,24 @@
-"""What ``--on-failure continue`` costs per step when nothing fails, against ``abort``, in one
-launch: the same processes train the same job alternately with each (abort, continue, abort,
-continue, ...), so both see the same machine and the same load; prints one JSON object.
+"""What ``--on-failure continue`` (or ``respawn``) costs per step when nothing fails, against
+``abort``, in one launch: the same processes train the same job alternately with each (abort,
+continue, abort, continue, ...), so both see the same machine and the same load; prints one
+JSON object.
 
     .venv-ompi/bin/mpiexec --with-ft ulfm --oversubscribe -n 8 .venv-ompi/bin/python \\
         -m lab failure-cost --reps 3 --epochs 40
     .venv-ompi/bin/mpiexec --oversubscribe -n 8 .venv-ompi/bin/python \\
         -m lab failure-cost --modes abort        # Open MPI without ULFM: its own cost
+    .venv-ompi/bin/mpiexec --with-ft ulfm --oversubscribe -n 8 .venv-ompi/bin/python \\
+        -m lab failure-cost --modes abort,respawn
 
 Per training: samples/s over the timed steps (the first step, evaluations and checkpoints
 left out, as ``gossipgrad train`` reports it), seconds per step (global batch / samples/s),
 communication seconds and top-1. The order alternates (abort first in even repetitions,
-continue first in odd ones). Per mode: the median over repetitions; ``continue_vs_abort``
-is the ratio of the medians of seconds per step (1.00: free), ``..._paired_median`` the
-median of each repetition's own ratio (less sensitive to load that changes between
-repetitions). Run from the root of a checkout (the lab is not installed) with
-``OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1`` as root and
-``OMP_NUM_THREADS=1``.
+the others first in odd ones). Per mode: the median over repetitions; ``MODE_vs_abort``
+(``continue_vs_abort``, ``respawn_vs_abort``) is the ratio of the medians of seconds per step
+(1.00: free), ``..._paired_median`` the median of each repetition's own ratio (less
+sensitive to load that changes between repetitions). Run from the root of a checkout (the
+lab is not installed) with ``OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1`` as
+root and ``OMP_NUM_THREADS=1``.
 """
 
 from __future__ import annotations
@@ -75,12 +78,14 @@ def main(argv: list[str] | None = None) -> None:
         "median_seconds_per_step": median,
         "runs": runs,
     }
-    if {"abort", "continue"} <= set(modes):
-        out["continue_vs_abort"] = round(median["continue"] / median["abort"], 3)
-        per_rep = {(r["rep"], r["mode"]): r["seconds_per_step"] for r in runs}
-        pairs = [per_rep[(k, "continue")] / per_rep[(k, "abort")] for k in range(args.reps)]
-        out["continue_vs_abort_per_rep"] = [round(x, 3) for x in pairs]
-        out["continue_vs_abort_paired_median"] = round(statistics.median(pairs), 3)
+    per_rep = {(r["rep"], r["mode"]): r["seconds_per_step"] for r in runs}
+    for mode in modes if "abort" in modes else ():
+        if mode == "abort":
+            continue
+        out[f"{mode}_vs_abort"] = round(median[mode] / median["abort"], 3)
+        pairs = [per_rep[(k, mode)] / per_rep[(k, "abort")] for k in range(args.reps)]
+        out[f"{mode}_vs_abort_per_rep"] = [round(x, 3) for x in pairs]
+        out[f"{mode}_vs_abort_paired_median"] = round(statistics.median(pairs), 3)
     print(json.dumps(out, indent=1))
 
 

@@ -197,6 +197,7 @@ class BucketOptimizer(WrappedOptimizer):
         either mixed or its own; call :meth:`rejoin_` next."""
         self.timing.abandon()
         self._join.abandon()
+        self._exchanged = self._posted = False  # the failed step's: param_groups mixes none
         self._abandoned = True  # close() now only stops this rank's threads
 
     def rejoin_(self, comm: Communicator, step: int) -> None:

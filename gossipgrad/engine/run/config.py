@@ -129,10 +129,11 @@ class TrainConfig:
         object.__setattr__(self, "exchange", self.exchange.bind(adaptive))
         self._check_sequences()
         spec = self.exchange.spec
-        if self.run.on_failure is OnFailure.CONTINUE:
+        if self.run.on_failure is not OnFailure.ABORT:
             why = spec.cannot_shrink(self.exchange)
             if why is not None:
-                raise ValueError(f"{spell('--on-failure', 'continue')} cannot work: {why}")
+                value = self.run.on_failure.value
+                raise ValueError(f"{spell('--on-failure', value)} cannot work: {why}")
             self._no_factors_unless_asked()  # a factor path cannot follow a shrink
         device = self.run.device_spec
         if device is not None and not device.real_activations:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gossipgrad.comm.base import Communicator
+from gossipgrad.comm.base import Communicator, failure_of
 from gossipgrad.data.sources import DataSource
 from gossipgrad.engine import agreement
 from gossipgrad.engine.bucket.monitor import describe_monitor, monitor_log_fields
@@ -119,6 +119,7 @@ class Run:
         self.faults = KillSwitch(comm.rank)
         self.membership = membership  # None: a dead rank ends the job (--on-failure abort)
         self.step = self.closed = -1  # steps completed, last epoch evaluated + checkpointed
+        self.start = 0  # the step this run started (resumed) from
         self.offload = (
             ActivationOffload(model, device) if Offload.ACTIVATIONS in cfg.run.offload else None
         )
@@ -205,15 +206,50 @@ class Run:
             )
             return self.finish(start, start, signal_name(stop.stopped))
         step, self.step, self.closed = start, start, start // self.spe - 1
+        self.start = start
         if self.membership is not None:
             self.membership.start(self)
+        return self.train_from(step, stop)
+
+    def train_from(self, step: int, stop: StopSignals) -> dict[str, Any]:
+        """Train from ``step`` to the end, surviving deaths where membership can."""
         while True:
             try:
-                return self.epochs(start, step, stop)
+                return self.epochs(self.start, step, stop)
             except Exception as exc:
                 if self.membership is None:
                     raise
                 step = self.membership.recover(self, stop, exc)  # re-raises all but a death
+
+    def run_joined(self, stop: StopSignals, comm: Communicator) -> dict[str, Any]:
+        """A replacement (``--on-failure respawn``), built on a mirror communicator: join
+        the survivors on ``comm`` (the one it was started with), then train with them."""
+        assert self.membership is not None
+        try:
+            ex = self.cfg.exchange
+            self.agreement = PeriodicAgreement(stop, ex.spec.agreement_period(ex))
+            self.membership.start(self)
+            try:
+                step = self.membership.join(self, stop, comm)
+            except Exception as exc:  # noqa: BLE001 - a replacement never aborts the job
+                why = "a rank died before it joined" if failure_of(exc) else "it could not join"
+                log.warning(
+                    "launch rank %d's replacement: %s (%s: %s); it ends, and the survivors "
+                    "start another or go on without it",
+                    comm.rank,
+                    why,
+                    type(exc).__name__,
+                    exc,
+                )
+                comm.die()  # type: ignore[attr-defined]  # as a crash: ULFM tolerates it
+                raise
+            self.faults = KillSwitch(comm.rank, after=step)
+            self.progress = Progress(self.total, comm.rank, self.cfg.run.progress, step)
+            return self.train_from(step, stop)
+        finally:
+            if self.progress is not None:
+                self.progress.close()
+            self.metrics.close()
 
     # -- membership changes (engine/run/membership.py asks; see Member) -------------------
     def marks(self) -> tuple[int, int, int]:

@@ -24,7 +24,15 @@ Nothing is silently lost: each failure is logged on the new rank 0 and kept for 
 the wall-clock time it did, ``resumed_at``), and
 the summary counts the in-memory samples gone with dead ranks and those a half-finished
 shuffle round left on two ranks. A failure during recovery starts it again on what is left.
+
+With ``--on-failure respawn``, step 5 grows the survivors back to the launch size instead
+(:mod:`gossipgrad.engine.run.respawn`): replacements take the dead ranks' places, state and
+samples. When none can start (a full allocation), or a respawn stuck inside MPI, the
+survivors go on as ``continue`` does from then on, and say so in one line.
 """
+
+# Over 300 lines on purpose: the survivors' recovery both ways (shrink, grow back) and the
+# start-up check of --on-failure are one protocol, read in one place.
 
 from __future__ import annotations
 
@@ -35,8 +43,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from gossipgrad.comm.base import Communicator, PeerFailed, ReduceOp, failure_of
+from gossipgrad.comm.base import Communicator, PeerFailed, ReduceOp, SpawnRefused, failure_of
 from gossipgrad.comm.collectives import allreduce_
+from gossipgrad.engine.run import respawn
 from gossipgrad.engine.run.signals import StopSignals
 from gossipgrad.options import OnFailure
 from gossipgrad.shuffle import ShuffleWorker
@@ -47,6 +56,7 @@ class Member(Protocol):
 
     comm: Communicator
     source: Any
+    faults: Any
 
     def marks(self) -> tuple[int, int, int]:
         """(steps completed, last epoch closed, last checkpoint's step or -1)."""
@@ -81,14 +91,26 @@ class Membership:
     """
 
     def __init__(
-        self, comm: Communicator, make_shuffle: Callable[[Communicator], ShuffleWorker | None]
+        self,
+        comm: Communicator,
+        make_shuffle: Callable[[Communicator], ShuffleWorker | None],
+        respawn: bool = False,
     ) -> None:
         self.launch: tuple[int, ...] = tuple(range(comm.size))  # rank -> launch rank
+        self.size, self.me = comm.size, comm.rank  # at launch: this process's launch rank
+        self.started = comm.size  # processes the job started (a dead one's slot stays taken)
         self.make_shuffle = make_shuffle
+        self.respawn = respawn  # grow back (off for good once a respawn could not start)
+        self.generation = 0  # respawns so far
         self.failures: list[dict[str, Any]] = []
         self.samples_lost = 0
         self.samples_twice = 0
         self._samples: int | None = None  # in-memory samples at launch, over all ranks
+        # While a respawn is under way: the survivors' communicator and their launch ranks
+        # (a failure before its commit starts the recovery again from there), and the
+        # communicator with the replacements (revoked then).
+        self._base: tuple[Communicator, tuple[int, ...]] | None = None
+        self._grown: Communicator | None = None
 
     def start(self, run: Member) -> None:
         """Count the in-memory samples at launch (equal shards: no communication)."""
@@ -117,21 +139,36 @@ class Membership:
                     raise
                 log.warning(
                     "launch rank %d: another rank died during recovery: %s",
-                    self.launch[run.comm.rank],
+                    self.me,
                     again,
                 )
         raise PeerFailed(f"rank {run.comm.rank}: {MAX_RECOVERIES} recoveries in a row failed")
 
     def _recover(self, run: Member, stop: StopSignals, detected: float) -> int:
-        old = run.comm
-        old.revoke()  # type: ignore[attr-defined]
+        old, launch = self._base if self._base is not None else (run.comm, self.launch)
+        for comm in (old, self._grown):
+            if comm is not None:
+                comm.revoke()  # type: ignore[attr-defined]
+        self._base = self._grown = None
         run.quiesce()
         new: Communicator = old.shrink()  # type: ignore[attr-defined]
         parents = new.parent_ranks  # type: ignore[attr-defined]
-        dead = [self.launch[r] for r in range(old.size) if r not in parents]
-        renumbered = {self.launch[p]: r for r, p in enumerate(parents)}
-        self.launch = tuple(self.launch[p] for p in parents)
+        dead = [launch[r] for r in range(old.size) if r not in parents]
+        renumbered = {launch[p]: r for r, p in enumerate(parents)}
+        self.launch = tuple(launch[p] for p in parents)
         step, closed, saved, reached = self._agree(new, run)
+        if self.respawn:
+            try:
+                return self._grow(run, stop, new, (step, closed, saved, reached), detected)
+            except SpawnRefused as exc:
+                self.respawn = False
+                if new.rank == 0:
+                    log.warning(
+                        "--on-failure respawn: no replacement could start (%s); going on "
+                        "at size %d as --on-failure continue from now on",
+                        exc,
+                        new.size,
+                    )
         stop.rejoin(new)
         run.rejoin(new, step, closed, saved)
         lost, twice = self._count_samples(run, new)
@@ -140,6 +177,7 @@ class Membership:
             new, np.array([time.perf_counter() - detected, time.time()]), ReduceOp.MAX
         )
         record = {
+            "replaced": False,
             "ranks": dead,
             "step": step,
             "size": new.size,
@@ -165,6 +203,62 @@ class Membership:
                 seconds,
             )
         return step
+
+    def _grow(
+        self,
+        run: Member,
+        stop: StopSignals,
+        new: Communicator,
+        marks: tuple[int, int, int, int],
+        detected: float,
+    ) -> int:
+        """Survivors: start a replacement for every launch rank not alive, settle with them
+        (:func:`respawn.settle`) and return the step everyone resumes from."""
+        replaced = tuple(r for r in range(self.size) if r not in self.launch)
+        header = respawn.Header(
+            *marks, generation=self.generation + 1, started=self.started, replaced=replaced
+        )
+        self._base = (new, self.launch)
+        t0 = time.perf_counter()
+        grown: Communicator = new.grow(  # type: ignore[attr-defined]
+            replaced, self.me, header.words(), started=self.started
+        )
+        self.started += len(replaced)
+        self._grown = grown
+        spawned = time.perf_counter() - t0
+        run.faults.at("respawn", header.step, grown)  # failure tests: a death in a respawn
+        done = respawn.settle(run, self, stop, grown, header, run.marks()[0])
+        return self._grown_back(run, grown, header, done, detected, spawned)
+
+    def join(self, run: Member, stop: StopSignals, comm: Communicator) -> int:
+        """A replacement (built on a mirror of ``comm``): settle with the survivors and
+        return the step to go on from. Collective with their :meth:`_grow`."""
+        header = respawn.Header.of(comm.welcome)  # type: ignore[attr-defined]
+        self.started = header.started + len(header.replaced)
+        self.launch = tuple(range(comm.size))
+        self._grown = comm
+        run.quiesce()  # what the mirror's build started (threads) stops here
+        built = time.time() - getattr(comm, "joined_at", time.time())
+        done = respawn.settle(run, self, stop, comm, header, header.step)
+        return self._grown_back(run, comm, header, {**done, "build_seconds": built}, None, 0.0)
+
+    def _grown_back(
+        self,
+        run: Member,
+        comm: Communicator,
+        header: respawn.Header,
+        done: dict[str, Any],
+        detected: float | None,
+        spawned: float,
+    ) -> int:
+        """After the commit: the launch numbering again, and the record of this respawn."""
+        self._base = self._grown = None
+        self.launch = tuple(range(comm.size))
+        self.generation = header.generation
+        lost, _ = self._count_samples(run, comm)
+        since = time.perf_counter() - detected if detected is not None else 0.0
+        self.failures += respawn.records(comm, header, done, lost, since, spawned)
+        return header.step
 
     @staticmethod
     def _agree(comm: Communicator, run: Member) -> tuple[int, int, int, int]:
@@ -197,21 +291,26 @@ class Membership:
 
 
 def check_support(on_failure: OnFailure, comm: Communicator) -> None:
-    """ValueError at start-up when ``--on-failure continue`` cannot work on ``comm``."""
-    if on_failure is not OnFailure.CONTINUE or comm.size == 1:
+    """ValueError at start-up when ``--on-failure continue`` or ``respawn`` cannot work on
+    ``comm``."""
+    if on_failure is OnFailure.ABORT or comm.size == 1:
         return
     support = getattr(comm, "failure_support", None)
     why = support() if support is not None else f"{type(comm).__name__} cannot shrink"
+    if why is None and on_failure is OnFailure.RESPAWN and not hasattr(comm, "grow"):
+        why = f"{type(comm).__name__} cannot start replacements"
     if why is not None:
         raise ValueError(
-            f"--on-failure continue needs an MPI with ULFM: {why}; or use "
+            f"--on-failure {on_failure.value} needs an MPI with ULFM: {why}; or use "
             "--on-failure abort (the default)"
         )
 
 
 def leads(launch_rank: int, summary: dict[str, Any]) -> bool:
     """Whether launch rank ``launch_rank`` is rank 0 of the final membership (the lowest
-    launch rank alive): the one that prints the summary."""
-    dead = {f["rank"] for f in summary.get("failures") or []}
+    launch rank alive: a replaced rank is alive again): the one that prints the summary."""
+    dead: set[int] = set()
+    for f in summary.get("failures") or []:
+        (dead.discard if f.get("replaced") else dead.add)(f["rank"])
     alive = [r for r in range(summary.get("size_launch", 1)) if r not in dead]
     return bool(alive) and launch_rank == alive[0]

@@ -23,16 +23,17 @@ from typing import Any
 import torch
 
 from gossipgrad.comm.base import Communicator
+from gossipgrad.comm.mirror import MirrorCommunicator
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.comm.staging import Stager
-from gossipgrad.data.sources import DataSource
+from gossipgrad.data.sources import DataSource, open_source
 from gossipgrad.engine.consensus import agree
 from gossipgrad.engine.offload import HostOffloadOptimizer
 from gossipgrad.engine.run import checkpoint as ckpt
 from gossipgrad.engine.run.config import TrainConfig
 from gossipgrad.engine.run.loop import Run
 from gossipgrad.engine.run.membership import Membership
-from gossipgrad.engine.run.preflight import prepare
+from gossipgrad.engine.run.preflight import READ_SHARE, prepare
 from gossipgrad.engine.run.pretrained import load_pretrained_
 from gossipgrad.engine.run.signals import StopSignals
 from gossipgrad.models import build_model
@@ -68,6 +69,8 @@ def train(
     """
     device = torch.device(device)
     torch.manual_seed(cfg.seed)
+    if getattr(comm, "welcome", None) is not None:  # a replacement (--on-failure respawn)
+        return _replace(cfg, comm, device, stager, states or {}, rank_states or {})
     stop = StopSignals(comm)  # first: SIGUSR1's default action would end the rank
     try:
         source, lock = prepare(cfg, comm, pin_memory=device.type == "cuda")  # every rank agrees
@@ -82,6 +85,34 @@ def train(
         stop.close()
 
 
+def _replace(
+    cfg: TrainConfig,
+    comm: Communicator,
+    device: torch.device,
+    stager: Stager | None,
+    states: dict,
+    rank_states: dict,
+) -> dict[str, Any]:
+    """A replacement: build every part as at launch, on a mirror of ``comm`` (the survivors
+    are training and call no start-up collective), then join them (``Run.run_joined``)."""
+    mirror = MirrorCommunicator(comm.rank, comm.size, comm.timeout)
+    stop = StopSignals(mirror)
+    try:
+        source = open_source(
+            cfg.data,
+            rank=comm.rank,
+            size=comm.size,
+            seed=cfg.seed,
+            pin_memory=device.type == "cuda",
+            read_timeout=READ_SHARE * cfg.run.comm_timeout,
+        )
+        return _build_and_run(
+            cfg, mirror, device, stager, stop, states, rank_states, source, joining=comm
+        )
+    finally:
+        stop.close()
+
+
 def _build_and_run(
     cfg: TrainConfig,
     comm: Communicator,
@@ -91,10 +122,13 @@ def _build_and_run(
     states: dict,
     rank_states: dict,
     source: DataSource,
+    joining: Communicator | None = None,
 ) -> dict[str, Any]:
+    """Build the run's parts on ``comm`` and run it; ``joining``: the communicator a
+    replacement joins the survivors on (``comm`` is then a mirror of it)."""
     shape = (cfg.hidden, cfg.model.layers, cfg.model.heads)
     model = build_model(cfg.arch, source.in_shape, source.classes, *shape)
-    if cfg.pretrained and comm.rank == 0:  # the optimizer broadcasts rank 0's parameters
+    if cfg.pretrained and comm.rank == 0 and joining is None:  # rank 0's are broadcast
         load_pretrained_(model, cfg.arch)
     model = model.to(device)
     spec = cfg.run.device_spec  # a plugin's device (--device NAME:ARG), else None
@@ -116,13 +150,17 @@ def _build_and_run(
         if shuffle is not None:
             rank_states = {**rank_states, "shuffle": shuffle}
         membership = None
-        if cfg.run.on_failure is OnFailure.CONTINUE and comm.size > 1:
-            membership = Membership(comm, lambda c: make_shuffle(cfg, source, c))
+        if cfg.run.on_failure is not OnFailure.ABORT and comm.size > 1:
+            membership = Membership(
+                comm,
+                lambda c: make_shuffle(cfg, source, c),
+                respawn=cfg.run.on_failure is OnFailure.RESPAWN,
+            )
         run = Run(
             cfg, comm, model, opt, source, device, base_lr, states, rank_states, shuffle, membership
         )
         run.device_handle, run.measures = device_handle, spec is None or spec.measures
-        result = run.run(stop)
+        result = run.run(stop) if joining is None else run.run_joined(stop, joining)
         if run.shuffle is not None:  # the survivors' worker after a failure
             run.shuffle.stop()
         return result
