@@ -112,7 +112,7 @@ def test_respawn_is_refused_where_it_cannot_work():
         ({"strategy": "horovod"}, "strategy horovod cannot"),
         ({"strategy": "ps"}, "strategy ps cannot"),
         ({"strategy": "gossip-node"}, "its nodes are fixed at start-up"),
-        ({"max_lag": 2}, "a lagged exchange cannot follow a membership change"),
+        ({"max_lag": 2}, "timing lag:2 cannot follow a membership change"),
     ]:
         with pytest.raises(ValueError, match=f"on_failure='respawn' cannot work: {why}"):
             TrainConfig.from_flags(on_failure="respawn", **flags)

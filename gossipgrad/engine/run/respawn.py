@@ -177,8 +177,8 @@ def move_state(run: Any, membership: Any, comm: Communicator, header: Header) ->
     """Collective: every replacement receives its donor's state; returns, per replaced
     rank, ``{"rank", "from", "bytes"}`` (the same on every rank)."""
     alive = [r for r in range(comm.size) if r not in header.replaced]
-    peer = run.opt.pattern == "peer" if hasattr(run.opt, "pattern") else False
-    schedule = run.opt.schedule if peer else None
+    shape = getattr(run.opt, "shape", None)  # one-peer shapes: the last partner's near-copy
+    schedule = run.opt.schedule if shape is not None and shape.one_peer else None
     moved = np.zeros(len(header.replaced), dtype=np.int64)
     donors = [donor_of(r, alive, header.step, schedule) for r in header.replaced]
     for i, (rank, donor) in enumerate(zip(header.replaced, donors, strict=True)):
@@ -259,27 +259,30 @@ def records(
         for moved in done["moved"]
     ]
     if comm.rank == 0:
-        many = len(h.replaced) > 1
-        log.warning(
-            "launch rank%s %s died; replaced (respawn %d), state from rank%s %s (%.1f MB); "
-            "back at size %d at step %d (%d redone, %d samples seen twice, %d read again, "
-            "%d lost), training again %.2f s after the failure was detected (spawn %.2f s, "
-            "the replacement's build %.2f s, state and samples %.2f s)",
-            "s" if many else "",
-            ", ".join(map(str, h.replaced)),
-            h.generation,
-            "s" if many else "",
-            ", ".join(str(m["from"]) for m in done["moved"]),
-            sum(m["bytes"] for m in done["moved"]) / 1e6,
-            comm.size,
-            h.step,
-            h.reached - h.step,
-            done["samples_seen_twice"],
-            done["samples_read_again"],
-            lost,
-            seconds,
-            spawn_s,
-            build_s,
-            settle_s,
-        )
+        _say(h, done, lost, comm.size, (seconds, spawn_s, build_s, settle_s))
     return out
+
+
+def _say(h: Header, done: dict[str, Any], lost: int, size: int, seconds: tuple[float, ...]) -> None:
+    """Rank 0's line about one respawn; ``seconds``: detection to training, the spawn, the
+    replacement's build, state and samples."""
+    many = len(h.replaced) > 1
+    log.warning(
+        "launch rank%s %s died; replaced (respawn %d), state from rank%s %s (%.1f MB); "
+        "back at size %d at step %d (%d redone, %d samples seen twice, %d read again, "
+        "%d lost), training again %.2f s after the failure was detected (spawn %.2f s, "
+        "the replacement's build %.2f s, state and samples %.2f s)",
+        "s" if many else "",
+        ", ".join(map(str, h.replaced)),
+        h.generation,
+        "s" if many else "",
+        ", ".join(str(m["from"]) for m in done["moved"]),
+        sum(m["bytes"] for m in done["moved"]) / 1e6,
+        size,
+        h.step,
+        h.reached - h.step,
+        done["samples_seen_twice"],
+        done["samples_read_again"],
+        lost,
+        *seconds,
+    )
