@@ -1,0 +1,164 @@
+"""The ``ranks`` engine: the runtime itself, one ``DistributedOptimizer`` per rank.
+
+Every rank builds the job's model and optimizer and wraps them in the strategy's real
+optimizer over a communicator: MPI's under a launcher (``mpiexec -n N gossipgrad simulate
+--engine ranks ...``), else ``size`` threads of one process on the thread world
+(:class:`gossipgrad.comm.local.LocalWorld`). The loop is ``gossipgrad train``'s step with
+the job's batches: learning rate, ``zero_grad``, forward, backward, ``step()`` (or
+``skip_step()`` where the clock says a rank skipped to catch up), then the shuffle's
+boundary. Under bounded lag the frames arrive when the job's delay pattern says
+(:class:`~gossipgrad.tools.simulate.gate.Gate`). Rank 0 records; the others send it their
+losses every step (one allreduce) and their parameters at evaluations.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from gossipgrad.comm.collectives import allreduce_
+from gossipgrad.tools.simulate.clock import Timeline
+from gossipgrad.tools.simulate.gate import Gate
+from gossipgrad.tools.simulate.job import Job
+from gossipgrad.tools.simulate.record import Recorder
+from gossipgrad.tools.simulate.runtime import (
+    DEFAULT_TIMEOUT_S,
+    DistributedOptimizer,
+    consensus_distance,
+    run_ranks,
+)
+
+RUN_LIMIT_S = 7 * 24 * 3600.0
+"""The thread world's limit on a whole run (its waits keep the runtime's deadline)."""
+
+
+def run_threads(job: Job, timeline: Timeline, recorder_args: dict[str, Any]) -> dict[str, Any]:
+    """The job on ``job.size`` thread-ranks of one process; rank 0's result."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # size ranks share this process's cores
+    try:
+        return run_ranks(
+            job.size,
+            run_rank,
+            job,
+            timeline,
+            recorder_args,
+            timeout=RUN_LIMIT_S,
+            comm_timeout=DEFAULT_TIMEOUT_S,
+        )[0]
+    finally:
+        torch.set_num_threads(threads)
+
+
+def run_rank(
+    comm: Any, job: Job, timeline: Timeline, recorder_args: dict[str, Any]
+) -> dict[str, Any] | None:
+    """One rank's part of the job (collective); rank 0 returns the run's outcome."""
+    if comm.size != job.size:
+        raise ValueError(
+            f"the job is for {job.size} ranks but {comm.size} were launched; "
+            f"launch with mpiexec -n {job.size} (or give --size {comm.size})"
+        )
+    model = job.build_model()
+    recorder = (
+        Recorder(job, timeline, job.build_model(), **recorder_args) if comm.rank == 0 else None
+    )
+    wire: Any = comm
+    if job.exchange.max_lag:
+        wire = Gate(comm, timeline.delay)
+    opt = DistributedOptimizer(job.optimizer(model.parameters()), model, wire, job.exchange)
+    if isinstance(wire, Gate):  # a drain (a global average, close) delivers every frame
+        opt.drain = _opened(opt.drain, wire)
+    shards = job.shards()
+    x_all, y_all = job.task.train_x, job.task.train_y
+    skipped = timeline.skipped
+    names = [n for n, _ in model.named_parameters()]
+    lr = job.lr(0)
+    for t in range(job.steps):
+        lr = job.lr(t)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        ids = torch.from_numpy(shards.batch(t)[comm.rank])
+        if isinstance(wire, Gate):
+            wire.now = t
+        loss = math.nan
+        if skipped is not None and skipped[t, comm.rank]:
+            opt.skip_step()
+        else:
+            opt.zero_grad()
+            out = model(x_all[ids])
+            value = job.loss_fn(out, y_all[ids])
+            value.backward()
+            opt.step()
+            loss = float(value.detach())
+        shards.on_step(t)
+        losses = _gathered(comm, np.array([loss]))[:, 0]
+        dist = consensus_distance(model, comm)
+        stacked = None
+        wants = recorder.wants_params(t + 1) if recorder is not None else False
+        if _agreed(comm, wants):
+            stacked = _stacked(comm, model, names)
+        if recorder is not None:
+            recorder.step(t, losses, lr, dist, _syncs(opt, job, t + 1), stacked)
+    if isinstance(wire, Gate):
+        wire.now = math.inf  # drain, average and close deliver every frame
+    opt.drain()
+    ranks = _gathered(comm, _flat(model).numpy())
+    opt.synchronize()
+    syncs = _syncs(opt, job, job.steps)
+    opt.close()
+    if recorder is None:
+        return None
+    return {
+        "ranks": torch.from_numpy(ranks).float(),
+        "consensus": _flat(model).clone(),
+        "syncs": syncs,
+        "recorder": recorder,
+    }
+
+
+def _opened(drain: Any, gate: Gate) -> Any:
+    def opened() -> None:
+        with gate.open():
+            drain()
+
+    return opened
+
+
+def _flat(model: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def _gathered(comm: Any, mine: np.ndarray) -> np.ndarray:
+    """``[size, len(mine)]``: every rank's ``mine`` (an allreduce of zeros but one row:
+    adding zeros is exact, so every value arrives bit for bit)."""
+    rows = np.zeros((comm.size, len(mine)), dtype=np.float64)
+    rows[comm.rank] = mine
+    if comm.size > 1:
+        allreduce_(comm, rows.reshape(-1), what="simulator records")
+    return rows
+
+
+def _agreed(comm: Any, wants: bool) -> bool:
+    """Rank 0's ``wants``, known on every rank."""
+    return bool(_gathered(comm, np.array([float(wants)]))[0, 0])
+
+
+def _stacked(comm: Any, model: torch.nn.Module, names: list[str]) -> dict[str, torch.Tensor]:
+    rows = torch.from_numpy(_gathered(comm, _flat(model).numpy())).float()
+    out, off = {}, 0
+    for n, p in zip(names, model.parameters(), strict=True):
+        out[n] = rows[:, off : off + p.numel()].reshape(comm.size, *p.shape)
+        off += p.numel()
+    return {n: v for n, v in out.items() if dict(model.named_parameters())[n].requires_grad}
+
+
+def _syncs(opt: Any, job: Job, done: int) -> int:
+    """Global averages so far: the monitor's adaptive ones and every ``sync_every``."""
+    monitor = getattr(opt, "monitor", None)
+    adaptive = int(getattr(monitor, "syncs", 0)) if monitor is not None else 0
+    every = job.exchange.sync_every
+    return adaptive + (done // every if every else 0)
