@@ -12,8 +12,9 @@ on the wire. With ``ready = end[t-1] + compute[t]`` the timings give:
 - ring (allreduce), lockstep: every rank ends at ``max(ready over ranks) + exposed``;
 - peer (gossip), lockstep: ``max(ready, ready of src, ready of dst) + exposed``, an idle
   rank (base2) at ``ready``;
-- staleness 1: the exchange of step t completes at ``X[t] = max(the partners' ready) +
-  busy`` and need only be in before step t+1's update: ``end[t+1] = max(ready[t+1], X[t])``;
+- staleness 1: the exchange of step t completes at ``X[t] = max(the partners' ready,
+  X[t-1]) + busy`` (one communication thread) and need only be in before step t+1's
+  update: ``end[t+1] = max(ready[t+1], X[t])``;
 - bounded lag: :mod:`.lagclock` (an event simulation: frames, waits, catch-up skips).
 
     >>> c = ClockOptions(compute_s=1.0)
@@ -198,5 +199,6 @@ def _finish(
     if staleness == 0:
         return np.where(active, joint + price.exposed, ready)
     now = np.maximum(ready, done)
-    done[:] = np.where(active, joint + price.busy, 0.0)
+    # one communication thread: this exchange starts once the previous one is done
+    done[:] = np.where(active, np.maximum(joint, done) + price.busy, done)
     return now

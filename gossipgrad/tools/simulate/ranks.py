@@ -76,6 +76,7 @@ def run_rank(
     x_all, y_all = job.task.train_x, job.task.train_y
     skipped = timeline.skipped
     names = [n for n, _ in model.named_parameters()]
+    evals = job.eval_steps()  # the same on every rank
     lr = job.lr(0)
     for t in range(job.steps):
         lr = job.lr(t)
@@ -97,10 +98,7 @@ def run_rank(
         shards.on_step(t)
         losses = _gathered(comm, np.array([loss]))[:, 0]
         dist = consensus_distance(model, comm)
-        stacked = None
-        wants = recorder.wants_params(t + 1) if recorder is not None else False
-        if _agreed(comm, wants):
-            stacked = _stacked(comm, model, names)
+        stacked = _stacked(comm, model, names) if t + 1 in evals else None
         if recorder is not None:
             recorder.step(t, losses, lr, dist, _syncs(opt, job, t + 1), stacked)
     if isinstance(wire, Gate):
@@ -109,12 +107,13 @@ def run_rank(
     ranks = _gathered(comm, _flat(model).numpy())
     opt.synchronize()
     syncs = _syncs(opt, job, job.steps)
+    consensus = _flat(model).clone()  # before close: its join may take zero-steps
     opt.close()
     if recorder is None:
         return None
     return {
         "ranks": torch.from_numpy(ranks).float(),
-        "consensus": _flat(model).clone(),
+        "consensus": consensus,
         "syncs": syncs,
         "recorder": recorder,
     }
@@ -140,11 +139,6 @@ def _gathered(comm: Any, mine: np.ndarray) -> np.ndarray:
     if comm.size > 1:
         allreduce_(comm, rows.reshape(-1), what="simulator records")
     return rows
-
-
-def _agreed(comm: Any, wants: bool) -> bool:
-    """Rank 0's ``wants``, known on every rank."""
-    return bool(_gathered(comm, np.array([float(wants)]))[0, 0])
 
 
 def _stacked(comm: Any, model: torch.nn.Module, names: list[str]) -> dict[str, torch.Tensor]:
