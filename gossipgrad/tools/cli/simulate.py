@@ -95,8 +95,6 @@ def simulate(**kw: Any) -> None:
     import torch
 
     from gossipgrad.startup import under_launcher
-    from gossipgrad.tools.plan.formats import NetworkFit, Profile
-    from gossipgrad.tools.simulate import ClockOptions
     from gossipgrad.tools.simulate import simulate as run
     from gossipgrad.tools.simulate.tasks import mlp, task_named
 
@@ -117,17 +115,7 @@ def simulate(**kw: Any) -> None:
     try:
         task = task_named(kw.pop("task"))
         hidden = kw.pop("hidden")
-        clock = ClockOptions(
-            compute_s=kw.pop("compute_ms") / 1e3,
-            profile=Profile.load(kw["profile_path"]) if kw["profile_path"] else None,
-            network=NetworkFit.load(kw["network_path"]) if kw["network_path"] else None,
-            link_gbit=kw.pop("link_gbit"),
-            latency_us=kw.pop("latency_us"),
-            jitter=kw.pop("jitter"),
-            stragglers=kw.pop("straggler"),
-            seed=kw["seed"],
-        )
-        kw.pop("profile_path"), kw.pop("network_path")
+        clock = _clock(kw)
         out, save, progress = kw.pop("out"), kw.pop("save"), kw.pop("progress")
         size = kw.pop("size")
         result = run(
@@ -155,3 +143,21 @@ def simulate(**kw: Any) -> None:
         )
     if out != "-":
         print(json.dumps({"summary": result.summary}, default=str), file=sys.stdout)
+
+
+def _clock(kw: dict[str, Any]) -> Any:
+    """The clock's options, taken out of ``kw``."""
+    from gossipgrad.tools.plan.formats import NetworkFit, Profile
+    from gossipgrad.tools.simulate import ClockOptions
+
+    profile, network = kw.pop("profile_path"), kw.pop("network_path")
+    return ClockOptions(
+        compute_s=kw.pop("compute_ms") / 1e3,
+        profile=Profile.load(profile) if profile else None,
+        network=NetworkFit.load(network) if network else None,
+        link_gbit=kw.pop("link_gbit"),
+        latency_us=kw.pop("latency_us"),
+        jitter=kw.pop("jitter"),
+        stragglers=kw.pop("straggler"),
+        seed=kw["seed"],
+    )

@@ -104,24 +104,10 @@ def simulate(
     timeline = timeline_of(job, clock or ClockOptions())
     stream, close = _stream(out, comm)
     try:
-        args = {"out": stream, "progress": progress}
-        if sim.engine == "stack":
-            from gossipgrad.tools.simulate.stackrun import StackRun
-
-            recorder = Recorder(job, timeline, job.build_model(), **args)
-            final = StackRun(job, timeline).run(recorder)
-        elif comm is not None:
-            from gossipgrad.tools.simulate.ranks import run_rank
-
-            final = run_rank(comm, job, timeline, args)
-            if final is None:
-                return None
-            recorder = final.pop("recorder")
-        else:
-            from gossipgrad.tools.simulate.ranks import run_threads
-
-            final = run_threads(job, timeline, args)
-            recorder = final.pop("recorder")
+        ran = _run(job, timeline, {"out": stream, "progress": progress}, comm)
+        if ran is None:  # a rank other than 0
+            return None
+        recorder, final = ran
         summary = recorder.finish(_final(job, final))
     finally:
         if close:
@@ -135,6 +121,28 @@ def simulate(
         summary,
         timeline,
     )
+
+
+def _run(
+    job: Job, timeline: Timeline, args: dict[str, Any], comm: Any
+) -> tuple[Recorder, dict[str, Any]] | None:
+    """The job on its engine: (rank 0's recorder, the final parameters); None elsewhere."""
+    if job.sim.engine == "stack":
+        from gossipgrad.tools.simulate.stackrun import StackRun
+
+        recorder = Recorder(job, timeline, job.build_model(), **args)
+        return recorder, StackRun(job, timeline).run(recorder)
+    if comm is not None:
+        from gossipgrad.tools.simulate.ranks import run_rank
+
+        final = run_rank(comm, job, timeline, args)
+    else:
+        from gossipgrad.tools.simulate.ranks import run_threads
+
+        final = run_threads(job, timeline, args)
+    if final is None:
+        return None
+    return final.pop("recorder"), final
 
 
 def timeline_of(job: Job, clock: ClockOptions) -> Timeline:

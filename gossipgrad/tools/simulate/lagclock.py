@@ -83,90 +83,117 @@ def lagged(
 ) -> Timeline:
     """The clock of a bounded-lag run: ``compute[t, r]`` seconds, ``src[t, r]`` and
     ``dst[t, r]`` the schedule's partners, ``frame_s`` one step's frames on the link."""
-    steps, size = compute.shape
-    end = np.zeros((steps, size))
-    delay = np.full((steps, size), -1, dtype=np.int64)
-    skipped = np.zeros((steps, size), dtype=bool)
-    posted: dict[tuple[int, int], tuple[float, float]] = {}  # (step, sender) -> (time, pace)
-    waiting: dict[tuple[int, int], int] = {}  # (step, sender) -> the rank waiting for it
-    ranks = [_Rank() for _ in range(size)]
-    least = skip_threshold(max_lag)
-    events: list[tuple[float, int, int, int]] = [(0.0, START, r, r) for r in range(size)]
-    heapq.heapify(events)
-    seq = size
+    return _LagEvents(compute, src, dst, frame_s, max_lag, staleness).run()
 
-    def push(time: float, kind: int, r: int) -> None:
-        nonlocal seq
-        seq += 1
-        heapq.heappush(events, (time, kind, seq, r))
 
-    def arrival(s: int, sender: int) -> float | None:
-        hit = posted.get((s, sender))
+class _LagEvents:
+    """The event simulation of :func:`lagged`: every rank's steps as START (skip or
+    compute), POST (its frame leaves, then it waits for the bound's) and TAKE (mix what
+    has arrived, end the step) events, run in time order."""
+
+    def __init__(
+        self,
+        compute: np.ndarray,
+        src: np.ndarray,
+        dst: np.ndarray,
+        frame_s: float,
+        max_lag: int,
+        staleness: int,
+    ) -> None:
+        self.compute, self.src, self.dst, self.frame_s = compute, src, dst, frame_s
+        self.max_lag, self.staleness = max_lag, staleness
+        self.steps, self.size = compute.shape
+        self.end = np.zeros(compute.shape)
+        self.delay = np.full(compute.shape, -1, dtype=np.int64)
+        self.skipped = np.zeros(compute.shape, dtype=bool)
+        self.posted: dict[tuple[int, int], tuple[float, float]] = {}  # -> (time, pace)
+        self.waiting: dict[tuple[int, int], int] = {}  # (step, sender) -> the rank waiting
+        self.ranks = [_Rank() for _ in range(self.size)]
+        self.least = skip_threshold(max_lag)
+        self.events: list[tuple[float, int, int, int]] = []
+        self.seq = 0
+
+    def push(self, time: float, kind: int, r: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (time, kind, self.seq, r))
+
+    def arrival(self, s: int, sender: int) -> float | None:
+        hit = self.posted.get((s, sender))
         if hit is None:
             return None
-        return hit[0] + (0.0 if dst[s, sender] == sender else frame_s)
+        return hit[0] + (0.0 if self.dst[s, sender] == sender else self.frame_s)
 
-    while events:
-        now, kind, _, r = heapq.heappop(events)
-        rank = ranks[r]
-        t = rank.step
-        if kind == START:
-            ahead = 0
-            for k in range(least, max_lag + 1):
-                if t + k < steps:
-                    at = arrival(t + k, src[t + k, r])
-                    if at is not None and at <= now:
-                        ahead = k
-            slower = (
-                math.isnan(rank.pace)
-                or math.isnan(rank.peer_pace)
-                or rank.pace > PACE_MARGIN * rank.peer_pace
-            )
-            skip = ahead >= least and slower
-            skipped[t, r] = skip
-            if not skip:
-                rank.pace = _smooth(rank.pace, compute[t, r])
-            rank.ready = now + (0.0 if skip else compute[t, r])
-            push(rank.ready, POST, r)
-        elif kind == POST:
-            posted[(t, r)] = (now, 0.0 if math.isnan(rank.pace) else rank.pace)
-            peer = dst[t, r]
-            if waiting.get((t, r)) == peer:
-                push(max(ranks[peer].ready, arrival(t, r)), TAKE, peer)
-            bound = t - max_lag
-            if bound < 0:
-                push(now, TAKE, r)
-            else:
-                at = arrival(bound, src[bound, r])
-                if at is None:
-                    waiting[(bound, src[bound, r])] = r
-                else:
-                    push(max(now, at), TAKE, r)
-        else:  # TAKE: mix what has arrived, end the step
-            for s in range(rank.low, t - staleness + 1):
-                if s in rank.mixed:
-                    continue
-                sender = src[s, r]
-                at = arrival(s, sender)
-                if at is None or at > now:
-                    continue
-                rank.mixed.add(s)
-                delay[s, sender] = t - s
-                pace = posted[(s, sender)][1]
-                if pace > 0:
-                    rank.peer_pace = _smooth(rank.peer_pace, pace)
-            while rank.low in rank.mixed:
-                rank.mixed.discard(rank.low)
-                rank.low += 1
-            end[t, r] = now
-            rank.step += 1
-            if rank.step < steps:
-                push(now, START, r)
-    for s in range(steps):  # frames still in flight: the final drain mixes them
-        for sender in range(size):
-            if delay[s, sender] < 0:
-                delay[s, sender] = steps - s
-    return Timeline(end, delay, skipped)
+    def run(self) -> Timeline:
+        for r in range(self.size):
+            self.push(0.0, START, r)
+        while self.events:
+            now, kind, _, r = heapq.heappop(self.events)
+            (self.start, self.post, self.take)[(START, POST, TAKE).index(kind)](now, r)
+        for s in range(self.steps):  # frames still in flight: the final drain mixes them
+            late = self.delay[s] < 0
+            self.delay[s, late] = self.steps - s
+        return Timeline(self.end, self.delay, self.skipped)
+
+    def start(self, now: float, r: int) -> None:
+        """Skip when a peer is far enough ahead and this rank is the slower, else compute."""
+        rank, t = self.ranks[r], self.ranks[r].step
+        ahead = 0
+        for k in range(self.least, self.max_lag + 1):
+            if t + k < self.steps:
+                at = self.arrival(t + k, self.src[t + k, r])
+                if at is not None and at <= now:
+                    ahead = k
+        slower = (
+            math.isnan(rank.pace)
+            or math.isnan(rank.peer_pace)
+            or rank.pace > PACE_MARGIN * rank.peer_pace
+        )
+        skip = ahead >= self.least and slower
+        self.skipped[t, r] = skip
+        if not skip:
+            rank.pace = _smooth(rank.pace, self.compute[t, r])
+        rank.ready = now + (0.0 if skip else self.compute[t, r])
+        self.push(rank.ready, POST, r)
+
+    def post(self, now: float, r: int) -> None:
+        """The frame leaves; wake the peer waiting for it; wait for step ``t - S``'s."""
+        rank, t = self.ranks[r], self.ranks[r].step
+        self.posted[(t, r)] = (now, 0.0 if math.isnan(rank.pace) else rank.pace)
+        peer = self.dst[t, r]
+        if self.waiting.get((t, r)) == peer:
+            self.push(max(self.ranks[peer].ready, self.arrival(t, r)), TAKE, peer)
+        bound = t - self.max_lag
+        if bound < 0:
+            self.push(now, TAKE, r)
+            return
+        at = self.arrival(bound, self.src[bound, r])
+        if at is None:
+            self.waiting[(bound, self.src[bound, r])] = r
+        else:
+            self.push(max(now, at), TAKE, r)
+
+    def take(self, now: float, r: int) -> None:
+        """Mix every frame of a step ``<= t - staleness`` that has arrived; end the step."""
+        rank, t = self.ranks[r], self.ranks[r].step
+        for s in range(rank.low, t - self.staleness + 1):
+            if s in rank.mixed:
+                continue
+            sender = self.src[s, r]
+            at = self.arrival(s, sender)
+            if at is None or at > now:
+                continue
+            rank.mixed.add(s)
+            self.delay[s, sender] = t - s
+            pace = self.posted[(s, sender)][1]
+            if pace > 0:
+                rank.peer_pace = _smooth(rank.peer_pace, pace)
+        while rank.low in rank.mixed:
+            rank.mixed.discard(rank.low)
+            rank.low += 1
+        self.end[t, r] = now
+        rank.step += 1
+        if rank.step < self.steps:
+            self.push(now, START, r)
 
 
 def _smooth(average: float, sample: float) -> float:

@@ -73,28 +73,15 @@ def run_rank(
     if isinstance(wire, Gate):  # a drain (a global average, close) delivers every frame
         opt.drain = _opened(opt.drain, wire)
     shards = job.shards()
-    x_all, y_all = job.task.train_x, job.task.train_y
     skipped = timeline.skipped
     names = [n for n, _ in model.named_parameters()]
     evals = job.eval_steps()  # the same on every rank
-    lr = job.lr(0)
     for t in range(job.steps):
         lr = job.lr(t)
-        for group in opt.param_groups:
-            group["lr"] = lr
-        ids = torch.from_numpy(shards.batch(t)[comm.rank])
         if isinstance(wire, Gate):
             wire.now = t
-        loss = math.nan
-        if skipped is not None and skipped[t, comm.rank]:
-            opt.skip_step()
-        else:
-            opt.zero_grad()
-            out = model(x_all[ids])
-            value = job.loss_fn(out, y_all[ids])
-            value.backward()
-            opt.step()
-            loss = float(value.detach())
+        skip = skipped is not None and bool(skipped[t, comm.rank])
+        loss = _step(opt, model, job, shards.batch(t)[comm.rank], lr, skip)
         shards.on_step(t)
         losses = _gathered(comm, np.array([loss]))[:, 0]
         dist = consensus_distance(model, comm)
@@ -117,6 +104,24 @@ def run_rank(
         "syncs": syncs,
         "recorder": recorder,
     }
+
+
+def _step(
+    opt: Any, model: torch.nn.Module, job: Job, ids: np.ndarray, lr: float, skip: bool
+) -> float:
+    """``gossipgrad train``'s step on the samples ``ids`` (a skipped one computes
+    nothing); this rank's loss (NaN when skipped)."""
+    for group in opt.param_groups:
+        group["lr"] = lr
+    if skip:
+        opt.skip_step()
+        return math.nan
+    index = torch.from_numpy(ids)
+    opt.zero_grad()
+    value = job.loss_fn(model(job.task.train_x[index]), job.task.train_y[index])
+    value.backward()
+    opt.step()
+    return float(value.detach())
 
 
 def _opened(drain: Any, gate: Gate) -> Any:
