@@ -48,6 +48,14 @@ STUDIES = {
         "SGD-Nesterov, Adam, AdamW: gossip vs gradient-averaging allreduce (markdown, JSON).",
     ),
     "mpi-probe": ("mpi_probe", "Transport probes: duplex rate, polling, allreduce (mpi4py)."),
+    "scale-efficiency": (
+        "scale_efficiency",
+        "Simulated statistical efficiency, 8..1024 ranks: steps to a target, accuracy (JSON).",
+    ),
+    "scale-jitter": (
+        "scale_jitter",
+        "Simulated step time vs ranks under 5 % noise or a 2x straggler (clock only, JSON).",
+    ),
 }
 
 

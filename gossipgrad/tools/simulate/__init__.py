@@ -38,13 +38,24 @@ from gossipgrad.tools.simulate.lagclock import fixed_delays, lagged
 from gossipgrad.tools.simulate.record import Recorder, steps_to
 from gossipgrad.tools.simulate.runtime import (
     BucketLayout,
+    ExchangeOptions,
+    exchange_for,
     pattern_of,
     peer_table,
     schedule_for,
     timing_of,
 )
 
-__all__ = ["ClockOptions", "Simulation", "Task", "simulate", "steps_to", "timeline_of"]
+__all__ = [
+    "ClockOptions",
+    "Simulation",
+    "Task",
+    "exchange_for",
+    "simulate",
+    "steps_to",
+    "timeline_for",
+    "timeline_of",
+]
 
 
 @dataclass
@@ -148,23 +159,41 @@ def _run(
 def timeline_of(job: Job, clock: ClockOptions) -> Timeline:
     """The job's clock: every rank's step ends, and under bounded lag the delay pattern
     (the job's fixed one, or the clock's) and the skipped steps."""
-    opts = job.exchange
-    compute = clock.compute(job.steps, job.size)
-    schedule = schedule_for(opts, job.size)
-    cap = opts.bucket_cap_bytes
-    template = job.build_model()
-    layout = BucketLayout(list(template.parameters()), cap)
+    layout = BucketLayout(list(job.build_model().parameters()), job.exchange.bucket_cap_bytes)
     nbytes = [b.nbytes for b in layout.buckets]
-    price = costs(clock, opts.strategy, job.size, nbytes, opts.staleness, opts.mix.value)
-    if timing_of(opts) != "lagged":
-        peers = [peer_table(schedule, t) for t in range(job.steps)]
-        return lockstep(compute, pattern_of(opts), peers, price, opts.staleness)
-    tables = [peer_table(schedule, t) for t in range(job.steps)]
+    return timeline_for(job.exchange, job.size, job.steps, nbytes, clock, job.sim.delays)
+
+
+def timeline_for(
+    exchange: ExchangeOptions,
+    size: int,
+    steps: int,
+    bucket_bytes: list[int],
+    clock: ClockOptions,
+    delays: str | None = None,
+) -> Timeline:
+    """The clock of ``steps`` steps of ``exchange`` at ``size`` ranks for buckets of
+    ``bucket_bytes`` (a ``clock.profile`` brings its own), without training anything:
+    what the jitter studies time."""
+    compute = clock.compute(steps, size)
+    schedule = schedule_for(exchange, size)
+    price = costs(
+        clock,
+        exchange.strategy,
+        size,
+        bucket_bytes,
+        exchange.staleness,
+        exchange.mix.value,
+        exchange.bucket_cap_bytes,
+    )
+    tables = [peer_table(schedule, t) for t in range(steps)]
+    if timing_of(exchange) != "lagged":
+        return lockstep(compute, pattern_of(exchange), tables, price, exchange.staleness)
     src = np.stack([s for s, _, _ in tables])
     dst = np.stack([d for _, d, _ in tables])
-    line = lagged(compute, src, dst, price.frame, opts.max_lag, opts.staleness)
-    if job.sim.delays is not None:
-        line.delay = fixed_delays(job.sim.delays, job.steps, job.size, opts.staleness, opts.max_lag)
+    line = lagged(compute, src, dst, price.frame, exchange.max_lag, exchange.staleness)
+    if delays is not None:
+        line.delay = fixed_delays(delays, steps, size, exchange.staleness, exchange.max_lag)
         line.skipped = None
     return line
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gossipgrad.tools.plan.formats import Bucket, NetworkFit, Profile
-from gossipgrad.tools.plan.model import CommModel, step_time
+from gossipgrad.tools.plan.model import CommModel, rebucket, step_time
 
 
 @dataclass(frozen=True)
@@ -126,9 +126,14 @@ def costs(
     bucket_bytes: list[int],
     staleness: int,
     mix: str,
+    cap_bytes: int | None = None,
 ) -> Costs:
-    """The planner's prices of one step's exchange at ``size`` ranks."""
+    """The planner's prices of one step's exchange at ``size`` ranks (a profile's buckets
+    merged up to ``cap_bytes`` as the engine merges them)."""
     profile = clock.profile or profile_of(clock.compute_s, bucket_bytes)
+    if clock.profile is not None and cap_bytes is not None:
+        merged = rebucket(profile.buckets, cap_bytes, registration=profile.per_parameter)
+        profile = profile.with_buckets(merged)
     model = clock.comm_model()
     st = step_time(
         profile, model, strategy, size, staleness=staleness, overlap=clock.overlap, mix=mix

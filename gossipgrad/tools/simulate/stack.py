@@ -145,15 +145,18 @@ def scatter_bucket(
 
 def distance(values: list[torch.Tensor]) -> float:
     """The consensus distance of stacked parameters: mean over ranks of ``||x_i - x̄||² /
-    ||x̄||²`` (float64 sums, as ``engine.consensus.consensus_distance``)."""
+    ||x̄||²`` (``engine.consensus.consensus_distance``'s; differences in the parameters'
+    precision, each rank's sum in it too, the rest in float64)."""
     size = values[0].shape[0]
     if size == 1:
         return 0.0
     num = den = 0.0
-    for v in values:
-        mean = v.double().mean(0)
-        num += float(((v.double() - mean) ** 2).sum())
-        den += float((mean**2).sum())
+    with torch.no_grad():
+        for v in values:
+            mean = v.mean(0)
+            rows = (v - mean).pow_(2).reshape(size, -1).sum(1)  # one float32 sum a rank
+            num += float(rows.double().sum())
+            den += float(mean.double().pow_(2).sum())
     num /= size
     return num / den if den > 0 else num
 
