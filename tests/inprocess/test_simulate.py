@@ -105,10 +105,10 @@ def test_the_command_prints_a_job_a_line_a_step_and_a_summary(tmp_path):
     )
     assert result.exit_code == 0, result.output
     lines = [json.loads(line) for line in result.output.splitlines()]
-    assert list(lines[0]) == ["job"] and lines[0]["job"]["size"] == 4
+    assert lines[0]["event"] == "job" and lines[0]["size"] == 4
     assert [r["step"] for r in lines[1:-1]] == [1, 2, 3]
     assert {"loss", "distance", "time_s", "accuracy", "rank_accuracy_min"} <= set(lines[-2])
-    assert lines[-1]["summary"]["steps"] == 3
+    assert lines[-1]["event"] == "summary" and lines[-1]["steps"] == 3
     saved = np.load(save)
     assert saved["losses"].shape == (3, 4) and saved["ranks"].shape[0] == 4
 
@@ -119,3 +119,49 @@ def test_a_bad_flag_is_one_line_that_says_what_to_do():
     )
     assert result.exit_code == 2
     assert "pick a multiple of 3" in result.output
+
+
+def test_the_planner_takes_its_steps_to_accuracy_from_the_simulators_lines(tmp_path):
+    """``gossipgrad plan --metrics`` reads simulated runs at the planned size
+    (``--steps-at-size``): time to accuracy = the simulator's steps x the planner's step."""
+    from gossipgrad.tools.plan.report import plan_report
+
+    paths = []
+    for strategy in ("gossip", "allreduce"):
+        path = tmp_path / f"{strategy}.jsonl"
+        run = simulate(
+            lambda: tasks.mlp(TASK, 12),
+            TASK,
+            4,
+            strategy=strategy,
+            batch=4,
+            steps=12,
+            eval_every=3,
+            lr=0.05,
+            out=str(path),
+        )
+        paths.append(str(path))
+        assert run.steps_to(0.09) == 3  # the first evaluation
+    profile = tmp_path / "p.json"
+    profile.write_text(
+        json.dumps(
+            {
+                "model": "mlp",
+                "batch_size": 4,
+                "device": "cpu",
+                "forward_s": 0.01,
+                "backward_s": 0.02,
+                "optimizer_s": 0.0,
+                "param_bytes": 4096,
+                "buckets": [{"index": 0, "bytes": 4096, "ready_s": 0.02}],
+            }
+        )
+    )
+    net = tmp_path / "n.json"
+    net.write_text(json.dumps({"p2p": {"alpha_s": 1e-5, "beta_s_per_byte": 1e-9, "r2": 1.0}}))
+    report = plan_report(
+        profile, net, sizes=[4], metrics_path=paths, target_accuracy=0.09, steps_at_size=True
+    )
+    tta = report[report.index("Predicted time to test accuracy 0.09") :]
+    for strategy in ("gossip", "allreduce"):
+        assert f"| 4 | {strategy} | measured at 4 (1 runs) | their mean | 3.0 |" in tta

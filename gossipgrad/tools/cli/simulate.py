@@ -84,6 +84,7 @@ def _stragglers(_ctx: Any, _param: Any, values: tuple[str, ...]) -> tuple[tuple[
 @click.option("--eval-every", type=int, default=0, help="Steps between evaluations (0: epochs).")
 @click.option("--rank-eval", type=int, default=32, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--label", default=None, help="The run's name in its records (default: strategy).")
 @click.option("--engine", type=click.Choice(["stack", "ranks"]), default="stack", show_default=True)
 @click.option("--threads", type=int, default=0, help="torch threads (0: torch's default).")
 @click.option("--out", default=None, help="JSON lines of every step (- for stdout).")
@@ -142,7 +143,7 @@ def simulate(**kw: Any) -> None:
             consensus=result.consensus.numpy(),
         )
     if out != "-":
-        print(json.dumps({"summary": result.summary}, default=str), file=sys.stdout)
+        print(json.dumps({"event": "summary", **result.summary}, default=str), file=sys.stdout)
 
 
 def _clock(kw: dict[str, Any]) -> Any:

@@ -34,6 +34,7 @@ from gossipgrad.tools.plan.planner import (
 )
 from gossipgrad.tools.plan.steps import measured_steps
 from gossipgrad.tools.plan.tta import read_step_times, render_tta, tta_rows, tta_rows_measured
+from gossipgrad.tools.plan.verdict import cannot_help, link_gbit
 
 
 # Over 60 lines on purpose: reads the inputs, plans, and writes every output format from one set
@@ -146,6 +147,7 @@ def plan_report(
         title += "; ps keeps every parameter on one owner (--ps-whole)"
     if png_path is not None:
         plot_png(rows, png_path, title=f"{profile.model}: predicted efficiency")
+    verdict = cannot_help(rows, profile.local_step_s, link_gbit(model.beta_s_per_byte))
     return (
         render_markdown(
             rows,
@@ -155,6 +157,7 @@ def plan_report(
             tie_tolerance=tie_tolerance,
         )
         + tta
+        + "".join(f"\n{line}\n" for line in verdict)
     )
 
 

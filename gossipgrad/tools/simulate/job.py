@@ -55,6 +55,8 @@ class SimOptions:
         rank_eval: ranks whose own accuracy is measured at each evaluation (evenly spread).
         engine: ``stack`` (replicas stacked and vectorised) or ``ranks`` (one real
             ``DistributedOptimizer`` per rank, as threads or under a launcher).
+        label: the run's name in its records (default: the strategy's; the planner groups
+            runs by it).
         seed: model initialisation, partition, data order, schedule rotation, shuffle.
     """
 
@@ -73,6 +75,7 @@ class SimOptions:
     eval_every: int = 0
     rank_eval: int = 32
     engine: str = "stack"
+    label: str | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:

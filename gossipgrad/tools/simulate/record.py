@@ -8,7 +8,12 @@ finished the step), ``lr`` and ``syncs`` (global averages so far). At evaluation
 ``test_loss`` of the consensus model (the mean of the ranks' parameters: what a final
 merge gives; measured, nothing is averaged in the run) and ``rank_accuracy_mean``,
 ``_min``, ``_max`` over ``rank_eval`` ranks' own models. The first line is the job
-(``{"job": ...}``), the last the summary (``{"summary": ...}``).
+(``{"event": "job", ...}``), the last the summary (``{"event": "summary", ...}``).
+
+The lines are also a metrics file of ``gossipgrad train``'s kind: an evaluation carries
+``test_accuracy`` and ``strategy`` (the job's ``label``), the summary ``strategy``, ``size``,
+``steps`` and the final ``test_accuracy``, so ``gossipgrad plan --metrics`` reads them (time
+to accuracy from the simulator's steps: docs/scale.md).
 """
 
 from __future__ import annotations
@@ -53,7 +58,8 @@ class Recorder:
         self.started = time.perf_counter()
         self.names = [n for n, p in template.named_parameters()]
         self.frozen = {n: p.detach() for n, p in template.named_parameters() if not p.requires_grad}
-        self._write({"job": job.describe()})
+        self.label = job.sim.label or job.exchange.strategy
+        self._write({"event": "job", **job.describe()})
 
     def _write(self, record: dict[str, Any]) -> None:
         if self.out is not None:
@@ -90,6 +96,8 @@ class Recorder:
         }
         if stacked is not None:
             rec.update(self.evaluate(stacked))
+            if "accuracy" in rec:
+                rec.update(test_accuracy=rec["accuracy"], strategy=self.label)
         self.records.append(rec)
         self._write(rec)
         post = {"loss": f"{rec['loss']:.3f}"} if rec["loss"] is not None else {}
@@ -136,7 +144,10 @@ class Recorder:
             "wall_s": time.perf_counter() - self.started,
             **final,
         }
-        self._write({"summary": summary})
+        planner = {"strategy": self.label, "size": self.job.size}
+        if "final_accuracy" in final:
+            planner["test_accuracy"] = final["final_accuracy"]
+        self._write({"event": "summary", **planner, **summary})
         self.bar.close()
         return summary
 
