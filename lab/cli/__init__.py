@@ -56,6 +56,10 @@ STUDIES = {
         "scale_jitter",
         "Simulated step time vs ranks under 5 % noise or a 2x straggler (clock only, JSON).",
     ),
+    "scale-clock-check": (
+        "scale_clock_check",
+        "The simulator's clock against 8-rank emulated-cluster launches with a straggler.",
+    ),
 }
 
 

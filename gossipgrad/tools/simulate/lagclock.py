@@ -11,7 +11,9 @@ at step t starts at ``s``; it skips its compute when the frames of step ``t + k`
 partner of that step have arrived by ``s`` for some ``k >= ceil(S / 2)`` and its compute
 pace (a moving average) is above ``PACE_MARGIN`` times its peers' (or either is unknown);
 it posts its frame when its compute is done (``ready``), which arrives ``frame`` seconds
-later (at once on an idle step of base2: a frame to itself); it then waits for the frame
+after its link has sent the frames before it (one link a rank: a link slower than the
+compute sets the pace, lag or not; at once on an idle step of base2: a frame to itself);
+it then waits for the frame
 of step ``t - S`` and mixes every frame of a step ``<= t - staleness`` that has arrived by
 then (``end``). Frames still in flight at the last step are mixed by the final drain.
 
@@ -106,7 +108,8 @@ class _LagEvents:
         self.end = np.zeros(compute.shape)
         self.delay = np.full(compute.shape, -1, dtype=np.int64)
         self.skipped = np.zeros(compute.shape, dtype=bool)
-        self.posted: dict[tuple[int, int], tuple[float, float]] = {}  # -> (time, pace)
+        self.posted: dict[tuple[int, int], tuple[float, float]] = {}  # -> (arrival, pace)
+        self.link_free = np.zeros(self.size)  # when each rank's link has sent its frames
         self.waiting: dict[tuple[int, int], int] = {}  # (step, sender) -> the rank waiting
         self.ranks = [_Rank() for _ in range(self.size)]
         self.least = skip_threshold(max_lag)
@@ -119,9 +122,7 @@ class _LagEvents:
 
     def arrival(self, s: int, sender: int) -> float | None:
         hit = self.posted.get((s, sender))
-        if hit is None:
-            return None
-        return hit[0] + (0.0 if self.dst[s, sender] == sender else self.frame_s)
+        return None if hit is None else hit[0]
 
     def run(self) -> Timeline:
         for r in range(self.size):
@@ -158,7 +159,11 @@ class _LagEvents:
     def post(self, now: float, r: int) -> None:
         """The frame leaves; wake the peer waiting for it; wait for step ``t - S``'s."""
         rank, t = self.ranks[r], self.ranks[r].step
-        self.posted[(t, r)] = (now, 0.0 if math.isnan(rank.pace) else rank.pace)
+        arrive = now
+        if self.dst[t, r] != r:  # one link a rank: a frame leaves when the one before has
+            arrive = max(now, self.link_free[r]) + self.frame_s
+            self.link_free[r] = arrive
+        self.posted[(t, r)] = (arrive, 0.0 if math.isnan(rank.pace) else rank.pace)
         peer = self.dst[t, r]
         if self.waiting.get((t, r)) == peer:
             self.push(max(self.ranks[peer].ready, self.arrival(t, r)), TAKE, peer)
