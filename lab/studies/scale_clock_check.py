@@ -37,7 +37,7 @@ CONTENDERS = {
     "gossip": ("gossip", {"mix": "param"}),
     "gossip:max-lag=2": ("gossip", {"mix": "param", "max_lag": 2}),
 }
-STEPS = 400
+STEPS = 200
 
 
 def dilated(profile: Profile, k: float) -> Profile:
@@ -67,7 +67,7 @@ def calibrate(profile: Profile, model: CommModel, name: str, target: float, size
     (bisection on a log scale; the step grows with the factor)."""
     strategy = CONTENDERS[name][0]
     lo, hi = 1e-3, 1e3
-    for _ in range(40):
+    for _ in range(30):
         mid = (lo * hi) ** 0.5
         step = clock_step(profile, scale_exchange(model, strategy, mid), name, (), size)
         lo, hi = (mid, hi) if step < target else (lo, mid)

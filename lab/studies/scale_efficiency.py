@@ -78,14 +78,20 @@ def options(contender: str, partition: str, optimizer: str, scaling: str) -> dic
     return opts
 
 
-def eval_every(size: int, opts: dict[str, Any]) -> int:
+def eval_every(size: int, opts: dict[str, Any], train: int = TRAIN) -> int:
     """Steps between evaluations: :data:`EVALS_PER_EPOCH` an epoch."""
     batch = opts.get("batch") or opts["global_batch"] // size
-    return max(1, (TRAIN // size) // batch // EVALS_PER_EPOCH)
+    return max(1, (train // size) // batch // EVALS_PER_EPOCH)
 
 
 def run_one(
-    task: tasks.Task, size: int, contender: str, partition: str, optimizer: str, scaling: str
+    task: tasks.Task,
+    size: int,
+    contender: str,
+    partition: str,
+    optimizer: str,
+    scaling: str,
+    epochs: float = EPOCHS,
 ) -> dict[str, Any]:
     opts = options(contender, partition, optimizer, scaling)
     clock = JITTER if contender == "gossip-lag" else None
@@ -94,8 +100,8 @@ def run_one(
         lambda: tasks.mlp(task, HIDDEN),
         task,
         size,
-        epochs=EPOCHS,
-        eval_every=eval_every(size, opts),
+        epochs=epochs,
+        eval_every=eval_every(size, opts, len(task.train_y)),
         clock=clock,
         **opts,
     )
@@ -137,8 +143,16 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--optimizers", default="sgd")
     p.add_argument("--scalings", default="strong")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
+    p.add_argument("--samples", type=int, default=SAMPLES, help="templates samples (tests)")
+    p.add_argument("--epochs", type=float, default=EPOCHS, help="epochs (tests)")
     p.add_argument("--out", help="JSON lines to append to (runs already there are skipped)")
     p.add_argument("--table", help="print Markdown tables of this JSON lines file instead")
+    p.add_argument(
+        "--metrics-out",
+        help="with --table: write the runs of --sizes on --partitions[0] as a metrics file "
+        "gossipgrad plan --metrics reads (contenders named as strategies: allreduce, gossip, "
+        "local)",
+    )
     return p.parse_args(argv)
 
 
@@ -148,14 +162,23 @@ def main(argv: list[str]) -> int:
         from lab.studies.scale_tables import efficiency_tables
 
         with open(args.table, encoding="utf-8") as f:
-            print(efficiency_tables([json.loads(line) for line in f if line.strip()]))
+            records = [json.loads(line) for line in f if line.strip()]
+        if args.metrics_out:
+            sizes = {int(s) for s in args.sizes.split(",")}
+            partition = args.partitions.split(",")[0]
+            with open(args.metrics_out, "w", encoding="utf-8") as f:
+                for rec in records:
+                    if rec["size"] in sizes and rec["partition"] == partition:
+                        f.writelines(metrics_lines(rec))
+            return 0
+        print(efficiency_tables(records))
         return 0
     torch.set_num_threads(args.threads)
     done = set()
     if args.out and os.path.exists(args.out):
         with open(args.out, encoding="utf-8") as f:
             done = {key(json.loads(line)) for line in f if line.strip()}
-    task = tasks.templates(SAMPLES)
+    task = tasks.templates(args.samples)
     for scaling in args.scalings.split(","):
         for optimizer in args.optimizers.split(","):
             for size in (int(s) for s in args.sizes.split(",")):
@@ -166,13 +189,35 @@ def main(argv: list[str]) -> int:
                         k = (size, contender, partition, optimizer, scaling)
                         if k in done:
                             continue
-                        rec = run_one(task, size, contender, partition, optimizer, scaling)
+                        rec = run_one(
+                            task, size, contender, partition, optimizer, scaling, args.epochs
+                        )
                         line = json.dumps(rec)
                         print(line, flush=True)
                         if args.out:
                             with open(args.out, "a", encoding="utf-8") as f:
                                 f.write(line + "\n")
     return 0
+
+
+def metrics_lines(rec: dict[str, Any]) -> list[str]:
+    """One run as ``gossipgrad train``'s metrics lines (evaluations, then a summary); a
+    contender that is not a strategy's own name (gossip-sync, gossip-lag) writes none."""
+    if rec["contender"] not in ("allreduce", "gossip", "local"):
+        return []
+    name = rec["contender"]
+    lines = [
+        json.dumps({"step": step, "test_accuracy": acc, "strategy": name})
+        for step, acc in rec["accuracy_steps"]
+    ]
+    summary = {
+        "event": "summary",
+        "strategy": name,
+        "size": rec["size"],
+        "steps": rec["steps"],
+        "test_accuracy": rec["final_accuracy"],
+    }
+    return [line + "\n" for line in [*lines, json.dumps(summary)]]
 
 
 def _skip(contender: str, partition: str) -> bool:
