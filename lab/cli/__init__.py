@@ -60,6 +60,10 @@ STUDIES = {
         "scale_clock_check",
         "The simulator's clock against 8-rank emulated-cluster launches with a straggler.",
     ),
+    "many-ranks": (
+        "many_ranks",
+        "gossipgrad train at 16, 32 ... real ranks: start-up, memory, bytes, resume, a stop.",
+    ),
 }
 
 
