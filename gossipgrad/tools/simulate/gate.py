@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from gossipgrad.comm.base import Communicator, ReduceOp, Request, Tag, WaitContext
+from gossipgrad.tools.simulate.runtime import Communicator, ReduceOp, Request, Tag, WaitContext
 
 
 class _Clock:

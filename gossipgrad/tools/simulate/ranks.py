@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.tools.simulate.clock import Timeline
 from gossipgrad.tools.simulate.gate import Gate
 from gossipgrad.tools.simulate.job import Job
@@ -27,6 +26,7 @@ from gossipgrad.tools.simulate.record import Recorder
 from gossipgrad.tools.simulate.runtime import (
     DEFAULT_TIMEOUT_S,
     DistributedOptimizer,
+    allreduce_,
     consensus_distance,
     run_ranks,
 )

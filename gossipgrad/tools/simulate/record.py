@@ -26,9 +26,9 @@ from typing import IO, Any
 import numpy as np
 import torch
 
-from gossipgrad.engine.run.metrics import Progress
 from gossipgrad.tools.simulate.clock import Timeline
 from gossipgrad.tools.simulate.job import Job
+from gossipgrad.tools.simulate.runtime import Progress
 from gossipgrad.tools.simulate.stack import accuracy, rank_accuracies
 
 

@@ -12,12 +12,13 @@ is re-pointed in this one file.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
 
+from gossipgrad.comm.base import Communicator, ReduceOp, Request, Tag, WaitContext
 from gossipgrad.comm.codecs import make_codec
+from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.comm.local import LocalWorld, run_ranks
 from gossipgrad.comm.schedule import Schedule
 from gossipgrad.data.partition import partition
@@ -32,6 +33,7 @@ from gossipgrad.engine.buckets import BucketLayout
 from gossipgrad.engine.consensus import average_parameters_, consensus_distance
 from gossipgrad.engine.optim import is_adaptive, updates_elementwise
 from gossipgrad.engine.run.loop import lr_at
+from gossipgrad.engine.run.metrics import Progress
 from gossipgrad.engine.run.trainer import local_optimizer
 from gossipgrad.options import (
     DEFAULT_TIMEOUT_S,
@@ -45,6 +47,13 @@ from gossipgrad.shuffle.plan import ShufflePlan
 from gossipgrad.strategies import DistributedOptimizer
 
 __all__ = [
+    "Communicator",
+    "Progress",
+    "ReduceOp",
+    "Request",
+    "Tag",
+    "WaitContext",
+    "allreduce_",
     "DEFAULT_TIMEOUT_S",
     "PACE_MARGIN",
     "PACE_SMOOTHING",
@@ -104,10 +113,6 @@ def exchange_for(strategy: str, adaptive_optimizer: bool, **fields: Any) -> Exch
     return ExchangeOptions(strategy=spec.name, **fixed, **fields)
 
 
-def replace_exchange(opts: ExchangeOptions, **fields: Any) -> ExchangeOptions:
-    return dataclasses.replace(opts, **fields)
-
-
 def timing_of(opts: ExchangeOptions) -> str:
     """``lockstep``, ``stale`` or ``lagged``: the timing the shell builds for ``opts``
     (mirrors ``gossipgrad.engine.bucket.timing.make_timing``)."""
@@ -142,4 +147,5 @@ def peer_table(schedule: Schedule, step: int) -> tuple[np.ndarray, np.ndarray, n
 
 
 def adaptive(optimizer: Any) -> bool:
+    """Whether ``optimizer`` is Adam's kin (gossip then mixes gradients by default)."""
     return is_adaptive(optimizer)
