@@ -148,6 +148,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--out", help="JSON lines to append to (runs already there are skipped)")
     p.add_argument("--table", help="print Markdown tables of this JSON lines file instead")
     p.add_argument(
+        "--profile-out",
+        help="write the planner profile of the study's model at the per-rank batch of "
+        "strong scaling at the first of --sizes here, and stop (gossipgrad plan --profile)",
+    )
+    p.add_argument(
         "--metrics-out",
         help="with --table: write the runs of --sizes on --partitions[0] as a metrics file "
         "gossipgrad plan --metrics reads (contenders named as strategies: allreduce, gossip, "
@@ -174,6 +179,10 @@ def main(argv: list[str]) -> int:
         print(efficiency_tables(records))
         return 0
     torch.set_num_threads(args.threads)
+    if args.profile_out:
+        size = int(args.sizes.split(",")[0])
+        profile_model(args.samples, 1024 // size).save(args.profile_out)
+        return 0
     done = set()
     if args.out and os.path.exists(args.out):
         with open(args.out, encoding="utf-8") as f:
@@ -198,6 +207,18 @@ def main(argv: list[str]) -> int:
                             with open(args.out, "a", encoding="utf-8") as f:
                                 f.write(line + "\n")
     return 0
+
+
+def profile_model(samples: int, batch: int) -> Any:
+    """The planner profile of one rank's step of the study's model at ``batch`` (measured
+    here, on this host's CPU)."""
+    from gossipgrad.tools.measure.profiler import profile_step
+
+    task = tasks.templates(samples)
+    model = tasks.mlp(task, HIDDEN)
+    x, y = task.train_x[:batch], task.train_y[:batch]
+    label = f"templates MLP-{HIDDEN}, batch {batch}"
+    return profile_step(model, x, y, label=label).profile
 
 
 def metrics_lines(rec: dict[str, Any]) -> list[str]:

@@ -45,3 +45,12 @@ def test_the_bound_is_allreduces_step_over_compute():
     ]
     assert cannot_help([row], 0.09, 100) == []  # 18 %: an exchange can still gain
     assert link_gbit(8e-9 / 25) == pytest.approx(25.0)
+
+
+def test_only_lockstep_allreduce_counts():
+    """A staleness-1 allreduce hides its exchange, but it is not DDP's lockstep step."""
+    from gossipgrad.tools.plan.planner import PlanRow
+
+    lock = PlanRow("allreduce", 8, 25.0, 0, 0.2, 0.0, 0.0, None, 1, 0.0, 0.0, 0)
+    stale = PlanRow("allreduce", 8, 25.0, 1, 0.1, 0.0, 0.0, None, 1, 0.0, 0.0, 0)
+    assert cannot_help([lock, stale], 0.1, 10) == []

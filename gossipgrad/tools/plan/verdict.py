@@ -29,12 +29,15 @@ CANNOT_HELP = 0.10
 def cannot_help(
     rows: Sequence[PlanRow], compute_s: float, link_gbit: float, share: float = CANNOT_HELP
 ) -> list[str]:
-    """The "cannot help" line of every planned size where allreduce's best step spends at
-    most ``share`` of itself on the exchange; ``compute_s``: the step without any exchange
+    """The "cannot help" line of every planned size where allreduce's best lockstep step
+    (staleness 0, as DDP's) spends at most ``share`` of itself on the exchange;
+    ``compute_s``: the step without any exchange
     (forward, backward, optimizer); ``link_gbit``: the links' rate, for the reader."""
     out = []
     for size in sorted({r.size for r in rows}):
-        ring = [r for r in rows if r.size == size and r.strategy == "allreduce"]
+        ring = [
+            r for r in rows if r.size == size and r.strategy == "allreduce" and r.staleness == 0
+        ]
         if not ring or size < 2:
             continue
         best = min(r.step_s for r in ring)
