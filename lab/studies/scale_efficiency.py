@@ -17,8 +17,12 @@ Contenders: ``allreduce`` (gradients, the reference); ``gossip`` (the runtime's 
 parameters mixed with SGD, gradients with adaptive averaging with AdamW); ``gossip-sync``
 (gossip and a global average every 50 steps: ``--sync-every 50``); ``local`` (local SGD,
 a global average every 8 steps); ``gossip-lag`` (``--max-lag 2``, frames arriving as a
-clock with 5 % compute jitter has them). Partitions: ``iid``, ``sorted`` (label-sorted
-shards), ``sorted+shuffle`` (the background shuffle on: 8 samples every 2 steps).
+clock with 5 % compute jitter has them); ``gossip-static`` (the schedule never rotated:
+the same hypercube pairs every cycle, BlueFog's static graph against its one-peer dynamic
+one). Partitions: ``iid``, ``sorted`` (label-sorted shards), ``sorted+shuffle`` (the
+background shuffle on: 8 samples every 2 steps). ``--scalings large``: a total batch of
+8192 (Zhu et al.'s large-batch comparison), the learning rate scaled by sqrt(8) from the
+reference.
 
 Each run prints one JSON line (appended to ``--out``; a run already there is skipped, so an
 interrupted study resumes): final accuracy of the consensus model (the final merge), the
@@ -56,6 +60,7 @@ CONTENDERS: dict[str, dict[str, Any]] = {
     "gossip-sync": {"strategy": "gossip", "sync_every": 50},
     "local": {"strategy": "local", "sync_every": 8},
     "gossip-lag": {"strategy": "gossip", "max_lag": 2},
+    "gossip-static": {"strategy": "gossip", "rotate": False},
 }
 PARTITIONS = {
     "iid": {"partition": "iid"},
@@ -63,6 +68,8 @@ PARTITIONS = {
     "sorted+shuffle": {"partition": "sorted", "shuffle": True},
 }
 JITTER = ClockOptions(compute_s=0.1, jitter=0.05)
+LARGE_BATCH = 8192
+"""``--scalings large``: the total batch of Zhu et al.'s CIFAR-10 comparison (16 workers)."""
 
 
 def key(rec: dict[str, Any]) -> tuple:
@@ -73,6 +80,8 @@ def options(contender: str, partition: str, optimizer: str, scaling: str) -> dic
     opts = {**CONTENDERS[contender], **PARTITIONS[partition], **OPTIMIZERS[optimizer]}
     if scaling == "strong":
         opts["global_batch"] = 1024
+    elif scaling == "large":
+        opts.update(global_batch=LARGE_BATCH, lr_scale="sqrt", lr_batch=1024)
     else:
         opts.update(batch=8, lr_scale="sqrt", lr_batch=1024)
     return opts
@@ -81,6 +90,8 @@ def options(contender: str, partition: str, optimizer: str, scaling: str) -> dic
 def eval_every(size: int, opts: dict[str, Any], train: int = TRAIN) -> int:
     """Steps between evaluations: :data:`EVALS_PER_EPOCH` an epoch."""
     batch = opts.get("batch") or opts["global_batch"] // size
+    if batch * size > train // 4:  # a few steps an epoch: evaluate every step
+        return 1
     return max(1, (train // size) // batch // EVALS_PER_EPOCH)
 
 
@@ -122,9 +133,9 @@ def run_one(
         "final_accuracy": sim.summary["final_accuracy"],
         "rank_accuracy_mean": evals[-1]["rank_accuracy_mean"],
         "rank_accuracy_min": evals[-1]["rank_accuracy_min"],
-        "accuracy_by_epoch": [
-            round(r["accuracy"], 4) for r in evals[EVALS_PER_EPOCH - 1 :: EVALS_PER_EPOCH]
-        ],
+        "accuracy_by_epoch": by_epoch(
+            [[r["step"], round(r["accuracy"], 4)] for r in evals], sim.job["steps_per_epoch"]
+        ),
         "accuracy_steps": [[r["step"], round(r["accuracy"], 4)] for r in evals],
         "max_distance": max(r["distance"] for r in sim.records),
         "syncs": sim.summary["syncs"],
@@ -219,6 +230,19 @@ def profile_model(samples: int, batch: int) -> Any:
     x, y = task.train_x[:batch], task.train_y[:batch]
     label = f"templates MLP-{HIDDEN}, batch {batch}"
     return profile_step(model, x, y, label=label).profile
+
+
+def by_epoch(points: list[list[float]], steps_per_epoch: int) -> list[float]:
+    """The last evaluation at or before each epoch's end.
+
+    >>> by_epoch([[2, 0.5], [4, 0.6], [6, 0.7]], 3)
+    [0.5, 0.7]
+    """
+    last = int(max(s for s, _ in points))
+    out = []
+    for end in range(steps_per_epoch, last + 1, steps_per_epoch):
+        out.append([a for s, a in points if s <= end][-1])
+    return out
 
 
 def metrics_lines(rec: dict[str, Any]) -> list[str]:

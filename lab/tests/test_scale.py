@@ -72,3 +72,10 @@ def test_the_clock_check_reads_the_recorded_launches(capsys):
     for r in check["rows"]:
         assert r["measured_ratio"] == r["measured_s"][1] / r["measured_s"][0]
         assert r["exchange_factor"] > 0 and r["plain_s"][1] > r["plain_s"][0]
+
+
+def test_accuracy_by_epoch_takes_the_last_evaluation_of_each_epoch():
+    import doctest
+
+    assert doctest.testmod(scale_efficiency).failed == 0
+    assert scale_efficiency.by_epoch([[23, 0.1], [46, 0.2], [92, 0.3], [95, 0.4]], 95) == [0.4]
