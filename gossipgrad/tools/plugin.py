@@ -12,6 +12,7 @@ for _name, _target in {
     "netfit": "gossipgrad.tools.cli.netfit:netfit",
     "plan": "gossipgrad.tools.cli.plan:plan",
     "bench": "gossipgrad.tools.cli.bench:bench",
+    "simulate": "gossipgrad.tools.cli.simulate:simulate",
 }.items():
     if _name not in COMMANDS.names():
         COMMANDS.register(_name, _target)

@@ -48,6 +48,22 @@ STUDIES = {
         "SGD-Nesterov, Adam, AdamW: gossip vs gradient-averaging allreduce (markdown, JSON).",
     ),
     "mpi-probe": ("mpi_probe", "Transport probes: duplex rate, polling, allreduce (mpi4py)."),
+    "scale-efficiency": (
+        "scale_efficiency",
+        "Simulated statistical efficiency, 8..1024 ranks: steps to a target, accuracy (JSON).",
+    ),
+    "scale-jitter": (
+        "scale_jitter",
+        "Simulated step time vs ranks under 5 % noise or a 2x straggler (clock only, JSON).",
+    ),
+    "scale-clock-check": (
+        "scale_clock_check",
+        "The simulator's clock against 8-rank emulated-cluster launches with a straggler.",
+    ),
+    "many-ranks": (
+        "many_ranks",
+        "gossipgrad train at 16, 32 ... real ranks: start-up, memory, bytes, resume, a stop.",
+    ),
 }
 
 

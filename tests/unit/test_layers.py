@@ -118,7 +118,15 @@ def test_lower_layers_import_no_launch_or_cli(lower: str):
 
 
 #: The tools' own layering, highest first: a tool imports only its own part and lower ones.
-TOOL_LAYERS = {"cli": 5, "bench": 4, "measure": 3, "devices": 2, "plan": 1, "plugin": 6}
+TOOL_LAYERS = {
+    "cli": 5,
+    "bench": 4,
+    "simulate": 4,
+    "measure": 3,
+    "devices": 2,
+    "plan": 1,
+    "plugin": 6,
+}
 
 
 def test_the_runtime_imports_no_tool():

@@ -33,6 +33,7 @@ from gossipgrad.tools.plan.planner import (
 )
 from gossipgrad.tools.plan.steps import measured_steps
 from gossipgrad.tools.plan.tta import read_step_times, render_tta, tta_rows, tta_rows_measured
+from gossipgrad.tools.plan.verdict import cannot_help, link_gbit
 
 
 # Over 60 lines on purpose: reads the inputs, plans, and writes every output format from one set
@@ -80,6 +81,7 @@ def plan_report(options: PlanOptions | str | Path | None = None, *args: Any, **f
         title += "; ps keeps every parameter on one owner (--ps-whole)"
     if o.png_path is not None:
         plot_png(rows, o.png_path, title=f"{profile.model}: predicted efficiency")
+    verdict = cannot_help(rows, profile.local_step_s, link_gbit(model.beta_s_per_byte))
     return (
         render_markdown(
             rows,
@@ -89,6 +91,7 @@ def plan_report(options: PlanOptions | str | Path | None = None, *args: Any, **f
             tie_tolerance=o.tie_tolerance,
         )
         + tta
+        + "".join(f"\n{line}\n" for line in verdict)
     )
 
 
