@@ -106,6 +106,7 @@ class BucketOptimizer(WrappedOptimizer):
         self._amp = False  # a GradScaler drives the steps (every rank agrees each skip)
         self._exchanged = False  # this step's gradient exchange is complete
         self._posted = False  # a backward hook posted a gradient bucket this step
+        self._end_queued = False  # the end-of-backward callback is queued
         self._closed = self._abandoned = False
         self.rule = make_rule(opts.rule)
         self.codec: Codec = make_codec(opts.wire, opts.feedback)
@@ -120,7 +121,7 @@ class BucketOptimizer(WrappedOptimizer):
         self._hooks: list[Any] = []
         self._connect(comm)
         self.monitor = ConsensusMonitor(model, comm, opts, self._average, self.timing.wait_)
-        if self.timing.ready_hooks:
+        if self._grad_hooks:
             self._hooks = [
                 p.register_post_accumulate_grad_hook(self._grad_ready)
                 for p in model.parameters()
@@ -128,6 +129,16 @@ class BucketOptimizer(WrappedOptimizer):
             ]
         elif self.timing.forward_waits:
             self._hooks = self._forward_waits()
+
+    @property
+    def _grad_hooks(self) -> bool:
+        """Backward hooks count the gradient buckets: to post each as it fills, or to
+        complete the gradient exchange at the end of backward."""
+        return self.timing.ready_hooks or self._ends_in_backward
+
+    @property
+    def _ends_in_backward(self) -> bool:
+        return self.mix is Mix.GRAD and self.timing.completes_in_backward
 
     def _forward_waits(self) -> list[Any]:
         """Forward pre-hooks that wait for the parameter buckets a module reads."""
@@ -210,7 +221,7 @@ class BucketOptimizer(WrappedOptimizer):
         self._connect(comm)
         self._abandoned = False
         self.monitor.comm = comm
-        if not (self.timing.ready_hooks or self.timing.forward_waits):  # one rank left
+        if not (self._grad_hooks or self.timing.forward_waits):  # one rank left
             for h in self._hooks:
                 h.remove()
             self._hooks = []
@@ -237,7 +248,7 @@ class BucketOptimizer(WrappedOptimizer):
         if self.factors:
             self.factors.zero_grad_()
         self._counter.reset()
-        self._exchanged = self._posted = False
+        self._exchanged = self._posted = self._end_queued = False
         self.timing.reset_step()
 
     def no_sync(self) -> contextlib.AbstractContextManager[None]:
@@ -376,7 +387,22 @@ class BucketOptimizer(WrappedOptimizer):
             grads = self.layout.buckets[b].grads
             self._start.note(b, grads)
             self._posted = True
-            self.timing.ready(b, grads, Tag.GRAD_BUCKET, self.step_count)
+            if self.timing.ready_hooks:
+                self.timing.ready(b, grads, Tag.GRAD_BUCKET, self.step_count)
+            if self._ends_in_backward and not self._end_queued:
+                self._end_queued = True
+                torch.autograd.Variable._execution_engine.queue_callback(self._backward_ended)
+
+    def _backward_ended(self) -> None:
+        """Autograd's end of a backward pass that completed a gradient bucket: when every
+        bucket is complete, complete the exchange now, as DDP's backward does, so that
+        clipping, a norm or a GradScaler's unscale between ``backward()`` and ``step()``
+        reads the mixed gradients. A bucket still open (a parameter that got no gradient
+        yet, gradients accumulated over more passes) leaves it to the next pass or to
+        ``step()``."""
+        self._end_queued = False
+        if self._counter.all_posted and not self._exchanged:
+            self.synchronize_gradients()
 
     # -- uneven ends -----------------------------------------------------------------
     def join(self) -> int:

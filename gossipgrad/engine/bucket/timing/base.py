@@ -59,12 +59,19 @@ class Timing:
         ready_hooks: wants :meth:`ready` from backward hooks as each gradient bucket fills.
         forward_waits: parameter buckets are in flight after ``step()`` and must be waited
             for (:meth:`wait_`) before forward first reads them.
+        completes_in_backward: with the gradient mix, the exchange of a step is complete
+            once every bucket is posted, so the shell completes it at the end of backward
+            (autograd's end-of-backward callback, as DDP's reduction): what a user reads
+            between ``backward()`` and ``step()`` (a norm, a clip, a GradScaler's unscale)
+            is the mixed gradient. False (a late timing: stale, lagged): the exchange
+            completes in ``step()`` and a read in between sees this rank's own gradient.
         header_bytes: bytes each bucket's message carries besides the bucket.
         codecs: codecs of the timing's own (a lagged frame's), besides the shell's.
     """
 
     ready_hooks = False
     forward_waits = False
+    completes_in_backward = False
     header_bytes = 0
     codecs: tuple[Any, ...] = ()
 

@@ -25,12 +25,16 @@ two at a time, each arrives as early as the link allows."""
 
 
 class Lockstep(Timing):
-    """Args:
+    """The gradient mix completes at the end of backward (``completes_in_backward``).
+
+    Args:
     mixer: the bucket exchange (transport, codec, rule).
     mix_params: parameter buckets (posted after the update) rather than gradients.
     thread: the communication thread (None: blocking).
     collective: the exchange is a collective, posted in order by the caller.
     """
+
+    completes_in_backward = True
 
     def __init__(
         self,
