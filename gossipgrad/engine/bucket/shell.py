@@ -47,6 +47,7 @@ from gossipgrad.engine.bucket.accumulate import (
     ReadyCounter,
     accumulation_message,
 )
+from gossipgrad.engine.bucket.early import EarlySteps, Mode
 from gossipgrad.engine.bucket.factors import Router, make_factor_path
 from gossipgrad.engine.bucket.join import JoinAgreement, join_period
 from gossipgrad.engine.bucket.mixer import BucketMixer, shape_mixers
@@ -103,6 +104,7 @@ class BucketOptimizer(WrappedOptimizer):
         self._stager = stager
         self._mixers = mixers or shape_mixers(shape)
         self._start = StartCheck()
+        self._early = EarlySteps(self.optimizer, comm.rank)  # timing="early" (param mix)
         self._amp = False  # a GradScaler drives the steps (every rank agrees each skip)
         self._exchanged = False  # this step's gradient exchange is complete
         self._posted = False  # a backward hook posted a gradient bucket this step
@@ -127,14 +129,16 @@ class BucketOptimizer(WrappedOptimizer):
                 for p in model.parameters()
                 if p.requires_grad
             ]
-        elif self.timing.forward_waits:
-            self._hooks = self._forward_waits()
+        if self.timing.forward_waits:
+            self._hooks += self._forward_waits()
 
     @property
     def _grad_hooks(self) -> bool:
-        """Backward hooks count the gradient buckets: to post each as it fills, or to
-        complete the gradient exchange at the end of backward."""
-        return self.timing.ready_hooks or self._ends_in_backward
+        """Backward hooks count the gradient buckets: to post each as it fills, to
+        complete the gradient exchange at the end of backward, or to update a parameter
+        bucket from backward (``timing="early"``)."""
+        early = self.timing.steps_in_backward and self._early.mode is not Mode.OFF
+        return self.timing.ready_hooks or self._ends_in_backward or early
 
     @property
     def _ends_in_backward(self) -> bool:
@@ -293,15 +297,27 @@ class BucketOptimizer(WrappedOptimizer):
                 "call zero_grad() on the DistributedOptimizer instead"
             )
         t = self.step_count
+        grads = [b.grads for b in self.layout.buckets]
+        if self.mix is Mix.PARAM:  # what backward's per-bucket updates could not see
+            self._early.before_step(t, closure, grad_scaler, grads)
         self.timing.before_update(t)
         self.synchronize_gradients()
-        self._start.run(
-            self.comm, self._params(), self.optimizer, t, [b.grads for b in self.layout.buckets]
-        )
+        self._start.run(self.comm, self._params(), self.optimizer, t, grads)
         skip = grad_scaler is not None and self._agree_skip(grad_scaler, t)
-        loss = None if skip else self.optimizer.step(closure)
+        loss = None if skip else self._update(closure)
         self._after_update(t)
         return loss
+
+    def _update(self, closure: Any) -> Any:
+        """The optimizer's step over what backward did not update already."""
+        done = self._early.updated
+        if not done:
+            return self.optimizer.step(closure)
+        updated = {id(p) for b in done for p in self.layout.buckets[b].params}
+        rest = [p for g in self.optimizer.param_groups for p in g["params"] if id(p) not in updated]
+        if rest:
+            self._early.update_(rest)
+        return None
 
     def _params(self) -> list[torch.Tensor]:
         return [p for p in self.model.parameters() if p.requires_grad]
@@ -351,6 +367,9 @@ class BucketOptimizer(WrappedOptimizer):
     def _advance(self) -> None:
         self.step_count += 1
         self._exchanged = self._posted = False
+        self._early.after_step()
+        if self.mix is Mix.PARAM:  # the next backward may update buckets again
+            self._counter.reset()
         every = self.options.sync_every
         if every and self.step_count % every == 0:
             self._average()
@@ -373,6 +392,10 @@ class BucketOptimizer(WrappedOptimizer):
         b = self._bucket_of.get(id(p))
         if b is None:  # a weight sent as sufficient factors
             return
+        if self.mix is Mix.PARAM:
+            self._queue_end()  # the end of backward is what step() compares with
+            if not (self._early.on and not self._start.pending):
+                return  # lockstep's order this step: nothing to count
         try:
             if self._exchanged:
                 raise AccumulationError(str(b))
@@ -383,15 +406,30 @@ class BucketOptimizer(WrappedOptimizer):
                     self.comm.rank, self.step_count, b, self.options.backward_passes_per_step
                 )
             ) from None
-        if complete:
+        if complete and self.mix is Mix.PARAM:
+            self._update_early(b)
+        elif complete:
             grads = self.layout.buckets[b].grads
             self._start.note(b, grads)
             self._posted = True
             if self.timing.ready_hooks:
                 self.timing.ready(b, grads, Tag.GRAD_BUCKET, self.step_count)
-            if self._ends_in_backward and not self._end_queued:
-                self._end_queued = True
-                torch.autograd.Variable._execution_engine.queue_callback(self._backward_ended)
+            if self._ends_in_backward:
+                self._queue_end()
+
+    def _update_early(self, b: int) -> None:
+        """``timing="early"``: bucket ``b``'s gradient is complete; update its parameters
+        now and post their values to this step's peer (the next forward waits for them)."""
+        bucket = self.layout.buckets[b]
+        self.timing.wait_([b])  # its last mix, where no forward waited for it
+        self._early.update_(bucket.params)
+        self._early.updated.add(b)
+        self.timing.ready(b, bucket.values, Tag.PARAM_BUCKET, self.step_count)
+
+    def _queue_end(self) -> None:
+        if not self._end_queued:
+            self._end_queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._backward_ended)
 
     def _backward_ended(self) -> None:
         """Autograd's end of a backward pass that completed a gradient bucket: when every
@@ -401,7 +439,9 @@ class BucketOptimizer(WrappedOptimizer):
         yet, gradients accumulated over more passes) leaves it to the next pass or to
         ``step()``."""
         self._end_queued = False
-        if self._counter.all_posted and not self._exchanged:
+        if self.mix is Mix.PARAM:
+            self._early.sealed([b.grads for b in self.layout.buckets])
+        elif self._counter.all_posted and not self._exchanged:
             self.synchronize_gradients()
 
     # -- uneven ends -----------------------------------------------------------------

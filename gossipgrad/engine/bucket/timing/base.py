@@ -65,6 +65,10 @@ class Timing:
             between ``backward()`` and ``step()`` (a norm, a clip, a GradScaler's unscale)
             is the mixed gradient. False (a late timing: stale, lagged): the exchange
             completes in ``step()`` and a read in between sees this rank's own gradient.
+        steps_in_backward: with the parameter mix, the shell may update a bucket from
+            backward as soon as its gradient is complete and hand its values to
+            :meth:`ready` at once (:mod:`gossipgrad.engine.bucket.early`); ``exchange_``
+            then posts only the buckets not handed over.
         header_bytes: bytes each bucket's message carries besides the bucket.
         codecs: codecs of the timing's own (a lagged frame's), besides the shell's.
     """
@@ -72,11 +76,13 @@ class Timing:
     ready_hooks = False
     forward_waits = False
     completes_in_backward = False
+    steps_in_backward = False
     header_bytes = 0
     codecs: tuple[Any, ...] = ()
 
     def ready(self, index: int, buf: torch.Tensor, tag: int, step: int) -> None:
-        """Bucket ``index``'s gradients are complete (backward hook)."""
+        """Bucket ``index``'s gradients are complete (backward hook); with
+        ``steps_in_backward``, its updated values."""
 
     def reset_step(self) -> None:
         """A new step's gradients begin (``zero_grad``)."""
