@@ -103,13 +103,6 @@ def test_allreduce_is_one_process_on_the_joined_batch_step_for_step(text: Path):
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.xfail(
-    strict=True,
-    reason="clip_grad_norm_(model.parameters()) between backward and step scales this rank's "
-    "own gradients while they are on the wire (the exchange completes in step() or on reading "
-    "param_groups, not at the end of backward as DDP's): the ranks' models may even differ; "
-    "docs/llm.md says how to clip",
-)
 def test_clipping_over_the_model_parameters_sees_the_averaged_gradients(text: Path):
     loss_diff, param_diff = _compare(text, lambda model, opt: model.parameters())
     assert loss_diff < 1e-5 and param_diff < 1e-5, (loss_diff, param_diff)

@@ -70,6 +70,11 @@ class ReadyCounter:
             return True
         return False
 
+    @property
+    def all_posted(self) -> bool:
+        """Every bucket is complete this step (posted by a hook or otherwise)."""
+        return all(self.posted)
+
     def mark_posted(self, bucket: int) -> None:
         """``bucket`` was posted some other way (``step()`` posts what no hook did)."""
         self.posted[bucket] = True

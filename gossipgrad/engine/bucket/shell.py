@@ -47,6 +47,7 @@ from gossipgrad.engine.bucket.accumulate import (
     ReadyCounter,
     accumulation_message,
 )
+from gossipgrad.engine.bucket.early import EarlySteps, Mode
 from gossipgrad.engine.bucket.factors import Router, make_factor_path
 from gossipgrad.engine.bucket.join import JoinAgreement, join_period
 from gossipgrad.engine.bucket.mixer import BucketMixer, shape_mixers
@@ -103,9 +104,11 @@ class BucketOptimizer(WrappedOptimizer):
         self._stager = stager
         self._mixers = mixers or shape_mixers(shape)
         self._start = StartCheck()
+        self._early = EarlySteps(self.optimizer, comm.rank)  # timing="early" (param mix)
         self._amp = False  # a GradScaler drives the steps (every rank agrees each skip)
         self._exchanged = False  # this step's gradient exchange is complete
         self._posted = False  # a backward hook posted a gradient bucket this step
+        self._end_queued = False  # the end-of-backward callback is queued
         self._closed = self._abandoned = False
         self.rule = make_rule(opts.rule)
         self.codec: Codec = make_codec(opts.wire, opts.feedback)
@@ -120,14 +123,26 @@ class BucketOptimizer(WrappedOptimizer):
         self._hooks: list[Any] = []
         self._connect(comm)
         self.monitor = ConsensusMonitor(model, comm, opts, self._average, self.timing.wait_)
-        if self.timing.ready_hooks:
+        if self._grad_hooks:
             self._hooks = [
                 p.register_post_accumulate_grad_hook(self._grad_ready)
                 for p in model.parameters()
                 if p.requires_grad
             ]
-        elif self.timing.forward_waits:
-            self._hooks = self._forward_waits()
+        if self.timing.forward_waits:
+            self._hooks += self._forward_waits()
+
+    @property
+    def _grad_hooks(self) -> bool:
+        """Backward hooks count the gradient buckets: to post each as it fills, to
+        complete the gradient exchange at the end of backward, or to update a parameter
+        bucket from backward (``timing="early"``)."""
+        early = self.timing.steps_in_backward and self._early.mode is not Mode.OFF
+        return self.timing.ready_hooks or self._ends_in_backward or early
+
+    @property
+    def _ends_in_backward(self) -> bool:
+        return self.mix is Mix.GRAD and self.timing.completes_in_backward
 
     def _forward_waits(self) -> list[Any]:
         """Forward pre-hooks that wait for the parameter buckets a module reads."""
@@ -211,7 +226,7 @@ class BucketOptimizer(WrappedOptimizer):
         self._connect(comm)
         self._abandoned = False
         self.monitor.comm = comm
-        if not (self.timing.ready_hooks or self.timing.forward_waits):  # one rank left
+        if not (self._grad_hooks or self.timing.forward_waits):  # one rank left
             for h in self._hooks:
                 h.remove()
             self._hooks = []
@@ -238,7 +253,7 @@ class BucketOptimizer(WrappedOptimizer):
         if self.factors:
             self.factors.zero_grad_()
         self._counter.reset()
-        self._exchanged = self._posted = False
+        self._exchanged = self._posted = self._end_queued = False
         self.timing.reset_step()
 
     def no_sync(self) -> contextlib.AbstractContextManager[None]:
@@ -283,15 +298,27 @@ class BucketOptimizer(WrappedOptimizer):
                 "call zero_grad() on the DistributedOptimizer instead"
             )
         t = self.step_count
+        grads = [b.grads for b in self.layout.buckets]
+        if self.mix is Mix.PARAM:  # what backward's per-bucket updates could not see
+            self._early.before_step(t, closure, grad_scaler, grads)
         self.timing.before_update(t)
         self.synchronize_gradients()
-        self._start.run(
-            self.comm, self._params(), self.optimizer, t, [b.grads for b in self.layout.buckets]
-        )
+        self._start.run(self.comm, self._params(), self.optimizer, t, grads)
         skip = grad_scaler is not None and self._agree_skip(grad_scaler, t)
-        loss = None if skip else self.optimizer.step(closure)
+        loss = None if skip else self._update(closure)
         self._after_update(t)
         return loss
+
+    def _update(self, closure: Any) -> Any:
+        """The optimizer's step over what backward did not update already."""
+        done = self._early.updated
+        if not done:
+            return self.optimizer.step(closure)
+        updated = {id(p) for b in done for p in self.layout.buckets[b].params}
+        rest = [p for g in self.optimizer.param_groups for p in g["params"] if id(p) not in updated]
+        if rest:
+            self._early.update_(rest)
+        return None
 
     def _params(self) -> list[torch.Tensor]:
         return [p for p in self.model.parameters() if p.requires_grad]
@@ -341,6 +368,9 @@ class BucketOptimizer(WrappedOptimizer):
     def _advance(self) -> None:
         self.step_count += 1
         self._exchanged = self._posted = False
+        self._early.after_step()
+        if self.mix is Mix.PARAM:  # the next backward may update buckets again
+            self._counter.reset()
         every = self.options.sync_every
         if every and self.step_count % every == 0:
             self._average()
@@ -363,6 +393,10 @@ class BucketOptimizer(WrappedOptimizer):
         b = self._bucket_of.get(id(p))
         if b is None:  # a weight sent as sufficient factors
             return
+        if self.mix is Mix.PARAM:
+            self._queue_end()  # the end of backward is what step() compares with
+            if not (self._early.on and not self._start.pending):
+                return  # lockstep's order this step: nothing to count
         try:
             if self._exchanged:
                 raise AccumulationError(str(b))
@@ -373,11 +407,43 @@ class BucketOptimizer(WrappedOptimizer):
                     self.comm.rank, self.step_count, b, self.options.backward_passes_per_step
                 )
             ) from None
-        if complete:
+        if complete and self.mix is Mix.PARAM:
+            self._update_early(b)
+        elif complete:
             grads = self.layout.buckets[b].grads
             self._start.note(b, grads)
             self._posted = True
-            self.timing.ready(b, grads, Tag.GRAD_BUCKET, self.step_count)
+            if self.timing.ready_hooks:
+                self.timing.ready(b, grads, Tag.GRAD_BUCKET, self.step_count)
+            if self._ends_in_backward:
+                self._queue_end()
+
+    def _update_early(self, b: int) -> None:
+        """``timing="early"``: bucket ``b``'s gradient is complete; update its parameters
+        now and post their values to this step's peer (the next forward waits for them)."""
+        bucket = self.layout.buckets[b]
+        self.timing.wait_([b])  # its last mix, where no forward waited for it
+        self._early.update_(bucket.params)
+        self._early.updated.add(b)
+        self.timing.ready(b, bucket.values, Tag.PARAM_BUCKET, self.step_count)
+
+    def _queue_end(self) -> None:
+        if not self._end_queued:
+            self._end_queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._backward_ended)
+
+    def _backward_ended(self) -> None:
+        """Autograd's end of a backward pass that completed a gradient bucket: when every
+        bucket is complete, complete the exchange now, as DDP's backward does, so that
+        clipping, a norm or a GradScaler's unscale between ``backward()`` and ``step()``
+        reads the mixed gradients. A bucket still open (a parameter that got no gradient
+        yet, gradients accumulated over more passes) leaves it to the next pass or to
+        ``step()``."""
+        self._end_queued = False
+        if self.mix is Mix.PARAM:
+            self._early.sealed([b.grads for b in self.layout.buckets])
+        elif self._counter.all_posted and not self._exchanged:
+            self.synchronize_gradients()
 
     # -- uneven ends -----------------------------------------------------------------
     def join(self) -> int:

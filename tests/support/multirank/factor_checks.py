@@ -5,6 +5,7 @@ and under a real mpiexec (tests/mpi/test_factors_mpi.py, through run_checks.py).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -125,14 +126,17 @@ def train(
     try:
         for step in range(steps):
             opt.zero_grad()
-            for _ in range(accumulate):
+            for k in range(accumulate):
                 x, y = (
                     torch.randn(4, 2, 12, generator=gen),
                     torch.randint(0, 3, (4,), generator=gen),
                 )
                 if step == 1 and comm.rank == idle_rank:
                     continue
-                torch.nn.functional.cross_entropy(model(x), y).backward()
+                # all but the last pass accumulate without posting (DDP's no_sync)
+                last = k == accumulate - 1
+                with contextlib.nullcontext() if last else opt.no_sync():
+                    torch.nn.functional.cross_entropy(model(x), y).backward()
             if opt.factors is not None and opt.overlap and (step, comm.rank) != (1, idle_rank):
                 # overlapped: every layer's exchange left during backward, none waits for step()
                 assert all(layer.posted for layer in opt.factors.layers), "not overlapped"
@@ -226,8 +230,9 @@ def check_ps_factors_match_buckets(comm) -> None:
 
 
 def check_accumulation_and_idle_rank(comm) -> None:
-    """Two backward passes per step (factors concatenate along K; blocking), and a rank with
-    no backward at one step (its factors are all padding), equal the bucket path."""
+    """Two backward passes per step (the first inside ``no_sync()``; factors concatenate
+    along K; blocking), and a rank with no backward at one step (its factors are all
+    padding), equal the bucket path."""
     for strategy in ("gossip", "allreduce"):
         on, _ = train(comm, "on", strategy, overlap=False, accumulate=2)
         off, _ = train(comm, "off", strategy, overlap=False, accumulate=2)

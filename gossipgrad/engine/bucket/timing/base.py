@@ -59,17 +59,30 @@ class Timing:
         ready_hooks: wants :meth:`ready` from backward hooks as each gradient bucket fills.
         forward_waits: parameter buckets are in flight after ``step()`` and must be waited
             for (:meth:`wait_`) before forward first reads them.
+        completes_in_backward: with the gradient mix, the exchange of a step is complete
+            once every bucket is posted, so the shell completes it at the end of backward
+            (autograd's end-of-backward callback, as DDP's reduction): what a user reads
+            between ``backward()`` and ``step()`` (a norm, a clip, a GradScaler's unscale)
+            is the mixed gradient. False (a late timing: stale, lagged): the exchange
+            completes in ``step()`` and a read in between sees this rank's own gradient.
+        steps_in_backward: with the parameter mix, the shell may update a bucket from
+            backward as soon as its gradient is complete and hand its values to
+            :meth:`ready` at once (:mod:`gossipgrad.engine.bucket.early`); ``exchange_``
+            then posts only the buckets not handed over.
         header_bytes: bytes each bucket's message carries besides the bucket.
         codecs: codecs of the timing's own (a lagged frame's), besides the shell's.
     """
 
     ready_hooks = False
     forward_waits = False
+    completes_in_backward = False
+    steps_in_backward = False
     header_bytes = 0
     codecs: tuple[Any, ...] = ()
 
     def ready(self, index: int, buf: torch.Tensor, tag: int, step: int) -> None:
-        """Bucket ``index``'s gradients are complete (backward hook)."""
+        """Bucket ``index``'s gradients are complete (backward hook); with
+        ``steps_in_backward``, its updated values."""
 
     def reset_step(self) -> None:
         """A new step's gradients begin (``zero_grad``)."""

@@ -1,4 +1,5 @@
-"""Staleness 0: every bucket posted at step t is mixed in within step t.
+"""Staleness 0: every bucket posted at step t is mixed in within step t (``lockstep``, and
+``early``: the same, with the parameter mix's per-bucket update moved into backward).
 
 Blocking (no communication thread): ``exchange_`` posts every bucket and waits for each.
 Overlapped (a :class:`~gossipgrad.engine.commthread.CommThread`): gradient buckets are
@@ -25,12 +26,19 @@ two at a time, each arrives as early as the link allows."""
 
 
 class Lockstep(Timing):
-    """Args:
+    """The gradient mix completes at the end of backward (``completes_in_backward``).
+
+    Args:
     mixer: the bucket exchange (transport, codec, rule).
     mix_params: parameter buckets (posted after the update) rather than gradients.
     thread: the communication thread (None: blocking).
     collective: the exchange is a collective, posted in order by the caller.
+    early: with the parameter mix on the thread, the shell may update a bucket from
+        backward and post it here at once (:meth:`ready`, ``timing="early"``); what it
+        did not update is posted after the step, as without.
     """
+
+    completes_in_backward = True
 
     def __init__(
         self,
@@ -38,18 +46,25 @@ class Lockstep(Timing):
         mix_params: bool,
         thread: CommThread | None,
         collective: bool,
+        early: bool = False,
     ) -> None:
         self.mixer, self.thread, self.collective = mixer, thread, collective
         self.mix_params = mix_params
         self.ready_hooks = thread is not None and not mix_params
         self.forward_waits = thread is not None and mix_params
+        self.steps_in_backward = self.forward_waits and early
+        self._window = thread.window if thread is not None else None
         self._submitted: set[int] = set()  # this step's buckets already posted
         self._inflight: set[int] = set()
 
     def reset_step(self) -> None:
-        self._submitted.clear()
+        if not self.mix_params:  # parameter buckets posted from backward stay posted
+            self._submitted.clear()
 
     def ready(self, index: int, buf: torch.Tensor, tag: int, step: int) -> None:
+        if self.mix_params:  # updated from backward: on the wire at once, no window
+            self.thread.window = None
+            self._inflight.add(index)
         self._submit(index, buf, tag, step)
 
     def _submit(self, index: int, buf: torch.Tensor, tag: int, step: int) -> None:
@@ -62,7 +77,8 @@ class Lockstep(Timing):
         )
 
     def before_update(self, step: int) -> None:
-        self.wait_()  # parameter buckets no forward used since the last step
+        # parameter buckets no forward used since the last step (not this step's own)
+        self.wait_([i for i in sorted(self._inflight) if i not in self._submitted])
 
     def exchange_(self, bufs: list[torch.Tensor], tag: int, step: int) -> None:
         if self.thread is None:
@@ -70,9 +86,13 @@ class Lockstep(Timing):
             for p in pending:
                 self.mixer.finish(p)
         elif self.mix_params:
+            if not self._submitted:  # all after the step: in forward order, windowed
+                self.thread.window = self._window
             for i in reversed(range(len(bufs))):  # forward order
-                self._submit(i, bufs[i], tag, step)
-                self._inflight.add(i)
+                if i not in self._submitted:  # not already posted from backward
+                    self._submit(i, bufs[i], tag, step)
+                    self._inflight.add(i)
+            self._submitted.clear()
         else:
             for i, buf in enumerate(bufs):
                 if i not in self._submitted:  # parameters unused this step: no hook fired
@@ -99,7 +119,7 @@ class Lockstep(Timing):
 
     def abandon(self) -> None:
         self._inflight.clear()
-        self.reset_step()
+        self._submitted.clear()
         self.close(-1)
 
 
@@ -112,4 +132,19 @@ class LockstepTiming(TimingSpec):
         return Lockstep(ctx.mixer, ctx.mix_params, ctx.thread, ctx.collective)
 
 
+class EarlyTiming(LockstepTiming):
+    """Lockstep's arithmetic; with the parameter mix each bucket's update and send move
+    into backward (:mod:`gossipgrad.engine.bucket.early`)."""
+
+    name = "early"
+    summary = (
+        "lockstep's result; with --mix param each bucket is updated and sent from backward "
+        "as soon as its gradient is complete, and the next forward waits for it"
+    )
+
+    def build(self, ctx: TimingContext) -> Lockstep:
+        return Lockstep(ctx.mixer, ctx.mix_params, ctx.thread, ctx.collective, early=True)
+
+
 TIMINGS.register(LockstepTiming.name, LockstepTiming(), replace=True)
+TIMINGS.register(EarlyTiming.name, EarlyTiming(), replace=True)
