@@ -116,6 +116,25 @@ def parse_offload(value: str | tuple[str, ...] | list[str] | None) -> tuple[str,
     return tuple(sorted(choice(Offload, n, "--offload").value for n in names))
 
 
+class MergeAt(enum.StrEnum):
+    """When the ranks' models are replaced by their global average (``--merge-at``)."""
+
+    END = "end"  # once, before the last evaluation
+    EVAL = "eval"  # before every evaluation
+    CHECKPOINT = "checkpoint"  # before every checkpoint (what --resume restarts from)
+
+
+def parse_merge_at(value: str | tuple[str, ...] | list[str] | None) -> tuple[str, ...]:
+    """``--merge-at``: ``"eval,end"`` -> ``('end', 'eval')``; ``"none"``: never.
+
+    >>> parse_merge_at("checkpoint,end"), parse_merge_at("none")
+    (('checkpoint', 'end'), ())
+    """
+    items = value.split(",") if isinstance(value, str) else list(value or ())
+    names = {str(i).strip() for i in items} - {"", "none"}
+    return tuple(sorted(choice(MergeAt, n, "--merge-at").value for n in names))
+
+
 class Device(enum.StrEnum):
     """The built-in ``--device`` values; a plugin's device is ``NAME[:ARG]``
     (:data:`gossipgrad.registry.DEVICES`)."""

@@ -86,6 +86,10 @@ class DistributedOptimizerProtocol(Protocol):
 
     def lag_stats(self) -> dict[str, Any]: ...
 
+    def plan_steps(self, total: int) -> None: ...
+
+    def exchange_stats(self, start: int, end: int) -> dict[str, Any]: ...
+
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
@@ -217,6 +221,14 @@ class WrappedOptimizer(torch.optim.Optimizer):
 
     def close(self) -> None:
         """Leave nothing in flight (nothing, here)."""
+
+    def plan_steps(self, total: int) -> None:
+        """The run is ``total`` steps long (nothing here needs to know)."""
+
+    def exchange_stats(self, start: int, end: int) -> dict[str, Any]:
+        """Steps ``start`` to ``end``: the bytes this rank sent in their exchanges (one
+        exchange every step here)."""
+        return {"exchange_bytes": self.bytes_sent_per_step() * (end - start)}  # type: ignore[attr-defined]
 
     def allow_different_start(self) -> None:
         """The ranks' parameters differ on purpose from here on (a mixing experiment that

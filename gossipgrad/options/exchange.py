@@ -56,6 +56,13 @@ DEFAULT_WIRE = "fp32"
 DEFAULT_RULE = "average"
 """The mixing rule (``--rule``): ``(1 - w) x + w x_peer`` with the schedule's weight w."""
 
+DEFAULT_OUTER_LR = 0.7
+"""``--rule outer``'s learning rate on the pseudo-gradient (``--outer-lr``): DiLoCo's (Douillard
+et al. 2023, outer Nesterov at 0.7 with momentum 0.9)."""
+
+DEFAULT_OUTER_MOMENTUM = 0.9
+"""``--rule outer``'s momentum (``--outer-momentum``): DiLoCo's."""
+
 
 @dataclass(frozen=True)
 class ExchangeOptions(OptionGroup):
@@ -101,6 +108,10 @@ class ExchangeOptions(OptionGroup):
             step; a gradient bucket is sent after the last (Horovod's argument).
         slack: ps's stale-synchronous slack: a rank computes on parameters up to this many
             steps old (0: every step waits for the newest).
+        outer_lr, outer_momentum: ``rule="outer"``'s step on the pseudo-gradient.
+        dense_after: with local steps (``timing="local:H"``), exchange at every step from
+            this fraction of the run on (1: never).
+        dense_before: the same, until this fraction of the run (0: never).
     """
 
     strategy: str = opt(
@@ -172,13 +183,28 @@ class ExchangeOptions(OptionGroup):
         DEFAULT_RULE,
         lambda: (
             f"Mixing rule NAME[:ARG] ({', '.join(RULES.names())}; average:W fixes the "
-            "peer's weight W, default the schedule's)."
+            "peer's weight W, default the schedule's; outer[:nesterov|sgd] takes an outer "
+            "step on the change since the last exchange of --timing local:H)."
         ),
     )
     backward_passes_per_step: int = opt(
         1, "Backward passes (gradient accumulation) before each step.", cli=False
     )
     slack: int = opt(0, "ps: compute on parameters up to N steps old (stale-synchronous).")
+    outer_lr: float = opt(
+        DEFAULT_OUTER_LR,
+        "--rule outer: the outer step's learning rate on the pseudo-gradient (the model at "
+        "the last exchange minus the mixed model).",
+    )
+    outer_momentum: float = opt(
+        DEFAULT_OUTER_MOMENTUM, "--rule outer: the outer step's momentum (0 = none)."
+    )
+    dense_after: float = opt(
+        1.0, "--timing local:H: exchange every step from this fraction of the run on (1 = never)."
+    )
+    dense_before: float = opt(
+        0.0, "--timing local:H: exchange every step until this fraction of the run (0 = never)."
+    )
     extras: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
@@ -204,8 +230,9 @@ class ExchangeOptions(OptionGroup):
                 f"{spell('--error-feedback', 'on')} needs a lossy wire codec, not "
                 f"{spell('--wire', self.wire)} (its casts lose nothing to feed back)"
             )
-        RULES.get(self.rule.partition(":")[0])(self.rule.partition(":")[2] or None)
+        rule = RULES.get(self.rule.partition(":")[0])(self.rule.partition(":")[2] or None)
         self._resolve_timing(spec)
+        self._check_local(rule)
         self._resolve_mix(spec)
         self._refuse_unused(spec)
         if self.sufficient_factors is SufficientFactors.ON:
@@ -237,6 +264,9 @@ class ExchangeOptions(OptionGroup):
         legacy = {"staleness": self.staleness, "max_lag": self.max_lag}
         given = " ".join(spell("--" + k.replace("_", "-"), v) for k, v in legacy.items() if v)
         if given:
+            refusal = timing.legacy_refusal(timing.parse(arg or None), given)
+            if refusal is not None:
+                raise ValueError(refusal)
             implied = _timing_of(legacy)
             if name == "lockstep" and not arg:
                 timing, args = implied
@@ -256,6 +286,50 @@ class ExchangeOptions(OptionGroup):
                 raise
             raise ValueError(str(exc).replace(spell("--timing", self.timing), given)) from None
 
+    def _check_local(self, rule: Any) -> None:
+        """The outer rule's and the dense window's options: ranges, and refused (one line)
+        where nothing reads them."""
+        at_least(self.outer_lr, 0, "--outer-lr", strict=True)
+        at_least(self.outer_momentum, 0, "--outer-momentum")
+        if self.outer_momentum >= 1:
+            raise ValueError(f"{spell('--outer-momentum')} must be < 1, got {self.outer_momentum}")
+        for name in ("dense_after", "dense_before"):
+            value, flag = getattr(self, name), "--" + name.replace("_", "-")
+            at_least(value, 0, flag)
+            if value > 1:
+                raise ValueError(f"{spell(flag)} must be <= 1, got {value}")
+        if self.dense_before > self.dense_after:
+            raise ValueError(
+                f"{spell('--dense-before', self.dense_before)} is after "
+                f"{spell('--dense-after', self.dense_after)}: the two windows would overlap; "
+                "give one, or the early window's end before the late one's start"
+            )
+        local = self.timing_spec.local_steps
+        timing = spell("--timing", self.timing)
+        dense = {"--dense-after": (self.dense_after, 1.0)}
+        dense["--dense-before"] = (self.dense_before, 0.0)
+        for flag, (value, off) in dense.items():
+            if value != off and not local:
+                raise ValueError(
+                    f"{spell(flag, value)} needs {spell('--timing', 'local:H')} (with {timing} "
+                    "every step already exchanges); drop it"
+                )
+        outer = bool(getattr(rule, "outer", False))
+        if outer and not local:
+            raise ValueError(
+                f"{spell('--rule', self.rule)} steps on the change since the last exchange, "
+                f"which needs {spell('--timing', 'local:H')} (local:1 exchanges every step), "
+                f"not {timing}"
+            )
+        tuned = {"--outer-lr": (self.outer_lr, DEFAULT_OUTER_LR)}
+        tuned["--outer-momentum"] = (self.outer_momentum, DEFAULT_OUTER_MOMENTUM)
+        for flag, (value, default) in tuned.items():
+            if value != default and not outer:
+                raise ValueError(
+                    f"{spell(flag, value)} is the outer rule's: pass "
+                    f"{spell('--rule', 'outer')} (with {spell('--timing', 'local:H')}) or drop it"
+                )
+
     @property
     def timing_spec(self) -> Any:
         """The timing's spec (:class:`gossipgrad.specs.TimingSpec`)."""
@@ -272,6 +346,15 @@ class ExchangeOptions(OptionGroup):
         it open until an optimizer binds it (:meth:`bind`)."""
         fixed = spec.fixed_mix
         mix = None if self.mix is None else choice(Mix, self.mix, "--mix")
+        if self.timing_spec.local_steps:  # an outer step moves parameters, whatever the mix
+            if mix is Mix.GRAD:
+                raise ValueError(
+                    f"{spell('--mix', 'grad')} does not apply with "
+                    f"{spell('--timing', self.timing)}: its exchange moves the parameters (their "
+                    f"change since the last exchange is the pseudo-gradient); drop {spell('--mix')}"
+                )
+            self._set("mix", Mix.PARAM)
+            return
         if fixed is not None and mix not in (None, fixed):
             raise ValueError(
                 f"{spell('--mix', mix)} does not apply to {spell('--strategy', spec.name)}: "
@@ -304,8 +387,11 @@ class ExchangeOptions(OptionGroup):
 
     def _refuse_unused(self, spec: StrategySpec) -> None:
         """A field the strategy does not read, set away from its default: one line."""
+        timing_uses = self.timing_spec.uses
         for f in fields(self):
             if f.name in COMMON_FIELDS or f.name in spec.uses or f.name in ("mix", "extras"):
+                continue
+            if f.name in timing_uses and "timing" in spec.uses:
                 continue
             value = getattr(self, f.name)
             if value != f.default and value != NEUTRAL.get(f.name, f.default):

@@ -21,6 +21,7 @@ from gossipgrad.choices import (
     Optimizer,
     at_least,
     choice,
+    parse_merge_at,
     parse_offload,
     spell,
 )
@@ -268,6 +269,14 @@ class RunOptions(OptionGroup):
         show_default="none",
     )
     device_arg: str | None = opt(None, "The ARG of --device NAME:ARG.", cli=False)
+    merge_at: tuple[str, ...] = opt(
+        ("checkpoint", "end", "eval"),
+        "When the ranks' models become their global average: end (once, before the last "
+        "evaluation, which also scores the ranks' own models first), eval (before every "
+        "evaluation), checkpoint (before every one: needed with --run-dir), a list, or none "
+        "(evaluations score each rank's own model on its share).",
+        show_default="end,eval,checkpoint",
+    )
     dilate: float = opt(
         1.0,
         "A simulated device's compute times x this (run behind links this many times "
@@ -286,6 +295,13 @@ class RunOptions(OptionGroup):
             )
         self._set("on_failure", choice(OnFailure, self.on_failure, "--on-failure"))
         self._set("offload", parse_offload(self.offload))
+        self._set("merge_at", parse_merge_at(self.merge_at))
+        if self.run_dir and "checkpoint" not in self.merge_at:
+            raise ValueError(
+                f"{spell('--merge-at', ','.join(self.merge_at) or 'none')} does not merge at "
+                "checkpoints, and a checkpoint holds one model (what --resume restarts every "
+                f"rank from): add checkpoint to {spell('--merge-at')} or drop {spell('--run-dir')}"
+            )
         at_least(self.comm_timeout, 0, "--comm-timeout", strict=True)
         at_least(self.eval_every, 0, "--eval-every", strict=True)
         at_least(self.print_freq, 0, "--print-freq", strict=True)

@@ -37,6 +37,11 @@ class TimingSpec:
             at once, in forward order (None: no window).
         collectives_ok: a collective every few steps (the consensus monitor, adaptive
             averaging) is welcome; False: the timing avoids such barriers.
+        local_steps: ranks take steps of their own between exchanges, and an exchange
+            moves the parameters whatever ``--mix`` says (their change since the last
+            exchange is the pseudo-gradient an outer rule steps on).
+        uses: exchange options this timing reads whatever the strategy (the outer rule's,
+            the dense window's), accepted with every strategy that takes the timing.
     """
 
     name: ClassVar[str] = ""
@@ -50,6 +55,8 @@ class TimingSpec:
     catches_up: ClassVar[bool] = False
     forward_window: ClassVar[int | None] = None
     collectives_ok: ClassVar[bool] = True
+    local_steps: ClassVar[bool] = False
+    uses: ClassVar[frozenset[str]] = frozenset()
 
     def parse(self, arg: str | None) -> tuple[int, ...]:
         """The validated argument of ``NAME:ARG`` (``()`` for none); ValueError naming the
@@ -69,6 +76,11 @@ class TimingSpec:
 
     def check(self, args: tuple[int, ...], opts: Any) -> None:
         """ValueError (one line) where these exchange options cannot run this timing."""
+
+    def legacy_refusal(self, args: tuple[int, ...], given: str) -> str | None:
+        """Why this timing does not combine with ``given``, the older spellings set
+        (``--staleness 1``, ``--max-lag S``); None: they are read as this timing's."""
+        return None
 
     def send_share(self, args: tuple[int, ...]) -> float:
         """The share of steps whose exchange puts bytes on the wire (1.0: every step)."""

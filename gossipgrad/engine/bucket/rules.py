@@ -20,6 +20,8 @@ the same w with its one peer), and ``average:W`` fixes w::
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from gossipgrad.registry import RULES
@@ -30,9 +32,29 @@ class Average:
 
     Args:
         weight: the peer's share in every mix, in (0, 1]; None: the schedule's.
+
+    Class attributes:
+        outer: the rule takes an outer step after the mix (:meth:`outer_`), on the change
+            since the last exchange; it needs a timing with local steps.
+        stateful: it keeps per-rank state (saved in checkpoints as a rank state).
     """
 
     name = "average"
+    outer = False
+    stateful = False
+
+    def bind(self, options: Any) -> Average:
+        """This rule with what it reads of the exchange ``options`` (none, here)."""
+        return self
+
+    def outer_(self, index: int, anchor: torch.Tensor, mixed: torch.Tensor) -> None:
+        """After the exchange of bucket ``index`` at an outer step: ``mixed`` (in place)
+        becomes the new model, from it and ``anchor``, the bucket at the last exchange.
+        The average takes no outer step: the mixed model is the new one."""
+
+    def average_state_(self, comm: Any, identical: bool) -> None:
+        """A global average of the models: any state of the rule's that differs between
+        ranks becomes its mean (collective; ``identical``: it cannot differ)."""
 
     def __init__(self, weight: float | None = None) -> None:
         if weight is not None and not 0.0 < weight <= 1.0:
@@ -117,10 +139,12 @@ def average(argument: str | None) -> Average:
     return Average(weight)
 
 
-def make_rule(spec: str) -> Average:
-    """The rule object of ``--rule NAME[:ARG]``."""
+def make_rule(spec: str, options: Any = None) -> Average:
+    """The rule object of ``--rule NAME[:ARG]``, bound to the exchange ``options`` where
+    given (the outer rule reads ``outer_lr`` and ``outer_momentum`` there)."""
     name, _, argument = spec.partition(":")
-    return RULES.get(name)(argument or None)
+    rule = RULES.get(name)(argument or None)
+    return rule if options is None else rule.bind(options)
 
 
 RULES.register("average", average)

@@ -110,8 +110,9 @@ class BucketOptimizer(WrappedOptimizer):
         self._posted = False  # a backward hook posted a gradient bucket this step
         self._end_queued = False  # the end-of-backward callback is queued
         self._closed = self._abandoned = False
-        self.rule = make_rule(opts.rule)
+        self.rule = make_rule(opts.rule, opts)
         self.codec: Codec = make_codec(opts.wire, opts.feedback)
+        self._total: int | None = None  # the run's steps, where a timing's window needs them
         schedule = Schedule(comm.size, opts.rank_topology, opts.seed, opts.rotate)
         # Linear weights that may go as sufficient factors (engine/bucket/factors.py) get no bucket.
         self.factors = make_factor_path(model, comm, opts, schedule, stager)
@@ -119,6 +120,8 @@ class BucketOptimizer(WrappedOptimizer):
             self.rank_states = {"codec": self.codec}
         if self.factors:
             self.rank_states.update(self.factors.codec_states)
+        if self.rule.stateful:  # the outer momentum: this rank's
+            self.rank_states = {**self.rank_states, "outer": self.rule}
         self._bind_layout(self.factors.weight_ids if self.factors else frozenset())
         self._hooks: list[Any] = []
         self._connect(comm)
@@ -185,6 +188,8 @@ class BucketOptimizer(WrappedOptimizer):
             opts, comm, self.schedule, self.layout, self.mixer, thread, collective, self.rule
         )
         self.timing: Timing = timing.build(ctx) if self.communicates else _NoExchange()
+        if self._total is not None:
+            self.timing.plan_(self._total)
         self.wire_codecs = (self.codec, *self.timing.codecs)
         if self.factors:
             self.factors.bind(thread, lambda: self.step_count, lambda: self._counter.is_holding)
@@ -504,10 +509,35 @@ class BucketOptimizer(WrappedOptimizer):
         self.monitor.observe(distance)
         return distance
 
+    def plan_steps(self, total: int) -> None:
+        """The run is ``total`` steps long (a dense window of ``--timing local:H`` needs it;
+        ``gossipgrad train`` calls this before the first step)."""
+        self._total = total
+        self.timing.plan_(total)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:  # type: ignore[override]
+        super().load_state_dict(state)
+        self.timing.rebase_()  # the parameters were loaded before (checkpoint.restore_)
+
+    def exchange_stats(self, start: int, end: int) -> dict[str, Any]:
+        """Steps ``start`` to ``end``: the exchanges (``outer_steps``, ``dense_steps`` where
+        the timing does not exchange every step) and the bytes this rank sent in them."""
+        counts = self.timing.exchange_counts(start, end)
+        if counts is None:
+            return {"exchange_bytes": self.bytes_sent_per_step() * (end - start)}
+        per = self.bytes_per_exchange()
+        return {**counts, "exchange_bytes": per * sum(counts.values())}
+
     def bytes_sent_per_step(self) -> float:
         """Bytes a rank sends per step: every bucket's wire bytes moved by the strategy's
         shape, each message's header, and the factor path's; for one peer a step, the
-        mean over a period of the schedule (base2 leaves some ranks idle at some steps)."""
+        mean over a period of the schedule (base2 leaves some ranks idle at some steps);
+        with local steps, one exchange's bytes over H."""
+        return self.bytes_per_exchange() * self.timing_spec.send_share(self.options.timing_args)
+
+    def bytes_per_exchange(self) -> float:
+        """Bytes a rank sends in one step that exchanges (:meth:`bytes_sent_per_step`
+        before the timing's share of steps that send)."""
         if not self.communicates:
             return 0.0
         factors = self.factors.bytes_sent() if self.factors else 0.0
@@ -526,7 +556,7 @@ class BucketOptimizer(WrappedOptimizer):
         )
         if self.shape.one_peer and not self.timing_spec.sends_idle:  # idle steps send none
             buckets *= self.schedule.active_share
-        return factors + buckets * self.timing_spec.send_share(self.options.timing_args)
+        return factors + buckets
 
     def lag_stats(self) -> dict[str, Any]:
         return self.timing.stats()

@@ -31,6 +31,7 @@ from gossipgrad.engine.run import snapshot as snap
 from gossipgrad.engine.run.config import TrainConfig
 from gossipgrad.engine.run.evaluation import evaluate
 from gossipgrad.engine.run.membership import Membership
+from gossipgrad.engine.run.merge import Merges
 from gossipgrad.engine.run.metrics import MetricsWriter, Progress, Throughput
 from gossipgrad.engine.run.signals import PeriodicAgreement, StopSignals, signal_name
 from gossipgrad.engine.run.summary import run_summary
@@ -131,6 +132,8 @@ class Run:
         self.device_handle: Any = None  # a plugin device's handle (set by the trainer)
         self.measures = True  # losses and accuracy mean something (not on a stand-in)
         self.resumed_from: str | None = None
+        self.merges = Merges(cfg.run.merge_at, library=cfg.exchange.spec.library)
+        self.unmerged: dict[str, Any] = {}  # the final evaluation of the ranks' own models
         if self.saver is not None and not cfg.run.evaluate:
             self.saver.check_room(checkpoint_bytes(model))
 
@@ -207,6 +210,7 @@ class Run:
             return self.finish(start, start, signal_name(stop.stopped))
         step, self.step, self.closed = start, start, start // self.spe - 1
         self.start = start
+        self.opt.plan_steps(self.total)  # a dense window is a fraction of the run
         if self.membership is not None:
             self.membership.start(self)
         return self.train_from(step, stop)
@@ -245,6 +249,7 @@ class Run:
                 raise
             self.faults = KillSwitch(comm.rank, after=step)
             self.progress = Progress(self.total, comm.rank, self.cfg.run.progress, step)
+            self.opt.plan_steps(self.total)  # the survivors' dense window, at the same steps
             return self.train_from(step, stop)
         finally:
             if self.progress is not None:
@@ -325,13 +330,13 @@ class Run:
                 return self.finish(start, step, name)
             last_epoch = step >= self.total or epoch == cfg.optim.epochs - 1
             if (epoch + 1) % cfg.run.eval_every == 0 or last_epoch:
-                self.evaluate(step)
+                self.evaluate(step, final=last_epoch)
             self.checkpoint(step)
             self.closed = epoch
             if step >= self.total:
                 break
         if not self.last:
-            self.evaluate(step)
+            self.evaluate(step, final=True)
         return self.finish(start, step, None)
 
     def train_step(self, x: torch.Tensor, y: torch.Tensor, step: int, window: dict) -> None:
@@ -397,22 +402,30 @@ class Run:
             **self.task.postfix(rec),
         )
 
-    def evaluate(self, step: int) -> None:
+    def evaluate(self, step: int, final: bool = False) -> None:
+        """Score the model (the run's last evaluation when ``final``): the ranks' global
+        average where ``--merge-at`` merges here, else each rank's own model on its share;
+        the final merge of ``--merge-at end`` scores both (``*_unmerged``: before it)."""
         t0 = time.perf_counter()
+        merges = self.merges.at_eval(final) and not self.cfg.run.evaluate
         with self.speed.paused():
             distance = self.opt.consensus_distance()
-            self.opt.synchronize()
+            if merges and self.merges.own_first(final) and self.measures:
+                own = self.score()
+                self.unmerged = {
+                    f"{k}_unmerged": v for k, v in own.items() if k.startswith("test_")
+                }
+            if merges:
+                self.merges.merge_(self.opt, self.comm, with_state=False)
             self.faults.at("eval", step, self.comm)
             self.last = {
                 "event": "eval",
                 "step": step,
                 "epoch": step / self.spe,
                 "consensus_distance": distance,
-                **(
-                    evaluate(self.model, self.source, self.comm, self.device, self.task)
-                    if self.measures
-                    else self.task.unmeasured()
-                ),
+                "merged": merges or self.cfg.run.evaluate,
+                **self.score(),
+                **(self.unmerged if final else {}),
             }
         self.eval_s += time.perf_counter() - t0
         self.metrics.write(self.last)
@@ -427,6 +440,12 @@ class Run:
         elif self.comm.rank == 0:
             log.info(line)
 
+    def score(self) -> dict[str, Any]:
+        """This task's evaluation fields over all ranks (collective)."""
+        if not self.measures:
+            return self.task.unmeasured()
+        return evaluate(self.model, self.source, self.comm, self.device, self.task)
+
     def checkpoint(self, step: int, reason: str = "") -> None:
         if self.saver is None:
             if reason:
@@ -435,7 +454,7 @@ class Run:
         if self.saver.last_step == step:
             return
         with self.speed.paused():
-            snap.consensus_(self.opt, self.comm)
+            self.merges.merge_(self.opt, self.comm, with_state=True)  # --merge-at checkpoint
             guards.check_model_(self.model, self.opt.optimizer, self.comm, step, self.saver.run_dir)
             meta = {
                 "compat": self.compat(),

@@ -57,6 +57,8 @@ def run_summary(run: Any, start: int, step: int, stopped: str | None) -> dict[st
     ips = run.speed.images_per_s() * lag["computed_fraction"]  # samples computed
     saved = run.saver.last_step if run.saver is not None else -1
     ex = cfg.exchange
+    exchanged = opt.exchange_stats(start, step)
+    merged = run.merges.summary()
     return {
         "event": "summary",
         **run.task.summary_fields(last, ips, comm.size),  # what the data's task measures
@@ -77,6 +79,10 @@ def run_summary(run: Any, start: int, step: int, stopped: str | None) -> dict[st
         "dataset": run.source.name,
         "batch_size": cfg.data.batch_size,
         "bytes_sent_per_step": opt.bytes_sent_per_step(),
+        **exchanged,  # exchange_bytes this rank sent; outer_steps, dense_steps (local:H)
+        **merged,  # merge_at, merges, merge_bytes
+        "bytes_sent": exchanged["exchange_bytes"] + merged["merge_bytes"],
+        **run.unmerged,  # test_loss_unmerged ...: the ranks' own models before the final merge
         "model_bytes": run.model_bytes,
         "comm_seconds": run.comm_s,
         "eval_seconds": run.eval_s,

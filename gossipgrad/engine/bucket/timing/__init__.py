@@ -15,10 +15,16 @@ with ``TIMINGS.register(name, spec)`` (``tests/support/plugins/toy_local.py``).
 
 from __future__ import annotations
 
-from gossipgrad.engine.bucket.timing import lagged, lockstep, stale  # noqa: F401 - registration
+from gossipgrad.engine.bucket.timing import (  # noqa: F401 - registration
+    lagged,
+    local,
+    lockstep,
+    stale,
+)
 from gossipgrad.engine.bucket.timing.base import Timing, TimingContext
 from gossipgrad.engine.bucket.timing.lagged import Lagged
+from gossipgrad.engine.bucket.timing.local import LocalSteps
 from gossipgrad.engine.bucket.timing.lockstep import Lockstep
 from gossipgrad.engine.bucket.timing.stale import Stale
 
-__all__ = ["Lagged", "Lockstep", "Stale", "Timing", "TimingContext"]
+__all__ = ["Lagged", "LocalSteps", "Lockstep", "Stale", "Timing", "TimingContext"]

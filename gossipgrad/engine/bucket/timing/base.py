@@ -127,6 +127,18 @@ class Timing:
     def close(self, step: int) -> None:
         """Collective, after :meth:`drain_`: leave no message unmatched, stop threads."""
 
+    def plan_(self, total: int) -> None:
+        """The run is ``total`` steps long (a window of the run's needs it; none here)."""
+
+    def rebase_(self) -> None:
+        """The parameters were replaced (a checkpoint loaded, a global average): whatever
+        the timing remembers of them starts again from their values now."""
+
+    def exchange_counts(self, start: int, end: int) -> dict[str, int] | None:
+        """How many exchanges of each kind steps ``start`` to ``end`` took, where not
+        one every step (None: one every step)."""
+        return None
+
     def abandon(self) -> None:
         """After a rank died: forget what is in flight (its communicator is revoked)."""
 
