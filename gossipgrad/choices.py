@@ -102,18 +102,21 @@ class Offload(enum.StrEnum):
     OPTIMIZER = "optimizer"  # optimizer state, and the update that reads it
 
 
-def parse_offload(value: str | tuple[str, ...] | list[str] | None) -> tuple[str, ...]:
-    """``--offload``: ``"optimizer,activations"`` -> ``('activations', 'optimizer')``.
+def choice_set(
+    enum_type: type[E], value: str | tuple[str, ...] | list[str] | None, flag: str
+) -> tuple[str, ...]:
+    """A set of choices of ``enum_type`` given as ``flag``: a comma-separated string (``""``
+    or ``"none"``: nothing) or a sequence of names; returned sorted and once each, as plain
+    strings (they go into checkpoints).
 
-    Accepts a comma-separated string (``""`` or ``"none"``: nothing) or a sequence of names;
-    returns them sorted and once each, as plain strings (they go into checkpoints).
-
-        >>> parse_offload("optimizer,activations"), parse_offload("none")
-        (('activations', 'optimizer'), ())
+        >>> choice_set(Offload, "optimizer,activations", "--offload")
+        ('activations', 'optimizer')
+        >>> choice_set(Offload, "none", "--offload")
+        ()
     """
     items = value.split(",") if isinstance(value, str) else list(value or ())
     names = {str(i).strip() for i in items} - {"", "none"}
-    return tuple(sorted(choice(Offload, n, "--offload").value for n in names))
+    return tuple(sorted(str(choice(enum_type, n, flag).value) for n in names))
 
 
 class MergeAt(enum.StrEnum):
@@ -122,17 +125,6 @@ class MergeAt(enum.StrEnum):
     END = "end"  # once, before the last evaluation
     EVAL = "eval"  # before every evaluation
     CHECKPOINT = "checkpoint"  # before every checkpoint (what --resume restarts from)
-
-
-def parse_merge_at(value: str | tuple[str, ...] | list[str] | None) -> tuple[str, ...]:
-    """``--merge-at``: ``"eval,end"`` -> ``('end', 'eval')``; ``"none"``: never.
-
-    >>> parse_merge_at("checkpoint,end"), parse_merge_at("none")
-    (('checkpoint', 'end'), ())
-    """
-    items = value.split(",") if isinstance(value, str) else list(value or ())
-    names = {str(i).strip() for i in items} - {"", "none"}
-    return tuple(sorted(choice(MergeAt, n, "--merge-at").value for n in names))
 
 
 class Device(enum.StrEnum):

@@ -32,7 +32,7 @@ from gossipgrad.choices import (  # noqa: F401 - re-exported: the usual import p
     at_least,
     bucket_cap_bytes,
     choice,
-    parse_offload,
+    choice_set,
     respell,
     spell,
     spell_either,

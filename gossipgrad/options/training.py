@@ -17,12 +17,13 @@ from typing import Any
 
 from gossipgrad.choices import (
     Device,
+    MergeAt,
+    Offload,
     OnFailure,
     Optimizer,
     at_least,
     choice,
-    parse_merge_at,
-    parse_offload,
+    choice_set,
     spell,
 )
 from gossipgrad.options.table import OptionGroup, opt
@@ -225,7 +226,7 @@ class OptimOptions(OptionGroup):
 class RunOptions(OptionGroup):
     """Everything around the steps: deadlines, evaluation, logging, checkpoints, device, and
     what is offloaded to host memory (``offload``: names of :class:`Offload`, see
-    :func:`parse_offload`)."""
+    :func:`~gossipgrad.choices.choice_set`)."""
 
     comm_timeout: float = opt(DEFAULT_TIMEOUT_S, "Seconds any wait may take before the job aborts.")
     eval_every: int = opt(1, "Evaluate every N epochs.")
@@ -294,8 +295,8 @@ class RunOptions(OptionGroup):
                 f"needs {spell('--device', 'standin:PROFILE')} (or drop it)"
             )
         self._set("on_failure", choice(OnFailure, self.on_failure, "--on-failure"))
-        self._set("offload", parse_offload(self.offload))
-        self._set("merge_at", parse_merge_at(self.merge_at))
+        self._set("offload", choice_set(Offload, self.offload, "--offload"))
+        self._set("merge_at", choice_set(MergeAt, self.merge_at, "--merge-at"))
         if self.run_dir and "checkpoint" not in self.merge_at:
             raise ValueError(
                 f"{spell('--merge-at', ','.join(self.merge_at) or 'none')} does not merge at "

@@ -133,10 +133,10 @@ def profile(
 ) -> None:
     """Measure one rank's step (forward, backward, optimizer, per-parameter gradient ready
     times) with no communication; writes the planner's profile JSON."""
-    from gossipgrad.options import parse_offload
+    from gossipgrad.options import Offload, choice_set
 
     try:
-        what = parse_offload(offload)
+        what = choice_set(Offload, offload, "--offload")
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--offload") from exc
     if threads:
