@@ -59,8 +59,14 @@ def _stragglers(_ctx: Any, _param: Any, values: tuple[str, ...]) -> tuple[tuple[
 @click.option("--strategy", default="gossip", show_default=True)
 @click.option("--mix", type=click.Choice(["param", "grad"]), default=None)
 @click.option("--topology", default="auto", show_default=True)
-@click.option("--staleness", type=int, default=0, show_default=True)
-@click.option("--max-lag", type=int, default=0, show_default=True)
+@click.option(
+    "--timing",
+    default=None,
+    help="lockstep (the default), stale, or lag:S, as train --timing (local:H and early are "
+    "not simulated).",
+)
+@click.option("--staleness", type=int, default=None, help="Older spelling: 1 is --timing stale.")
+@click.option("--max-lag", type=int, default=None, help="Older spelling: S is --timing lag:S.")
 @click.option(
     "--delays", default=None, help="Fixed lag pattern: const:K, cycle:K1,K2,..., random:SEED."
 )

@@ -22,6 +22,7 @@ import torch
 
 from gossipgrad.tools.simulate.data import Shards, Task
 from gossipgrad.tools.simulate.runtime import (
+    TIMINGS,
     ExchangeOptions,
     OptimOptions,
     adaptive,
@@ -217,6 +218,11 @@ def make_job(
     strategy = rest.pop("strategy", "gossip")
     rest.setdefault("seed", sim.seed)
     exchange = exchange_for(strategy, adaptive(probe), **rest)
+    if str(exchange.timing).partition(":")[0] not in TIMINGS:
+        raise ValueError(
+            f"the simulator runs the timings {', '.join(TIMINGS)}, not {exchange.timing!r}: "
+            "run that one with gossipgrad train or bench"
+        )
     if sim.delays is not None and not exchange.max_lag:
         raise ValueError("a delay pattern (delays) needs max_lag >= 1 (bounded lag)")
     if sim.engine == "stack" and not updates_elementwise(probe):

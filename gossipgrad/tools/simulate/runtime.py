@@ -61,6 +61,7 @@ __all__ = [
     "Request",
     "Schedule",
     "ShufflePlan",
+    "TIMINGS",
     "Tag",
     "WaitContext",
     "allreduce_",
@@ -86,6 +87,10 @@ SIMULATED = ("gossip", "allreduce", "allreduce-param", "local")
 """Strategies the simulator runs: those whose optimizer is the bucket shell with one of the
 shapes peer, ring or none (the others keep an exchange of their own: a server, a library,
 nodes)."""
+
+TIMINGS = ("lockstep", "stale", "lag")
+"""Timings the simulator runs (its clocks and engines model these; ``local:H`` and ``early``
+are measured with the runtime itself)."""
 
 FIXED = {"overlap": False, "sufficient_factors": "off"}
 """Exchange fields the simulator fixes where a strategy reads them: overlap gives results
