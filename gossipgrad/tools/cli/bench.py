@@ -36,7 +36,7 @@ from gossipgrad.tools.bench.overlap import run_overlap
 from gossipgrad.tools.bench.strategies import markdown_table, plot_png, run_strategies
 from gossipgrad.tools.cli.bench_standin import DILATE, STANDIN_DEVICE, standin, standin_models
 from gossipgrad.tools.cli.bench_tta import tta
-from gossipgrad.tools.cli.output import run_bench
+from gossipgrad.tools.cli.output import output_file, run_bench
 
 log = logging.getLogger("gossipgrad")
 
@@ -241,18 +241,8 @@ def overlap(
     "Timed blocks per strategy (the median is reported).",
     "Untimed blocks per strategy first.",
 )
-@click.option(
-    "--png",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Write a bar chart here (rank 0; needs matplotlib).",
-)
-@click.option(
-    "--markdown",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Write a Markdown table here (rank 0).",
-)
+@output_file("--png", "Write a bar chart here (rank 0; needs matplotlib).")
+@output_file("--markdown", "Write a Markdown table here (rank 0).")
 # Over 60 lines on purpose: a click command: its parameters and their checks, then one call.
 @STANDIN_DEVICE
 @DILATE

@@ -21,7 +21,7 @@ from gossipgrad.cli.options import BUCKET_MB, COMM_TIMEOUT
 from gossipgrad.engine.run.config import TrainConfig
 from gossipgrad.tools.bench.tta import TtaOptions, run_tta
 from gossipgrad.tools.bench.tta_report import markdown_table, metrics_lines, plot_png
-from gossipgrad.tools.cli.output import run_bench
+from gossipgrad.tools.cli.output import output_file, run_bench
 
 #: The job's defaults: a wide MLP on digits (17.4 MB of parameters: 0.14 s on a 1 Gbit/s
 #: link, about one step of its compute at batch 16 with 8 ranks on 2 cores).
@@ -89,24 +89,9 @@ JOB = {"arch": "mlp", "hidden": 2048, "batch_size": 16, "lr": 0.05}
 @BUCKET_MB
 @click.option("--partition", default="iid", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option(
-    "--markdown",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Write a Markdown table here (rank 0).",
-)
-@click.option(
-    "--png",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Plot accuracy against training seconds here (rank 0; needs matplotlib).",
-)
-@click.option(
-    "--metrics-out",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Write JSON lines for 'gossipgrad plan --metrics' here (rank 0).",
-)
+@output_file("--markdown", "Write a Markdown table here (rank 0).")
+@output_file("--png", "Plot accuracy against training seconds here (rank 0; needs matplotlib).")
+@output_file("--metrics-out", "Write JSON lines for 'gossipgrad plan --metrics' here (rank 0).")
 @COMM_TIMEOUT
 def tta(
     strategies: str,

@@ -19,6 +19,7 @@ from gossipgrad.cli.options import COMM_TIMEOUT
 from gossipgrad.cli.output import write_output
 from gossipgrad.comm.base import CommError
 from gossipgrad.runtime import abort_job, init, launched_by_mpi
+from gossipgrad.tools.cli.output import output_file
 from gossipgrad.tools.measure.netfit import NetfitResult, measure_network
 from gossipgrad.tools.measure.refit import load_document, refit_network
 from gossipgrad.tools.measure.sweeps import Sweep
@@ -104,12 +105,7 @@ POOR_R2 = 0.9
     "the network.",
 )
 @COMM_TIMEOUT
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Rank 0 writes the network JSON here (default: stdout).",
-)
+@output_file("--out", "Rank 0 writes the network JSON here (default: stdout).")
 @click.option(
     "--refit",
     type=click.Path(exists=True, dir_okay=False),

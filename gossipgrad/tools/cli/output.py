@@ -24,3 +24,8 @@ def run_bench(comm_timeout: float, body: Callable[[Any], dict[str, Any]]) -> Non
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     emit(comm, record)
+
+
+def output_file(flag: str, help: str) -> Callable:  # noqa: A002 - click's word
+    """A ``--flag PATH`` option naming a file the command writes (default: none)."""
+    return click.option(flag, type=click.Path(dir_okay=False), default=None, help=help)

@@ -22,6 +22,7 @@ import click
 
 from gossipgrad.cli.output import write_output
 from gossipgrad.registry import CODECS
+from gossipgrad.tools.cli.output import output_file
 from gossipgrad.tools.measure.refit import load_document, stale_fit
 from gossipgrad.tools.plan.model import parse_strategy
 from gossipgrad.tools.plan.options import PlanOptions
@@ -275,19 +276,9 @@ def _fabric(ranks_per_node: int | None, intra_gbps: float | None, hierarchical: 
     "it does with SGD, Adam and other optimizers that update each element on its own) or "
     "whole on one owner (what it does with any other optimizer, e.g. LARS or LAMB).",
 )
-@click.option(
-    "--png",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Also plot predicted efficiency vs size here.",
-)
+@output_file("--png", "Also plot predicted efficiency vs size here.")
 @click.option("--all-rows", is_flag=True, help="List every configuration, not only the best.")
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Write the markdown here (default: stdout).",
-)
+@output_file("--out", "Write the markdown here (default: stdout).")
 # Over 60 lines on purpose: a click command: its parameters and their checks, then one call.
 def plan(
     profile_path: str,

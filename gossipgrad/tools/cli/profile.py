@@ -25,6 +25,7 @@ import torch
 
 from gossipgrad.cli.output import write_output
 from gossipgrad.models import MODELS
+from gossipgrad.tools.cli.output import output_file
 from gossipgrad.tools.measure.profiler import ArchRun, profile_arch
 
 
@@ -108,12 +109,7 @@ from gossipgrad.tools.measure.profiler import ArchRun, profile_arch
     show_default=True,
     help="With --layers: forward and loss under torch.autocast at this precision.",
 )
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Write the profile JSON here (default: stdout).",
-)
+@output_file("--out", "Write the profile JSON here (default: stdout).")
 # Over 60 lines on purpose: a click command: its parameters and their checks, then one call.
 def profile(
     arch: str,
