@@ -138,9 +138,6 @@ class Device(enum.StrEnum):
 
 _SPELLING = {"cli": False}
 
-LIBRARY_NAMES: dict[str, str] = {}
-"""Library spellings that are not the flag's name with underscores (none yet)."""
-
 
 def use_cli_names(on: bool = True) -> None:
     """Spell options as command-line flags in messages (the CLI calls this at start-up);
@@ -181,7 +178,7 @@ def spell(flag: str, value: Any = ...) -> str:
         if isinstance(value, bool):
             return flag if value else "--no-" + flag[2:]
         return flag if value is ... else f"{flag} {value}"
-    name = LIBRARY_NAMES.get(flag, flag[2:].replace("-", "_"))
+    name = flag[2:].replace("-", "_")  # the library keyword
     return name if value is ... else f"{name}={value!r}"
 
 
@@ -294,3 +291,9 @@ def bucket_cap_bytes(bucket_mb: float) -> int:
             f"({MIN_BUCKET_BYTES} bytes: each bucket is a message a step), got {bucket_mb:g}"
         )
     return int(bucket_mb * 2**20)
+
+
+# What gossipgrad.options re-exports: the enums and functions defined here.
+__all__ = sorted(
+    n for n, v in dict(vars()).items() if n[0] != "_" and callable(v) and v.__module__ == __name__
+)

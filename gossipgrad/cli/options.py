@@ -204,6 +204,13 @@ BUCKET_MB = click_option(
     envvar=None,
     type=POSITIVE,
 )
+GOSSIP_MIX = click.option(
+    "--mix",
+    type=click.Choice(["param", "grad"]),
+    default="param",
+    show_default=True,
+    help="What gossip mixes (allreduce always averages gradients).",
+)
 
 
 def timed_blocks(

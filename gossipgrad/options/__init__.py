@@ -17,26 +17,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from gossipgrad.choices import (  # noqa: F401 - re-exported: the usual import path
-    Device,
-    ErrorFeedback,
-    Mix,
-    Offload,
-    OnFailure,
-    Optimizer,
-    ShuffleMode,
-    Strategy,
-    SufficientFactors,
-    Sync,
-    Topology,
-    at_least,
-    bucket_cap_bytes,
-    choice,
-    choice_set,
-    respell,
-    spell,
-    spell_either,
-)
+from gossipgrad.choices import *  # noqa: F403 - re-exported: the usual import path
 from gossipgrad.options.exchange import (  # noqa: F401
     DEFAULT_BUCKET_MB,
     DEFAULT_MONITOR_EVERY,

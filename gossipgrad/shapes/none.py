@@ -18,11 +18,5 @@ class NoExchange(ShapeSpec):
     def transport(self, comm: Any, schedule: Any, stager: Any, topology: str) -> Transport:
         return Transport(comm, stager)
 
-    def bytes_per_step(self, nbytes: float, size: int) -> float:
-        return 0.0
-
-    def bucket_s(self, link: Any, strategy: Any, nbytes: float, size: int) -> float:
-        return 0.0
-
 
 SHAPES.register(NoExchange.name, NoExchange(), replace=True)

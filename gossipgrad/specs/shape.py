@@ -57,13 +57,17 @@ class ShapeSpec:
 
     def bytes_per_step(self, nbytes: float, size: int) -> float:
         """Bytes one rank sends per step for ``nbytes`` of buckets at ``size`` ranks (a
-        mean over ranks where they differ)."""
-        raise NotImplementedError
+        mean over ranks where they differ; a shape that does not move sends none)."""
+        if self.moves:
+            raise NotImplementedError(f"shape {self.name!r} does not price its bytes")
+        return 0.0
 
     def bucket_s(self, link: Any, strategy: Any, nbytes: float, size: int) -> float:
         """Seconds to exchange one bucket of ``nbytes`` at ``size`` ranks on ``link``
-        (``strategy``: the spec, for what its library changes)."""
-        raise NotImplementedError
+        (``strategy``: the spec, for what its library changes; 0 where nothing moves)."""
+        if self.moves:
+            raise NotImplementedError(f"shape {self.name!r} does not price its time")
+        return 0.0
 
     def step_costs(self, link: Any, strategy: Any, nbytes: list[int], size: int) -> list[float]:
         """Every bucket's cost in one step (default: each on its own)."""

@@ -24,7 +24,7 @@ from typing import Any
 
 import click
 
-from gossipgrad.cli.options import BUCKET_MB, COMM_TIMEOUT, timed_blocks
+from gossipgrad.cli.options import BUCKET_MB, COMM_TIMEOUT, GOSSIP_MIX, timed_blocks
 from gossipgrad.engine.run.config import TrainConfig
 from gossipgrad.options import ShuffleOptions
 from gossipgrad.runtime import init
@@ -219,13 +219,7 @@ def overlap(
     show_default=True,
     help="Samples per rank per step (small: communication-bound).",
 )
-@click.option(
-    "--mix",
-    type=click.Choice(["param", "grad"]),
-    default="param",
-    show_default=True,
-    help="What gossip mixes (allreduce always averages gradients).",
-)
+@GOSSIP_MIX
 @BUCKET_MB
 @click.option("--overlap/--no-overlap", default=True, show_default=True)
 @click.option(

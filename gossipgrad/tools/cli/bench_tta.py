@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from gossipgrad.cli.options import BUCKET_MB, COMM_TIMEOUT
+from gossipgrad.cli.options import BUCKET_MB, COMM_TIMEOUT, GOSSIP_MIX
 from gossipgrad.engine.run.config import TrainConfig
 from gossipgrad.tools.bench.tta import TtaOptions, run_tta
 from gossipgrad.tools.bench.tta_report import markdown_table, metrics_lines, plot_png
@@ -79,13 +79,7 @@ JOB = {"arch": "mlp", "hidden": 2048, "batch_size": 16, "lr": 0.05}
 )
 @click.option("--lr", type=float, default=JOB["lr"], show_default=True)
 @click.option("--momentum", type=float, default=0.9, show_default=True)
-@click.option(
-    "--mix",
-    type=click.Choice(["param", "grad"]),
-    default="param",
-    show_default=True,
-    help="What gossip mixes (allreduce always averages gradients).",
-)
+@GOSSIP_MIX
 @BUCKET_MB
 @click.option("--partition", default="iid", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
