@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from typing import Any
 
 import numpy as np
 
@@ -93,17 +94,9 @@ class _LagEvents:
     compute), POST (its frame leaves, then it waits for the bound's) and TAKE (mix what
     has arrived, end the step) events, run in time order."""
 
-    def __init__(
-        self,
-        compute: np.ndarray,
-        src: np.ndarray,
-        dst: np.ndarray,
-        frame_s: float,
-        max_lag: int,
-        staleness: int,
-    ) -> None:
-        self.compute, self.src, self.dst, self.frame_s = compute, src, dst, frame_s
-        self.max_lag, self.staleness = max_lag, staleness
+    def __init__(self, *clock: Any) -> None:  # lagged()'s arguments, in its order
+        self.compute, self.src, self.dst, self.frame_s, self.max_lag, self.staleness = clock
+        compute, max_lag = self.compute, self.max_lag
         self.steps, self.size = compute.shape
         self.end = np.zeros(compute.shape)
         self.delay = np.full(compute.shape, -1, dtype=np.int64)
