@@ -102,7 +102,11 @@ def transfer_state(run: Any, membership: Any) -> dict[str, Any]:
         "model": run.model.state_dict(),
         "optimizer": opt.state_dict(),
         "start_check": bool(start.pending) if start is not None else False,
-        "run": {"start": run.start, "last": dict(run.last)},
+        "run": {
+            "start": run.start,
+            "last": dict(run.last),
+            "merges": [run.merges.count, run.merges.bytes],
+        },
         "membership": {
             "failures": membership.failures,
             "samples_lost": membership.samples_lost,
@@ -125,6 +129,8 @@ def apply_state_(run: Any, membership: Any, state: dict[str, Any]) -> None:
     if start is not None:  # the survivors run the first step's check only if still pending
         start.pending = state["start_check"]
     run.start, run.last = int(state["run"]["start"]), dict(state["run"]["last"])
+    count, merged = state["run"]["merges"]  # the run's merges so far, counted as the donor's
+    run.merges.count, run.merges.bytes = int(count), float(merged)
     m = state["membership"]
     membership.failures = list(m["failures"])
     membership.samples_lost = int(m["samples_lost"])
