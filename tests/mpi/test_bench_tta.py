@@ -185,14 +185,14 @@ def test_bench_tta_under_mpiexec_writes_what_it_reports(tmp_path):
 @pytest.mark.timeout(180)
 def test_a_blocking_gossip_contender_trains_the_same_model_beside_the_polling_one(monkeypatch):
     built = []
-    real = tta_mod.DistributedOptimizer
+    real = tta_mod.build_optimizer
 
     def spy(*args, **kwargs):
         opt = real(*args, **kwargs)
         built.append((args[2].policy.block, opt.timing.thread.block))
         return opt
 
-    monkeypatch.setattr(tta_mod, "DistributedOptimizer", spy)
+    monkeypatch.setattr(tta_mod, "build_optimizer", spy)
     rec = race(TtaOptions(("gossip", "gossip@block"), target=1.0, steps=4, eval_every=2))
     plain, block = rec["results"]["gossip"], rec["results"]["gossip@block"]
     assert [p[1:] for p in plain["curve"]] == [p[1:] for p in block["curve"]]

@@ -71,9 +71,10 @@ def test_the_default_mix_is_within_one_point_of_allreduce(trained):
 def test_gradient_mixing_with_adaptive_averaging_is_within_one_point(trained):
     ref, grad = trained("--strategy", "allreduce"), trained("--mix", "grad")
     assert _gap_points(grad, ref) >= -1.0, (grad["test_accuracy"], ref["test_accuracy"])
-    # it took global averages, logged each on rank 0, and reports what they cost
+    # it took global averages and reports what they cost; under --sync auto (not asked for)
+    # each is logged at DEBUG only (-v), so rank 0's INFO log stays quiet
     assert grad["syncs"] > 0 and grad["sync_threshold"] == 1e-3
-    assert grad["_stderr"].count("> threshold 0.001: global average") == grad["syncs"]
+    assert grad["_stderr"].count("> threshold 0.001: global average") == 0
     assert grad["sync_bytes"] == pytest.approx(
         grad["syncs"] * 2 * (SIZE - 1) / SIZE * 2 * grad["model_bytes"]
     )  # float64 average
