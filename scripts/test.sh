@@ -58,7 +58,7 @@ echo "== ruff (lint and format, as docs/architecture.md promises)"
 "$VENV/bin/ruff" format --check .
 echo "== pytest"
 set +e
-"$PY" -m pytest -p no:cacheprovider -ra "$@" 2>&1 | tee .pytest.log
+"$PY" -m pytest -p no:cacheprovider -ra --durations=30 "$@" 2>&1 | tee .pytest.log
 code=${PIPESTATUS[0]}
 set -e
 if [ "$code" -eq 5 ] || ! grep -Eq '[0-9]+ passed' .pytest.log; then
