@@ -11,18 +11,20 @@
 # (--merge-at end), so each summary holds the loss before the merge (test_loss_unmerged: the
 # ranks' own models) and after it. Losses and bytes do not depend on the load; tokens/s does
 # (uptime before and after each launch in load.txt).
-# Environment: SIZE (4), STEPS (200), BATCH (16).
+# Environment: SIZE (4), STEPS (200), BATCH (16), SEEDS (0), CONTENDERS (all), MODEL (GPT flags, default the default GPT:
+# 4 layers, width 128, 4 heads, context 128).
 source "$(dirname "$0")/study.sh" lab/records/diloco "$@"
 SIZE=${SIZE:-4}
 STEPS=${STEPS:-200}
 BATCH=${BATCH:-16}
+read -r -a MODEL_FLAGS <<< "${MODEL:-}"
 BIN="$(dirname "$(command -v "$PY")")"
 
 launch() {  # NAME ARGS...
     local name=$1
     shift
-    local cmd=("$BIN/mpiexec" -n "$SIZE" gossipgrad train -a gpt -b "$BATCH" --max-steps "$STEPS"
-        -p 20 --no-progress --metrics-out "$OUT/$name.jsonl" "$@")
+    local cmd=("$BIN/mpiexec" -n "$SIZE" gossipgrad train -a gpt "${MODEL_FLAGS[@]}" -b "$BATCH"
+        --max-steps "$STEPS" -p 20 --no-progress --metrics-out "$OUT/$name.jsonl" "$@")
     echo "$name before: $(uptime)" | tee -a "$OUT/load.txt"
     echo "${cmd[*]}" | sed "s|$PWD/||g" > "$OUT/$name.cmd"
     "${cmd[@]}" > "$OUT/$name.json" 2> "$OUT/$name.log" || echo "$name: exit $?" >> "$OUT/load.txt"
@@ -30,14 +32,26 @@ launch() {  # NAME ARGS...
 }
 
 LOCAL=(--rule outer --merge-at end)
-launch ddp --strategy ddp
-launch allreduce --strategy allreduce
-launch gossip
-launch diloco-10 --strategy allreduce --timing local:10 "${LOCAL[@]}"
-launch diloco-50 --strategy allreduce --timing local:50 "${LOCAL[@]}"
-launch gossip-diloco-10 --timing local:10 "${LOCAL[@]}"
-launch gossip-diloco-50 --timing local:50 "${LOCAL[@]}"
-launch gossip-diloco-10-bf16 --timing local:10 --wire bf16 "${LOCAL[@]}"
+declare -A FLAGS=(
+    [ddp]="--strategy ddp"
+    [allreduce]="--strategy allreduce"
+    [gossip]=""
+    [diloco-10]="--strategy allreduce --timing local:10 ${LOCAL[*]}"
+    [diloco-50]="--strategy allreduce --timing local:50 ${LOCAL[*]}"
+    [gossip-diloco-10]="--timing local:10 ${LOCAL[*]}"
+    [gossip-diloco-50]="--timing local:50 ${LOCAL[*]}"
+    [gossip-diloco-10-bf16]="--timing local:10 --wire bf16 ${LOCAL[*]}"
+)
+CONTENDERS=${CONTENDERS:-ddp allreduce gossip diloco-10 diloco-50 gossip-diloco-10 gossip-diloco-50 gossip-diloco-10-bf16}
+SEEDS=${SEEDS:-0}
+for seed in $SEEDS; do
+    for name in $CONTENDERS; do
+        tag=$name
+        [[ $SEEDS != 0 ]] && tag=$name-seed$seed
+        # shellcheck disable=SC2086
+        launch "$tag" --seed "$seed" ${FLAGS[$name]}
+    done
+done
 "$PY" - "$OUT" > "$OUT/table.md" <<'EOF'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])

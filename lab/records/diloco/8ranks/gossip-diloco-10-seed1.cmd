@@ -1,0 +1,1 @@
+.venv/bin/mpiexec -n 8 gossipgrad train -a gpt --layers 2 --hidden 64 --heads 2 --context 64 -b 8 --max-steps 200 -p 20 --no-progress --metrics-out lab/records/diloco/8ranks/gossip-diloco-10-seed1.jsonl --seed 1 --timing local:10 --rule outer --merge-at end
