@@ -33,7 +33,7 @@ from gossipgrad.comm.collectives import allreduce_
 from gossipgrad.engine.step import train_step
 from gossipgrad.inject.straggler import Straggler
 from gossipgrad.settings import Settings
-from gossipgrad.strategies import DistributedOptimizer, options_for
+from gossipgrad.strategies import build_optimizer, options_for
 from gossipgrad.tools.bench.common import finite, make_stack, median
 
 DEFAULT_CONTENDERS = "gossip:0,gossip:2,gossip:4,allreduce,ddp"
@@ -92,7 +92,7 @@ class Contender:
         kw: dict[str, Any] = {"bucket_mb": bucket_mb}
         if name == "gossip":
             kw["max_lag"] = max_lag
-        self.opt = DistributedOptimizer(
+        self.opt = build_optimizer(
             torch.optim.SGD(self.model.parameters(), lr=1e-3),
             self.model,
             comm,
