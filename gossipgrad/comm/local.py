@@ -483,7 +483,6 @@ def run_ranks(
     while joined < len(world.threads):  # replacements join the list as they start
         world.threads[joined].join(max(0.0, deadline - time.monotonic()))
         joined += 1
-    # thread names are "rank<k>" ("rank<k>+" for a replacement)
     stuck = sorted({int(t.name[4:].rstrip("+")) for t in world.threads if t.is_alive()})
     if stuck:
         world.fail(f"ranks {stuck} exceeded the {timeout:g} s test deadline")
