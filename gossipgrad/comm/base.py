@@ -12,10 +12,11 @@ survivors of such a communicator can go on through :class:`Shrinkable`.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -327,18 +328,45 @@ class Growable(Shrinkable, Protocol):
         ...
 
 
+_blocked = threading.local()
+
+
+@contextlib.contextmanager
+def blocking() -> Iterator[None]:
+    """Count the time inside as this thread's seconds blocked on communication (every wait
+    of a transport runs inside it); nested uses count once. On the training thread that is
+    the exposed wire time of a step (:func:`gossipgrad.engine.step.train_step`)."""
+    depth = getattr(_blocked, "depth", 0)
+    _blocked.depth = depth + 1
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        _blocked.depth = depth
+        if depth == 0:
+            _blocked.seconds = blocked_seconds() + time.perf_counter() - t0
+
+
+def blocked_seconds() -> float:
+    """Seconds this thread has spent inside :func:`blocking` so far."""
+    return getattr(_blocked, "seconds", 0.0)
+
+
 def poll(
     test: Callable[[], bool], timeout: float, fail: Callable[[], BaseException], policy: WaitPolicy
 ) -> None:
     """Return once ``test()`` is true; call it in bursts of ``policy.burst``, pausing between
     bursts as :class:`Backoff` (spinning first on the training thread); raise ``fail()``
     after ``timeout`` seconds."""
+    if test():
+        return
     deadline = time.monotonic() + timeout
     backoff = Backoff(policy.spin_for_this_thread(), policy.max_pause_s)
-    while True:
-        for _ in range(policy.burst):
-            if test():
-                return
-        if time.monotonic() > deadline:
-            raise fail()
-        backoff.sleep()
+    with blocking():
+        while True:
+            for _ in range(policy.burst):
+                if test():
+                    return
+            if time.monotonic() > deadline:
+                raise fail()
+            backoff.sleep()

@@ -36,7 +36,14 @@ from typing import Any
 
 import torch
 
-from gossipgrad.comm.base import Backoff, CommTimeout, Communicator, Request, WaitContext
+from gossipgrad.comm.base import (
+    Backoff,
+    CommTimeout,
+    Communicator,
+    Request,
+    WaitContext,
+    blocking,
+)
 from gossipgrad.comm.buffers import host_array
 from gossipgrad.comm.schedule import Schedule
 
@@ -228,14 +235,15 @@ class LagLink:
     def _wait(self, frame: Frame) -> None:
         deadline = time.monotonic() + self.comm.timeout
         backoff = Backoff(self.comm.policy.spin_for_this_thread(), self.comm.policy.max_pause_s)
-        while True:
-            with self.lock:
-                if frame.test():
-                    return
-            if time.monotonic() > deadline:
-                self.closed = True  # a broken link: close() must not wait again
-                raise CommTimeout(frame.request.ctx.describe(self.comm.rank, self.comm.timeout))
-            backoff.sleep()
+        with blocking():
+            while True:
+                with self.lock:
+                    if frame.test():
+                        return
+                if time.monotonic() > deadline:
+                    self.closed = True  # a broken link: close() must not wait again
+                    raise CommTimeout(frame.request.ctx.describe(self.comm.rank, self.comm.timeout))
+                backoff.sleep()
 
     def release(self, frames: list[Frame]) -> None:
         """Give back the frames of a step taken from :meth:`arrived`."""

@@ -117,7 +117,7 @@ class LocalWorld:
         """Block until ``ready()`` (called under the lock) or fail: with a deadline message,
         or ``PeerFailed`` once one of ``peers`` (ranks of ``comm``) is dead."""
         deadline = time.monotonic() + timeout
-        with self.cond:
+        with self.cond, base.blocking():
             while not ready():
                 comm.check_alive(ctx, peers)
                 if self.failure is not None:

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from gossipgrad.choices import timeout_hint
-from gossipgrad.comm.base import Backoff, CommTimeout, Communicator, WaitContext
+from gossipgrad.comm.base import Backoff, CommTimeout, Communicator, WaitContext, blocking
 from gossipgrad.comm.transport import Pending
 
 Inflight = tuple[int, Pending, float]  # key, exchange, deadline
@@ -131,25 +131,35 @@ class CommThread:
         """Block until exchange ``key`` (submitted since the last wait for it) is finished,
         driving progress meanwhile; re-raise the thread's error, if any."""
         event = self._done[key]
-        deadline = time.monotonic() + self.timeout + 1.0
-        if self.block:
-            self._sleep_until(event, key, deadline)
+        if event.is_set():
+            if self._error is not None:
+                raise self._error
             return
-        backoff = Backoff(self.policy.spin_for_this_thread(), self.policy.max_pause_s)
-        self._waiters += 1  # the thread stands back: one poller, no GIL ping-pong
-        try:
-            while not event.is_set():
-                if self._error is not None:
-                    raise self._error
-                if self._poll():
-                    continue
-                if time.monotonic() > deadline:  # each request also has its own deadline
-                    raise CommTimeout(self._describe_stall(key))
-                backoff.sleep()
-        finally:
-            self._waiters -= 1
+        deadline = time.monotonic() + self.timeout + 1.0
+        with blocking():  # this rank's training thread waits on the wire: exposed time
+            if self.block:
+                self._sleep_until(event, key, deadline)
+                return
+            self._waiters += 1  # the thread stands back: one poller, no GIL ping-pong
+            try:
+                self._drive_until(event, key, deadline)
+            finally:
+                self._waiters -= 1
         if self._error is not None:
             raise self._error
+
+    def _drive_until(self, event: threading.Event, key: int, deadline: float) -> None:
+        """Poll mode: drive progress from this thread until ``event`` is set (or an error,
+        or the deadline)."""
+        backoff = Backoff(self.policy.spin_for_this_thread(), self.policy.max_pause_s)
+        while not event.is_set():
+            if self._error is not None:
+                raise self._error
+            if self._poll():
+                continue
+            if time.monotonic() > deadline:  # each request also has its own deadline
+                raise CommTimeout(self._describe_stall(key))
+            backoff.sleep()
 
     def done(self, key: int) -> bool:
         """True once exchange ``key`` (submitted since the last wait for it) has finished;

@@ -49,6 +49,9 @@ class DistributedOptimizerProtocol(Protocol):
     optimizer: torch.optim.Optimizer
     model: torch.nn.Module
     comm: Communicator
+    #: Whether its waits on the wire go through gossipgrad's communicators, so that a step's
+    #: exposed wire time is measured (:func:`gossipgrad.comm.base.blocking`).
+    waits_seen: bool
     schedule: Schedule
     step_count: int
     strategy: str
@@ -120,6 +123,7 @@ class WrappedOptimizer(torch.optim.Optimizer):
     strategy = ""
     monitor: ConsensusMonitor | None = None
     bucket_count = 0
+    waits_seen = True
     #: The codec instances this optimizer encodes with (none: the library's own wire).
     wire_codecs: tuple[Any, ...] = ()
 

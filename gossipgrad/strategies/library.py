@@ -67,6 +67,8 @@ class LibraryOptimizer(WrappedOptimizer):
             it).
     """
 
+    waits_seen = False  # DDP's and Horovod's waits happen inside their own libraries
+
     def __init__(
         self,
         optimizer: torch.optim.Optimizer,

@@ -32,7 +32,7 @@ from gossipgrad.engine.run.config import TrainConfig
 from gossipgrad.engine.run.evaluation import evaluate
 from gossipgrad.engine.run.membership import Membership
 from gossipgrad.engine.run.merge import Merges
-from gossipgrad.engine.run.metrics import MetricsWriter, Progress, Throughput
+from gossipgrad.engine.run.metrics import MetricsWriter, Progress, StepSplit, Throughput
 from gossipgrad.engine.run.signals import PeriodicAgreement, StopSignals, signal_name
 from gossipgrad.engine.run.summary import run_summary
 from gossipgrad.engine.run.tasks import Classification, task_of
@@ -113,6 +113,7 @@ class Run:
         self.speed = Throughput(cfg.data.batch_size * comm.size)
         self.last: dict[str, Any] = {}
         self.comm_s = 0.0
+        self.split = StepSplit()  # compute / exposed wire / host seconds of the steps
         self.eval_s = 0.0  # evaluations (global averages: waits for the slowest rank too)
         self.straggler = Straggler(comm.rank)
         self.skipped_steps = self.samples_skipped = self.samples_scheduled = 0  # --max-lag
@@ -359,6 +360,7 @@ class Run:
             window["n"] += y.numel()
             window["samples"] += len(y)
         self.comm_s += done.seconds["optimizer"]
+        self.split.add(done.seconds)
         self.record_factors(step)
         if self.shuffle is not None:
             self.shuffle.on_step(step)
@@ -551,6 +553,8 @@ class Run:
         self.metrics.write(summary)
         if self.comm.rank == 0 and summary["monitor_calls"]:
             log.info("consensus: %s", describe_monitor(summary))
+        if self.comm.rank == 0 and self.split.steps:
+            log.info("step: %s", self.split.describe())
         if self.comm.rank == 0 and ips:
             rate = ips * self.task.per_sample
             log.info(

@@ -163,3 +163,56 @@ class Throughput:
 
     def wall(self) -> float:
         return time.perf_counter() - self.start
+
+
+class StepSplit:
+    """Where this rank's steps went (:func:`gossipgrad.engine.step.breakdown`): compute,
+    exposed wire (waiting on the wire) and host (the update, packing, hooks), mean seconds
+    a step. The first step (warm-up; it also waits for every rank to start) is left out.
+
+    >>> s = StepSplit()
+    >>> for exposed in (9.0, 0.25, 0.75):
+    ...     s.add({"compute": 1.0, "exposed": exposed, "host": 0.5, "total": 1.5 + exposed})
+    >>> s.means()["exposed_wire_seconds_per_step"], s.means()["step_seconds"]
+    (0.5, 2.0)
+    >>> s.describe()
+    '2 s = compute 1 + exposed wire 0.5 + host 0.5 (this rank, mean of 2 steps)'
+    """
+
+    def __init__(self) -> None:
+        self.seen = 0
+        self.steps = 0
+        self.sums = {"compute": 0.0, "exposed": 0.0, "host": 0.0, "total": 0.0}
+        self.unseen = False  # a strategy whose waits gossipgrad does not see (DDP, Horovod)
+
+    def add(self, seconds: dict[str, float | None]) -> None:
+        self.seen += 1
+        if self.seen == 1:
+            return
+        self.steps += 1
+        for key in self.sums:
+            self.sums[key] += seconds[key] or 0.0
+        self.unseen = self.unseen or seconds["exposed"] is None
+
+    def means(self) -> dict[str, float | None]:
+        """The summary's fields (None before the second step; exposed None when unseen)."""
+        n = self.steps
+        mean = {k: round(v / n, 6) if n else None for k, v in self.sums.items()}
+        return {
+            "compute_seconds_per_step": mean["compute"],
+            "exposed_wire_seconds_per_step": None if self.unseen else mean["exposed"],
+            "host_seconds_per_step": mean["host"],
+            "step_seconds": mean["total"],
+        }
+
+    def describe(self) -> str:
+        m = self.means()
+        wire = m["exposed_wire_seconds_per_step"]
+        parts = [f"compute {m['compute_seconds_per_step']:.3g}"]
+        parts += [f"exposed wire {wire:.3g}"] if wire is not None else []
+        parts += [f"host {m['host_seconds_per_step']:.3g}"]
+        unseen = "; the library's waits on the wire are inside these" if wire is None else ""
+        return (
+            f"{m['step_seconds']:.3g} s = {' + '.join(parts)} "
+            f"(this rank, mean of {self.steps} steps{unseen})"
+        )

@@ -85,6 +85,7 @@ def run_summary(run: Any, start: int, step: int, stopped: str | None) -> dict[st
         **run.unmerged,  # test_loss_unmerged ...: the ranks' own models before the final merge
         "model_bytes": run.model_bytes,
         "comm_seconds": run.comm_s,
+        **run.split.means(),  # this rank's step: compute, exposed wire, host
         "eval_seconds": run.eval_s,
         "wall_seconds": run.speed.wall(),
         "images_per_s": ips,

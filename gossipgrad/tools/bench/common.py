@@ -181,8 +181,9 @@ class Trainer:
         self.step()
         sums = dict.fromkeys(PHASES, 0.0)
         for _ in range(steps):
-            for k, v in self.step().items():
-                sums[k] += v
+            seconds = self.step()
+            for k in PHASES:
+                sums[k] += seconds[k]
         self.opt.drain()
         return {k: v / steps for k, v in sums.items()}
 
