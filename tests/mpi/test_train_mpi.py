@@ -57,7 +57,7 @@ def test_quick_start_reaches_95_percent_with_progress_and_summary(trained):
     ):
         assert field in s
     assert s["size"] == 4 and s["strategy"] == "gossip" and s["topology"] == "hypercube"
-    split = [s[f"{k}_seconds_per_step"] for k in ("compute", "exposed_wire", "host")]
+    split = [s[f"step_{k}_seconds"] for k in ("compute", "exposed_wire", "host")]
     assert all(v >= 0 for v in split) and sum(split) == pytest.approx(s["step_seconds"], 1e-3)
     assert "step: " in s["_stderr"] and "exposed wire" in s["_stderr"]
     assert "train: 100%" in s["_stderr"], "no progress bar on rank 0"

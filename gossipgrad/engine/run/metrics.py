@@ -173,7 +173,7 @@ class StepSplit:
     >>> s = StepSplit()
     >>> for exposed in (9.0, 0.25, 0.75):
     ...     s.add({"compute": 1.0, "exposed": exposed, "host": 0.5, "total": 1.5 + exposed})
-    >>> s.means()["exposed_wire_seconds_per_step"], s.means()["step_seconds"]
+    >>> s.means()["step_exposed_wire_seconds"], s.means()["step_seconds"]
     (0.5, 2.0)
     >>> s.describe()
     '2 s = compute 1 + exposed wire 0.5 + host 0.5 (this rank, mean of 2 steps)'
@@ -199,18 +199,18 @@ class StepSplit:
         n = self.steps
         mean = {k: round(v / n, 6) if n else None for k, v in self.sums.items()}
         return {
-            "compute_seconds_per_step": mean["compute"],
-            "exposed_wire_seconds_per_step": None if self.unseen else mean["exposed"],
-            "host_seconds_per_step": mean["host"],
+            "step_compute_seconds": mean["compute"],
+            "step_exposed_wire_seconds": None if self.unseen else mean["exposed"],
+            "step_host_seconds": mean["host"],
             "step_seconds": mean["total"],
         }
 
     def describe(self) -> str:
         m = self.means()
-        wire = m["exposed_wire_seconds_per_step"]
-        parts = [f"compute {m['compute_seconds_per_step']:.3g}"]
+        wire = m["step_exposed_wire_seconds"]
+        parts = [f"compute {m['step_compute_seconds']:.3g}"]
         parts += [f"exposed wire {wire:.3g}"] if wire is not None else []
-        parts += [f"host {m['host_seconds_per_step']:.3g}"]
+        parts += [f"host {m['step_host_seconds']:.3g}"]
         unseen = "; the library's waits on the wire are inside these" if wire is None else ""
         return (
             f"{m['step_seconds']:.3g} s = {' + '.join(parts)} "
