@@ -131,20 +131,12 @@ class CommThread:
         """Block until exchange ``key`` (submitted since the last wait for it) is finished,
         driving progress meanwhile; re-raise the thread's error, if any."""
         event = self._done[key]
-        if event.is_set():
-            if self._error is not None:
-                raise self._error
-            return
         deadline = time.monotonic() + self.timeout + 1.0
-        with blocking():  # this rank's training thread waits on the wire: exposed time
+        with blocking():  # the training thread waits on the wire: the step's exposed time
             if self.block:
                 self._sleep_until(event, key, deadline)
-                return
-            self._waiters += 1  # the thread stands back: one poller, no GIL ping-pong
-            try:
+            else:
                 self._drive_until(event, key, deadline)
-            finally:
-                self._waiters -= 1
         if self._error is not None:
             raise self._error
 
@@ -152,14 +144,18 @@ class CommThread:
         """Poll mode: drive progress from this thread until ``event`` is set (or an error,
         or the deadline)."""
         backoff = Backoff(self.policy.spin_for_this_thread(), self.policy.max_pause_s)
-        while not event.is_set():
-            if self._error is not None:
-                raise self._error
-            if self._poll():
-                continue
-            if time.monotonic() > deadline:  # each request also has its own deadline
-                raise CommTimeout(self._describe_stall(key))
-            backoff.sleep()
+        self._waiters += 1  # the thread stands back: one poller, no GIL ping-pong
+        try:
+            while not event.is_set():
+                if self._error is not None:
+                    raise self._error
+                if self._poll():
+                    continue
+                if time.monotonic() > deadline:  # each request also has its own deadline
+                    raise CommTimeout(self._describe_stall(key))
+                backoff.sleep()
+        finally:
+            self._waiters -= 1
 
     def done(self, key: int) -> bool:
         """True once exchange ``key`` (submitted since the last wait for it) has finished;

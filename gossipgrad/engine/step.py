@@ -38,8 +38,6 @@ from gossipgrad.engine.protocol import DistributedOptimizerProtocol as Distribut
 from gossipgrad.engine.protocol import handle
 
 PHASES = ("forward", "backward", "optimizer", "total")
-#: What a step's ``total`` splits into (see the module).
-BREAKDOWN = ("compute", "exposed", "host")
 
 
 @dataclass
@@ -74,10 +72,8 @@ def train_step(
     opt.zero_grad()
     loss = out = None
     t1 = time.perf_counter()
-    w1 = blocked_seconds()
     if not skip and (len(y) if batch is None else batch):
         with compute():
-            w1 = blocked_seconds()
             out = opt.module_for_forward(x)
             loss = loss_fn(out, y)
             t1 = time.perf_counter()
@@ -90,7 +86,7 @@ def train_step(
         opt.step()
     t3 = time.perf_counter()
     seconds = {"forward": t1 - t0, "backward": t2 - t1, "optimizer": t3 - t2, "total": t3 - t0}
-    seconds.update(breakdown(seconds, w2 - w1, blocked_seconds() - w0, opt.waits_seen))
+    seconds.update(breakdown(seconds, w2 - w0, blocked_seconds() - w0, opt.waits_seen))
     return StepResult(loss, out, skip, seconds)
 
 
@@ -99,8 +95,8 @@ def breakdown(
 ) -> dict[str, float | None]:
     """``compute``, ``exposed`` and ``host`` seconds of a step whose phases are ``seconds``,
     the training thread having waited on the wire ``waits`` seconds in all, ``compute_waits``
-    of them inside forward and backward. Unseen waits (``seen`` false) leave ``exposed``
-    None, and they count as compute or host.
+    of them before ``step()`` (in ``zero_grad``, forward and backward). Unseen waits
+    (``seen`` false) leave ``exposed`` None, and they count as compute or host.
 
     >>> breakdown({"forward": 0.25, "backward": 0.5, "total": 1.0}, 0.125, 0.25, True)
     {'compute': 0.625, 'exposed': 0.25, 'host': 0.125}

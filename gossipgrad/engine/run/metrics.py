@@ -180,14 +180,14 @@ class StepSplit:
     """
 
     def __init__(self) -> None:
-        self.seen = 0
+        self.warm = False  # the first step came and was left out
         self.steps = 0
         self.sums = {"compute": 0.0, "exposed": 0.0, "host": 0.0, "total": 0.0}
         self.unseen = False  # a strategy whose waits gossipgrad does not see (DDP, Horovod)
 
     def add(self, seconds: dict[str, float | None]) -> None:
-        self.seen += 1
-        if self.seen == 1:
+        if not self.warm:
+            self.warm = True
             return
         self.steps += 1
         for key in self.sums:
