@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Score every stored stand-in launch again with today's planner (issue 22;
-# lab/records/standin-heldout.md): no MPI, no launch, a few seconds.
+# lab/records/standin-heldout.md): no MPI, no launch, about a minute.
 #
 #   bash lab/standin_rescore.sh [OUTDIR]        # default standin-rescore/
 #
@@ -11,8 +11,8 @@
 # saw); OUTDIR/clockfix-all.json the 8-rank launches of both made after the stand-in's clock
 # fix; OUTDIR/inflight-all.json those whose netfits also hold the allreduce sweep with 4 in
 # flight; OUTDIR/codecs-all.json the wire-codec launches; OUTDIR/vgg16-*.json each VGG-16
-# launch (never calibrated on; vgg16-ps-*: ps before and after splitting large parameters). The netfit documents are refitted from the times they
-# recorded (--refit-networks).
+# launch (never calibrated on; vgg16-ps-*: ps before and after splitting large parameters).
+# The netfit documents are refitted from the times they recorded (--refit-networks).
 source "$(dirname "$0")/study.sh" standin-rescore "$@"
 D=lab/records/data
 H=$D/standin-heldout
@@ -30,6 +30,8 @@ for f in $H/net-*.json $D/standin-link/net-*.json $D/standin-fresh/net-*.json \
 done
 "$PY" -m lab plan-validate "${runs[@]}" "${nets[@]}" "${cal[@]}" \
     --out "$OUT/googlenet-all.json" > /dev/null
+# Every later call has the same calibration launches: it takes this fit, frozen.
+cal+=(--standin-calibration "$OUT/googlenet-all.json")
 
 runs=(--standin-runs $H/run-googlenet-1-host.json --standin-runs $H/run-googlenet-2-1gbit.json
     --standin-runs $H/run-googlenet-4-1gbit.json --standin-runs $R/run-resnet50-1-host.json)

@@ -90,9 +90,10 @@ def _standin(
     rate: str,
     refit: bool,
     without_in_flight: bool = False,
+    frozen: str | None = None,
 ) -> dict:
     from gossipgrad.tools.devices.profile import StandinProfile
-    from lab.plan.standin import load_networks, load_runs
+    from lab.plan.standin import StandinCalibration, load_networks, load_runs
     from lab.plan.standin_score import render_markdown, score, side_by_side
 
     if not networks:
@@ -112,7 +113,16 @@ def _standin(
             "(the stored ones: lab/records/data/standin-heldout/run-googlenet-{2,4}-1gbit.json"
             " with their net-{2,4}-1gbit.json)"
         )
-    report = score(rows, profiles, nets, cal, rate)
+    fixed = None
+    if frozen:
+        fixed = StandinCalibration.from_json(json.loads(Path(frozen).read_text())["calibration"])
+        if list(fixed.sizes) != sorted(cal) or fixed.rate != rate:
+            raise click.BadParameter(
+                f"{frozen} was calibrated at sizes {list(fixed.sizes)} on {fixed.rate}, not "
+                f"{sorted(cal)} on {rate}: pass its --calibrate-sizes and --calibrate-rate",
+                param_hint="--standin-calibration",
+            )
+    report = score(rows, profiles, nets, cal, rate, fixed)
     batch = {name: p.batch_size for name, p in profiles.items()}
     report["side_by_side"] = side_by_side(rows, batch)
     report["markdown"] = render_markdown(report, report["side_by_side"])
@@ -310,7 +320,8 @@ def _published(path: str, host_network: str | None, calibration: str | None) -> 
     "--standin-calibration",
     type=click.Path(exists=True, dir_okay=False),
     default=None,
-    help="With --published: a --standin-runs --out file (its interference coefficient).",
+    help="A --standin-runs --out file. With --published: its interference coefficient; "
+    "with --standin-runs: its calibration, frozen, instead of fitting the same one again.",
 )
 # Over 60 lines on purpose: a click command: its parameters, their checks, then one call per mode.
 def plan_validate(
@@ -360,6 +371,7 @@ def plan_validate(
             calibrate_rate,
             refit_networks,
             without_in_flight,
+            standin_calibration,
         )
         _emit(report, out)
         return

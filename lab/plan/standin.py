@@ -211,6 +211,20 @@ class StandinCalibration:
             "fit_mape_pct": self.fit_mape,
         }
 
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> StandinCalibration:
+        """The calibration :meth:`to_json` wrote (a ``plan-validate --out`` file's
+        ``calibration``), frozen."""
+        return cls(
+            dict(doc["compute_factor"]),
+            dict(doc["host_s_per_byte_on_host"]),
+            float(doc["interference"]),
+            tuple(int(n) for n in doc["sizes"]),
+            str(doc["rate"]),
+            int(doc["rows"]),
+            float(doc["fit_mape_pct"]),
+        )
+
 
 _LAID_OUT: dict[tuple, tuple[StandinProfile, Profile]] = {}
 """``profile_for``'s results: the calibration's grid search prices each run thousands of

@@ -103,11 +103,13 @@ def score(
     networks: Networks,
     cal_sizes: Sequence[int],
     cal_rate: str,
+    frozen: StandinCalibration | None = None,
 ) -> dict[str, Any]:
-    """Calibrate on ``cal_sizes`` at ``cal_rate``, predict the rest (see the module)."""
+    """Calibrate on ``cal_sizes`` at ``cal_rate`` (or take ``frozen``, fitted on them
+    before), predict the rest (see the module)."""
     cal_rows = [r for r in runs if r.size in cal_sizes and r.rate == cal_rate]
     held = [r for r in runs if not (r.size in cal_sizes and r.rate == cal_rate) and r.size > 1]
-    cal = calibrate(cal_rows, profiles, networks)
+    cal = frozen or calibrate(cal_rows, profiles, networks)
     fitted = [(r, predict_run(r, profiles, networks, cal)) for r in held]
     splits: dict[str, list[tuple[Run, float]]] = {}
     for r, p in fitted:

@@ -239,6 +239,31 @@ def test_plan_validate_without_calibration_launches_says_which_to_add():
     assert "run-googlenet-{2,4}-1gbit.json" in out.output and "Traceback" not in out.output
 
 
+def test_a_frozen_calibration_from_other_sizes_is_refused_in_one_line(tmp_path):
+    """``--standin-calibration`` with ``--standin-runs`` reuses a fit only where it was made
+    on the same sizes and rate: another one is named, with the flags to pass."""
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from lab.cli import lab
+    from lab.plan.standin import StandinCalibration
+
+    frozen = StandinCalibration({}, {"ps": 1e-9}, 0.0, (2,), "1gbit", 3, 1.0)
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps({"calibration": frozen.to_json()}))
+    assert StandinCalibration.from_json(frozen.to_json()) == frozen
+    data = Path(__file__).resolve().parents[2] / "lab/records/data/standin-heldout"
+    args = ["plan-validate", "--standin-calibration", str(path)]
+    for n in (2, 4):
+        args += ["--standin-runs", str(data / f"run-googlenet-{n}-1gbit.json")]
+        args += ["--networks", str(data / f"net-{n}-1gbit.json")]
+    out = CliRunner().invoke(lab, [*args, "--calibrate-sizes", "2,4"])
+    assert out.exit_code == 2, out.output
+    assert "calibrated at sizes [2] on 1gbit, not [2, 4] on 1gbit" in out.output
+    assert "Traceback" not in out.output
+
+
 def test_the_in_flight_sweep_prices_a_queued_allreduce_in_the_stood_for_time():
     from gossipgrad.tools.plan.formats import AllreduceFit
     from lab.plan.standin import network_model
