@@ -177,7 +177,8 @@ class MpiRequest:
         if not self.comm.thread_multiple:
             return False
         if not self.done:
-            self.req.Wait()
+            with self.comm.failures(self.ctx):
+                self.req.Wait()
             self.done = True
         return True
 
@@ -269,9 +270,10 @@ class MpiCommunicator:
     def iallgather(self, sendbuf: Any, recvbuf: Any) -> MpiRequest:
         s, r = mpi_buffer(sendbuf), mpi_buffer(recvbuf)
         check_gather(self, s.nbytes, r.nbytes)
-        with self.lock:
+        ctx = WaitContext("allgather")
+        with self.failures(ctx), self.lock:
             req = self._comm.Iallgather(s, r)
-        return MpiRequest(self, req, WaitContext("allgather"), (s, r))
+        return MpiRequest(self, req, ctx, (s, r))
 
     def bcast_(self, buf: Any, root: int = 0) -> None:
         b = mpi_buffer(buf)
@@ -309,11 +311,15 @@ class MpiCommunicator:
     @contextlib.contextmanager
     def failures(self, ctx: WaitContext) -> Any:
         """Turn ULFM's failure errors inside the block into :class:`PeerFailed`, after
-        revoking this communicator's family; other MPI errors pass unchanged."""
+        revoking this communicator's family; other MPI errors pass unchanged, and after one
+        no thread of this process enters MPI here again (:data:`_TORN`)."""
+        if _TORN:
+            raise CommError(f"rank {self.rank}: MPI failed in this process ({_TORN[0]})")
         try:
             yield
         except MPI.Exception as exc:
             if exc.Get_error_class() not in _FAILURES:
+                _TORN.append(str(exc).splitlines()[0].removesuffix(", error stack:"))
                 raise
             revoked = exc.Get_error_class() == MPI.ERR_REVOKED
             dead = () if revoked else self._failed_ranks()
@@ -484,6 +490,13 @@ SPAWN_TIMEOUT_S = 120.0
 starts Python and imports torch before it can answer (seconds, more on a loaded node)."""
 
 _STUCK: list[str] = []  # what a respawn left stuck inside MPI (no spawn after that)
+_TORN: list[str] = []
+"""The first MPI error of this process that is no peer failure (MPICH's when a peer died
+under a transfer, say). MPI's state may be torn after one: a survivor was seen to crash
+(a segmentation fault, about 1 run in 15 of a killed rank under MPICH) while its first
+thread reported such an error, and a second thread calling MPI on that state is the likely
+cause. So no call through :meth:`MpiCommunicator.failures` enters MPI again; the rank ends
+the job (``MPI_Abort`` is still called)."""
 _WATCH_S = 0.05  # how often a spawn or merge checks for a dead rank
 
 

@@ -1,6 +1,7 @@
 """``GOSSIPGRAD_COMM_WAIT=block`` under a real mpiexec: the communication thread sits in
 ``MPI_Wait``; training gives the same result as polling, and a silent peer still ends the
-wait at its deadline with a message naming it."""
+wait at its deadline with a message naming it. And after an MPI error that is no peer
+failure, no thread enters MPI again."""
 
 from __future__ import annotations
 
@@ -86,3 +87,41 @@ def test_a_thread_in_mpi_wait_leaves_the_deadline_and_the_names_to_the_caller(tm
     assert m, out.stdout + out.stderr
     assert 2.5 <= float(m.group(1)) <= 4.5, out.stdout
     assert "mixed 0.5" in out.stdout, out.stdout
+
+
+TORN = """
+import numpy as np
+from gossipgrad.comm.base import CommError
+from gossipgrad.runtime import init
+
+comm = init(timeout=5)
+if comm.rank == 1:
+    comm.isend(np.ones(8), 0, 7).wait(5)
+else:
+    try:
+        comm.irecv(np.zeros(2), 1, 7).wait(5)  # 8 doubles into 2: MPI_ERR_TRUNCATE
+        print("first: no error", flush=True)
+    except CommError:
+        print("first: CommError", flush=True)
+    except Exception as exc:
+        print("first:", str(exc).splitlines()[0], flush=True)
+    try:
+        comm.isend(np.ones(1), 1, 8)
+        print("second: entered MPI", flush=True)
+    except CommError as exc:
+        print("second:", exc, flush=True)
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(100)
+def test_after_an_mpi_error_no_call_enters_mpi_again(tmp_path):
+    """A truncated receive is an MPI error but no peer failure: it passes to the caller as
+    MPI said it, and every later call through the communicator raises CommError naming
+    it, without calling MPI (a torn MPICH state crashed a second thread once)."""
+    script = tmp_path / "torn.py"
+    script.write_text(TORN)
+    out = run([mpiexec(), "-n", "2", sys.executable, str(script)], timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "first: Message truncated" in out.stdout, out.stdout + out.stderr
+    assert "second: rank 0: MPI failed in this process (Message truncated)" in out.stdout
