@@ -38,6 +38,8 @@ from gossipgrad.engine.protocol import DistributedOptimizerProtocol as Distribut
 from gossipgrad.engine.protocol import handle
 
 PHASES = ("forward", "backward", "optimizer", "total")
+SPLIT = ("compute", "exposed", "host")
+"""The step split of :func:`breakdown`, beside the phases in ``StepResult.seconds``."""
 
 
 @dataclass

@@ -24,7 +24,7 @@ import torch
 
 from gossipgrad.comm.base import Communicator, ReduceOp, WaitContext
 from gossipgrad.comm.collectives import allreduce_
-from gossipgrad.engine.step import PHASES, train_step
+from gossipgrad.engine.step import PHASES, SPLIT, train_step
 from gossipgrad.inject.straggler import Straggler
 from gossipgrad.models import logits
 from gossipgrad.options import ExchangeOptions, Option, options_of
@@ -174,18 +174,20 @@ class Trainer:
         )
         return done.seconds
 
-    def block(self, steps: int) -> dict[str, float]:
-        """Mean phase times (see :meth:`step`) over ``steps`` steps after one untimed step.
-        In-flight exchanges are completed untimed at the end (``drain``), so each timed step
-        pays for exactly one exchange."""
+    def block(self, steps: int) -> dict[str, float | None]:
+        """Mean phase times (see :meth:`step`) and step split (``compute``, ``exposed``,
+        ``host``: :func:`gossipgrad.engine.step.breakdown`; ``exposed`` None where the
+        library waits out of sight) over ``steps`` steps after one untimed step. In-flight
+        exchanges are completed untimed at the end (``drain``), so each timed step pays for
+        exactly one exchange."""
         self.step()
-        sums = dict.fromkeys(PHASES, 0.0)
+        sums: dict[str, float | None] = dict.fromkeys((*PHASES, *SPLIT), 0.0)
         for _ in range(steps):
             seconds = self.step()
-            for k in PHASES:
-                sums[k] += seconds[k]
+            for k, total in sums.items():
+                sums[k] = None if total is None or seconds[k] is None else total + seconds[k]
         self.opt.drain()
-        return {k: v / steps for k, v in sums.items()}
+        return {k: None if v is None else v / steps for k, v in sums.items()}
 
     def close(self) -> None:
         self.opt.close()

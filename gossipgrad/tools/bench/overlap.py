@@ -131,8 +131,9 @@ def run_overlap(
         for rep in range(reps):
             for n in names[rep % 3 :] + names[: rep % 3]:
                 comm.barrier()
-                for k, v in trainers[n].block(steps).items():
-                    times[n][k].append(v)
+                seconds = trainers[n].block(steps)
+                for k in PHASES:
+                    times[n][k].append(seconds[k])
         phases = {
             n: {k: median(common.max_over_ranks(comm, v)) for k, v in times[n].items()}
             for n in names

@@ -14,6 +14,11 @@ untimed blocks each, then ``--reps`` timed blocks of ``--steps`` steps. Per stra
   waits of forward pre-hooks: overlapped parameter mixing), ``backward`` (with the hooks
   that post gradient buckets), ``optimizer`` (``step()``: waits for gradient buckets, the
   update, the posts or blocking exchange of parameter buckets);
+- ``step_split_s``: the same step split as ``gossipgrad train``'s summary (MAX over ranks,
+  median over blocks; docs/train.md): ``compute`` (forward and backward less the waits in
+  them), ``exposed_wire`` (every wait on communication on the training thread; None for
+  ddp and horovod, whose waits happen inside the library) and ``host`` (the rest). Wire
+  time hidden behind compute is not measured;
 - ``posted_bytes_per_step``: bytes a rank handed to ``isend``/``iallreduce``, the mean over
   ranks (counted by wrapping the communicator; an allreduce buffer counts once, whatever
   MPI sends for it; under ps a rank sends more the more of the model it serves);
@@ -80,6 +85,7 @@ from gossipgrad.registry import CODECS, STRATEGIES
 from gossipgrad.runtime import host_share
 from gossipgrad.tools.bench.common import (
     PHASES,
+    SPLIT,
     CountingCommunicator,
     Trainer,
     base_strategy,
@@ -210,6 +216,7 @@ class Contender:
         self.trainer.set_batch(batch)
         self.times: list[float] = []
         self.phases: dict[str, list[float]] = {k: [] for k in PHASES}
+        self.split: dict[str, list[float]] = {k: [] for k in SPLIT}
         self.posted: list[float] = []
         self.wire: list[float] = []
         self.cpu: list[float] = []
@@ -227,8 +234,11 @@ class Contender:
         wire1 = wire_tx_bytes()
         if record:
             self.times.append(phases["total"])
-            for k, v in phases.items():
-                self.phases[k].append(v)
+            for k in PHASES:
+                self.phases[k].append(phases[k])
+            for k in SPLIT:  # a library's exposed wire is None: its list stays empty
+                if phases[k] is not None:
+                    self.split[k].append(phases[k])
             self.posted.append((self.posted_bytes() - posted0) / (steps + 1))
             self.cpu.append(max(0.0, cpu1 - cpu0) / (steps + 1))
             if wire0 is not None and wire1 is not None:
@@ -468,6 +478,10 @@ def summarize(
     phases = {
         k: rounded(median(max_over_ranks(comm, v)), 4) for k, v in c.phases.items() if k != "total"
     }
+    split = {
+        name: rounded(median(max_over_ranks(comm, c.split[k])), 4) if c.split[k] else None
+        for k, name in zip(SPLIT, ("compute", "exposed_wire", "host"), strict=True)
+    }
     table = c.trainer.opt.factor_table
     layout = getattr(c.trainer.opt, "layout", None)
     return {
@@ -480,6 +494,7 @@ def summarize(
         **c.settings,
         "step_s": rounded(step_s),
         "phase_s": phases,
+        "step_split_s": split,
         "samples_per_s": rounded(batch * comm.size / step_s, 5),
         "posted_bytes_per_step": round(posted, 1),
         "theory_bytes_per_step": round(theory, 1),
@@ -493,13 +508,14 @@ def summarize(
 
 def markdown_table(record: dict[str, Any]) -> str:
     """The results as a Markdown table (MB = 10^6 bytes)."""
-    header = ["strategy", "staleness", "step (s)", "samples/s", "posted MB/step"]
-    header += ["wire MB/step", "theory MB/step"]
+    header = ["strategy", "staleness", "step (s)", "exposed wire (s)", "samples/s"]
+    header += ["posted MB/step", "wire MB/step", "theory MB/step"]
     rows = [
         [
             r.get("name", r["strategy"]),
             r.get("staleness", 0),
             f"{r['step_s']:.4f}",
+            _seconds((r.get("step_split_s") or {}).get("exposed_wire")),
             f"{r['samples_per_s']:.1f}",
             f"{r['posted_bytes_per_step'] / 1e6:.2f}",
             f"{r['wire_bytes_per_step'] / 1e6:.2f}" if r["wire_bytes_per_step"] else "-",
@@ -507,7 +523,11 @@ def markdown_table(record: dict[str, Any]) -> str:
         ]
         for r in record["results"]
     ]
-    return markdown(header, "lrrrrrr", rows) + "\n"
+    return markdown(header, "lrrrrrrr", rows) + "\n"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
 
 
 def plot_png(record: dict[str, Any], path: str) -> None:
