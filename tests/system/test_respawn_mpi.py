@@ -9,7 +9,11 @@ replacement skips the kills its launch rank already met) or from outside (SIGKIL
 Open MPI 5.0's mpiexec ends with status 137 when a process it spawned was killed, although
 every rank of the job finished and rank 0 printed the summary (a replacement killed, or one
 ended because a rank died while it joined); those tests check the summary, and the status
-is 0 or 137.
+is 0 or 137. After any respawn the status may also be 142 (128 + SIGALRM): Open MPI 5.0's
+``MPI_Finalize`` sometimes never returns after a respawn (the replacements wait in
+``ompi_dpm_dyn_finalize`` for the survivors, who wait in ``ompi_mpi_finalize``), and
+gossipgrad's 120 s alarm ends it once the job is done (docs/guarantees.md, "Found, not
+fixed"); the summary is checked all the same.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ SHORT = ["train", "--epochs", "3", "--no-progress", "--print-freq", "1", "--comm
 STEPS = 33  # 3 epochs of 11 steps
 DEADLINE = 600  # four Python ranks (and their replacements) importing torch on 2 loaded cores
 SPAWNED_KILLED = 137  # mpiexec's status when a process it spawned was killed (see above)
+FINALIZE_ALARM = 128 + signal.SIGALRM  # the finalize alarm after a completed job (see above)
+DONE = (0, FINALIZE_ALARM)
 
 
 def _records(path: Path) -> list[dict]:
@@ -73,7 +79,7 @@ def _grown_back(res: subprocess.CompletedProcess, metrics: Path, replaced: list[
 @pytest.mark.timeout(DEADLINE + 60)
 def test_a_killed_rank_is_replaced_and_the_job_ends_at_its_launch_size(tmp_path: Path) -> None:
     res, metrics = _train(tmp_path, [], GOSSIPGRAD_INJECT_KILL="2:16")
-    assert res.returncode == 0, res.stderr[-4000:]
+    assert res.returncode in DONE, res.stderr[-4000:]
     s = _grown_back(res, metrics, replaced=[2])
     f = s["failures"][0]
     assert 16 <= f["step"] <= 17 and f["samples_read_again"] == 359, f
@@ -108,14 +114,14 @@ def test_a_rank_sigkilled_from_outside_is_replaced(tmp_path: Path) -> None:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    assert res.returncode == 0, res.stderr[-4000:]
+    assert res.returncode in DONE, res.stderr[-4000:]
     _grown_back(res, metrics, replaced=[1])
 
 
 @pytest.mark.timeout(DEADLINE + 60)
 def test_two_ranks_killed_at_one_step_come_back_in_one_respawn(tmp_path: Path) -> None:
     res, metrics = _train(tmp_path, [], GOSSIPGRAD_INJECT_KILL="0:16,3:16")
-    assert res.returncode == 0, res.stderr[-4000:]
+    assert res.returncode in DONE, res.stderr[-4000:]
     s = _grown_back(res, metrics, replaced=[0, 3])
     assert {f["generation"] for f in s["failures"]} == {1}, s
     assert "launch ranks 0, 3 died; replaced (respawn 1)" in res.stderr
@@ -125,7 +131,7 @@ def test_two_ranks_killed_at_one_step_come_back_in_one_respawn(tmp_path: Path) -
 def test_a_killed_replacement_is_replaced_in_turn(tmp_path: Path) -> None:
     """Launch rank 2 dies at step 8, its replacement at step 24: a second respawn."""
     res, metrics = _train(tmp_path, [], GOSSIPGRAD_INJECT_KILL="2:8,2:24")
-    assert res.returncode in (0, SPAWNED_KILLED), res.stderr[-4000:]
+    assert res.returncode in (*DONE, SPAWNED_KILLED), res.stderr[-4000:]
     s = _grown_back(res, metrics, replaced=[2, 2])
     assert [f["generation"] for f in s["failures"]] == [1, 2], s
     assert s["failures"][1]["step"] >= 24, s
@@ -136,7 +142,7 @@ def test_a_survivor_killed_during_a_respawn_comes_back_with_the_first(tmp_path: 
     """Rank 2 dies at step 16; while its replacement joins, survivor 1 dies too: that
     replacement ends (one line says so) and the next respawn brings back both."""
     res, metrics = _train(tmp_path, [], GOSSIPGRAD_INJECT_KILL="2:16,1:16:respawn")
-    assert res.returncode in (0, SPAWNED_KILLED), res.stderr[-4000:]
+    assert res.returncode in (*DONE, SPAWNED_KILLED), res.stderr[-4000:]
     _grown_back(res, metrics, replaced=[1, 2])
     assert re.search(r"launch rank 1 dies at step 1[67] \(respawn\)", res.stderr)
     assert "launch ranks 1, 2 died; replaced" in res.stderr, res.stderr[-4000:]
