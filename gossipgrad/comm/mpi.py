@@ -492,11 +492,10 @@ starts Python and imports torch before it can answer (seconds, more on a loaded 
 _STUCK: list[str] = []  # what a respawn left stuck inside MPI (no spawn after that)
 _TORN: list[str] = []
 """The first MPI error of this process that is no peer failure (MPICH's when a peer died
-under a transfer, say). MPI's state may be torn after one: a survivor was seen to crash
-(a segmentation fault, about 1 run in 15 of a killed rank under MPICH) while its first
-thread reported such an error, and a second thread calling MPI on that state is the likely
-cause. So no call through :meth:`MpiCommunicator.failures` enters MPI again; the rank ends
-the job (``MPI_Abort`` is still called)."""
+under a transfer, say). MPI's state may be torn after one, and a second thread calling into
+it can crash the process before it reports the error, so no call through
+:meth:`MpiCommunicator.failures` enters MPI again; the rank ends the job (``MPI_Abort`` is
+still called)."""
 _WATCH_S = 0.05  # how often a spawn or merge checks for a dead rank
 
 
