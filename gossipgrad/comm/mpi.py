@@ -83,10 +83,37 @@ _FAILURES = frozenset(
 
 
 FINALIZE_TIMEOUT_S = 120
-"""Seconds ``MPI_Finalize`` may take under ULFM before SIGALRM ends the process: Open MPI
-5.0's finalize was seen never to return after a rank died during a respawn (the job's work
-is done by then; mpiexec reports the signal). It waits for every connected process to
-reach it, so the deadline leaves room for the slowest rank of a loaded node."""
+"""Seconds ``MPI_Finalize`` may take under ULFM before SIGALRM ends the process (the job's
+work is done by then; mpiexec reports the signal): a last guard should a communicator that
+spans launches be left for it to disconnect (:func:`_free_connected`). It waits for every
+connected process to reach it, so the deadline leaves room for the slowest rank of a loaded
+node."""
+
+
+_MADE: list[Any] = []
+"""Every communicator this process made once it spawned or joined replacements (the spawn's
+intercommunicator, the merged one and all made from them), oldest first: see
+:func:`_free_connected`."""
+_CONNECTED: list[bool] = []  # set once this process spawned or joined replacements
+
+
+def _made(comm: Any) -> Any:
+    if _CONNECTED:
+        _MADE.append(comm)
+    return comm
+
+
+def _free_connected() -> None:
+    """Free, newest first, the communicators made since this process spawned or joined.
+    Left alive, ``MPI_Finalize`` disconnects every communicator that spans two launches
+    with a handshake to each remote member (Open MPI's ``ompi_dpm_dyn_finalize``), which
+    never ends when a member is dead or freed its side: the hang of open-mpi/ompi#13127.
+    ``MPI_Comm_free`` is local; by now every exchange on them has completed."""
+    while _MADE:
+        comm = _MADE.pop()
+        with contextlib.suppress(MPI.Exception):
+            if comm != MPI.COMM_NULL:
+                comm.Free()
 
 
 def _finalize_within_deadline() -> None:
@@ -98,6 +125,7 @@ def _finalize_within_deadline() -> None:
     signal.signal(signal.SIGALRM, signal.SIG_DFL)
     signal.alarm(FINALIZE_TIMEOUT_S)
     t0 = time.monotonic()
+    _free_connected()
     MPI.Finalize()
     signal.alarm(0)
     if time.monotonic() - t0 > 10:
@@ -209,6 +237,8 @@ class MpiCommunicator:
         parent_ranks: tuple[int, ...] = (),
     ) -> None:
         self._comm = comm if comm is not None else MPI.COMM_WORLD
+        if self._comm not in _MADE and self._comm != MPI.COMM_WORLD:
+            _made(self._comm)
         self._family = _family if _family is not None else []
         self._family.append(self._comm)
         self.parent_ranks = parent_ranks
@@ -426,9 +456,10 @@ class MpiCommunicator:
         if taken[0]:
             raise SpawnRefused(full or f"rank {self.rank}: another rank found no free slot")
         argv, why = list(sys.orig_argv[1:]), ""
+        _CONNECTED.append(True)
         try:
             inter = _within_deadline(
-                lambda: self._comm.Spawn(sys.executable, argv, maxprocs=len(keys), root=0),
+                lambda: _made(self._comm.Spawn(sys.executable, argv, maxprocs=len(keys), root=0)),
                 "spawn",
                 self,
                 (self._comm,),
@@ -448,7 +479,7 @@ class MpiCommunicator:
         inter.Set_errhandler(MPI.ERRORS_RETURN)
         try:
             merged = _within_deadline(
-                lambda: inter.Merge(high=False), "merge", self, (self._comm, inter)
+                lambda: _made(inter.Merge(high=False)), "merge", self, (self._comm, inter)
             )
         except CommTimeout as exc:  # the replacements never came: go on without them
             raise SpawnRefused(f"the replacements did not join: {exc}") from None
@@ -458,7 +489,7 @@ class MpiCommunicator:
         return self._split_by(merged, key)
 
     def _split_by(self, merged: Any, key: int) -> MpiCommunicator:
-        full = _within_deadline(lambda: merged.Split(0, key), "split", self, (merged,))
+        full = _within_deadline(lambda: _made(merged.Split(0, key)), "split", self, (merged,))
         full.Set_errhandler(MPI.ERRORS_RETURN)
         return MpiCommunicator(full, self.timeout, self.policy, self.delay_s, _poster=self._poster)
 
@@ -599,15 +630,17 @@ def join_parent(timeout: float = DEFAULT_TIMEOUT_S, **kw: Any) -> MpiCommunicato
     parent = MPI.Comm.Get_parent()
     if parent == MPI.COMM_NULL:
         return None
+    _CONNECTED.append(True)
+    _made(parent)
     parent.Set_errhandler(MPI.ERRORS_RETURN)
     me = MpiCommunicator(MPI.COMM_WORLD, timeout, delay_s=0.0)
-    merged = _within_deadline(lambda: parent.Merge(high=True), "merge", me, (parent,))
+    merged = _within_deadline(lambda: _made(parent.Merge(high=True)), "merge", me, (parent,))
     merged.Set_errhandler(MPI.ERRORS_RETURN)
     words = _bcast_words(merged, np.zeros(0, dtype=np.int64), timeout)
     count = int(words[0])
     keys, header = words[1 : 1 + count], words[1 + count :]
     key = int(keys[merged.Get_rank() - (merged.Get_size() - count)])
-    full = _within_deadline(lambda: merged.Split(0, key), "split", me, (merged,))
+    full = _within_deadline(lambda: _made(merged.Split(0, key)), "split", me, (merged,))
     full.Set_errhandler(MPI.ERRORS_RETURN)
     out = MpiCommunicator(full, timeout, **kw)
     out.welcome = header.copy()
