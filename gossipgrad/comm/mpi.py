@@ -66,8 +66,22 @@ def _thread_level() -> str:
         return "multiple"
 
 
+def _fenceless_finalize() -> None:
+    """Under ULFM, ``MPI_Finalize`` without its closing fence (Open MPI's MCA variable
+    ``async_mpi_finalize``, unless the launch set it): the fence counts every process the
+    launch started, and after a failure it was seen to wait for the dead one until the
+    finalize alarm (1 launch in 5 with a respawn). Every message has completed by then
+    (the fence only matters to transports that need it, which ULFM's do not)."""
+    try:
+        if settings().ompi_ft:
+            os.environ.setdefault("OMPI_MCA_async_mpi_finalize", "1")
+    except ValueError:  # a junk variable: the CLI reports it
+        return
+
+
 # Must be set before MPI is initialised, which importing mpi4py.MPI does.
 mpi4py.rc.thread_level = _thread_level()
+_fenceless_finalize()
 from mpi4py import MPI  # noqa: E402
 
 log = logging.getLogger(__name__)
