@@ -134,7 +134,7 @@ class ExchangeOptions(OptionGroup):
         show_default="gossip: param under sgd, grad under adam and adamw",
     )
     timing: str = opt(
-        "lockstep",
+        "early",
         lambda: (
             "When a step's exchange is mixed in: "
             + "; ".join(
@@ -268,7 +268,7 @@ class ExchangeOptions(OptionGroup):
             if refusal is not None:
                 raise ValueError(refusal)
             implied = _timing_of(legacy)
-            if name == "lockstep" and not arg:
+            if name in ("early", "lockstep") and not arg:
                 timing, args = implied
             elif (timing, args) != implied:
                 raise ValueError(

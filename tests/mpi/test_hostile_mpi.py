@@ -52,7 +52,7 @@ def test_a_divergence_stops_every_rank_at_its_step_in_one_line(tmp_path: Path):
         (["--hidden", "64"], "--hidden differs between ranks: 0 on rank 0; 64 on rank 1"),
         (["--dataset", "templates"], "--dataset differs between ranks: digits on rank 0; "),
         (["--mix", "grad"], "--mix differs between ranks: param on rank 0; grad on rank 1"),
-        (["--max-lag", "1"], "--timing differs between ranks: lockstep on rank 0; lag:1 on rank 1"),
+        (["--max-lag", "1"], "--timing differs between ranks: early on rank 0; lag:1 on rank 1"),
     ],
     ids=["arch", "hidden", "dataset", "mix", "max-lag"],
 )

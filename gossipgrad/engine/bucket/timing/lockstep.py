@@ -125,7 +125,7 @@ class Lockstep(Timing):
 
 class LockstepTiming(TimingSpec):
     name = "lockstep"
-    summary = "every bucket posted at a step is mixed within that step (the default)"
+    summary = "every bucket posted at a step is mixed within that step"
     forward_window = PARAM_WINDOW
 
     def build(self, ctx: TimingContext) -> Lockstep:
@@ -138,8 +138,8 @@ class EarlyTiming(LockstepTiming):
 
     name = "early"
     summary = (
-        "lockstep's result; with --mix param each bucket is updated and sent from backward "
-        "as soon as its gradient is complete, and the next forward waits for it"
+        "lockstep's result (the default); with --mix param each bucket is updated and sent "
+        "from backward as soon as its gradient is complete, and the next forward waits for it"
     )
 
     def build(self, ctx: TimingContext) -> Lockstep:
