@@ -11,6 +11,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from gossipgrad import ExchangeOptions
 from gossipgrad.comm.local import run_ranks
 from gossipgrad.shuffle import ShardStore, ShuffleWorker
 from gossipgrad.tools.cli.simulate import simulate as simulate_command
@@ -165,3 +166,18 @@ def test_the_planner_takes_its_steps_to_accuracy_from_the_simulators_lines(tmp_p
     tta = report[report.index("Predicted time to test accuracy 0.09") :]
     for strategy in ("gossip", "allreduce"):
         assert f"| 4 | {strategy} | measured at 4 (1 runs) | their mean | 3.0 |" in tta
+
+
+def test_the_default_timing_simulates_as_lockstep_and_local_steps_are_refused():
+    """``early`` (the default) is lockstep's arithmetic: the same losses and models; the
+    simulator does not model ``local:H`` and says so in one line."""
+    options = {"batch": 4, "steps": 5, "eval_every": 5, "lr": 0.05, "seed": 1, "mix": "param"}
+    make = lambda: tasks.mlp(TASK, 12)  # noqa: E731
+    default = simulate(make, TASK, 3, **options)
+    lockstep = simulate(make, TASK, 3, timing="lockstep", **options)
+    assert ExchangeOptions().timing == "early"
+    np.testing.assert_array_equal(default.losses, lockstep.losses)
+    np.testing.assert_array_equal(default.ranks.numpy(), lockstep.ranks.numpy())
+    with pytest.raises(ValueError, match="the simulator runs the timings early, lockstep") as exc:
+        simulate(make, TASK, 3, timing="local:2", **options)
+    assert "\n" not in str(exc.value)
