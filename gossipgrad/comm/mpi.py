@@ -70,8 +70,8 @@ def _fenceless_finalize() -> None:
     """Under ULFM, ``MPI_Finalize`` without its closing fence (Open MPI's MCA variable
     ``async_mpi_finalize``, unless the launch set it): the fence counts every process the
     launch started, and after a failure it was seen to wait for the dead one until the
-    finalize alarm (1 launch in 5 with a respawn). Every message has completed by then
-    (the fence only matters to transports that need it, which ULFM's do not)."""
+    finalize alarm (1 launch in 5 with a respawn). Every exchange has completed by then;
+    Open MPI's docs name the transports that need the fence (the usnic BTL)."""
     try:
         if settings().ompi_ft:
             os.environ.setdefault("OMPI_MCA_async_mpi_finalize", "1")
