@@ -170,6 +170,7 @@ def test_rejoin_puts_the_optimizer_on_the_survivors_at_the_agreed_step():
 
 # Digits, batch 64, 4 ranks: 5 steps per epoch, 359 training samples per rank.
 FLAGS = dict(batch_size=64, epochs=3, progress=False, print_freq=1)
+COMM_TIMEOUT_S = 60  # every wait's deadline in these launches
 
 
 def _train(monkeypatch, kill: str, size: int = 4, **flags):
@@ -177,7 +178,9 @@ def _train(monkeypatch, kill: str, size: int = 4, **flags):
     settings.cache_clear()
     try:
         cfg = TrainConfig.from_flags(**{**FLAGS, **flags})
-        return run_ranks(size, lambda c: trainer.train(cfg, c), timeout=240, comm_timeout=60)
+        return run_ranks(
+            size, lambda c: trainer.train(cfg, c), timeout=240, comm_timeout=COMM_TIMEOUT_S
+        )
     finally:
         settings.cache_clear()
 
@@ -213,9 +216,13 @@ def test_a_rank_killed_mid_epoch_costs_its_shard_and_the_survivors_finish(monkey
 
 @pytest.mark.timeout(300)
 def test_without_continue_a_dead_rank_ends_the_job(monkeypatch):
+    """Every rank ends before any wait's deadline: a rank that fails does not wait for its
+    exchanges in flight (from backward, under the default early timing) when it closes."""
+    t0 = time.monotonic()
     with pytest.raises(CommError) as info:
         _train(monkeypatch, "2:7")
     assert failure_of(info.value) is not None, info.value
+    assert time.monotonic() - t0 < COMM_TIMEOUT_S, "a rank waited for a deadline"
 
 
 @pytest.mark.timeout(300)

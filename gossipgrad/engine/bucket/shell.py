@@ -583,7 +583,10 @@ class BucketOptimizer(WrappedOptimizer):
         elif not self._join.done:
             self._end(by_close=True)
         uneven = None if failing else self._join.uneven_message()
-        self.drain()
+        if failing and self.timing_spec.follows_shrink:
+            self.timing.abandon()  # peers that failed too will never complete what is in flight
+        else:
+            self.drain()
         self.timing.close(self.step_count)
         for h in self._hooks:
             h.remove()
