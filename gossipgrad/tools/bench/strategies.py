@@ -14,8 +14,9 @@ untimed blocks each, then ``--reps`` timed blocks of ``--steps`` steps. Per stra
   waits of forward pre-hooks: overlapped parameter mixing), ``backward`` (with the hooks
   that post gradient buckets), ``optimizer`` (``step()``: waits for gradient buckets, the
   update, the posts or blocking exchange of parameter buckets);
-- ``step_split_s``: the same step split as ``gossipgrad train``'s summary (MAX over ranks,
-  median over blocks; docs/train.md): ``compute`` (forward and backward less the waits in
+- ``step_split_s``: the same step split as ``gossipgrad train``'s summary, of the slowest
+  rank in each block (so its parts add up to that step), median over blocks
+  (docs/train.md): ``compute`` (forward and backward less the waits in
   them), ``exposed_wire`` (every wait on communication on the training thread; None for
   ddp and horovod, whose waits happen inside the library) and ``host`` (the rest). Wire
   time hidden behind compute is not measured;
@@ -464,6 +465,26 @@ def mean_over_ranks(comm: Communicator, values: list[float]) -> list[float]:
     return (arr / comm.size).tolist()
 
 
+def slowest_rank_split(
+    comm: Communicator, times: list[float], split: dict[str, list[float]]
+) -> dict[str, float | None]:
+    """Per block, the step split of the rank whose step took longest (the parts of one rank
+    add up to its step; the MAX of each part over ranks would not); the median over blocks
+    of each part, named as in the row (a part no rank measured: None)."""
+    parts = [k for k in SPLIT if split[k]]
+    table = np.zeros((comm.size, len(times), 1 + len(parts)))
+    table[comm.rank] = np.column_stack([times, *(split[k] for k in parts)])
+    if comm.size > 1:
+        allreduce_(comm, table)  # a sum: each rank filled its own row
+    slowest = table[np.argmax(table[:, :, 0], axis=0), np.arange(len(times))]
+    medians = dict(zip(parts, np.median(slowest[:, 1:], axis=0).tolist(), strict=True))
+    names = ("compute", "exposed_wire", "host")
+    return {
+        name: rounded(medians[k], 4) if k in medians else None
+        for k, name in zip(SPLIT, names, strict=True)
+    }
+
+
 def summarize(
     comm: Communicator, c: Contender, batch: int, share: tuple[int, int]
 ) -> dict[str, Any]:
@@ -478,10 +499,7 @@ def summarize(
     phases = {
         k: rounded(median(max_over_ranks(comm, v)), 4) for k, v in c.phases.items() if k != "total"
     }
-    split = {
-        name: rounded(median(max_over_ranks(comm, c.split[k])), 4) if c.split[k] else None
-        for k, name in zip(SPLIT, ("compute", "exposed_wire", "host"), strict=True)
-    }
+    split = slowest_rank_split(comm, c.times, c.split)
     table = c.trainer.opt.factor_table
     layout = getattr(c.trainer.opt, "layout", None)
     return {
